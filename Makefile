@@ -1,0 +1,36 @@
+# A thin layer over CMake. `make test` and `make bench` work on a fresh
+# Debian 12 machine as root: missing packages are installed first.
+BUILD ?= build
+JOBS ?= $(shell nproc 2>/dev/null || echo 2)
+CMAKE_FLAGS ?=
+WERROR ?= OFF
+
+.PHONY: all deps configure build test test-c test-python bench docs install clean
+
+all: build
+
+deps:
+	@scripts/install-deps.sh build
+
+configure: deps
+	@cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=Release -DPE_WERROR=$(WERROR) $(CMAKE_FLAGS) >/dev/null
+
+build: configure
+	@cmake --build $(BUILD) -j$(JOBS)
+
+test-c: build
+	@cd $(BUILD) && ctest --output-on-failure -j$(JOBS)
+
+test: test-c
+	@if [ -d python/tests ]; then $(MAKE) --no-print-directory test-python; fi
+
+test-python: build
+	@scripts/install-deps.sh python
+	@POSENC_LIBRARY=$(CURDIR)/$(BUILD)/libposenc.so PYTHONPATH=$(CURDIR)/python \
+	  python3 -m pytest -q python/tests
+
+bench: build
+	@$(BUILD)/bench/pe-bench
+
+clean:
+	rm -rf $(BUILD)

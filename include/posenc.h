@@ -1,0 +1,386 @@
+/*
+ * posenc.h - libposenc: positional encodings for transformer inference on the CPU.
+ *
+ * The whole public API of libposenc.so (SONAME libposenc.so.0). C11, no
+ * dependencies in this header. Every symbol is prefixed pe_ / PE_.
+ *
+ * Conventions that hold for every function below
+ * ------------------------------------------------
+ * - Fallible functions return pe_status (PE_OK == 0). On any error NO caller
+ *   memory is modified: every argument (pointers, shapes, strides, positions,
+ *   ranges, parameter fields) is validated before the first write.
+ * - pe_last_error() returns a thread-local sentence about the last failure on
+ *   the calling thread, naming the function, the argument and the values.
+ * - Tensors are described by pe_tensor (data, dtype, shape[4], stride[4]);
+ *   stride[3] must be 1, the other strides are arbitrary (any dimension order,
+ *   rows of a packed QKV buffer, negative strides for reversed views), in
+ *   elements. A tensor that is written must not have two indices naming the
+ *   same element (checked: PE_ERR_SHAPE).
+ * - f16 and bf16 tensors are converted to float32, computed in float32 and
+ *   rounded once to nearest-even on store; NaN stays NaN (quiet), Inf stays
+ *   Inf, subnormals are kept (never flushed).
+ * - Results are bit-identical whatever the ISA path (scalar, AVX2, AVX-512,
+ *   NEON) and whatever the thread pool size.
+ * - Positions are `const int64_t *` arrays of shape [batch][tokens], row major
+ *   (each sequence of a continuously batched step has its own), or NULL for
+ *   0..tokens-1 in every batch row. Negative positions are an error.
+ * - Apply/add functions take a pe_threadpool *: NULL runs on the calling
+ *   thread. They never allocate, lock or make system calls on their hot path.
+ * - Parameter structs are size-prefixed: call the *_init() function first.
+ *
+ * Thread-safety
+ * -------------
+ * - A pe_rope_cache is immutable after creation: any number of threads may use
+ *   one cache concurrently (apply, accessors) as long as none destroys it.
+ * - Two calls may run concurrently when the tensors they write do not overlap.
+ * - A pe_threadpool runs one call at a time: a second thread entering a pool
+ *   that is busy gets PE_ERR_INVALID_ARGUMENT (never a deadlock). Several
+ *   pools may coexist.
+ * - pe_force_isa() changes process-wide state: call it before other threads
+ *   use the library (tests and benchmarks only).
+ */
+#ifndef POSENC_H
+#define POSENC_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#if defined(_WIN32) && defined(PE_BUILDING_LIBRARY)
+#define PE_API __declspec(dllexport)
+#elif defined(__GNUC__)
+#define PE_API __attribute__((visibility("default")))
+#else
+#define PE_API
+#endif
+
+/* ------------------------------------------------------------------------ */
+/* Version                                                                  */
+/* ------------------------------------------------------------------------ */
+
+#define PE_VERSION_MAJOR 0
+#define PE_VERSION_MINOR 1
+#define PE_VERSION_PATCH 0
+/* Encoded as MAJOR*10000 + MINOR*100 + PATCH, comparable at compile time. */
+#define PE_VERSION_NUMBER (PE_VERSION_MAJOR * 10000 + PE_VERSION_MINOR * 100 + PE_VERSION_PATCH)
+
+/* The version of the library actually loaded, "MAJOR.MINOR.PATCH" (compare
+ * with PE_VERSION_* to detect a header/library mismatch). Thread-safe. */
+PE_API const char *pe_version_string(void);
+
+/* ------------------------------------------------------------------------ */
+/* Status and errors                                                        */
+/* ------------------------------------------------------------------------ */
+
+/* Values are fixed and never reused. */
+typedef enum pe_status {
+  PE_OK = 0,
+  PE_ERR_NULL_POINTER = 1,        /* a required pointer is NULL */
+  PE_ERR_INVALID_ARGUMENT = 2,    /* a value out of its domain, or a busy pool */
+  PE_ERR_SHAPE = 3,               /* shapes, strides or head_dim do not fit */
+  PE_ERR_DTYPE = 4,               /* unknown or unsupported dtype */
+  PE_ERR_POSITION_OUT_OF_RANGE = 5, /* negative, or >= a table's length */
+  PE_ERR_OUT_OF_MEMORY = 6,       /* an allocation in a create call failed */
+  PE_ERR_OVERFLOW = 7,            /* a size or byte count overflows int64/size_t */
+  PE_ERR_UNSUPPORTED = 8,         /* not available on this CPU/build, unknown type */
+  PE_ERR_PARSE = 9                /* malformed or incomplete config.json */
+} pe_status;
+
+/* A static string "PE_ERR_SHAPE: shapes or strides do not fit" for every
+ * status; "PE_ERR_UNKNOWN" for values outside the enum. Thread-safe. */
+PE_API const char *pe_status_string(pe_status s);
+
+/* The detail of the last failure on the calling thread, e.g.
+ * "pe_apply_rope_qk: position 9000 at [batch 1, token 3] >= cache max_positions 8192".
+ * Never NULL; "" if no call on this thread has failed yet. Valid until the
+ * next libposenc call on the same thread. Successful calls do not clear it. */
+PE_API const char *pe_last_error(void);
+
+/* ------------------------------------------------------------------------ */
+/* Tensors                                                                  */
+/* ------------------------------------------------------------------------ */
+
+typedef enum pe_dtype {
+  PE_F32 = 0,   /* IEEE binary32 */
+  PE_F16 = 1,   /* IEEE binary16 */
+  PE_BF16 = 2   /* bfloat16 (upper half of a binary32) */
+} pe_dtype;
+
+typedef struct pe_tensor {
+  void *data;          /* element [0,0,0,0] */
+  pe_dtype dtype;
+  int64_t shape[4];    /* [batch, heads, tokens, head_dim] for Q/K/X;
+                          [batch, heads, q_len, k_len] for attention scores */
+  int64_t stride[4];   /* in elements; stride[3] must be 1; any order of the
+                          other three: [B,T,H,D] and packed QKV rows are
+                          expressed by strides, not by copies */
+} pe_tensor;
+
+/* Opaque handles. */
+typedef struct pe_rope_cache pe_rope_cache;
+typedef struct pe_threadpool pe_threadpool;
+
+/* ------------------------------------------------------------------------ */
+/* RoPE                                                                     */
+/* ------------------------------------------------------------------------ */
+
+typedef enum pe_rope_style {
+  PE_ROPE_NEOX = 0, /* HF rotate_half: pairs (i, i + rotary_dim/2) - Llama, Qwen, Mistral, NeoX */
+  PE_ROPE_GPTJ = 1  /* interleaved pairs (2i, 2i+1) - GPT-J, RoFormer, DeepSeek, ggml "NORM" */
+} pe_rope_style;
+
+/* Frequency schemes; the HF transformers rope_type name is in quotes. */
+typedef enum pe_rope_scaling {
+  PE_ROPE_SCALING_NONE = 0,     /* "default": inv_i = base^(-2i/d), attention factor 1 */
+  PE_ROPE_SCALING_LINEAR = 1,   /* "linear" (Position Interpolation): inv_i / factor */
+  PE_ROPE_SCALING_NTK = 2,      /* static NTK-aware: base' = base * factor^(d/(d-2)) */
+  PE_ROPE_SCALING_DYNAMIC = 3,  /* "dynamic" (dynamic NTK) for the context seq_len */
+  PE_ROPE_SCALING_YARN = 4,     /* "yarn", with DeepSeek mscale / mscale_all_dim */
+  PE_ROPE_SCALING_LONGROPE = 5, /* "longrope" (Phi-3 short/long factors) */
+  PE_ROPE_SCALING_LLAMA3 = 6,   /* "llama3" */
+  PE_ROPE_SCALING_PROPORTIONAL = 7, /* "proportional" (Gemma-4 family) */
+  PE_ROPE_SCALING_CUSTOM = 8    /* the caller supplies inv_freq[rotary_dim/2] */
+} pe_rope_scaling;
+
+/* Parameters of a RoPE cache. Size-prefixed: call pe_rope_params_init(),
+ * then set the fields you need. The library reads only the first struct_size
+ * bytes: an older caller with a smaller struct gets the defaults for the
+ * fields it does not know; a larger struct is accepted only if the bytes the
+ * library does not know are all zero. */
+typedef struct pe_rope_params {
+  uint32_t struct_size;           /* sizeof(pe_rope_params), set by init */
+  int32_t head_dim;               /* channels per head, > 0 */
+  int32_t rotary_dim;             /* rotated channels: even, <= head_dim; 0 = head_dim.
+                                     Channels rotary_dim..head_dim-1 pass through. */
+  pe_rope_style style;            /* pairing, default PE_ROPE_NEOX */
+  double base;                    /* theta, default 10000; finite and > 0 */
+  int64_t max_positions;          /* rows of the cos/sin table, default 4096;
+                                     0 = no table: cos/sin computed on the fly
+                                     per token, any position < 2^53 allowed */
+  pe_rope_scaling scaling;        /* default PE_ROPE_SCALING_NONE */
+  double factor;                  /* linear, ntk, dynamic, yarn, longrope, llama3,
+                                     proportional; default 1 */
+  int64_t original_max_positions; /* pre-extension context (HF
+                                     original_max_position_embeddings); 0 = unset */
+  int64_t seq_len;                /* context the frequencies serve (dynamic,
+                                     longrope); 0 = unset */
+  double attention_factor;        /* multiplies cos and sin; 0 = the type's default */
+  double beta_fast, beta_slow;    /* yarn: 0 = HF defaults 32 and 1 */
+  double mscale, mscale_all_dim;  /* yarn (DeepSeek-V2/V3); 0 = unset */
+  int32_t truncate;               /* yarn: 1 = floor/ceil the correction range
+                                     (HF default), 0 = not (gpt-oss) */
+  double low_freq_factor, high_freq_factor; /* llama3: default 1 and 4 */
+  const float *short_factor, *long_factor;  /* longrope: rotary_dim/2 each (copied) */
+  const double *inv_freq;         /* custom: rotary_dim/2 frequencies (copied) */
+} pe_rope_params;
+
+/* Fill *p with struct_size = sizeof(pe_rope_params) and the defaults:
+ * head_dim 128, rotary_dim 0, NEOX, base 10000, max_positions 4096, NONE,
+ * factor 1, truncate 1, low/high_freq_factor 1/4, everything else 0/NULL.
+ * NULL is a no-op. Thread-safe. */
+PE_API void pe_rope_params_init(pe_rope_params *p);
+
+/* Compute the frequencies and attention factor of *p and, when
+ * max_positions > 0, the table of cos and sin (rotary_dim/2 of each per
+ * position, already multiplied by the attention factor). Angles are computed
+ * in double precision, so table entries are within 1 float32 ulp of the exact
+ * cos/sin of the same frequencies at any position (HF's float32 angles are
+ * off by ~2e-3 at position 131071).
+ * Returns PE_ERR_NULL_POINTER, PE_ERR_INVALID_ARGUMENT (a field out of its
+ * domain: the message names it), PE_ERR_SHAPE (head_dim/rotary_dim),
+ * PE_ERR_OVERFLOW (table size), PE_ERR_OUT_OF_MEMORY, PE_ERR_UNSUPPORTED.
+ * On error *out is left unchanged. Thread-safe. */
+PE_API pe_status pe_rope_cache_create(const pe_rope_params *p, pe_rope_cache **out);
+
+/* Build a cache from the text of a HuggingFace config.json (need not be
+ * NUL-terminated; len bytes are read), as transformers derives it:
+ * rope_parameters (v5) or legacy rope_scaling, with rope_type or type;
+ * rope_theta; max_position_embeddings; original_max_position_embeddings
+ * (inside the dict or top level as in Phi-3); head_dim or
+ * hidden_size/num_attention_heads; partial_rotary_factor; GPT-NeoX rotary_pct
+ * and rotary_emb_base; GPT-J rotary_dim; DeepSeek qk_rope_head_dim; style
+ * from model_type (gptj and deepseek_v2/v3 interleaved, others NeoX).
+ * max_positions: table rows (0 = on the fly); seq_len 0 = max_position_embeddings.
+ * PE_ERR_PARSE for malformed JSON or missing keys, PE_ERR_UNSUPPORTED for an
+ * unknown rope type (the key is named in pe_last_error()). Thread-safe. */
+PE_API pe_status pe_rope_cache_create_from_hf_config(const char *json, size_t len,
+                                                     int64_t max_positions, int64_t seq_len,
+                                                     pe_rope_cache **out);
+
+/* Free a cache. NULL is a no-op. Not concurrently with its use. */
+PE_API void pe_rope_cache_destroy(pe_rope_cache *c);
+
+/* The resolved parameters of a cache (rotary_dim filled in, defaults
+ * applied). Pointer fields point into the cache and live as long as it.
+ * out->struct_size must be set by the caller (pe_rope_params_init); only
+ * that many bytes are written. PE_ERR_NULL_POINTER, PE_ERR_INVALID_ARGUMENT
+ * (struct_size too small). Thread-safe. */
+PE_API pe_status pe_rope_cache_params(const pe_rope_cache *c, pe_rope_params *out);
+
+/* The rotary_dim/2 frequencies in radians per position, rounded to float32
+ * (the cache works with their double values). Thread-safe. */
+PE_API pe_status pe_rope_cache_inv_freq(const pe_rope_cache *c, float *out);
+
+/* The factor cos and sin are multiplied by (YaRN mscale, LongRoPE scale);
+ * 1.0 for most schemes; NaN if c is NULL. Thread-safe. */
+PE_API double pe_rope_cache_attention_factor(const pe_rope_cache *c);
+
+/* The extra multiplier DeepSeek-style YaRN applies to the attention softmax
+ * scale: mscale(factor, mscale_all_dim)^2 when mscale_all_dim is set, else 1.0;
+ * NaN if c is NULL. Thread-safe. */
+PE_API double pe_rope_cache_softmax_scale(const pe_rope_cache *c);
+
+/* cos and sin (times the attention factor) for one position, rotary_dim/2
+ * of each: the table row, or computed exactly as the on-the-fly path does.
+ * PE_ERR_POSITION_OUT_OF_RANGE for pos < 0 or pos >= max_positions (when
+ * there is a table). Thread-safe. */
+PE_API pe_status pe_rope_cache_cos_sin(const pe_rope_cache *c, int64_t pos,
+                                       float *cos_out, float *sin_out);
+
+/* Rotate by -angle instead of +angle: undoes pe_apply_rope_qk up to the
+ * attention factor squared, which is applied again (use pe_rope_shift_k to
+ * move keys without it). */
+#define PE_ROPE_INVERSE 1u
+
+/* Rotate q and/or k in place at their positions.
+ * q, k: [batch, heads, tokens, head_dim] (any strides, stride[3] == 1); either
+ * may be NULL, not both. Batch and token counts of q and k must match; head
+ * counts may differ (GQA/MQA); head_dim must equal the cache's. Channels
+ * [rotary_dim, head_dim) are left untouched. q and k must not share elements.
+ * positions: [batch][tokens] or NULL (0..tokens-1). flags: PE_ROPE_INVERSE.
+ * NEOX: o_j = x_j c_j - x_{j+h} s_j, o_{j+h} = x_{j+h} c_j + x_j s_j (h = rotary_dim/2);
+ * GPTJ: the same on pairs (2j, 2j+1). Computed as fmaf(x, c, -(y*s)) and
+ * fmaf(y, c, x*s) on every ISA.
+ * Errors: PE_ERR_NULL_POINTER, PE_ERR_SHAPE, PE_ERR_DTYPE, PE_ERR_OVERFLOW,
+ * PE_ERR_POSITION_OUT_OF_RANGE (negative, or >= max_positions with a table),
+ * PE_ERR_INVALID_ARGUMENT (unknown flag, busy pool). Thread-safe as above. */
+PE_API pe_status pe_apply_rope_qk(const pe_rope_cache *c, const pe_tensor *q,
+                                  const pe_tensor *k, const int64_t *positions,
+                                  uint32_t flags, pe_threadpool *pool);
+
+/* Move cached keys by a position delta (context shift, "KV cache shift"): k was
+ * rotated at p, afterwards it is as if rotated at p + delta. deltas is
+ * [batch][tokens] (may be negative; NULL is an error); |delta| < 2^53. The
+ * rotation by delta*inv_freq is computed on the fly in double precision and
+ * the attention factor is NOT applied again (unlike apply + inverse). Same
+ * tensor rules and errors as pe_apply_rope_qk. */
+PE_API pe_status pe_rope_shift_k(const pe_rope_cache *c, const pe_tensor *k,
+                                 const int64_t *deltas, pe_threadpool *pool);
+
+/* Re-rotate cached keys from one frequency set to another in one pass
+ * (LongRoPE short->long switch, dynamic-NTK growth): k was rotated by `from`
+ * at positions; afterwards it is as if rotated by `to`, including the ratio of
+ * attention factors. Both caches must have the same head_dim, rotary_dim and
+ * style (PE_ERR_SHAPE / PE_ERR_INVALID_ARGUMENT otherwise). Positions are not
+ * limited by max_positions (angles computed on the fly in double). */
+PE_API pe_status pe_rope_rerotate_k(const pe_rope_cache *from, const pe_rope_cache *to,
+                                    const pe_tensor *k, const int64_t *positions,
+                                    pe_threadpool *pool);
+
+/* ------------------------------------------------------------------------ */
+/* ALiBi (Press et al.; BLOOM, MPT, Falcon-RW)                               */
+/* ------------------------------------------------------------------------ */
+
+/* Slopes for n_heads heads (1..65536): Press et al.'s geometric sequence
+ * 2^(-max_bias*k/n) for powers of two n, and the BLOOM interleaving
+ * otherwise (n = 12, 24, 40, 96...). max_bias > 0, finite; 8 is standard.
+ * out: n_heads floats. Thread-safe. */
+PE_API pe_status pe_alibi_slopes(int32_t n_heads, double max_bias, float *out);
+
+/* Also set the score to -inf where the key position is after the query
+ * position (a fused causal mask). */
+#define PE_MASK_CAUSAL 1u
+
+/* scores[b,h,i,j] += -slopes[h] * |qpos(b,i) - j|, in place.
+ * scores: [batch, heads, q_len, k_len], any strides with stride[3] == 1.
+ * slopes: heads floats; NULL = pe_alibi_slopes(heads, 8). A caller that
+ * shards heads across devices passes its own slice: slopes + head_offset.
+ * q_positions: [batch][q_len]; NULL = k_len - q_len + i (the queries are the
+ * last positions: decode with a KV cache). flags: PE_MASK_CAUSAL.
+ * Relation to BLOOM's `+slope*j` bias: under a causal mask the two differ by
+ * slope*qpos, a constant per row, so softmax gives identical probabilities;
+ * without a mask they are not equivalent. */
+PE_API pe_status pe_alibi_add_bias(const pe_tensor *scores, const float *slopes,
+                                   const int64_t *q_positions, uint32_t flags,
+                                   pe_threadpool *pool);
+
+/* ------------------------------------------------------------------------ */
+/* T5 relative position bias                                                */
+/* ------------------------------------------------------------------------ */
+
+/* T5's relative_position_bucket for relative_position = key - query:
+ * exact buckets for small distances, log-spaced up to max_distance, one far
+ * bucket beyond; half the buckets per direction when bidirectional (non-zero).
+ * Returns the bucket in [0, num_buckets), or -1 for invalid arguments
+ * (num_buckets < 2 or odd when bidirectional... see pe_last_error()). */
+PE_API int32_t pe_t5_bucket(int64_t relative_position, int32_t bidirectional,
+                            int32_t num_buckets, int32_t max_distance);
+
+/* scores[b,h,i,j] += table[bucket(j - qpos(b,i))][h], in place.
+ * table: [num_buckets][heads] float32 (the layout of T5's nn.Embedding weight).
+ * q_positions and flags as for pe_alibi_add_bias. */
+PE_API pe_status pe_t5_add_bias(const pe_tensor *scores, const float *table,
+                                int32_t bidirectional, int32_t num_buckets,
+                                int32_t max_distance, const int64_t *q_positions,
+                                uint32_t flags, pe_threadpool *pool);
+
+/* ------------------------------------------------------------------------ */
+/* Sinusoidal (Vaswani et al.) and learned absolute embeddings              */
+/* ------------------------------------------------------------------------ */
+
+/* [sin | cos] halves with frequencies exp(-i*ln(base)/(half-1)) and a zero
+ * column for odd d_model (fairseq, tensor2tensor, M2M100). The default is the
+ * paper's interleaving: PE[p,2i] = sin(p*base^(-2i/d)), PE[p,2i+1] = cos(...). */
+#define PE_SINUSOIDAL_CONCAT 1u
+
+/* Write the table for positions 0..n_positions-1 into out
+ * ([n_positions][d_model] float32). Angles in double precision.
+ * d_model >= 1 (>= 4 with PE_SINUSOIDAL_CONCAT); base > 0, finite. */
+PE_API pe_status pe_sinusoidal_table(int64_t n_positions, int32_t d_model, double base,
+                                     uint32_t flags, float *out);
+
+/* x[b,0,t,:] += PE(positions[b][t]) in place; x: [batch, 1, tokens, d_model]. */
+PE_API pe_status pe_sinusoidal_add(const pe_tensor *x, const int64_t *positions,
+                                   double base, uint32_t flags, pe_threadpool *pool);
+
+/* x[b,0,t,:] += table[0,0,positions[b][t],:] in place; table: [1,1,max_len,d_model]
+ * of any dtype (mixes allowed). A position >= max_len is
+ * PE_ERR_POSITION_OUT_OF_RANGE with nothing written: learned embeddings
+ * cannot extrapolate, and this reports it instead of reading past the table. */
+PE_API pe_status pe_learned_add(const pe_tensor *x, const pe_tensor *table,
+                                const int64_t *positions, pe_threadpool *pool);
+
+/* ------------------------------------------------------------------------ */
+/* Threads and dispatch                                                     */
+/* ------------------------------------------------------------------------ */
+
+/* A pool of n_threads - 1 persistent workers plus the calling thread
+ * (n_threads 0 = one per physical core of the caller's NUMA node, via hwloc),
+ * each worker bound to its core when hwloc allows (unpinned otherwise).
+ * n_threads in [0, 1024]. Thread-safe. */
+PE_API pe_status pe_threadpool_create(int32_t n_threads, pe_threadpool **out);
+
+/* Stop and join the workers. NULL is a no-op. Not while a call uses the pool. */
+PE_API void pe_threadpool_destroy(pe_threadpool *p);
+
+/* Threads taking part in a call (workers + the caller); 1 for NULL. */
+PE_API int32_t pe_threadpool_size(const pe_threadpool *p);
+
+/* The kernel path in use: "avx512", "avx2", "neon" or "scalar". Thread-safe. */
+PE_API const char *pe_isa_name(void);
+
+/* Select a kernel path by name ("scalar", "avx2", "avx512", "neon", or "auto"
+ * for the best the CPU runs). The environment variable PE_ISA does the same at
+ * first use. PE_ERR_UNSUPPORTED if the CPU or build lacks it,
+ * PE_ERR_INVALID_ARGUMENT for an unknown name. Not thread-safe: for tests and
+ * benchmarks, before concurrent use. */
+PE_API pe_status pe_force_isa(const char *name);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* POSENC_H */

@@ -1,0 +1,55 @@
+/* cpu.c - probe CPU features once. On x86 cpuid alone is not enough: the OS
+ * must have enabled the register state (XCR0), as BLAKE3 and libdeflate check. */
+#include <stdatomic.h>
+
+#include "cpu.h"
+
+#if defined(__x86_64__) || defined(__i386__)
+#include <cpuid.h>
+
+static uint64_t read_xcr0(void) {
+  uint32_t lo, hi;
+  __asm__ volatile("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
+  return ((uint64_t)hi << 32) | lo;
+}
+
+static unsigned probe(void) {
+  unsigned a, b, c, d, f = 0;
+  if (!__get_cpuid(1, &a, &b, &c, &d)) return 0;
+  int has_osxsave = (c >> 27) & 1, has_fma = (c >> 12) & 1, has_f16c = (c >> 29) & 1;
+  if (!has_osxsave) return 0;
+  uint64_t xcr0 = read_xcr0();
+  int ymm_ok = (xcr0 & 0x6) == 0x6;     /* XMM (bit 1) and YMM (bit 2) state */
+  int zmm_ok = (xcr0 & 0xe6) == 0xe6;   /* + opmask, ZMM_Hi256, Hi16_ZMM (5,6,7) */
+  if (__get_cpuid_max(0, NULL) < 7) return 0;
+  __cpuid_count(7, 0, a, b, c, d);
+  int avx2 = (b >> 5) & 1;
+  int avx512f = (b >> 16) & 1, avx512dq = (b >> 17) & 1, avx512bw = (b >> 30) & 1,
+      avx512vl = (b >> 31) & 1;
+  int avx512fp16 = (d >> 23) & 1;
+  if (ymm_ok && avx2 && has_fma && has_f16c) f |= PE_CPU_AVX2;
+  if (zmm_ok && (f & PE_CPU_AVX2) && avx512f && avx512dq && avx512bw && avx512vl) {
+    f |= PE_CPU_AVX512;
+    if (avx512fp16) f |= PE_CPU_AVX512FP16;
+    unsigned a1, b1, c1, d1;
+    __cpuid_count(7, 1, a1, b1, c1, d1);
+    if ((a1 >> 5) & 1) f |= PE_CPU_AVX512BF16;
+  }
+  return f;
+}
+#elif defined(__aarch64__)
+static unsigned probe(void) { return PE_CPU_NEON; } /* AdvSIMD is mandatory on AArch64 */
+#else
+static unsigned probe(void) { return 0; }
+#endif
+
+static _Atomic unsigned features;
+
+unsigned pe__cpu_features(void) {
+  unsigned f = atomic_load_explicit(&features, memory_order_relaxed);
+  if (!(f & PE_CPU_KNOWN)) {
+    f = probe() | PE_CPU_KNOWN;
+    atomic_store_explicit(&features, f, memory_order_relaxed);
+  }
+  return f;
+}

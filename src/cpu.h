@@ -1,0 +1,14 @@
+/* cpu.h - CPU feature probe (cpu.c). */
+#ifndef PE_CPU_H
+#define PE_CPU_H
+#include "internal.h"
+
+#define PE_CPU_KNOWN 0x80000000u /* set once probed: "no features" != "not probed" */
+#define PE_CPU_AVX2 0x1u         /* AVX2 + FMA + F16C, YMM state enabled by the OS */
+#define PE_CPU_AVX512 0x2u       /* AVX-512 F/BW/DQ/VL, ZMM/opmask state enabled */
+#define PE_CPU_AVX512FP16 0x4u
+#define PE_CPU_AVX512BF16 0x8u
+#define PE_CPU_NEON 0x10u        /* AdvSIMD (always on aarch64) */
+
+PE_HIDDEN unsigned pe__cpu_features(void);
+#endif

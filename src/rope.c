@@ -1,0 +1,378 @@
+/* rope.c - the RoPE cache and the in-place rotations: validate everything,
+ * then hand rows to the selected kernel table. */
+#include <inttypes.h>
+#include <math.h>
+#include <stddef.h>
+#include <string.h>
+
+#include "kernels/kernels.h"
+#include "rope_internal.h"
+
+/* Oldest struct_size accepted: everything up to and including max_positions. */
+#define ROPE_PARAMS_MIN_SIZE (offsetof(pe_rope_params, max_positions) + sizeof(int64_t))
+
+PE_API void pe_rope_params_init(pe_rope_params *p) {
+  if (!p) return;
+  memset(p, 0, sizeof *p);
+  p->struct_size = (uint32_t)sizeof *p;
+  p->head_dim = 128;
+  p->rotary_dim = 0;
+  p->style = PE_ROPE_NEOX;
+  p->base = 10000.0;
+  p->max_positions = 4096;
+  p->scaling = PE_ROPE_SCALING_NONE;
+  p->factor = 1.0;
+  p->truncate = 1;
+  p->low_freq_factor = 1.0;
+  p->high_freq_factor = 4.0;
+}
+
+static void cache_free(pe_rope_cache *c) {
+  if (!c) return;
+  pe__free(c->inv_freq);
+  pe__free(c->inv_freq_f32);
+  pe__free(c->short_factor);
+  pe__free(c->long_factor);
+  pe__free(c->custom_inv_freq);
+  pe__free(c->table);
+  pe__free(c);
+}
+
+PE_API void pe_rope_cache_destroy(pe_rope_cache *c) { cache_free(c); }
+
+static pe_status validate_geometry(const char *fn, const pe_rope_params *p, int32_t *rotary_dim) {
+  if (p->head_dim < 2 || p->head_dim > PE_MAX_HEAD_DIM)
+    return pe__fail(PE_ERR_SHAPE, "%s: head_dim %d must be in [2, %d]", fn, (int)p->head_dim,
+                    PE_MAX_HEAD_DIM);
+  int32_t rd = p->rotary_dim ? p->rotary_dim : p->head_dim;
+  if (rd < 2 || rd > p->head_dim || (rd & 1))
+    return pe__fail(PE_ERR_SHAPE,
+                    "%s: rotary_dim %d must be even and in [2, head_dim %d] (0 = head_dim)", fn,
+                    (int)p->rotary_dim, (int)p->head_dim);
+  if (p->style != PE_ROPE_NEOX && p->style != PE_ROPE_GPTJ)
+    return pe__fail(PE_ERR_INVALID_ARGUMENT, "%s: style %d is not PE_ROPE_NEOX or PE_ROPE_GPTJ",
+                    fn, (int)p->style);
+  if (p->scaling != PE_ROPE_SCALING_CUSTOM && (!isfinite(p->base) || p->base <= 0.0))
+    return pe__fail(PE_ERR_INVALID_ARGUMENT, "%s: base %g must be finite and > 0", fn, p->base);
+  if (p->max_positions < 0 || p->max_positions > PE_MAX_POSITION)
+    return pe__fail(PE_ERR_INVALID_ARGUMENT, "%s: max_positions %" PRId64 " must be in [0, 2^53]",
+                    fn, p->max_positions);
+  if ((unsigned)p->scaling > (unsigned)PE_ROPE_SCALING_CUSTOM)
+    return pe__fail(PE_ERR_UNSUPPORTED, "%s: scaling %d is not a pe_rope_scaling value", fn,
+                    (int)p->scaling);
+  if (!(p->attention_factor >= 0.0) || !isfinite(p->attention_factor))
+    return pe__fail(PE_ERR_INVALID_ARGUMENT,
+                    "%s: attention_factor %g must be finite and >= 0 (0 = the type's default)", fn,
+                    p->attention_factor);
+  *rotary_dim = rd;
+  return PE_OK;
+}
+
+/* Duplicate n elements of size es into owned memory (NULL stays NULL). */
+static pe_status dup_array(const void *src, size_t n, size_t es, void **dst) {
+  *dst = NULL;
+  if (!src) return PE_OK;
+  *dst = pe__malloc(n * es);
+  if (!*dst) return PE_ERR_OUT_OF_MEMORY;
+  memcpy(*dst, src, n * es);
+  return PE_OK;
+}
+
+PE_API pe_status pe_rope_cache_create(const pe_rope_params *user, pe_rope_cache **out) {
+  static const char fn[] = "pe_rope_cache_create";
+  if (!user) return pe__fail(PE_ERR_NULL_POINTER, "%s: params is NULL", fn);
+  if (!out) return pe__fail(PE_ERR_NULL_POINTER, "%s: out is NULL", fn);
+  if (user->struct_size < ROPE_PARAMS_MIN_SIZE)
+    return pe__fail(PE_ERR_INVALID_ARGUMENT,
+                    "%s: params struct_size %u is smaller than the oldest layout (%zu bytes): call "
+                    "pe_rope_params_init()",
+                    fn, (unsigned)user->struct_size, ROPE_PARAMS_MIN_SIZE);
+  pe_rope_params p;
+  pe_rope_params_init(&p);
+  pe_status st = pe__copy_sized(fn, &p, sizeof p, user, user->struct_size);
+  if (st != PE_OK) return st;
+  p.struct_size = (uint32_t)sizeof p;
+  int32_t rd = 0;
+  if ((st = validate_geometry(fn, &p, &rd)) != PE_OK) return st;
+  int32_t half = rd / 2;
+  p.rotary_dim = rd;
+
+  size_t table_bytes = 0;
+  if (p.max_positions > 0) {
+    size_t row = (size_t)rd * sizeof(float);
+    if ((uint64_t)p.max_positions > (SIZE_MAX / 2) / row)
+      return pe__fail(PE_ERR_OVERFLOW,
+                      "%s: a table of max_positions %" PRId64 " x rotary_dim %d floats overflows "
+                      "size_t (use max_positions 0 for on-the-fly cos/sin)",
+                      fn, p.max_positions, (int)rd);
+    table_bytes = (size_t)p.max_positions * row;
+  }
+
+  pe_rope_cache *c = pe__malloc(sizeof *c);
+  if (!c) return pe__fail(PE_ERR_OUT_OF_MEMORY, "%s: cannot allocate the cache", fn);
+  memset(c, 0, sizeof *c);
+  c->half = half;
+  c->inv_freq = pe__malloc((size_t)half * sizeof(double));
+  c->inv_freq_f32 = pe__malloc((size_t)half * sizeof(float));
+  int oom = !c->inv_freq || !c->inv_freq_f32;
+  if (!oom && p.scaling == PE_ROPE_SCALING_LONGROPE) {
+    oom |= dup_array(p.short_factor, (size_t)half, sizeof(float), (void **)&c->short_factor) != PE_OK;
+    oom |= dup_array(p.long_factor, (size_t)half, sizeof(float), (void **)&c->long_factor) != PE_OK;
+  }
+  if (!oom && p.scaling == PE_ROPE_SCALING_CUSTOM)
+    oom |= dup_array(p.inv_freq, (size_t)half, sizeof(double), (void **)&c->custom_inv_freq) != PE_OK;
+  if (oom) {
+    cache_free(c);
+    return pe__fail(PE_ERR_OUT_OF_MEMORY, "%s: cannot allocate the frequency arrays", fn);
+  }
+  /* The scaling code reads the caller's arrays through p (validated there);
+   * the cache keeps its own copies. */
+  st = pe__rope_frequencies(fn, &p, rd, c->inv_freq, &c->attention_factor, &c->softmax_scale);
+  if (st != PE_OK) {
+    cache_free(c);
+    return st;
+  }
+  for (int32_t i = 0; i < half; i++) {
+    if (!isfinite(c->inv_freq[i])) {
+      double bad = c->inv_freq[i];
+      cache_free(c);
+      return pe__fail(PE_ERR_INVALID_ARGUMENT, "%s: frequency %d is %g, not finite", fn, (int)i,
+                      bad);
+    }
+    c->inv_freq_f32[i] = (float)c->inv_freq[i];
+  }
+  if (!isfinite(c->attention_factor) || c->attention_factor <= 0.0 || c->attention_factor > 1e30) {
+    double bad = c->attention_factor;
+    cache_free(c);
+    return pe__fail(PE_ERR_INVALID_ARGUMENT, "%s: the attention factor %g is not a finite positive float",
+                    fn, bad);
+  }
+  p.short_factor = c->short_factor;
+  p.long_factor = c->long_factor;
+  p.inv_freq = c->custom_inv_freq;
+  c->p = p;
+  if (table_bytes) {
+    c->table = pe__aligned_alloc(table_bytes);
+    if (!c->table) {
+      cache_free(c);
+      return pe__fail(PE_ERR_OUT_OF_MEMORY,
+                      "%s: cannot allocate the %zu-byte cos/sin table (max_positions %" PRId64 ")",
+                      fn, table_bytes, p.max_positions);
+    }
+    pe__kernels()->rope_sincos(0, p.max_positions, c->inv_freq, half, (float)c->attention_factor,
+                               c->table);
+  }
+  *out = c;
+  return PE_OK;
+}
+
+PE_API pe_status pe_rope_cache_params(const pe_rope_cache *c, pe_rope_params *out) {
+  if (!c) return pe__fail(PE_ERR_NULL_POINTER, "pe_rope_cache_params: cache is NULL");
+  if (!out) return pe__fail(PE_ERR_NULL_POINTER, "pe_rope_cache_params: out is NULL");
+  uint32_t n = out->struct_size;
+  if (n < ROPE_PARAMS_MIN_SIZE)
+    return pe__fail(PE_ERR_INVALID_ARGUMENT,
+                    "pe_rope_cache_params: out->struct_size %u < %zu: call pe_rope_params_init()",
+                    (unsigned)n, ROPE_PARAMS_MIN_SIZE);
+  memcpy(out, &c->p, n < sizeof c->p ? n : sizeof c->p);
+  out->struct_size = n;
+  return PE_OK;
+}
+
+PE_API pe_status pe_rope_cache_inv_freq(const pe_rope_cache *c, float *out) {
+  if (!c) return pe__fail(PE_ERR_NULL_POINTER, "pe_rope_cache_inv_freq: cache is NULL");
+  if (!out) return pe__fail(PE_ERR_NULL_POINTER, "pe_rope_cache_inv_freq: out is NULL");
+  memcpy(out, c->inv_freq_f32, (size_t)c->half * sizeof(float));
+  return PE_OK;
+}
+
+PE_API double pe_rope_cache_attention_factor(const pe_rope_cache *c) {
+  return c ? c->attention_factor : NAN;
+}
+
+PE_API double pe_rope_cache_softmax_scale(const pe_rope_cache *c) {
+  return c ? c->softmax_scale : NAN;
+}
+
+PE_API pe_status pe_rope_cache_cos_sin(const pe_rope_cache *c, int64_t pos, float *cos_out,
+                                       float *sin_out) {
+  static const char fn[] = "pe_rope_cache_cos_sin";
+  if (!c) return pe__fail(PE_ERR_NULL_POINTER, "%s: cache is NULL", fn);
+  if (!cos_out || !sin_out) return pe__fail(PE_ERR_NULL_POINTER, "%s: cos_out or sin_out is NULL", fn);
+  if (pos < 0 || pos >= PE_MAX_POSITION)
+    return pe__fail(PE_ERR_POSITION_OUT_OF_RANGE, "%s: position %" PRId64 " is outside [0, 2^53)",
+                    fn, pos);
+  if (c->table && pos >= c->p.max_positions)
+    return pe__fail(PE_ERR_POSITION_OUT_OF_RANGE, "%s: position %" PRId64 " >= cache max_positions %" PRId64,
+                    fn, pos, c->p.max_positions);
+  int32_t half = c->half;
+  float row[PE_MAX_HEAD_DIM];
+  const float *src = row;
+  if (c->table)
+    src = c->table + pos * 2 * half;
+  else
+    pe__kernels()->rope_sincos(pos, 1, c->inv_freq, half, (float)c->attention_factor, row);
+  memcpy(cos_out, src, (size_t)half * sizeof(float));
+  memcpy(sin_out, src + half, (size_t)half * sizeof(float));
+  return PE_OK;
+}
+
+/* ---- in-place rotation ---- */
+
+typedef enum rope_mode { MODE_APPLY, MODE_SHIFT, MODE_REROTATE } rope_mode;
+
+typedef struct rope_operand {
+  char *data;         /* NULL: absent */
+  size_t esize;
+  pe_dtype dtype;
+  int64_t heads;
+  int64_t s_batch, s_head, s_token; /* strides in elements */
+} rope_operand;
+
+typedef struct rope_job {
+  const pe_kernels *k;
+  rope_mode mode;
+  int32_t half, style, inverse;
+  int64_t tokens;
+  const int64_t *pos;      /* positions or deltas; NULL = token index */
+  const float *table;      /* MODE_APPLY with a table */
+  const double *freq;      /* frequencies for on-the-fly rows */
+  float scale;             /* multiplier of on-the-fly rows */
+  rope_operand ops[2];
+} rope_job;
+
+static void rope_range(void *ctx, int64_t begin, int64_t end) {
+  const rope_job *j = ctx;
+  const int32_t half = j->half;
+  float row[PE_MAX_HEAD_DIM]; /* on-the-fly [cos | sin]: 2*half <= head_dim */
+  for (int64_t u = begin; u < end; u++) {
+    int64_t b = u / j->tokens, t = u % j->tokens;
+    int64_t p = j->pos ? j->pos[u] : t;
+    const float *cs;
+    if (j->table) {
+      cs = j->table + p * 2 * half;
+    } else {
+      j->k->rope_sincos(p, 1, j->freq, half, j->scale, row);
+      cs = row;
+    }
+    for (int o = 0; o < 2; o++) {
+      const rope_operand *op = &j->ops[o];
+      if (!op->data) continue;
+      char *base = op->data + (b * op->s_batch + t * op->s_token) * (int64_t)op->esize;
+      j->k->rope_rows[op->dtype](base, op->s_head, op->heads, cs, half, j->style, j->inverse);
+    }
+  }
+}
+
+static void operand_from(rope_operand *op, const pe_tensor *t) {
+  memset(op, 0, sizeof *op);
+  if (!t) return;
+  op->data = t->data;
+  op->dtype = t->dtype;
+  op->esize = pe__dtype_size(t->dtype);
+  op->heads = t->shape[1];
+  op->s_batch = t->stride[0];
+  op->s_head = t->stride[1];
+  op->s_token = t->stride[2];
+}
+
+static pe_status check_operand(const char *fn, const char *name, const pe_tensor *t,
+                               const pe_rope_cache *c) {
+  pe_status st = pe__check_tensor(fn, name, t, 1);
+  if (st != PE_OK) return st;
+  if (t->shape[3] != c->p.head_dim)
+    return pe__fail(PE_ERR_SHAPE, "%s: %s head_dim (shape[3]) %" PRId64 " != cache head_dim %d", fn,
+                    name, t->shape[3], (int)c->p.head_dim);
+  return PE_OK;
+}
+
+static void run_job(rope_job *j, pe_threadpool *pool, int64_t batch) {
+  int64_t units = batch * j->tokens;
+  int64_t bytes = 0;
+  for (int o = 0; o < 2; o++)
+    if (j->ops[o].data) bytes += j->ops[o].heads * 2 * j->half * (int64_t)j->ops[o].esize * 2;
+  pe__pool_run(pool, units, 1, bytes, rope_range, j);
+}
+
+PE_API pe_status pe_apply_rope_qk(const pe_rope_cache *c, const pe_tensor *q, const pe_tensor *k,
+                                  const int64_t *positions, uint32_t flags, pe_threadpool *pool) {
+  static const char fn[] = "pe_apply_rope_qk";
+  pe_status st;
+  if (!c) return pe__fail(PE_ERR_NULL_POINTER, "%s: cache is NULL", fn);
+  if (!q && !k) return pe__fail(PE_ERR_NULL_POINTER, "%s: q and k are both NULL", fn);
+  if (q && (st = check_operand(fn, "q", q, c)) != PE_OK) return st;
+  if (k && (st = check_operand(fn, "k", k, c)) != PE_OK) return st;
+  if (q && k) {
+    if (q->shape[0] != k->shape[0] || q->shape[2] != k->shape[2])
+      return pe__fail(PE_ERR_SHAPE,
+                      "%s: q [batch %" PRId64 ", tokens %" PRId64 "] and k [batch %" PRId64
+                      ", tokens %" PRId64 "] must match",
+                      fn, q->shape[0], q->shape[2], k->shape[0], k->shape[2]);
+    if (pe__same_storage(q, k))
+      return pe__fail(PE_ERR_SHAPE, "%s: q and k start at the same address: they would be rotated twice", fn);
+  }
+  if ((st = pe__check_flags(fn, flags, PE_ROPE_INVERSE)) != PE_OK) return st;
+  const pe_tensor *any = q ? q : k;
+  int64_t batch = any->shape[0], tokens = any->shape[2];
+  if (!positions && c->table && tokens > c->p.max_positions)
+    return pe__fail(PE_ERR_POSITION_OUT_OF_RANGE,
+                    "%s: positions NULL means 0..%" PRId64 ", past cache max_positions %" PRId64, fn,
+                    tokens - 1, c->p.max_positions);
+  if ((st = pe__check_positions(fn, "position", positions, batch, tokens,
+                                c->table ? c->p.max_positions : 0, "cache max_positions")) != PE_OK)
+    return st;
+  if ((st = pe__pool_acquire(fn, pool)) != PE_OK) return st;
+  rope_job j = {.k = pe__kernels(), .mode = MODE_APPLY, .half = c->half, .style = c->p.style,
+                .inverse = (flags & PE_ROPE_INVERSE) != 0, .tokens = tokens, .pos = positions,
+                .table = c->table, .freq = c->inv_freq, .scale = (float)c->attention_factor};
+  operand_from(&j.ops[0], q);
+  operand_from(&j.ops[1], k);
+  run_job(&j, pool, batch);
+  return PE_OK;
+}
+
+PE_API pe_status pe_rope_shift_k(const pe_rope_cache *c, const pe_tensor *k, const int64_t *deltas,
+                                 pe_threadpool *pool) {
+  static const char fn[] = "pe_rope_shift_k";
+  pe_status st;
+  if (!c) return pe__fail(PE_ERR_NULL_POINTER, "%s: cache is NULL", fn);
+  if ((st = check_operand(fn, "k", k, c)) != PE_OK) return st;
+  if ((st = pe__check_deltas(fn, deltas, k->shape[0], k->shape[2])) != PE_OK) return st;
+  if ((st = pe__pool_acquire(fn, pool)) != PE_OK) return st;
+  rope_job j = {.k = pe__kernels(), .mode = MODE_SHIFT, .half = c->half, .style = c->p.style,
+                .tokens = k->shape[2], .pos = deltas, .freq = c->inv_freq, .scale = 1.0f};
+  operand_from(&j.ops[0], k);
+  run_job(&j, pool, k->shape[0]);
+  return PE_OK;
+}
+
+PE_API pe_status pe_rope_rerotate_k(const pe_rope_cache *from, const pe_rope_cache *to,
+                                    const pe_tensor *k, const int64_t *positions,
+                                    pe_threadpool *pool) {
+  static const char fn[] = "pe_rope_rerotate_k";
+  pe_status st;
+  if (!from || !to) return pe__fail(PE_ERR_NULL_POINTER, "%s: %s cache is NULL", fn, from ? "to" : "from");
+  if (from->p.head_dim != to->p.head_dim || from->p.rotary_dim != to->p.rotary_dim)
+    return pe__fail(PE_ERR_SHAPE,
+                    "%s: caches differ in geometry: from head_dim %d rotary_dim %d, to head_dim %d "
+                    "rotary_dim %d",
+                    fn, (int)from->p.head_dim, (int)from->p.rotary_dim, (int)to->p.head_dim,
+                    (int)to->p.rotary_dim);
+  if (from->p.style != to->p.style)
+    return pe__fail(PE_ERR_INVALID_ARGUMENT, "%s: caches differ in style (%d vs %d)", fn,
+                    (int)from->p.style, (int)to->p.style);
+  if ((st = check_operand(fn, "k", k, from)) != PE_OK) return st;
+  if ((st = pe__check_positions(fn, "position", positions, k->shape[0], k->shape[2], 0, "")) != PE_OK)
+    return st;
+  if ((st = pe__pool_acquire(fn, pool)) != PE_OK) return st;
+  /* One rotation by p*(f_to - f_from), scaled by a_to/a_from: undoes `from`
+   * and applies `to` with a single rounding of the data. */
+  double diff[PE_MAX_HEAD_DIM / 2];
+  for (int32_t i = 0; i < from->half; i++) diff[i] = to->inv_freq[i] - from->inv_freq[i];
+  rope_job j = {.k = pe__kernels(), .mode = MODE_REROTATE, .half = from->half,
+                .style = from->p.style, .tokens = k->shape[2], .pos = positions, .freq = diff,
+                .scale = (float)(to->attention_factor / from->attention_factor)};
+  operand_from(&j.ops[0], k);
+  run_job(&j, pool, k->shape[0]);
+  return PE_OK;
+}
