@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "cpu.h"
+#include "kernels/enc_kernels.h"
 #include "kernels/kernels.h"
 
 typedef struct isa_entry {
@@ -58,6 +59,21 @@ static pe_status select_by_name(const char *name, const pe_kernels **out) {
     }
   return pe__fail(PE_ERR_UNSUPPORTED, "pe_force_isa: the %s path is not compiled into this build",
                   name);
+}
+
+const pe_enc_kernels *pe__enc_kernels(void) {
+  const pe_kernels *k = pe__kernels();
+  const pe_enc_kernels *e = NULL;
+#if defined(PE_HAVE_AVX512)
+  if (k == &pe__kernels_avx512) e = &pe__enc_kernels_avx512;
+#endif
+#if defined(PE_HAVE_AVX2)
+  if (k == &pe__kernels_avx2) e = &pe__enc_kernels_avx2;
+#endif
+#if defined(PE_HAVE_NEON)
+  if (k == &pe__kernels_neon) e = &pe__enc_kernels_neon;
+#endif
+  return e ? e : &pe__enc_kernels_scalar; /* weak symbol absent: scalar */
 }
 
 const pe_kernels *pe__kernels(void) {
