@@ -64,6 +64,7 @@ static pe_status select_by_name(const char *name, const pe_kernels **out) {
 const pe_enc_kernels *pe__enc_kernels(void) {
   const pe_kernels *k = pe__kernels();
   const pe_enc_kernels *e = NULL;
+  (void)k;
 #if defined(PE_HAVE_AVX512)
   if (k == &pe__kernels_avx512) e = &pe__enc_kernels_avx512;
 #endif
