@@ -4,6 +4,8 @@ BUILD ?= build
 JOBS ?= $(shell nproc 2>/dev/null || echo 2)
 CMAKE_FLAGS ?=
 WERROR ?= OFF
+# Debian's python3 (with python3-numpy/pytest/torch), not a pyenv one without them.
+PYTHON ?= /usr/bin/python3
 
 .PHONY: all deps configure build test test-c test-python bench docs install clean
 
@@ -27,7 +29,7 @@ test: test-c
 test-python: build
 	@scripts/install-deps.sh python
 	@POSENC_LIBRARY=$(CURDIR)/$(BUILD)/libposenc.so PYTHONPATH=$(CURDIR)/python \
-	  python3 -m pytest -q python/tests
+	  $(PYTHON) -m pytest -q python/tests
 
 bench: build
 	@$(BUILD)/bench/pe-bench
