@@ -1,0 +1,127 @@
+/* fuzz_rope_params.h - pe_rope_params chosen by the fuzzer: every scaling
+ * type, sizes, styles, factor arrays, struct sizes. Shared by the RoPE
+ * targets. */
+#ifndef PE_FUZZ_ROPE_PARAMS_H
+#define PE_FUZZ_ROPE_PARAMS_H
+
+#include "fuzz_common.h"
+
+/* Owned arrays the params point to; exactly rotary_dim/2 long so an over-read
+ * is an ASan report. */
+typedef struct fz_rope_arrays {
+  float *short_factor, *long_factor;
+  double *inv_freq;
+  unsigned char *raw; /* params in a larger buffer (struct_size experiments) */
+} fz_rope_arrays;
+
+static inline void fz_rope_arrays_free(fz_rope_arrays *a) {
+  free(a->short_factor);
+  free(a->long_factor);
+  free(a->inv_freq);
+  free(a->raw);
+  memset(a, 0, sizeof *a);
+}
+
+static inline int32_t fz_head_dim(fz *f, int wild) {
+  static const int32_t dims[] = {2, 4, 6, 8, 16, 18, 32, 34, 64, 80, 96, 128, 256};
+  uint32_t sel = fz_u8(f);
+  if (!wild || sel < 0xf0) return dims[sel % (sizeof dims / sizeof dims[0])];
+  if (sel == 0xf0) return 16384;
+  if (sel == 0xf1) return 16386;
+  return (int32_t)fz_bits(f, 4);
+}
+
+/* Fill *p (already initialised). `small` bounds the table so that apply
+ * targets stay fast; otherwise max_positions may be anything, but a table
+ * that would really be allocated is kept below 8 MiB (the fuzzer's RSS budget). */
+static inline pe_rope_params *fz_rope_params(fz *f, fz_rope_arrays *arr, int small, int wild) {
+  memset(arr, 0, sizeof *arr);
+  /* Room for a caller whose struct is 64 bytes larger than ours. */
+  arr->raw = calloc(1, sizeof(pe_rope_params) + 64);
+  if (!arr->raw) return NULL;
+  pe_rope_params *p = (pe_rope_params *)(void *)arr->raw;
+  pe_rope_params_init(p);
+
+  p->head_dim = fz_head_dim(f, wild);
+  uint32_t rsel = fz_u8(f) % 8;
+  if (rsel < 3) p->rotary_dim = 0;
+  else if (rsel < 6) p->rotary_dim = 2 * (int32_t)fz_range(f, 1, p->head_dim > 1 ? p->head_dim / 2 : 1);
+  else if (rsel == 6) p->rotary_dim = (int32_t)fz_range(f, -3, p->head_dim + 3);
+  else p->rotary_dim = (int32_t)fz_bits(f, 4);
+  uint32_t ssel = fz_u8(f);
+  p->style = ssel < 250 ? (pe_rope_style)(ssel & 1) : (pe_rope_style)(int)(ssel - 248);
+  if (fz_u8(f) & 1) p->base = fz_double(f);
+  if (small) {
+    p->max_positions = (fz_u8(f) & 3) == 0 ? 0 : fz_range(f, 1, 96);
+  } else {
+    uint32_t m = fz_u8(f) % 4;
+    p->max_positions = m == 0 ? 0 : m < 3 ? fz_range(f, 1, 2048) : fz_edge_i64(f);
+  }
+  uint32_t sc = fz_u8(f);
+  p->scaling = sc < 240 ? (pe_rope_scaling)(sc % 9) : (pe_rope_scaling)(int)(sc - 230);
+  if (fz_u8(f) & 1) p->factor = fz_double(f);
+  else p->factor = (double)fz_range(f, 1, 64);
+  if (fz_u8(f) & 1) p->original_max_positions = (fz_u8(f) & 1) ? fz_edge_i64(f) : fz_range(f, 1, 65536);
+  if (fz_u8(f) & 1) p->seq_len = (fz_u8(f) & 1) ? fz_edge_i64(f) : fz_range(f, 1, 262144);
+  if ((fz_u8(f) & 3) == 0) p->attention_factor = fz_double(f);
+  if ((fz_u8(f) & 3) == 0) p->beta_fast = fz_double(f);
+  if ((fz_u8(f) & 3) == 0) p->beta_slow = fz_double(f);
+  if ((fz_u8(f) & 3) == 0) p->mscale = fz_double(f);
+  if ((fz_u8(f) & 3) == 0) p->mscale_all_dim = fz_double(f);
+  if ((fz_u8(f) & 3) == 0) p->truncate = (int32_t)fz_range(f, -1, 2);
+  if ((fz_u8(f) & 3) == 0) p->low_freq_factor = fz_double(f);
+  if ((fz_u8(f) & 3) == 0) p->high_freq_factor = fz_double(f);
+
+  /* Factor arrays of exactly rotary_dim/2 entries (when that is sane). */
+  int32_t rd = p->rotary_dim ? p->rotary_dim : p->head_dim;
+  int32_t half = rd / 2;
+  if (half >= 1 && half <= 8192) {
+    uint64_t seed = fz_bits(f, 8);
+    uint32_t which = fz_u8(f);
+    if ((which & 3) != 0) {
+      arr->short_factor = malloc((size_t)half * sizeof(float));
+      arr->long_factor = malloc((size_t)half * sizeof(float));
+      arr->inv_freq = malloc((size_t)half * sizeof(double));
+      if (!arr->short_factor || !arr->long_factor || !arr->inv_freq) return NULL;
+      uint64_t s = seed;
+      int plain = (which & 4) != 0; /* ordinary positive values mostly */
+      for (int32_t i = 0; i < half; i++) {
+        float a = fz_stream_float(&s), b = fz_stream_float(&s);
+        arr->short_factor[i] = plain ? 1.0f + (float)(fz_mix(&s) % 64) / 8.0f : a;
+        arr->long_factor[i] = plain ? 1.0f + (float)(fz_mix(&s) % 256) / 4.0f : b;
+        arr->inv_freq[i] = plain ? 1.0 / (double)(1 + fz_mix(&s) % 100000) : (double)a;
+      }
+      p->short_factor = (which & 8) ? NULL : arr->short_factor;
+      p->long_factor = (which & 16) ? NULL : arr->long_factor;
+      p->inv_freq = (which & 32) ? NULL : arr->inv_freq;
+    }
+  }
+
+  /* Keep real tables within budget; sizes that must overflow are kept. */
+  if (rd >= 2 && rd <= 16384 && p->max_positions > 0) {
+    __int128 bytes = (__int128)p->max_positions * rd * (__int128)sizeof(float);
+    __int128 cap = small ? 256 * 1024 : 8 * 1024 * 1024;
+    if (bytes > cap && bytes <= (__int128)(SIZE_MAX / 2)) p->max_positions = fz_range(f, 1, 64);
+  }
+
+  /* struct_size: ours, an older (smaller) one, or a newer one with a tail. */
+  uint32_t zs = fz_u8(f);
+  if (zs >= 0xf0) {
+    uint32_t extra = (uint32_t)fz_range(f, 1, 64);
+    p->struct_size = (uint32_t)sizeof *p + extra;
+    if (zs & 1) arr->raw[sizeof *p + fz_range(f, 0, extra - 1)] = (unsigned char)(1 + fz_u8(f) % 255);
+  } else if (zs >= 0xe0) {
+    p->struct_size = (uint32_t)fz_range(f, 0, sizeof *p);
+  }
+  return p;
+}
+
+/* The caller's struct had a non-zero byte past this library's struct. */
+static inline int fz_params_bad_tail(const pe_rope_params *p) {
+  const unsigned char *raw = (const unsigned char *)p;
+  for (size_t i = sizeof *p; i < p->struct_size; i++)
+    if (raw[i]) return 1;
+  return 0;
+}
+
+#endif
