@@ -1,4 +1,35 @@
-/* enc_scalar.c - reference kernels of the non-RoPE encodings. */
+/* enc_scalar.c - reference kernels of the non-RoPE encodings: the per-element
+ * definitions of enc_kernels.h applied over whole rows. The vector files must
+ * reproduce these bit for bit. */
+#include <string.h>
+
 #include "enc_kernels.h"
 
-const pe_enc_kernels pe__enc_kernels_scalar = {.name = "scalar"};
+static void add_row_f32(void *row, const float *v, int64_t n) { pe__enc_add_f32(row, v, n); }
+static void add_row_f16(void *row, const float *v, int64_t n) { pe__enc_add_f16(row, v, n); }
+static void add_row_bf16(void *row, const float *v, int64_t n) { pe__enc_add_bf16(row, v, n); }
+
+static void alibi_row_f32(void *row, int64_t n, int64_t qpos, float ns) {
+  pe__enc_alibi_f32(row, 0, n, qpos, ns);
+}
+static void alibi_row_f16(void *row, int64_t n, int64_t qpos, float ns) {
+  pe__enc_alibi_f16(row, 0, n, qpos, ns);
+}
+static void alibi_row_bf16(void *row, int64_t n, int64_t qpos, float ns) {
+  pe__enc_alibi_bf16(row, 0, n, qpos, ns);
+}
+
+static void load_row_f32(float *out, const void *src, int64_t n) {
+  memcpy(out, src, (size_t)n * sizeof(float));
+}
+static void load_row_f16(float *out, const void *src, int64_t n) { pe__enc_load_f16(out, src, n); }
+static void load_row_bf16(float *out, const void *src, int64_t n) {
+  pe__enc_load_bf16(out, src, n);
+}
+
+const pe_enc_kernels pe__enc_kernels_scalar = {
+    .name = "scalar",
+    .add_row = {add_row_f32, add_row_f16, add_row_bf16},
+    .alibi_row = {alibi_row_f32, alibi_row_f16, alibi_row_bf16},
+    .load_row = {load_row_f32, load_row_f16, load_row_bf16},
+};

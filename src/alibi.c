@@ -1,0 +1,115 @@
+/* alibi.c - ALiBi (Press et al., "Train Short, Test Long"): per-head slopes and
+ * the linear distance bias added in place to attention scores; also the score
+ * checks shared with t5.c. */
+#include <inttypes.h>
+#include <math.h>
+
+#include "kernels/enc_kernels.h"
+
+#define ALIBI_MAX_HEADS 65536
+
+/* Slope of head h (0-based) of n: with c the largest power of two <= n,
+ * heads 0..c-1 get 2^(-max_bias*(h+1)/c) (Press et al.), and heads c..n-1
+ * get the odd powers 2^(-max_bias*(2m+1)/(2c)), m = h - c: the slopes of a
+ * 2c-head model that the first c did not use (BLOOM's build_alibi_tensor and
+ * MPT's slopes[1::2] ++ slopes[::2] are both this sequence). Computed in
+ * double and rounded once, so each slope is the correctly rounded formula up
+ * to exp2's last double bit; BLOOM's float32 pow can differ by a few ulp. */
+static float alibi_slope(int32_t n, int32_t h, double max_bias) {
+  int32_t c = 1;
+  while (c <= n / 2) c *= 2;
+  if (h < c) return (float)exp2(-max_bias * (double)(h + 1) / (double)c);
+  return (float)exp2(-max_bias * (double)(2 * (h - c) + 1) / (2.0 * (double)c));
+}
+
+static pe_status check_max_bias(const char *fn, int32_t n_heads, double max_bias) {
+  if (n_heads < 1 || n_heads > ALIBI_MAX_HEADS)
+    return pe__fail(PE_ERR_INVALID_ARGUMENT, "%s: n_heads %d must be in [1, %d]", fn,
+                    (int)n_heads, ALIBI_MAX_HEADS);
+  if (!isfinite(max_bias) || !(max_bias > 0.0))
+    return pe__fail(PE_ERR_INVALID_ARGUMENT, "%s: max_bias %g must be finite and > 0 (8 is standard)",
+                    fn, max_bias);
+  return PE_OK;
+}
+
+PE_API pe_status pe_alibi_slopes(int32_t n_heads, double max_bias, float *out) {
+  static const char fn[] = "pe_alibi_slopes";
+  if (!out) return pe__fail(PE_ERR_NULL_POINTER, "%s: out is NULL", fn);
+  pe_status st = check_max_bias(fn, n_heads, max_bias);
+  if (st != PE_OK) return st;
+  for (int32_t h = 0; h < n_heads; h++) out[h] = alibi_slope(n_heads, h, max_bias);
+  return PE_OK;
+}
+
+pe_status pe__check_scores(const char *fn, const pe_tensor *scores, const int64_t *q_positions,
+                           uint32_t flags) {
+  pe_status st = pe__check_tensor(fn, "scores", scores, 1);
+  if (st != PE_OK) return st;
+  if ((st = pe__check_flags(fn, flags, PE_MASK_CAUSAL)) != PE_OK) return st;
+  int64_t q_len = scores->shape[2], k_len = scores->shape[3];
+  if (!q_positions && q_len > k_len)
+    return pe__fail(PE_ERR_SHAPE,
+                    "%s: q_positions NULL means query i sits at k_len - q_len + i, which needs "
+                    "q_len %" PRId64 " <= k_len %" PRId64,
+                    fn, q_len, k_len);
+  /* Keys are at 0..k_len-1 and k_len <= 2^53 is implied by the byte extent;
+   * queries anywhere in [0, 2^53) keep every distance exact in int64. */
+  return pe__check_positions(fn, "q_position", q_positions, scores->shape[0], q_len, 0, "");
+}
+
+typedef struct alibi_job {
+  const pe_enc_kernels *k;
+  char *data;
+  size_t esize;
+  pe_dtype dtype;
+  int64_t heads, q_len, k_len;
+  int64_t s_batch, s_head, s_query;
+  const float *slopes; /* NULL: the standard slopes with max_bias 8 */
+  const int64_t *q_positions;
+  int causal;
+} alibi_job;
+
+/* Units are score rows in [batch][head][query] order. */
+static void alibi_range(void *ctx, int64_t begin, int64_t end) {
+  const alibi_job *j = ctx;
+  for (int64_t u = begin; u < end; u++) {
+    int64_t i = u % j->q_len, h = (u / j->q_len) % j->heads, b = u / (j->q_len * j->heads);
+    char *row = j->data + (b * j->s_batch + h * j->s_head + i * j->s_query) * (int64_t)j->esize;
+    float slope = j->slopes ? j->slopes[h] : alibi_slope((int32_t)j->heads, (int32_t)h, 8.0);
+    int64_t qpos = pe__query_pos(j->q_positions, b, i, j->q_len, j->k_len);
+    int64_t n = pe__biased_keys(qpos, j->k_len, j->causal);
+    j->k->alibi_row[j->dtype](row, n, qpos, -slope);
+    if (n < j->k_len)
+      pe__enc_fill_neg_inf(row + n * (int64_t)j->esize, j->dtype, j->k_len - n);
+  }
+}
+
+PE_API pe_status pe_alibi_add_bias(const pe_tensor *scores, const float *slopes,
+                                   const int64_t *q_positions, uint32_t flags,
+                                   pe_threadpool *pool) {
+  static const char fn[] = "pe_alibi_add_bias";
+  pe_status st = pe__check_scores(fn, scores, q_positions, flags);
+  if (st != PE_OK) return st;
+  int64_t heads = scores->shape[1];
+  if (slopes) {
+    for (int64_t h = 0; h < heads; h++)
+      if (!isfinite(slopes[h]))
+        return pe__fail(PE_ERR_INVALID_ARGUMENT, "%s: slopes[%" PRId64 "] = %g is not finite", fn,
+                        h, (double)slopes[h]);
+  } else if (heads > ALIBI_MAX_HEADS) {
+    return pe__fail(PE_ERR_INVALID_ARGUMENT,
+                    "%s: slopes NULL (standard slopes) supports up to %d heads, scores have %" PRId64,
+                    fn, ALIBI_MAX_HEADS, heads);
+  }
+  if ((st = pe__pool_acquire(fn, pool)) != PE_OK) return st;
+  alibi_job j = {.k = pe__enc_kernels(), .data = scores->data,
+                 .esize = pe__dtype_size(scores->dtype), .dtype = scores->dtype, .heads = heads,
+                 .q_len = scores->shape[2], .k_len = scores->shape[3],
+                 .s_batch = scores->stride[0], .s_head = scores->stride[1],
+                 .s_query = scores->stride[2], .slopes = slopes, .q_positions = q_positions,
+                 .causal = (flags & PE_MASK_CAUSAL) != 0};
+  int64_t rows = scores->shape[0] * heads * j.q_len;
+  /* read + written per row */
+  pe__pool_run(pool, rows, 1, 2 * j.k_len * (int64_t)j.esize, alibi_range, &j);
+  return PE_OK;
+}

@@ -1,0 +1,544 @@
+/* test_alibi.c - ALiBi slopes and bias against Press et al.'s reference
+ * construction and BLOOM's published head interleaving, a float64 reference
+ * of the bias, the BLOOM `slope*j` relation, error paths, dtypes, layouts and
+ * SIMD-vs-scalar bit identity. */
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "posenc.h"
+
+/* ---- helpers: rng, half types, tensors ---- */
+
+static uint64_t rng_state = 0x9e3779b97f4a7c15u;
+static uint64_t rng_next(void) {
+  uint64_t z = (rng_state += 0x9e3779b97f4a7c15u);
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9u;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebu;
+  return z ^ (z >> 31);
+}
+static float rng_uniform(float lo, float hi) {
+  return lo + (hi - lo) * (float)((rng_next() >> 40) * (1.0 / 16777216.0));
+}
+
+/* Independent of the library's convert.h: _Float16 for f16, and bf16 as the
+ * float32 rounded to 8 significant bits in double arithmetic. */
+static float h2f(uint16_t h) {
+  _Float16 v;
+  memcpy(&v, &h, 2);
+  return (float)v;
+}
+static uint16_t f2h(float f) {
+  _Float16 v = (_Float16)f;
+  uint16_t h;
+  memcpy(&h, &v, 2);
+  return h;
+}
+static float b2f(uint16_t b) {
+  uint32_t u = (uint32_t)b << 16;
+  float f;
+  memcpy(&f, &u, 4);
+  return f;
+}
+static uint16_t f2b(float f) {
+  uint32_t u;
+  memcpy(&u, &f, 4);
+  if (isnan(f)) return (uint16_t)((u >> 16) | 0x40);
+  uint32_t lo = u & 0xffff0000u, hi = lo + 0x10000u;
+  float flo, fhi;
+  memcpy(&flo, &lo, 4);
+  memcpy(&fhi, &hi, 4);
+  double dl = fabs((double)f - (double)flo), dh = fabs((double)fhi - (double)f);
+  if (isinf(f)) return (uint16_t)(u >> 16);
+  if (dh < dl || (dh == dl && ((lo >> 16) & 1))) return (uint16_t)(hi >> 16);
+  return (uint16_t)(lo >> 16);
+}
+
+static size_t esize(pe_dtype d) { return d == PE_F32 ? 4 : 2; }
+static double get_elem(const pe_tensor *t, int64_t off) {
+  const char *p = (const char *)t->data + off * (int64_t)esize(t->dtype);
+  if (t->dtype == PE_F32) {
+    float f;
+    memcpy(&f, p, 4);
+    return f;
+  }
+  uint16_t h;
+  memcpy(&h, p, 2);
+  return t->dtype == PE_F16 ? h2f(h) : b2f(h);
+}
+static void set_elem(pe_tensor *t, int64_t off, float v) {
+  char *p = (char *)t->data + off * (int64_t)esize(t->dtype);
+  if (t->dtype == PE_F32) {
+    memcpy(p, &v, 4);
+  } else {
+    uint16_t h = t->dtype == PE_F16 ? f2h(v) : f2b(v);
+    memcpy(p, &h, 2);
+  }
+}
+/* Relative rounding unit of a dtype. */
+static double dtype_eps(pe_dtype d) {
+  return d == PE_F32 ? 0x1p-23 : d == PE_F16 ? 0x1p-10 : 0x1p-7;
+}
+
+/* A tensor of logical shape s with dimensions 0..2 laid out in the physical
+ * order perm (outermost first), rows padded by pad elements, and dimension
+ * `reversed` (or -1) walked backwards through a negative stride. */
+typedef struct tbuf {
+  pe_tensor t;
+  void *mem;
+  size_t bytes;
+} tbuf;
+static tbuf make_tensor(pe_dtype d, const int64_t s[4], const int perm[3], int64_t pad,
+                        int reversed) {
+  tbuf b;
+  memset(&b, 0, sizeof b);
+  b.t.dtype = d;
+  memcpy(b.t.shape, s, sizeof b.t.shape);
+  int64_t st[4];
+  st[3] = 1;
+  int64_t span = s[3] + pad;
+  for (int k = 2; k >= 0; k--) {
+    st[perm[k]] = span;
+    span *= s[perm[k]];
+  }
+  b.bytes = (size_t)span * esize(d);
+  b.mem = malloc(b.bytes);
+  assert_non_null(b.mem);
+  for (size_t i = 0; i < b.bytes; i++) ((unsigned char *)b.mem)[i] = (unsigned char)rng_next();
+  char *base = b.mem;
+  if (reversed >= 0) {
+    base += (s[reversed] - 1) * st[reversed] * (int64_t)esize(d);
+    st[reversed] = -st[reversed];
+  }
+  memcpy(b.t.stride, st, sizeof st);
+  b.t.data = base;
+  return b;
+}
+static int64_t offset_of(const pe_tensor *t, int64_t a, int64_t b, int64_t c, int64_t e) {
+  return a * t->stride[0] + b * t->stride[1] + c * t->stride[2] + e * t->stride[3];
+}
+/* Fill every logical element with uniform values in [lo, hi). */
+static void fill_uniform(tbuf *b, float lo, float hi) {
+  const pe_tensor *t = &b->t;
+  for (int64_t a = 0; a < t->shape[0]; a++)
+    for (int64_t h = 0; h < t->shape[1]; h++)
+      for (int64_t i = 0; i < t->shape[2]; i++)
+        for (int64_t j = 0; j < t->shape[3]; j++)
+          set_elem(&b->t, offset_of(t, a, h, i, j), rng_uniform(lo, hi));
+}
+static tbuf clone(const tbuf *src) {
+  tbuf b = *src;
+  b.mem = malloc(src->bytes);
+  assert_non_null(b.mem);
+  memcpy(b.mem, src->mem, src->bytes);
+  b.t.data = (char *)b.mem + ((char *)src->t.data - (char *)src->mem);
+  return b;
+}
+
+/* Every ISA path other than scalar that this build and CPU run. */
+static const char *const simd_isas[] = {"avx2", "avx512", "neon"};
+
+/* ---- slopes ---- */
+
+/* Press et al.'s reference construction (the ALiBi repository's get_slopes),
+ * in double: a geometric sequence start*ratio^i with start = ratio =
+ * 2^(-8/n) for powers of two, otherwise the closest power of two's slopes
+ * followed by every other slope of twice that many heads. */
+static void press_slopes(int n, double *out) {
+  double l2 = log2((double)n);
+  if (l2 == floor(l2)) {
+    double start = pow(2.0, -pow(2.0, -(l2 - 3.0)));
+    for (int i = 0; i < n; i++) out[i] = start * pow(start, (double)i);
+    return;
+  }
+  int c = 1 << (int)floor(l2);
+  double tmp[512];
+  press_slopes(c, out);
+  press_slopes(2 * c, tmp);
+  for (int i = 0; i < n - c; i++) out[c + i] = tmp[2 * i];
+}
+
+static void test_slopes_press_formula(void **state) {
+  (void)state;
+  float got[128];
+  double ref[128];
+  for (int n = 1; n <= 128; n++) {
+    assert_int_equal(pe_alibi_slopes(n, 8.0, got), PE_OK);
+    press_slopes(n, ref);
+    for (int h = 0; h < n; h++) {
+      float r = (float)ref[h];
+      /* Both are the same real number rounded through double; allow the
+       * float32 neighbour in case the double products land on a tie. */
+      if (got[h] != r) assert_true(fabs((double)got[h] - ref[h]) <= fabs(ref[h]) * 0x1p-23);
+      assert_true(got[h] > 0.0f && got[h] < 1.0f);
+    }
+  }
+  /* n = 1 is 2^-8; n = 8 is exactly 1/2, 1/4, ..., 1/256. */
+  assert_int_equal(pe_alibi_slopes(1, 8.0, got), PE_OK);
+  assert_true(got[0] == 0x1p-8f);
+  assert_int_equal(pe_alibi_slopes(8, 8.0, got), PE_OK);
+  for (int h = 0; h < 8; h++) assert_true(got[h] == ldexpf(1.0f, -(h + 1)));
+}
+
+/* BLOOM's head order for real non-power-of-two models, written out as the
+ * exponents e of slope = 2^-e: heads 0..c-1 step 8/c, then the odd
+ * multiples of 4/c (BLOOM-560m has 16 heads, BLOOM-1b7 16, BLOOM-3b 32,
+ * BLOOM-7b1 32, BLOOM 176B 112; 12, 24, 40, 96 are MPT/Falcon-RW-style and
+ * the examples of the ALiBi paper's code). */
+static void test_slopes_bloom_interleaving(void **state) {
+  (void)state;
+  static const double e12[12] = {1, 2, 3, 4, 5, 6, 7, 8, 0.5, 1.5, 2.5, 3.5};
+  static const double e24[24] = {0.5, 1, 1.5, 2, 2.5, 3, 3.5, 4, 4.5, 5, 5.5, 6,
+                                 6.5, 7, 7.5, 8, 0.25, 0.75, 1.25, 1.75, 2.25, 2.75, 3.25, 3.75};
+  double e40[40], e96[96];
+  for (int k = 0; k < 32; k++) e40[k] = 0.25 * (k + 1);
+  for (int k = 0; k < 8; k++) e40[32 + k] = 0.125 * (2 * k + 1);
+  for (int k = 0; k < 64; k++) e96[k] = 0.125 * (k + 1);
+  for (int k = 0; k < 32; k++) e96[64 + k] = 0.0625 * (2 * k + 1);
+  const struct {
+    int n;
+    const double *e;
+  } cases[] = {{12, e12}, {24, e24}, {40, e40}, {96, e96}};
+  for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+    float got[96];
+    assert_int_equal(pe_alibi_slopes(cases[c].n, 8.0, got), PE_OK);
+    for (int h = 0; h < cases[c].n; h++) {
+      double want = exp2(-cases[c].e[h]);
+      assert_true(fabs((double)got[h] - want) <= want * 0x1p-24);
+    }
+  }
+  /* MPT orders the 2^ceil(log2 n) slopes as [1::2] ++ [::2], truncated:
+   * the same sequence. */
+  float got[12];
+  assert_int_equal(pe_alibi_slopes(12, 8.0, got), PE_OK);
+  double mpt[16], ordered[16];
+  for (int k = 1; k <= 16; k++) mpt[k - 1] = 1.0 / pow(2.0, k * 8.0 / 16.0);
+  int o = 0;
+  for (int k = 1; k < 16; k += 2) ordered[o++] = mpt[k];
+  for (int k = 0; k < 16; k += 2) ordered[o++] = mpt[k];
+  for (int h = 0; h < 12; h++) assert_true(fabs((double)got[h] - ordered[h]) <= ordered[h] * 0x1p-24);
+  /* max_bias scales the exponents: 4 heads, max_bias 16 -> 2^-4, 2^-8, ... */
+  float g4[4];
+  assert_int_equal(pe_alibi_slopes(4, 16.0, g4), PE_OK);
+  for (int h = 0; h < 4; h++) assert_true(g4[h] == ldexpf(1.0f, -4 * (h + 1)));
+}
+
+static void expect_error(pe_status got, pe_status want, const char *needle) {
+  assert_int_equal(got, want);
+  const char *msg = pe_last_error();
+  if (!strstr(msg, needle)) fail_msg("error \"%s\" does not mention \"%s\"", msg, needle);
+}
+
+static void test_slopes_errors(void **state) {
+  (void)state;
+  float out[4] = {1, 2, 3, 4}, keep[4];
+  memcpy(keep, out, sizeof out);
+  expect_error(pe_alibi_slopes(4, 8.0, NULL), PE_ERR_NULL_POINTER, "out");
+  expect_error(pe_alibi_slopes(0, 8.0, out), PE_ERR_INVALID_ARGUMENT, "n_heads 0");
+  expect_error(pe_alibi_slopes(65537, 8.0, out), PE_ERR_INVALID_ARGUMENT, "n_heads 65537");
+  expect_error(pe_alibi_slopes(4, 0.0, out), PE_ERR_INVALID_ARGUMENT, "max_bias 0");
+  expect_error(pe_alibi_slopes(4, -8.0, out), PE_ERR_INVALID_ARGUMENT, "max_bias -8");
+  expect_error(pe_alibi_slopes(4, NAN, out), PE_ERR_INVALID_ARGUMENT, "max_bias");
+  expect_error(pe_alibi_slopes(4, INFINITY, out), PE_ERR_INVALID_ARGUMENT, "max_bias");
+  assert_memory_equal(out, keep, sizeof out);
+}
+
+/* ---- the bias against float64 ---- */
+
+/* Check after = before + (-slope[h] * |qpos - j|) (or -inf under the causal
+ * mask), element by element in double. */
+static void check_bias(const tbuf *before, const tbuf *after, const float *slopes,
+                       const int64_t *qp, int causal) {
+  const pe_tensor *t = &before->t;
+  int64_t B = t->shape[0], H = t->shape[1], Q = t->shape[2], K = t->shape[3];
+  double eps = dtype_eps(t->dtype);
+  for (int64_t b = 0; b < B; b++)
+    for (int64_t h = 0; h < H; h++)
+      for (int64_t i = 0; i < Q; i++) {
+        int64_t q = qp ? qp[b * Q + i] : K - Q + i;
+        for (int64_t j = 0; j < K; j++) {
+          int64_t off = offset_of(t, b, h, i, j);
+          double s = get_elem(&before->t, off), g = get_elem(&after->t, off);
+          if (causal && j > q) {
+            if (!(isinf(g) && g < 0)) fail_msg("[%ld,%ld,%ld,%ld] = %g, want -inf", (long)b, (long)h, (long)i, (long)j, g);
+            continue;
+          }
+          double bias = -(double)slopes[h] * fabs((double)(q - j));
+          double want = s + bias;
+          if (isnan(s)) {
+            assert_true(isnan(g));
+            continue;
+          }
+          double tol = 2 * eps * (fabs(s) + fabs(bias)) + 1e-30;
+          if (!(fabs(g - want) <= tol))
+            fail_msg("[%ld,%ld,%ld,%ld] qpos %ld: got %.9g, want %.9g (score %.9g, slope %g)",
+                     (long)b, (long)h, (long)i, (long)j, (long)q, g, want, s, (double)slopes[h]);
+        }
+      }
+}
+
+static void run_bias_case(pe_dtype d, const int64_t s[4], const int perm[3], int64_t pad,
+                          int reversed, int use_qp, int causal, int own_slopes) {
+  tbuf before = make_tensor(d, s, perm, pad, reversed);
+  fill_uniform(&before, -4.0f, 4.0f);
+  tbuf after = clone(&before);
+  int64_t B = s[0], H = s[1], Q = s[2], K = s[3];
+  int64_t *qp = NULL;
+  if (use_qp) {
+    qp = malloc(sizeof(int64_t) * (size_t)(B * Q));
+    for (int64_t k = 0; k < B * Q; k++) qp[k] = (int64_t)(rng_next() % (uint64_t)(K + 5));
+  }
+  float slopes[64];
+  if (own_slopes)
+    for (int h = 0; h < H; h++) slopes[h] = rng_uniform(0.001f, 1.0f);
+  else
+    assert_int_equal(pe_alibi_slopes((int32_t)H, 8.0, slopes), PE_OK);
+  assert_int_equal(pe_alibi_add_bias(&after.t, own_slopes ? slopes : NULL, qp,
+                                     causal ? PE_MASK_CAUSAL : 0, NULL),
+                   PE_OK);
+  check_bias(&before, &after, slopes, qp, causal);
+  free(qp);
+  free(before.mem);
+  free(after.mem);
+}
+
+static void test_bias_dtypes_layouts(void **state) {
+  (void)state;
+  const int dense[3] = {0, 1, 2}, bqh[3] = {0, 2, 1}, qhb[3] = {2, 1, 0};
+  const int64_t shapes[][4] = {{2, 3, 5, 37}, {1, 4, 1, 100}, {3, 2, 7, 7}, {1, 2, 1, 1}};
+  for (int d = 0; d < 3; d++)
+    for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++)
+      for (int variant = 0; variant < 6; variant++) {
+        const int *perm = variant % 3 == 0 ? dense : variant % 3 == 1 ? bqh : qhb;
+        int64_t pad = variant >= 3 ? 3 : 0;
+        int reversed = variant == 4 ? 1 : variant == 5 ? 2 : -1;
+        run_bias_case((pe_dtype)d, shapes[si], perm, pad, reversed, variant & 1, variant >= 2,
+                      variant == 3);
+      }
+}
+
+/* Decode with a KV cache: 1 query, 4096 keys, the query is the last
+ * position, so key j gets -slope * (4095 - j); spot values by hand. */
+static void test_decode_default_position(void **state) {
+  (void)state;
+  enum { H = 4, K = 4096 };
+  float *s = calloc(H * K, sizeof(float));
+  pe_tensor t = {s, PE_F32, {1, H, 1, K}, {H * K, K, K, 1}};
+  assert_int_equal(pe_alibi_add_bias(&t, NULL, NULL, 0, NULL), PE_OK);
+  /* 4 heads: slopes 1/4, 1/16, 1/64, 1/256 (2^(-8k/4)). */
+  assert_true(s[0 * K + 4095] == 0.0f);
+  assert_true(s[0 * K + 4094] == -0.25f);
+  assert_true(s[0 * K + 0] == -1023.75f);
+  assert_true(s[1 * K + 95] == -250.0f);  /* -(4000 / 16) */
+  assert_true(s[3 * K + 0] == -4095.0f / 256.0f);
+  /* Query positions given explicitly: batch row at position 10. */
+  memset(s, 0, sizeof(float) * H * K);
+  int64_t qp = 10;
+  assert_int_equal(pe_alibi_add_bias(&t, NULL, &qp, PE_MASK_CAUSAL, NULL), PE_OK);
+  assert_true(s[10] == 0.0f && s[0] == -2.5f && s[9] == -0.25f);
+  for (int j = 11; j < K; j++) assert_true(isinf(s[j]) && s[j] < 0);
+  free(s);
+}
+
+/* Softmax of one row in double; masked (-inf) entries get 0. */
+static void softmax(const double *x, int n, double *p) {
+  double m = -INFINITY, z = 0;
+  for (int j = 0; j < n; j++) if (x[j] > m) m = x[j];
+  for (int j = 0; j < n; j++) z += (p[j] = isinf(x[j]) ? 0.0 : exp(x[j] - m));
+  for (int j = 0; j < n; j++) p[j] /= z;
+}
+
+/* BLOOM adds +slope*j (for every query) instead of -slope*|i-j|. Under a
+ * causal mask the two differ by slope*i per row, so the probabilities are
+ * equal; without the mask the keys after the query are treated differently. */
+static void test_bloom_relation(void **state) {
+  (void)state;
+  enum { H = 12, Q = 9, K = 9 };
+  float base[H * Q * K], ours[H * Q * K], slopes[H];
+  for (int e = 0; e < H * Q * K; e++) base[e] = rng_uniform(-2.0f, 2.0f);
+  assert_int_equal(pe_alibi_slopes(H, 8.0, slopes), PE_OK);
+  pe_tensor t = {ours, PE_F32, {1, H, Q, K}, {H * Q * K, Q * K, K, 1}};
+  for (int causal = 0; causal < 2; causal++) {
+    memcpy(ours, base, sizeof base);
+    assert_int_equal(pe_alibi_add_bias(&t, slopes, NULL, causal ? PE_MASK_CAUSAL : 0, NULL), PE_OK);
+    double max_diff = 0;
+    for (int h = 0; h < H; h++)
+      for (int i = 0; i < Q; i++) {
+        double a[K], bl[K], pa[K], pb[K];
+        for (int j = 0; j < K; j++) {
+          a[j] = ours[(h * Q + i) * K + j];
+          bl[j] = (causal && j > i) ? -INFINITY : base[(h * Q + i) * K + j] + (double)slopes[h] * j;
+        }
+        softmax(a, K, pa);
+        softmax(bl, K, pb);
+        for (int j = 0; j < K; j++) max_diff = fmax(max_diff, fabs(pa[j] - pb[j]));
+      }
+    if (causal)
+      assert_true(max_diff < 1e-6);
+    else
+      assert_true(max_diff > 1e-3);
+  }
+}
+
+/* ---- errors leave memory unchanged ---- */
+
+static void test_bias_errors_change_nothing(void **state) {
+  (void)state;
+  enum { N = 2 * 3 * 4 * 5 };
+  float mem[N], keep[N];
+  for (int e = 0; e < N; e++) mem[e] = (float)e;
+  memcpy(keep, mem, sizeof mem);
+  const pe_tensor good = {mem, PE_F32, {2, 3, 4, 5}, {60, 20, 5, 1}};
+  pe_tensor t;
+  float slopes[3] = {0.5f, 0.25f, 0.125f};
+  int64_t qp[8] = {0, 1, 2, 3, 4, 5, 6, 7};
+
+  expect_error(pe_alibi_add_bias(NULL, NULL, NULL, 0, NULL), PE_ERR_NULL_POINTER, "scores");
+  t = good; t.data = NULL;
+  expect_error(pe_alibi_add_bias(&t, NULL, NULL, 0, NULL), PE_ERR_NULL_POINTER, "scores->data");
+  t = good; t.dtype = (pe_dtype)7;
+  expect_error(pe_alibi_add_bias(&t, NULL, NULL, 0, NULL), PE_ERR_DTYPE, "dtype 7");
+  t = good; t.shape[2] = 0;
+  expect_error(pe_alibi_add_bias(&t, NULL, NULL, 0, NULL), PE_ERR_SHAPE, "shape[2] = 0");
+  t = good; t.stride[3] = 2;
+  expect_error(pe_alibi_add_bias(&t, NULL, NULL, 0, NULL), PE_ERR_SHAPE, "stride[3]");
+  t = good; t.stride[1] = 4; /* heads overlap rows */
+  expect_error(pe_alibi_add_bias(&t, NULL, NULL, 0, NULL), PE_ERR_SHAPE, "alias");
+  t = good;
+  expect_error(pe_alibi_add_bias(&t, NULL, NULL, 2, NULL), PE_ERR_INVALID_ARGUMENT, "flags");
+  t = good; t.shape[3] = 3; t.stride[2] = 5; /* q_len 4 > k_len 3 with default positions */
+  expect_error(pe_alibi_add_bias(&t, NULL, NULL, 0, NULL), PE_ERR_SHAPE, "q_len 4 <= k_len 3");
+  t = good;
+  qp[5] = -1;
+  expect_error(pe_alibi_add_bias(&t, NULL, qp, 0, NULL), PE_ERR_POSITION_OUT_OF_RANGE, "-1");
+  qp[5] = INT64_C(1) << 53;
+  expect_error(pe_alibi_add_bias(&t, NULL, qp, 0, NULL), PE_ERR_POSITION_OUT_OF_RANGE, "2^53");
+  qp[5] = 5;
+  slopes[2] = NAN;
+  expect_error(pe_alibi_add_bias(&t, slopes, qp, 0, NULL), PE_ERR_INVALID_ARGUMENT, "slopes[2]");
+  slopes[2] = INFINITY;
+  expect_error(pe_alibi_add_bias(&t, slopes, qp, 0, NULL), PE_ERR_INVALID_ARGUMENT, "slopes[2]");
+  /* A busy pool is refused before anything is written: hold one pool in a
+   * call from this thread is not possible, so only check a pool works. */
+  assert_memory_equal(mem, keep, sizeof mem);
+  pe_threadpool *pool = NULL;
+  assert_int_equal(pe_threadpool_create(2, &pool), PE_OK);
+  slopes[2] = 0.125f;
+  assert_int_equal(pe_alibi_add_bias(&t, slopes, qp, PE_MASK_CAUSAL, pool), PE_OK);
+  pe_threadpool_destroy(pool);
+}
+
+/* ---- bit identity: pool sizes and ISA paths ---- */
+
+/* Random scores with NaN, +-Inf, subnormals, zeros of both signs. */
+static void fill_special(tbuf *b) {
+  const pe_tensor *t = &b->t;
+  static const float specials[] = {NAN, -NAN, INFINITY, -INFINITY, 0x1p-140f, -0x1p-149f,
+                                   0.0f, -0.0f, 65504.0f, 1e-7f, 3e38f, -6e-5f};
+  for (int64_t a = 0; a < t->shape[0]; a++)
+    for (int64_t h = 0; h < t->shape[1]; h++)
+      for (int64_t i = 0; i < t->shape[2]; i++)
+        for (int64_t j = 0; j < t->shape[3]; j++) {
+          uint64_t r = rng_next();
+          float v = (r & 7) == 0 ? specials[(r >> 8) % 12] : rng_uniform(-100.0f, 100.0f);
+          set_elem(&b->t, offset_of(t, a, h, i, j), v);
+        }
+  /* Signalling NaNs straight into the storage too. */
+  if (t->dtype == PE_F32) {
+    uint32_t snan = 0x7f800001u;
+    memcpy(t->data, &snan, 4);
+  } else {
+    uint16_t snan = t->dtype == PE_F16 ? 0x7c01u : 0x7f81u;
+    memcpy(t->data, &snan, 2);
+  }
+}
+
+typedef struct simd_case {
+  pe_dtype d;
+  int64_t shape[4];
+  int64_t qbase; /* query positions from here (large: exercises wide distances) */
+  int causal;
+} simd_case;
+
+static void run_simd_case(const simd_case *c) {
+  const int dense[3] = {0, 1, 2};
+  tbuf ref = make_tensor(c->d, c->shape, dense, 1, -1);
+  fill_special(&ref);
+  tbuf orig = clone(&ref);
+  int64_t nq = c->shape[0] * c->shape[2];
+  int64_t *qp = malloc(sizeof(int64_t) * (size_t)nq);
+  for (int64_t k = 0; k < nq; k++) qp[k] = c->qbase + (int64_t)(rng_next() % (uint64_t)(c->shape[3] + 3));
+  float slopes[8];
+  for (int h = 0; h < c->shape[1]; h++) slopes[h] = rng_uniform(0.0f, 3.0f);
+  slopes[0] = 0x1p-130f; /* a subnormal slope */
+  uint32_t fl = c->causal ? PE_MASK_CAUSAL : 0;
+  assert_int_equal(pe_force_isa("scalar"), PE_OK);
+  assert_int_equal(pe_alibi_add_bias(&ref.t, slopes, qp, fl, NULL), PE_OK);
+  /* pool sizes: same bits */
+  {
+    tbuf p = clone(&orig);
+    pe_threadpool *pool = NULL;
+    assert_int_equal(pe_threadpool_create(3, &pool), PE_OK);
+    assert_int_equal(pe_alibi_add_bias(&p.t, slopes, qp, fl, pool), PE_OK);
+    pe_threadpool_destroy(pool);
+    assert_memory_equal(p.mem, ref.mem, ref.bytes);
+    free(p.mem);
+  }
+  for (size_t k = 0; k < sizeof simd_isas / sizeof simd_isas[0]; k++) {
+    pe_status st = pe_force_isa(simd_isas[k]);
+    if (st == PE_ERR_UNSUPPORTED) continue;
+    assert_int_equal(st, PE_OK);
+    tbuf v = clone(&orig);
+    assert_int_equal(pe_alibi_add_bias(&v.t, slopes, qp, fl, NULL), PE_OK);
+    if (memcmp(v.mem, ref.mem, ref.bytes)) {
+      size_t es = esize(c->d);
+      for (size_t e = 0; e < ref.bytes / es; e++)
+        if (memcmp((char *)v.mem + e * es, (char *)ref.mem + e * es, es))
+          fail_msg("%s dtype %d: element %zu differs from scalar (%g vs %g)", simd_isas[k], c->d, e,
+                   get_elem(&(pe_tensor){v.mem, c->d, {0}, {0}}, (int64_t)e),
+                   get_elem(&(pe_tensor){ref.mem, c->d, {0}, {0}}, (int64_t)e));
+    }
+    free(v.mem);
+  }
+  assert_int_equal(pe_force_isa("auto"), PE_OK);
+  free(qp);
+  free(ref.mem);
+  free(orig.mem);
+}
+
+static void test_simd_matches_scalar(void **state) {
+  (void)state;
+  for (int d = 0; d < 3; d++)
+    for (int64_t k = 1; k <= 70; k += (k < 20 ? 1 : 7))
+      for (int causal = 0; causal < 2; causal++) {
+        simd_case c = {(pe_dtype)d, {2, 3, 3, k}, 0, causal};
+        run_simd_case(&c);
+        c.qbase = (INT64_C(1) << 24) - 5; /* distances near float's exact-integer limit */
+        run_simd_case(&c);
+        c.qbase = (INT64_C(1) << 31) - 20; /* past int32 */
+        run_simd_case(&c);
+        c.qbase = (INT64_C(1) << 53) - 200;
+        run_simd_case(&c);
+      }
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_slopes_press_formula),
+      cmocka_unit_test(test_slopes_bloom_interleaving),
+      cmocka_unit_test(test_slopes_errors),
+      cmocka_unit_test(test_bias_dtypes_layouts),
+      cmocka_unit_test(test_decode_default_position),
+      cmocka_unit_test(test_bloom_relation),
+      cmocka_unit_test(test_bias_errors_change_nothing),
+      cmocka_unit_test(test_simd_matches_scalar),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
