@@ -1,0 +1,175 @@
+#!/usr/bin/env bash
+# Reliability checks of libposenc, each step ending in one summary line with
+# its figure:
+#   1. every libFuzzer target for FUZZ_SECONDS (default 30) s each
+#   2. the whole test suite under ASan+UBSan (clang)
+#   3. the thread tests under TSan (clang)
+#   4. the test suite under valgrind memcheck (zero errors, zero definite leaks)
+#   5. abidiff against the committed ABI baseline
+# Exits non-zero if any step fails; later steps still run so one run shows
+# everything. Build directories: build-rel-*.
+set -uo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+cd "$root"
+FUZZ_SECONDS=${FUZZ_SECONDS:-30}
+JOBS=${JOBS:-$(nproc 2>/dev/null || echo 2)}
+t0=$(date +%s)
+failed=()
+summary=()
+say() { summary+=("$*"); echo "$*"; }
+step() { echo; echo "=== reliability: $* ($(( $(date +%s) - t0 )) s) ==="; }
+
+scripts/install-deps.sh build reliability || { echo "install-deps failed"; exit 1; }
+
+configure() { # dir, cmake args...
+  local dir=$1; shift
+  cmake -S . -B "$dir" -DPE_BUILD_BENCH=OFF -DPE_WERROR=ON "$@" > "$dir.configure.log" 2>&1 ||
+    { cat "$dir.configure.log"; return 1; }
+}
+
+# ---- 1. fuzzing --------------------------------------------------------------
+step "fuzzing, ${FUZZ_SECONDS} s per target"
+fdir=build-rel-fuzz
+mkdir -p "$fdir"
+if configure "$fdir" -DCMAKE_C_COMPILER=clang -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+     -DPE_BUILD_FUZZ=ON -DPE_SANITIZE=address,undefined &&
+   targets=$(grep -v '^$' "$fdir/tests/fuzz/fuzz_targets.txt") &&
+   cmake --build "$fdir" -j"$JOBS" --target $targets > "$fdir/build.log" 2>&1; then
+  total_execs=0
+  for t in $targets; do
+    corpus="$fdir/corpus/$t"
+    mkdir -p "$corpus" "$fdir/artifacts"
+    seeds="tests/fuzz/corpus/$t"
+    [ -d "$seeds" ] || seeds=""
+    dict=""
+    [ -f "tests/fuzz/$t.dict" ] && dict="-dict=tests/fuzz/$t.dict"
+    log="$fdir/$t.log"
+    # allocator_may_return_null: a table too large for memory must come back
+    # as PE_ERR_OUT_OF_MEMORY, not as an ASan report.
+    ASAN_OPTIONS=allocator_may_return_null=1:detect_leaks=1 \
+    UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
+      "$fdir/tests/fuzz/$t" -max_total_time="$FUZZ_SECONDS" -rss_limit_mb=2048 -timeout=20 \
+        -print_final_stats=1 -artifact_prefix="$fdir/artifacts/$t-" $dict \
+        "$corpus" $seeds > "$log" 2>&1
+    rc=$?
+    execs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$log" | tail -1)
+    execs=${execs:-0}
+    total_execs=$((total_execs + execs))
+    if [ $rc -eq 0 ]; then
+      say "fuzz $t: $execs execs in $FUZZ_SECONDS s, 0 crashes"
+    else
+      grep -E "VIOLATION|ERROR|runtime error|SUMMARY|Test unit written" "$log" | head -8
+      say "fuzz $t: $execs execs in $FUZZ_SECONDS s, 1 crash (stopped; see $log and $fdir/artifacts)"
+      failed+=("fuzz $t")
+    fi
+  done
+  say "fuzz total: $total_execs execs over $(echo $targets | wc -w) targets"
+else
+  tail -30 "$fdir/build.log" 2>/dev/null
+  say "fuzz: BUILD FAILED"
+  failed+=("fuzz build")
+fi
+
+# ---- 2. ASan + UBSan -----------------------------------------------------------
+step "test suite under ASan+UBSan"
+adir=build-rel-asan
+mkdir -p "$adir"
+if configure "$adir" -DCMAKE_C_COMPILER=clang -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+     -DPE_SANITIZE=address,undefined &&
+   cmake --build "$adir" -j"$JOBS" > "$adir/build.log" 2>&1; then
+  (cd "$adir" && ASAN_OPTIONS=detect_leaks=1:allocator_may_return_null=1 \
+     UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
+     ctest --output-on-failure -j"$JOBS" -E exported_symbols) > "$adir/ctest.log" 2>&1
+  rc=$?
+  if [ $rc -ne 0 ]; then
+    grep -E "Failed|\*\*\*|ERROR|runtime error|SUMMARY" "$adir/ctest.log" | head -20
+    failed+=("asan+ubsan")
+  fi
+  line=$(grep -E "tests passed" "$adir/ctest.log" | tail -1)
+  say "asan+ubsan: ${line:-no tests ran}"
+else
+  tail -30 "$adir/build.log"; say "asan+ubsan: BUILD FAILED"; failed+=("asan build")
+fi
+
+# ---- 3. TSan on the thread tests ----------------------------------------------
+step "thread tests under TSan"
+tdir=build-rel-tsan
+mkdir -p "$tdir"
+tsan_tests=$(cd tests && ls test_threadpool.c test_concurrency.c 2>/dev/null | sed 's/\.c$//')
+if configure "$tdir" -DCMAKE_C_COMPILER=clang -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+     -DPE_SANITIZE=thread &&
+   cmake --build "$tdir" -j"$JOBS" --target $tsan_tests > "$tdir/build.log" 2>&1; then
+  n=0; bad=0
+  for t in $tsan_tests; do
+    n=$((n + 1))
+    # Kernels with high-entropy mmap randomisation break TSan's fixed shadow
+    # layout ("unexpected memory mapping"): run without ASLR.
+    if ! TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1" CMOCKA_MESSAGE_OUTPUT=stdout \
+         setarch "$(uname -m)" -R "$tdir/tests/$t" > "$tdir/$t.log" 2>&1; then
+      bad=$((bad + 1)); grep -E "WARNING|ERROR|FAILED|SUMMARY" "$tdir/$t.log" | head -10
+      failed+=("tsan $t")
+    fi
+  done
+  say "tsan: $((n - bad))/$n thread tests clean ($(echo $tsan_tests))"
+else
+  tail -30 "$tdir/build.log"; say "tsan: BUILD FAILED"; failed+=("tsan build")
+fi
+
+# ---- 4. valgrind memcheck -----------------------------------------------------
+step "test suite under valgrind memcheck"
+vdir=build-rel-valgrind
+mkdir -p "$vdir"
+if configure "$vdir" -DCMAKE_C_COMPILER=gcc -DCMAKE_BUILD_TYPE=Debug &&
+   cmake --build "$vdir" -j"$JOBS" > "$vdir/build.log" 2>&1; then
+  n=0; errs=0; defl=0; bad=0
+  for exe in "$vdir"/tests/test_*; do
+    [ -x "$exe" ] || continue
+    t=$(basename "$exe")
+    n=$((n + 1))
+    log="$vdir/$t.valgrind.log"
+    # hwloc reads /sys and sleef probes the CPU: their one-time internal
+    # allocations are listed, with reasons, in the suppressions file.
+    CMOCKA_MESSAGE_OUTPUT=stdout PE_VALGRIND=1 \
+      valgrind --tool=memcheck --error-exitcode=99 --leak-check=full \
+        --errors-for-leak-kinds=definite --show-leak-kinds=definite \
+        --suppressions=scripts/valgrind.supp --log-file="$log" "$exe" > "$vdir/$t.out" 2>&1
+    rc=$?
+    e=$(sed -n 's/.*ERROR SUMMARY: \([0-9]*\) errors.*/\1/p' "$log" | tail -1)
+    d=$(sed -n 's/.*definitely lost: \([0-9,]*\) bytes.*/\1/p' "$log" | tail -1 | tr -d ,)
+    errs=$((errs + ${e:-0})); defl=$((defl + ${d:-0}))
+    if [ $rc -ne 0 ]; then
+      bad=$((bad + 1)); failed+=("valgrind $t")
+      echo "valgrind $t: exit $rc"; grep -E "Invalid|uninitialised|definitely|FAILED" "$log" "$vdir/$t.out" | head -10
+    fi
+  done
+  say "valgrind: $n test programs, $errs errors, $defl bytes definitely lost, $bad failed"
+else
+  tail -30 "$vdir/build.log"; say "valgrind: BUILD FAILED"; failed+=("valgrind build")
+fi
+
+# ---- figures printed by the tests themselves ------------------------------------
+faults=$(grep -ho "faults injected: [0-9]*" "$adir"/ctest.log 2>/dev/null | awk '{s+=$3} END {print s+0}')
+badin=$(grep -ho "bad inputs tried: [0-9]*" "$adir"/ctest.log 2>/dev/null | awk '{s+=$4} END {print s+0}')
+say "faults injected (allocation failures, ASan run): $faults"
+say "bad inputs tried by the limit and struct-size tests (ASan run): $badin"
+
+# ---- 5. ABI --------------------------------------------------------------------
+step "ABI against abi/libposenc.abi"
+if [ -f "$vdir/libposenc.so" ]; then
+  if out=$(scripts/abi-check.sh "$vdir/libposenc.so" 2>&1); then
+    say "$(echo "$out" | tail -1)"
+  else
+    echo "$out" | tail -40; say "$(echo "$out" | tail -1)"; failed+=("abi")
+  fi
+else
+  say "abi: no library built"; failed+=("abi")
+fi
+
+step "summary"
+for s in "${summary[@]}"; do echo "  $s"; done
+echo "  wall time: $(( $(date +%s) - t0 )) s"
+if [ ${#failed[@]} -ne 0 ]; then
+  echo "reliability: FAILED: ${failed[*]}"
+  exit 1
+fi
+echo "reliability: all green"
