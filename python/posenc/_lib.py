@@ -1,0 +1,236 @@
+"""Loading libposenc and declaring its C API for ctypes.
+
+The library is looked up, in order:
+  1. the POSENC_LIBRARY environment variable (a file, or a directory holding
+     libposenc.so.0); if set, nothing else is tried;
+  2. next to this package (a wheel or a vendored copy: posenc/libposenc.so.0);
+  3. the system: "libposenc.so.0" through the dynamic loader (LD_LIBRARY_PATH,
+     the ld.so cache), then ctypes.util.find_library("posenc").
+
+Functions the loaded library does not export (an older 0.x library) are
+reported by has_symbol() and raise PosencError(UNSUPPORTED) when called.
+"""
+import ctypes
+import ctypes.util
+import enum
+import os
+
+__all__ = ["Status", "PosencError", "lib", "fn", "has_symbol", "check", "library_path",
+           "RopeParams", "Tensor", "SONAME_MAJOR"]
+
+#: The major version (ABI) this binding is written for; the SONAME carries it.
+SONAME_MAJOR = 0
+_SONAME = "libposenc.so.%d" % SONAME_MAJOR
+
+c_enum = ctypes.c_int  # C enums are int-sized on every ABI libposenc targets
+
+
+class Status(enum.IntEnum):
+    """pe_status values (fixed numbers, never reused)."""
+    OK = 0
+    ERR_NULL_POINTER = 1
+    ERR_INVALID_ARGUMENT = 2
+    ERR_SHAPE = 3
+    ERR_DTYPE = 4
+    ERR_POSITION_OUT_OF_RANGE = 5
+    ERR_OUT_OF_MEMORY = 6
+    ERR_OVERFLOW = 7
+    ERR_UNSUPPORTED = 8
+    ERR_PARSE = 9
+
+
+class PosencError(RuntimeError):
+    """A libposenc call failed.
+
+    .status is the pe_status (a Status member, or an int for a value newer
+    than this binding) and .message the library's pe_last_error() sentence,
+    which names the function, the argument and the values. Nothing was
+    written to the caller's arrays.
+    """
+
+    def __init__(self, status, message):
+        try:
+            status = Status(status)
+        except ValueError:
+            status = int(status)
+        self.status = status
+        self.message = message
+        super().__init__(message)
+
+    def __str__(self):
+        name = self.status.name if isinstance(self.status, Status) else str(self.status)
+        return "%s (PE_%s)" % (self.message, name) if self.message else "PE_" + name
+
+
+# ---- structs: field for field the layout of include/posenc.h ---------------
+
+class RopeParams(ctypes.Structure):
+    """struct pe_rope_params. struct_size is set to ctypes.sizeof(RopeParams);
+    tests compare it with what pe_rope_params_init() writes."""
+    _fields_ = [
+        ("struct_size", ctypes.c_uint32),
+        ("head_dim", ctypes.c_int32),
+        ("rotary_dim", ctypes.c_int32),
+        ("style", c_enum),                       # pe_rope_style
+        ("base", ctypes.c_double),
+        ("max_positions", ctypes.c_int64),
+        ("scaling", c_enum),                     # pe_rope_scaling
+        ("factor", ctypes.c_double),
+        ("original_max_positions", ctypes.c_int64),
+        ("seq_len", ctypes.c_int64),
+        ("attention_factor", ctypes.c_double),
+        ("beta_fast", ctypes.c_double),
+        ("beta_slow", ctypes.c_double),
+        ("mscale", ctypes.c_double),
+        ("mscale_all_dim", ctypes.c_double),
+        ("truncate", ctypes.c_int32),
+        ("low_freq_factor", ctypes.c_double),
+        ("high_freq_factor", ctypes.c_double),
+        ("short_factor", ctypes.POINTER(ctypes.c_float)),
+        ("long_factor", ctypes.POINTER(ctypes.c_float)),
+        ("inv_freq", ctypes.POINTER(ctypes.c_double)),
+    ]
+
+
+class Tensor(ctypes.Structure):
+    """struct pe_tensor: strides in elements."""
+    _fields_ = [
+        ("data", ctypes.c_void_p),
+        ("dtype", c_enum),                       # pe_dtype
+        ("shape", ctypes.c_int64 * 4),
+        ("stride", ctypes.c_int64 * 4),
+    ]
+
+
+# ---- prototypes ---------------------------------------------------------------
+
+_p = ctypes.c_void_p          # handles and array pointers (numpy .ctypes.data)
+_st = ctypes.c_int            # pe_status
+_i32, _i64, _u32, _dbl = ctypes.c_int32, ctypes.c_int64, ctypes.c_uint32, ctypes.c_double
+_T = ctypes.POINTER(Tensor)
+_PROTOTYPES = {
+    "pe_version_string": (ctypes.c_char_p, []),
+    "pe_status_string": (ctypes.c_char_p, [_st]),
+    "pe_last_error": (ctypes.c_char_p, []),
+    "pe_rope_params_init": (None, [ctypes.POINTER(RopeParams)]),
+    "pe_rope_cache_create": (_st, [ctypes.POINTER(RopeParams), ctypes.POINTER(_p)]),
+    "pe_rope_cache_create_from_hf_config": (_st, [ctypes.c_char_p, ctypes.c_size_t, _i64, _i64,
+                                                  ctypes.POINTER(_p)]),
+    "pe_rope_cache_destroy": (None, [_p]),
+    "pe_rope_cache_params": (_st, [_p, ctypes.POINTER(RopeParams)]),
+    "pe_rope_cache_inv_freq": (_st, [_p, _p]),
+    "pe_rope_cache_attention_factor": (_dbl, [_p]),
+    "pe_rope_cache_softmax_scale": (_dbl, [_p]),
+    "pe_rope_cache_cos_sin": (_st, [_p, _i64, _p, _p]),
+    "pe_apply_rope_qk": (_st, [_p, _T, _T, _p, _u32, _p]),
+    "pe_rope_shift_k": (_st, [_p, _T, _p, _p]),
+    "pe_rope_rerotate_k": (_st, [_p, _p, _T, _p, _p]),
+    "pe_alibi_slopes": (_st, [_i32, _dbl, _p]),
+    "pe_alibi_add_bias": (_st, [_T, _p, _p, _u32, _p]),
+    "pe_t5_bucket": (_i32, [_i64, _i32, _i32, _i32]),
+    "pe_t5_add_bias": (_st, [_T, _p, _i32, _i32, _i32, _p, _u32, _p]),
+    "pe_sinusoidal_table": (_st, [_i64, _i32, _dbl, _u32, _p]),
+    "pe_sinusoidal_add": (_st, [_T, _p, _dbl, _u32, _p]),
+    "pe_learned_add": (_st, [_T, _T, _p, _p]),
+    "pe_threadpool_create": (_st, [_i32, ctypes.POINTER(_p)]),
+    "pe_threadpool_destroy": (None, [_p]),
+    "pe_threadpool_size": (_i32, [_p]),
+    "pe_isa_name": (ctypes.c_char_p, []),
+    "pe_force_isa": (_st, [ctypes.c_char_p]),
+}
+
+# Flags and enum values of the header.
+PE_ROPE_INVERSE = 1
+PE_MASK_CAUSAL = 1
+PE_SINUSOIDAL_CONCAT = 1
+PE_F32, PE_F16, PE_BF16 = 0, 1, 2
+
+
+# ---- loading ------------------------------------------------------------------
+
+def _candidates():
+    env = os.environ.get("POSENC_LIBRARY")
+    if env:
+        if os.path.isdir(env):
+            return [os.path.join(env, n) for n in (_SONAME, "libposenc.so")], True
+        return [env], True
+    here = os.path.dirname(os.path.abspath(__file__))
+    local = [os.path.join(here, n) for n in (_SONAME, "libposenc.so")]
+    found = ctypes.util.find_library("posenc")
+    return [p for p in local if os.path.exists(p)] + [_SONAME] + ([found] if found else []), False
+
+
+def _load():
+    names, from_env = _candidates()
+    errors = []
+    for name in names:
+        try:
+            return ctypes.CDLL(name), name
+        except OSError as e:
+            errors.append("  %s: %s" % (name, e))
+    where = ("POSENC_LIBRARY=%s" % os.environ["POSENC_LIBRARY"]) if from_env else \
+        "next to the posenc package, %s through the dynamic loader, find_library('posenc')" % _SONAME
+    raise ImportError("posenc: cannot load libposenc (tried %s):\n%s\n"
+                      "Set POSENC_LIBRARY to the path of libposenc.so.%d."
+                      % (where, "\n".join(errors), SONAME_MAJOR))
+
+
+lib, _loaded_name = _load()
+
+for _name, (_res, _args) in _PROTOTYPES.items():
+    _f = getattr(lib, _name, None)
+    if _f is not None:
+        _f.restype = _res
+        _f.argtypes = _args
+
+
+def has_symbol(name):
+    """True if the loaded library exports the C function `name`."""
+    return hasattr(lib, name)
+
+
+def fn(name):
+    """The declared C function, or PosencError(UNSUPPORTED) if the loaded
+    library predates it."""
+    f = getattr(lib, name, None)
+    if f is None:
+        raise PosencError(Status.ERR_UNSUPPORTED,
+                          "%s: not exported by %s (version %s): a newer libposenc is needed"
+                          % (name, library_path(), version()))
+    return f
+
+
+def last_error():
+    return lib.pe_last_error().decode("utf-8", "replace")
+
+
+def check(status):
+    """Raise PosencError for a non-zero pe_status."""
+    if status != 0:
+        raise PosencError(status, last_error())
+
+
+def version():
+    return lib.pe_version_string().decode()
+
+
+def library_path():
+    """The file the library was loaded from (resolved through /proc/self/maps
+    when the dynamic loader found it by name)."""
+    if os.path.sep in _loaded_name:
+        return os.path.abspath(_loaded_name)
+    try:
+        with open("/proc/self/maps") as maps:
+            for line in maps:
+                path = line.split(None, 5)[-1].strip()
+                if os.path.basename(path).startswith("libposenc.so"):
+                    return path
+    except OSError:
+        pass
+    return _loaded_name
+
+
+_major = int(version().split(".")[0])
+if _major != SONAME_MAJOR:
+    raise ImportError("posenc: %s is version %s, this binding needs major version %d"
+                      % (library_path(), version(), SONAME_MAJOR))

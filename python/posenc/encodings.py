@@ -1,0 +1,128 @@
+"""ALiBi, T5 relative bias, sinusoidal and learned absolute embeddings."""
+import ctypes
+
+import numpy as np
+
+from . import _lib
+from ._arrays import (tensor, as_4d, int64_grid, ptr, pool_handle, float_vector, int_arg,
+                      INT32, INT64)
+
+
+def _scores(scores, dtype):
+    return tensor(scores, "scores", dtype=dtype)
+
+
+def alibi_slopes(n_heads, max_bias=8.0):
+    """ALiBi slopes for n_heads heads (Press et al.; BLOOM interleaving when
+    n_heads is not a power of two), float32."""
+    n = int_arg(n_heads, "n_heads", *INT32)
+    out = np.empty(max(n, 0), dtype=np.float32)
+    _lib.check(_lib.fn("pe_alibi_slopes")(n, float(max_bias), ptr(out) if n > 0 else None))
+    return out
+
+
+def alibi_add_bias_(scores, slopes=None, q_positions=None, causal=False, pool=None, *,
+                    dtype=None):
+    """scores[b,h,i,j] += -slopes[h] * |qpos(b,i) - j| in place.
+
+    scores: [batch, heads, q_len, k_len]. slopes: heads floats (None = the
+    standard slopes). q_positions: [batch, q_len] or [q_len]; None = the last
+    q_len positions (k_len - q_len + i). causal: also set -inf where j > qpos.
+    """
+    t = _scores(scores, dtype)
+    heads = scores.shape[1]
+    s = None if slopes is None else float_vector(slopes, heads, "slopes")
+    qp = int64_grid(q_positions, scores.shape[0], scores.shape[2], "q_positions")
+    flags = _lib.PE_MASK_CAUSAL if causal else 0
+    _lib.check(_lib.fn("pe_alibi_add_bias")(ctypes.byref(t), ptr(s), ptr(qp), flags,
+                                            pool_handle(pool)))
+
+
+def t5_bucket(rel, bidirectional=True, num_buckets=32, max_distance=128):
+    """T5's relative_position_bucket of rel = key - query (an int, or an
+    integer array: an int32 array of the same shape)."""
+    f = _lib.fn("pe_t5_bucket")
+    nb = int_arg(num_buckets, "num_buckets", *INT32)
+    md = int_arg(max_distance, "max_distance", *INT32)
+    bd = 1 if bidirectional else 0
+
+    def one(r):
+        b = f(int_arg(r, "rel", *INT64), bd, nb, md)
+        if b < 0:
+            raise _lib.PosencError(_lib.Status.ERR_INVALID_ARGUMENT, _lib.last_error())
+        return b
+
+    if np.ndim(rel) == 0:
+        return one(rel)
+    a = np.asarray(rel)
+    if a.dtype == np.bool_ or a.dtype.kind not in "iu":
+        raise TypeError("rel must be integers, got dtype %s" % a.dtype)
+    out = np.empty(a.shape, dtype=np.int32)
+    for idx, r in np.ndenumerate(a):
+        out[idx] = one(int(r))
+    return out
+
+
+def t5_add_bias_(scores, table, bidirectional=True, num_buckets=None, max_distance=128,
+                 q_positions=None, causal=False, pool=None, *, dtype=None):
+    """scores[b,h,i,j] += table[bucket(j - qpos(b,i)), h] in place.
+
+    table: [num_buckets, heads] (T5's relative_attention_bias weight),
+    converted to float32. num_buckets defaults to table.shape[0].
+    q_positions and causal as for alibi_add_bias_."""
+    t = _scores(scores, dtype)
+    tab = np.asarray(table)
+    if tab.ndim != 2:
+        raise ValueError("table must be [num_buckets, heads], got shape %s" % (tab.shape,))
+    nb = tab.shape[0] if num_buckets is None else int_arg(num_buckets, "num_buckets", *INT32)
+    if tab.shape != (nb, scores.shape[1]):
+        raise ValueError("table has shape %s, expected [num_buckets %d, heads %d]"
+                         % (tab.shape, nb, scores.shape[1]))
+    if tab.dtype.kind != "f":
+        raise TypeError("table must be floating point, got dtype %s" % tab.dtype)
+    tab = np.ascontiguousarray(tab, dtype=np.float32)
+    qp = int64_grid(q_positions, scores.shape[0], scores.shape[2], "q_positions")
+    flags = _lib.PE_MASK_CAUSAL if causal else 0
+    _lib.check(_lib.fn("pe_t5_add_bias")(
+        ctypes.byref(t), ptr(tab), 1 if bidirectional else 0, nb,
+        int_arg(max_distance, "max_distance", *INT32), ptr(qp), flags, pool_handle(pool)))
+
+
+def sinusoidal_table(n_positions, d_model, base=10000.0, concat=False):
+    """The sinusoidal table for positions 0..n_positions-1, float32
+    [n_positions, d_model]. concat=False: the paper's interleaved sin/cos;
+    True: [sin | cos] halves (fairseq, M2M100)."""
+    n = int_arg(n_positions, "n_positions", *INT64)
+    d = int_arg(d_model, "d_model", *INT32)
+    out = np.empty((max(n, 0), max(d, 0)), dtype=np.float32)
+    flags = _lib.PE_SINUSOIDAL_CONCAT if concat else 0
+    _lib.check(_lib.fn("pe_sinusoidal_table")(n, d, float(base), flags,
+                                              ptr(out) if out.size else None))
+    return out
+
+
+def sinusoidal_add_(x, positions=None, base=10000.0, concat=False, pool=None, *, dtype=None):
+    """x[b,t,:] += PE(positions[b,t]) in place. x: [batch, tokens, d_model]
+    or [batch, 1, tokens, d_model]. positions: None = 0..tokens-1."""
+    x4 = as_4d(x, "x")
+    t = tensor(x4, "x", dtype=dtype)
+    pos = int64_grid(positions, x4.shape[0], x4.shape[2], "positions")
+    flags = _lib.PE_SINUSOIDAL_CONCAT if concat else 0
+    _lib.check(_lib.fn("pe_sinusoidal_add")(ctypes.byref(t), ptr(pos), float(base), flags,
+                                            pool_handle(pool)))
+
+
+def learned_add_(x, table, positions=None, pool=None, *, dtype=None, table_dtype=None):
+    """x[b,t,:] += table[positions[b,t], :] in place (learned absolute
+    embeddings). x: [batch, tokens, d] or [batch, 1, tokens, d]; table:
+    [max_len, d] or [1, 1, max_len, d], float32/float16/bfloat16, read only.
+    A position >= max_len raises PosencError(ERR_POSITION_OUT_OF_RANGE)."""
+    x4 = as_4d(x, "x")
+    tab4 = as_4d(table, "table", ndims=(2, 4))
+    tx = tensor(x4, "x", dtype=dtype)
+    tt = tensor(tab4, "table", dtype=table_dtype, writable=False)
+    if tab4.shape[3] != x4.shape[3]:
+        raise ValueError("table has d_model %d, x %d" % (tab4.shape[3], x4.shape[3]))
+    pos = int64_grid(positions, x4.shape[0], x4.shape[2], "positions")
+    _lib.check(_lib.fn("pe_learned_add")(ctypes.byref(tx), ctypes.byref(tt), ptr(pos),
+                                         pool_handle(pool)))

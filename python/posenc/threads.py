@@ -1,0 +1,70 @@
+"""Thread pools and kernel-path selection."""
+import ctypes
+
+from . import _lib
+from ._arrays import int_arg
+
+
+class ThreadPool:
+    """A libposenc thread pool: n_threads - 1 workers plus the calling thread
+    (0 = one per physical core of the caller's NUMA node).
+
+    Pass it as pool= to any apply/add call. A pool runs one call at a time; a
+    second Python thread using a busy pool gets PosencError. Use it as a
+    context manager, or call close(); it is also freed with the object.
+    """
+
+    def __init__(self, n_threads=0):
+        n = int_arg(n_threads, "n_threads", 0, 1024)
+        handle = ctypes.c_void_p()
+        _lib.check(_lib.fn("pe_threadpool_create")(n, ctypes.byref(handle)))
+        self._handle = handle
+
+    @property
+    def _as_parameter_(self):
+        if self._handle is None:
+            raise ValueError("the ThreadPool is closed")
+        return self._handle
+
+    @property
+    def n_threads(self):
+        """Threads taking part in a call (workers + the caller)."""
+        return int(_lib.lib.pe_threadpool_size(self._as_parameter_))
+
+    size = n_threads
+
+    @property
+    def closed(self):
+        return self._handle is None
+
+    def close(self):
+        """Stop and join the workers. Idempotent."""
+        h, self._handle = getattr(self, "_handle", None), None
+        if h is not None:
+            _lib.lib.pe_threadpool_destroy(h)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def __del__(self):
+        self.close()
+
+    def __repr__(self):
+        return "<posenc.ThreadPool %s>" % ("closed" if self.closed else "%d threads" % self.n_threads)
+
+
+def isa_name():
+    """The kernel path in use: 'avx512', 'avx2', 'neon' or 'scalar'."""
+    return _lib.lib.pe_isa_name().decode()
+
+
+def force_isa(name="auto"):
+    """Select the kernel path ('scalar', 'avx2', 'avx512', 'neon', 'auto').
+    PosencError(ERR_UNSUPPORTED) if this CPU/build lacks it. Process-wide and
+    not thread-safe: for tests and benchmarks."""
+    if not isinstance(name, str):
+        raise TypeError("name must be a str")
+    _lib.check(_lib.lib.pe_force_isa(name.encode()))
