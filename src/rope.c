@@ -241,26 +241,44 @@ typedef struct rope_job {
   rope_operand ops[2];
 } rope_job;
 
+/* Tokens per kernel call. Their cos/sin rows (2*half floats each) are
+ * reused by every head of q and k, so a block is sized to stay in L1 (<= 16
+ * KiB), and the kernel walks rows in address order within it. */
+#define ROPE_BLOCK_TOKENS 32
+#define ROPE_BLOCK_FLOATS 4096
+
 static void rope_range(void *ctx, int64_t begin, int64_t end) {
   const rope_job *j = ctx;
   const int32_t half = j->half;
-  float row[PE_MAX_HEAD_DIM]; /* on-the-fly [cos | sin]: 2*half <= head_dim */
-  for (int64_t u = begin; u < end; u++) {
-    int64_t b = u / j->tokens, t = u % j->tokens;
-    int64_t p = j->pos ? j->pos[u] : t;
-    const float *cs;
-    if (j->table) {
-      cs = j->table + p * 2 * half;
-    } else {
-      j->k->rope_sincos(p, 1, j->freq, half, j->scale, row);
-      cs = row;
+  const int64_t row_floats = 2 * (int64_t)half;
+  float rows[PE_MAX_HEAD_DIM]; /* on-the-fly [cos | sin] rows: 2*half <= head_dim */
+  const float *cs[ROPE_BLOCK_TOKENS];
+  int64_t block = ROPE_BLOCK_FLOATS / row_floats;
+  if (block > ROPE_BLOCK_TOKENS) block = ROPE_BLOCK_TOKENS;
+  if (block < 1) block = 1; /* a row alone is larger than the L1 budget */
+  for (int64_t u = begin; u < end;) {
+    int64_t b = u / j->tokens, t0 = u % j->tokens;
+    int64_t n = block;
+    if (n > j->tokens - t0) n = j->tokens - t0; /* a block never crosses a sequence */
+    if (n > end - u) n = end - u;
+    for (int64_t i = 0; i < n; i++) {
+      int64_t p = j->pos ? j->pos[u + i] : t0 + i;
+      if (j->table) {
+        cs[i] = j->table + p * row_floats;
+      } else {
+        float *r = rows + i * row_floats;
+        j->k->rope_sincos(p, 1, j->freq, half, j->scale, r);
+        cs[i] = r;
+      }
     }
     for (int o = 0; o < 2; o++) {
       const rope_operand *op = &j->ops[o];
       if (!op->data) continue;
-      char *base = op->data + (b * op->s_batch + t * op->s_token) * (int64_t)op->esize;
-      j->k->rope_rows[op->dtype](base, op->s_head, op->heads, cs, half, j->style, j->inverse);
+      char *base = op->data + (b * op->s_batch + t0 * op->s_token) * (int64_t)op->esize;
+      j->k->rope_rows[op->dtype](base, op->s_head, op->heads, op->s_token, n, cs, half, j->style,
+                                 j->inverse);
     }
+    u += n;
   }
 }
 

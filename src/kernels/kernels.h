@@ -22,13 +22,41 @@
 typedef void (*pe_rope_sincos_fn)(int64_t pos0, int64_t n, const double *freq, int32_t half,
                                   float scale, float *out);
 
-/* Rotate n_heads rows in place: row h starts at (element) data + h*head_stride.
- * cs = [cos half | sin half]. style: PE_ROPE_NEOX pairs (j, j+half), PE_ROPE_GPTJ
- * pairs (2j, 2j+1). inverse: use -sin. Per pair (x, y):
+/* Rotate a block of n_tokens x n_heads rows in place: the row of token t,
+ * head h starts at (element) data + t*token_stride + h*head_stride, and its
+ * cos/sin are cs[t] = [cos half | sin half]. Taking a block of tokens (not
+ * one row) lets the kernel walk the rows in memory order whatever the layout
+ * ([B,T,H,D] or [B,H,T,D]) while the block's cos/sin stay in L1.
+ * style: PE_ROPE_NEOX pairs (j, j+half), PE_ROPE_GPTJ pairs (2j, 2j+1).
+ * inverse: s = -1.0f * sin (a multiply, as written: NaN bits follow it).
+ * Per pair (x, y):
  *   x' = fmaf(x, c, -(y*s)); y' = fmaf(y, c, x*s)
- * Channels past 2*half are not touched. */
-typedef void (*pe_rope_rows_fn)(void *data, int64_t head_stride, int64_t n_heads, const float *cs,
+ * Half types are widened exactly and rounded once on store (convert.h).
+ * Channels past 2*half are neither read nor written. */
+typedef void (*pe_rope_rows_fn)(void *data, int64_t head_stride, int64_t n_heads,
+                                int64_t token_stride, int64_t n_tokens, const float *const *cs,
                                 int32_t half, int32_t style, int32_t inverse);
+
+/* One row's rotation, as each ISA file writes it per dtype and style. */
+typedef void (*pe_rope_row_fn)(void *row, const float *cs, int32_t half, int32_t inverse);
+
+/* The walk over a block shared by every ISA: the nearer of the two strides
+ * goes innermost so the rows stream in address order. Always inlined with a
+ * constant `row`, so each kernel gets its own loop with the row body inlined. */
+static inline __attribute__((always_inline)) void pe_rope_rows_walk(
+    void *data, int64_t esize, int64_t head_stride, int64_t n_heads, int64_t token_stride,
+    int64_t n_tokens, const float *const *cs, int32_t half, int32_t inverse, pe_rope_row_fn row) {
+  char *base = data;
+  int64_t hs = head_stride * esize, ts = token_stride * esize;
+  int64_t ahs = hs < 0 ? -hs : hs, ats = ts < 0 ? -ts : ts;
+  if (n_tokens == 1 || ahs <= ats) {
+    for (int64_t t = 0; t < n_tokens; t++)
+      for (int64_t h = 0; h < n_heads; h++) row(base + t * ts + h * hs, cs[t], half, inverse);
+  } else {
+    for (int64_t h = 0; h < n_heads; h++)
+      for (int64_t t = 0; t < n_tokens; t++) row(base + t * ts + h * hs, cs[t], half, inverse);
+  }
+}
 
 typedef struct pe_kernels {
   const char *name;

@@ -57,26 +57,29 @@ static inline void rotate_pair(float x, float y, float c, float s, float *xo, fl
   *yo = fmaf(y, c, x * s);
 }
 
-#define DEFINE_ROPE_ROWS(NAME, T, LOAD, STORE)                                                   \
-  static void NAME(void *data, int64_t head_stride, int64_t n_heads, const float *cs,            \
-                   int32_t half, int32_t style, int32_t inverse) {                               \
+/* One row: pairs (xo + j*step, yo + j*step), j < half. */
+#define DEFINE_ROPE_ROW(NAME, T, LOAD, STORE, XO, YO, STEP)                                      \
+  static void NAME(void *data, const float *cs, int32_t half, int32_t inverse) {                 \
+    T *row = data;                                                                               \
     const float *cosv = cs, *sinv = cs + half;                                                   \
     float sign = inverse ? -1.0f : 1.0f;                                                         \
-    for (int64_t h = 0; h < n_heads; h++) {                                                      \
-      T *row = (T *)data + h * head_stride;                                                      \
-      int32_t xo = 0, yo = half, step = 1;                                                       \
-      if (style == PE_ROPE_GPTJ) {                                                               \
-        yo = 1;                                                                                  \
-        step = 2;                                                                                \
-      }                                                                                          \
-      for (int32_t j = 0; j < half; j++) {                                                       \
-        T *px = row + xo + j * step, *py = row + yo + j * step;                                  \
-        float xn, yn;                                                                            \
-        rotate_pair(LOAD(*px), LOAD(*py), cosv[j], sign * sinv[j], &xn, &yn);                    \
-        *px = STORE(xn);                                                                         \
-        *py = STORE(yn);                                                                         \
-      }                                                                                          \
+    for (int32_t j = 0; j < half; j++) {                                                         \
+      T *px = row + (XO) + j * (STEP), *py = row + (YO) + j * (STEP);                            \
+      float xn, yn;                                                                              \
+      rotate_pair(LOAD(*px), LOAD(*py), cosv[j], sign * sinv[j], &xn, &yn);                      \
+      *px = STORE(xn);                                                                           \
+      *py = STORE(yn);                                                                           \
     }                                                                                            \
+  }
+
+#define DEFINE_ROPE_ROWS(NAME, T, LOAD, STORE)                                                   \
+  DEFINE_ROPE_ROW(NAME##_neox, T, LOAD, STORE, 0, half, 1)                                       \
+  DEFINE_ROPE_ROW(NAME##_gptj, T, LOAD, STORE, 0, 1, 2)                                          \
+  static void NAME(void *data, int64_t head_stride, int64_t n_heads, int64_t token_stride,       \
+                   int64_t n_tokens, const float *const *cs, int32_t half, int32_t style,        \
+                   int32_t inverse) {                                                            \
+    pe_rope_rows_walk(data, (int64_t)sizeof(T), head_stride, n_heads, token_stride, n_tokens,    \
+                      cs, half, inverse, style == PE_ROPE_GPTJ ? NAME##_gptj : NAME##_neox);     \
   }
 
 #define LOAD_F32(v) (v)
