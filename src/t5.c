@@ -1,0 +1,159 @@
+/* t5.c - T5's relative position buckets and the learned per-bucket, per-head
+ * bias added in place to attention scores. */
+#include <inttypes.h>
+#include <math.h>
+
+#include "kernels/enc_kernels.h"
+
+/* Keys handled per pass of a row: the bucket indices and the gathered bias
+ * of one pass live on the stack (24 KiB). */
+#define T5_CHUNK 2048
+
+/* Precomputed per call: everything of the bucket formula that does not depend
+ * on the relative position. */
+typedef struct t5_geometry {
+  int32_t bidirectional;
+  int32_t per_dir;   /* buckets per direction: num_buckets, halved when bidirectional */
+  int32_t exact;     /* max_exact = per_dir / 2: distances below are their own bucket */
+  int64_t max_distance;
+  float log_ratio;   /* (float)ln(max_distance / max_exact), as T5's math.log */
+} t5_geometry;
+
+static pe_status t5_geometry_init(const char *fn, int32_t bidirectional, int32_t num_buckets,
+                                  int32_t max_distance, t5_geometry *g) {
+  if (bidirectional) {
+    if (num_buckets < 4 || (num_buckets & 1))
+      return pe__fail(PE_ERR_INVALID_ARGUMENT,
+                      "%s: num_buckets %d must be even and >= 4 when bidirectional (half the "
+                      "buckets per direction, each half needing an exact bucket)",
+                      fn, (int)num_buckets);
+  } else if (num_buckets < 2) {
+    return pe__fail(PE_ERR_INVALID_ARGUMENT, "%s: num_buckets %d must be >= 2", fn,
+                    (int)num_buckets);
+  }
+  g->bidirectional = bidirectional != 0;
+  g->per_dir = bidirectional ? num_buckets / 2 : num_buckets;
+  g->exact = g->per_dir / 2;
+  if (max_distance <= g->exact)
+    return pe__fail(PE_ERR_INVALID_ARGUMENT,
+                    "%s: max_distance %d must be > max_exact %d (half the %d buckets per "
+                    "direction): the log-spaced buckets need ln(max_distance / max_exact) > 0",
+                    fn, (int)max_distance, (int)g->exact, (int)g->per_dir);
+  g->max_distance = max_distance;
+  g->log_ratio = (float)log((double)max_distance / (double)g->exact);
+  return PE_OK;
+}
+
+/* T5's _relative_position_bucket, in T5's float32 arithmetic for the
+ * log-spaced part: E + trunc(f32(ln(n / E)) / f32(ln(md / E)) * (nb - E)),
+ * capped at nb - 1. Distances >= max_distance go straight to the last
+ * bucket, which is what the formula gives there (the ratio is >= 1 up to an
+ * ulp, and the cap absorbs the ulp). */
+static int32_t t5_bucket(const t5_geometry *g, int64_t rel) {
+  int32_t bucket = 0;
+  int64_t n;
+  if (g->bidirectional) {
+    if (rel > 0) bucket = g->per_dir;
+    n = rel > 0 ? rel : (rel == INT64_MIN ? INT64_MAX : -rel);
+  } else {
+    n = rel < 0 ? (rel == INT64_MIN ? INT64_MAX : -rel) : 0;
+  }
+  if (n < g->exact) return bucket + (int32_t)n;
+  if (n >= g->max_distance) return bucket + g->per_dir - 1;
+  float r = logf((float)n / (float)g->exact);
+  r = r / g->log_ratio;
+  r = r * (float)(g->per_dir - g->exact);
+  int64_t large = g->exact + (int64_t)r;
+  if (large > g->per_dir - 1) large = g->per_dir - 1;
+  return bucket + (int32_t)large;
+}
+
+PE_API int32_t pe_t5_bucket(int64_t relative_position, int32_t bidirectional, int32_t num_buckets,
+                            int32_t max_distance) {
+  t5_geometry g = {0};
+  if (t5_geometry_init("pe_t5_bucket", bidirectional, num_buckets, max_distance, &g) != PE_OK)
+    return -1;
+  return t5_bucket(&g, relative_position);
+}
+
+typedef struct t5_job {
+  const pe_enc_kernels *k;
+  char *data;
+  size_t esize;
+  pe_dtype dtype;
+  int64_t heads, q_len, k_len;
+  int64_t s_batch, s_head, s_query;
+  const float *table; /* [num_buckets][heads] */
+  const int64_t *q_positions;
+  int causal;
+  t5_geometry g;
+} t5_job;
+
+/* Units are (batch, query) pairs: the buckets of a row are computed once and
+ * serve every head. */
+static void t5_range(void *ctx, int64_t begin, int64_t end) {
+  const t5_job *j = ctx;
+  int32_t bucket[T5_CHUNK];
+  float bias[T5_CHUNK];
+  for (int64_t u = begin; u < end; u++) {
+    int64_t b = u / j->q_len, i = u % j->q_len;
+    int64_t qpos = pe__query_pos(j->q_positions, b, i, j->q_len, j->k_len);
+    int64_t n = pe__biased_keys(qpos, j->k_len, j->causal);
+    char *row0 = j->data + (b * j->s_batch + i * j->s_query) * (int64_t)j->esize;
+    for (int64_t k0 = 0; k0 < n; k0 += T5_CHUNK) {
+      int64_t len = n - k0 < T5_CHUNK ? n - k0 : T5_CHUNK;
+      for (int64_t t = 0; t < len; t++) bucket[t] = t5_bucket(&j->g, k0 + t - qpos);
+      for (int64_t h = 0; h < j->heads; h++) {
+        for (int64_t t = 0; t < len; t++) bias[t] = j->table[bucket[t] * j->heads + h];
+        char *row = row0 + (h * j->s_head + k0) * (int64_t)j->esize;
+        j->k->add_row[j->dtype](row, bias, len);
+      }
+    }
+    if (n < j->k_len)
+      for (int64_t h = 0; h < j->heads; h++)
+        pe__enc_fill_neg_inf(row0 + (h * j->s_head + n) * (int64_t)j->esize, j->dtype,
+                             j->k_len - n);
+  }
+}
+
+PE_API pe_status pe_t5_add_bias(const pe_tensor *scores, const float *table,
+                                int32_t bidirectional, int32_t num_buckets,
+                                int32_t max_distance, const int64_t *q_positions,
+                                uint32_t flags, pe_threadpool *pool) {
+  static const char fn[] = "pe_t5_add_bias";
+  pe_status st = pe__check_scores(fn, scores, q_positions, flags);
+  if (st != PE_OK) return st;
+  if (!table) return pe__fail(PE_ERR_NULL_POINTER, "%s: table is NULL", fn);
+  t5_job j = {.g = {0}};
+  if ((st = t5_geometry_init(fn, bidirectional, num_buckets, max_distance, &j.g)) != PE_OK)
+    return st;
+  int64_t heads = scores->shape[1], entries;
+  if (__builtin_mul_overflow(heads, (int64_t)num_buckets, &entries))
+    return pe__fail(PE_ERR_OVERFLOW, "%s: table of %d buckets x %" PRId64 " heads overflows", fn,
+                    (int)num_buckets, heads);
+  /* A non-finite bias would only spread NaN/Inf through a softmax; checking
+   * the (small) table keeps the result independent of which NaN an add
+   * propagates. */
+  for (int64_t e = 0; e < entries; e++)
+    if (!isfinite(table[e]))
+      return pe__fail(PE_ERR_INVALID_ARGUMENT,
+                      "%s: table[bucket %" PRId64 "][head %" PRId64 "] = %g is not finite", fn,
+                      e / heads, e % heads, (double)table[e]);
+  if ((st = pe__pool_acquire(fn, pool)) != PE_OK) return st;
+  j.k = pe__enc_kernels();
+  j.data = scores->data;
+  j.esize = pe__dtype_size(scores->dtype);
+  j.dtype = scores->dtype;
+  j.heads = heads;
+  j.q_len = scores->shape[2];
+  j.k_len = scores->shape[3];
+  j.s_batch = scores->stride[0];
+  j.s_head = scores->stride[1];
+  j.s_query = scores->stride[2];
+  j.table = table;
+  j.q_positions = q_positions;
+  j.causal = (flags & PE_MASK_CAUSAL) != 0;
+  pe__pool_run(pool, scores->shape[0] * j.q_len, 1, 2 * heads * j.k_len * (int64_t)j.esize,
+               t5_range, &j);
+  return PE_OK;
+}

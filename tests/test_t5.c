@@ -1,0 +1,463 @@
+/* test_t5.c - T5 relative position buckets against the formula of T5's
+ * _relative_position_bucket evaluated in double in this file (and a few
+ * values worked by hand), the bias against float64, error paths, dtypes,
+ * layouts and SIMD-vs-scalar bit identity. */
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "posenc.h"
+
+/* ---- helpers: rng, half types, tensors ---- */
+
+static uint64_t rng_state = 0x9e3779b97f4a7c15u;
+static uint64_t rng_next(void) {
+  uint64_t z = (rng_state += 0x9e3779b97f4a7c15u);
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9u;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebu;
+  return z ^ (z >> 31);
+}
+static float rng_uniform(float lo, float hi) {
+  return lo + (hi - lo) * (float)((rng_next() >> 40) * (1.0 / 16777216.0));
+}
+
+/* Independent of the library's convert.h: _Float16 for f16, and bf16 as the
+ * float32 rounded to 8 significant bits in double arithmetic. */
+static float h2f(uint16_t h) {
+  _Float16 v;
+  memcpy(&v, &h, 2);
+  return (float)v;
+}
+static uint16_t f2h(float f) {
+  _Float16 v = (_Float16)f;
+  uint16_t h;
+  memcpy(&h, &v, 2);
+  return h;
+}
+static float b2f(uint16_t b) {
+  uint32_t u = (uint32_t)b << 16;
+  float f;
+  memcpy(&f, &u, 4);
+  return f;
+}
+static uint16_t f2b(float f) {
+  uint32_t u;
+  memcpy(&u, &f, 4);
+  if (isnan(f)) return (uint16_t)((u >> 16) | 0x40);
+  uint32_t lo = u & 0xffff0000u, hi = lo + 0x10000u;
+  float flo, fhi;
+  memcpy(&flo, &lo, 4);
+  memcpy(&fhi, &hi, 4);
+  double dl = fabs((double)f - (double)flo), dh = fabs((double)fhi - (double)f);
+  if (isinf(f)) return (uint16_t)(u >> 16);
+  if (dh < dl || (dh == dl && ((lo >> 16) & 1))) return (uint16_t)(hi >> 16);
+  return (uint16_t)(lo >> 16);
+}
+
+static size_t esize(pe_dtype d) { return d == PE_F32 ? 4 : 2; }
+static double get_elem(const pe_tensor *t, int64_t off) {
+  const char *p = (const char *)t->data + off * (int64_t)esize(t->dtype);
+  if (t->dtype == PE_F32) {
+    float f;
+    memcpy(&f, p, 4);
+    return f;
+  }
+  uint16_t h;
+  memcpy(&h, p, 2);
+  return t->dtype == PE_F16 ? h2f(h) : b2f(h);
+}
+static void set_elem(pe_tensor *t, int64_t off, float v) {
+  char *p = (char *)t->data + off * (int64_t)esize(t->dtype);
+  if (t->dtype == PE_F32) {
+    memcpy(p, &v, 4);
+  } else {
+    uint16_t h = t->dtype == PE_F16 ? f2h(v) : f2b(v);
+    memcpy(p, &h, 2);
+  }
+}
+/* Relative rounding unit of a dtype. */
+static double dtype_eps(pe_dtype d) {
+  return d == PE_F32 ? 0x1p-23 : d == PE_F16 ? 0x1p-10 : 0x1p-7;
+}
+
+/* A tensor of logical shape s with dimensions 0..2 laid out in the physical
+ * order perm (outermost first), rows padded by pad elements, and dimension
+ * `reversed` (or -1) walked backwards through a negative stride. */
+typedef struct tbuf {
+  pe_tensor t;
+  void *mem;
+  size_t bytes;
+} tbuf;
+static tbuf make_tensor(pe_dtype d, const int64_t s[4], const int perm[3], int64_t pad,
+                        int reversed) {
+  tbuf b;
+  memset(&b, 0, sizeof b);
+  b.t.dtype = d;
+  memcpy(b.t.shape, s, sizeof b.t.shape);
+  int64_t st[4];
+  st[3] = 1;
+  int64_t span = s[3] + pad;
+  for (int k = 2; k >= 0; k--) {
+    st[perm[k]] = span;
+    span *= s[perm[k]];
+  }
+  b.bytes = (size_t)span * esize(d);
+  b.mem = malloc(b.bytes);
+  assert_non_null(b.mem);
+  for (size_t i = 0; i < b.bytes; i++) ((unsigned char *)b.mem)[i] = (unsigned char)rng_next();
+  char *base = b.mem;
+  if (reversed >= 0) {
+    base += (s[reversed] - 1) * st[reversed] * (int64_t)esize(d);
+    st[reversed] = -st[reversed];
+  }
+  memcpy(b.t.stride, st, sizeof st);
+  b.t.data = base;
+  return b;
+}
+static int64_t offset_of(const pe_tensor *t, int64_t a, int64_t b, int64_t c, int64_t e) {
+  return a * t->stride[0] + b * t->stride[1] + c * t->stride[2] + e * t->stride[3];
+}
+/* Fill every logical element with uniform values in [lo, hi). */
+static void fill_uniform(tbuf *b, float lo, float hi) {
+  const pe_tensor *t = &b->t;
+  for (int64_t a = 0; a < t->shape[0]; a++)
+    for (int64_t h = 0; h < t->shape[1]; h++)
+      for (int64_t i = 0; i < t->shape[2]; i++)
+        for (int64_t j = 0; j < t->shape[3]; j++)
+          set_elem(&b->t, offset_of(t, a, h, i, j), rng_uniform(lo, hi));
+}
+static tbuf clone(const tbuf *src) {
+  tbuf b = *src;
+  b.mem = malloc(src->bytes);
+  assert_non_null(b.mem);
+  memcpy(b.mem, src->mem, src->bytes);
+  b.t.data = (char *)b.mem + ((char *)src->t.data - (char *)src->mem);
+  return b;
+}
+
+/* Every ISA path other than scalar that this build and CPU run. */
+static const char *const simd_isas[] = {"avx2", "avx512", "neon"};
+
+static void expect_error(pe_status got, pe_status want, const char *needle) {
+  assert_int_equal(got, want);
+  const char *msg = pe_last_error();
+  if (!strstr(msg, needle)) fail_msg("error \"%s\" does not mention \"%s\"", msg, needle);
+}
+
+/* Random scores with NaN, +-Inf, subnormals, zeros of both signs. */
+static void fill_special(tbuf *b) {
+  const pe_tensor *t = &b->t;
+  static const float specials[] = {NAN, -NAN, INFINITY, -INFINITY, 0x1p-140f, -0x1p-149f,
+                                   0.0f, -0.0f, 65504.0f, 1e-7f, 3e38f, -6e-5f};
+  for (int64_t a = 0; a < t->shape[0]; a++)
+    for (int64_t h = 0; h < t->shape[1]; h++)
+      for (int64_t i = 0; i < t->shape[2]; i++)
+        for (int64_t j = 0; j < t->shape[3]; j++) {
+          uint64_t r = rng_next();
+          float v = (r & 7) == 0 ? specials[(r >> 8) % 12] : rng_uniform(-100.0f, 100.0f);
+          set_elem(&b->t, offset_of(t, a, h, i, j), v);
+        }
+  /* Signalling NaNs straight into the storage too. */
+  if (t->dtype == PE_F32) {
+    uint32_t snan = 0x7f800001u;
+    memcpy(t->data, &snan, 4);
+  } else {
+    uint16_t snan = t->dtype == PE_F16 ? 0x7c01u : 0x7f81u;
+    memcpy(t->data, &snan, 2);
+  }
+}
+
+/* ---- buckets ---- */
+
+/* T5 (Raffel et al.; HF T5Attention._relative_position_bucket): rel = key -
+ * query. Bidirectional: half the buckets per side, keys after the query
+ * offset by that half, n = |rel|; otherwise n = max(-rel, 0). Below
+ * max_exact = buckets/2 the distance is its own bucket, above it
+ * max_exact + ln(n/max_exact)/ln(max_distance/max_exact)*(buckets-max_exact)
+ * truncated and capped at buckets-1. Double here; the library uses T5's
+ * float32, which gives the same buckets on these ranges. */
+static int ref_bucket(int64_t rel, int bidir, int nb, int md) {
+  int ret = 0;
+  int64_t n;
+  if (bidir) {
+    nb /= 2;
+    if (rel > 0) ret += nb;
+    n = rel < 0 ? -rel : rel;
+  } else {
+    n = rel < 0 ? -rel : 0;
+  }
+  int exact = nb / 2;
+  if (n < exact) return ret + (int)n;
+  double v = exact + log((double)n / exact) / log((double)md / exact) * (nb - exact);
+  int64_t large = (int64_t)v;
+  if (large > nb - 1) large = nb - 1;
+  return ret + (int)large;
+}
+
+static void test_bucket_formula_table(void **state) {
+  (void)state;
+  const struct {
+    int nb, md;
+  } cfg[] = {{32, 128}, {64, 256}, {16, 64}, {32, 64}, {8, 20}, {128, 1024}, {320, 3000}};
+  for (size_t c = 0; c < sizeof cfg / sizeof cfg[0]; c++)
+    for (int bidir = 0; bidir < 2; bidir++)
+      for (int64_t rel = -300; rel <= 300; rel++) {
+        int want = ref_bucket(rel, bidir, cfg[c].nb, cfg[c].md);
+        int got = pe_t5_bucket(rel, bidir, cfg[c].nb, cfg[c].md);
+        if (got != want)
+          fail_msg("bucket(%ld, bidir %d, %d, %d) = %d, formula %d", (long)rel, bidir, cfg[c].nb,
+                   cfg[c].md, got, want);
+      }
+}
+
+/* Values worked by hand for T5's defaults (32 buckets, max distance 128):
+ * bidirectional: 16 per side, max_exact 8;
+ *   rel -12: 8 + trunc(ln(1.5)/ln(16)*8 = 1.17) = 9
+ *   rel -127: 8 + trunc(ln(15.875)/ln(16)*8 = 7.98) = 15; +127: 16 + 15 = 31
+ * unidirectional (decoder): 32 buckets, max_exact 16, keys after the query -> 0;
+ *   rel -20: 16 + trunc(ln(1.25)/ln(8)*16 = 1.72) = 17
+ *   rel -100: 16 + trunc(ln(6.25)/ln(8)*16 = 14.10) = 30 */
+static void test_bucket_hand_values(void **state) {
+  (void)state;
+  assert_int_equal(pe_t5_bucket(0, 1, 32, 128), 0);
+  assert_int_equal(pe_t5_bucket(-1, 1, 32, 128), 1);
+  assert_int_equal(pe_t5_bucket(-7, 1, 32, 128), 7);
+  assert_int_equal(pe_t5_bucket(-8, 1, 32, 128), 8);
+  assert_int_equal(pe_t5_bucket(1, 1, 32, 128), 17);
+  assert_int_equal(pe_t5_bucket(-12, 1, 32, 128), 9);
+  assert_int_equal(pe_t5_bucket(-127, 1, 32, 128), 15);
+  assert_int_equal(pe_t5_bucket(127, 1, 32, 128), 31);
+  assert_int_equal(pe_t5_bucket(-128, 1, 32, 128), 15);
+  assert_int_equal(pe_t5_bucket(INT64_MIN, 1, 32, 128), 15);
+  assert_int_equal(pe_t5_bucket(INT64_MAX, 1, 32, 128), 31);
+  assert_int_equal(pe_t5_bucket(5, 0, 32, 128), 0);
+  assert_int_equal(pe_t5_bucket(-15, 0, 32, 128), 15);
+  assert_int_equal(pe_t5_bucket(-20, 0, 32, 128), 17);
+  assert_int_equal(pe_t5_bucket(-100, 0, 32, 128), 30);
+  assert_int_equal(pe_t5_bucket(-1000, 0, 32, 128), 31);
+  assert_int_equal(pe_t5_bucket(INT64_MIN, 0, 32, 128), 31);
+}
+
+/* Buckets never decrease with the distance on each side, up to far
+ * distances (the float32 log must not wobble across a boundary). */
+static void test_bucket_monotone(void **state) {
+  (void)state;
+  for (int bidir = 0; bidir < 2; bidir++) {
+    int prev_neg = -1, prev_pos = -1;
+    for (int64_t n = 0; n < 200000; n++) {
+      int a = pe_t5_bucket(-n, bidir, 64, 100000), b = pe_t5_bucket(n, bidir, 64, 100000);
+      assert_true(a >= prev_neg && b >= prev_pos);
+      prev_neg = a;
+      prev_pos = b;
+    }
+    assert_int_equal(prev_neg, bidir ? 31 : 63);
+  }
+}
+
+static void test_bucket_invalid(void **state) {
+  (void)state;
+  assert_int_equal(pe_t5_bucket(0, 1, 33, 128), -1);
+  assert_non_null(strstr(pe_last_error(), "num_buckets 33"));
+  assert_int_equal(pe_t5_bucket(0, 1, 2, 128), -1);
+  assert_int_equal(pe_t5_bucket(0, 0, 1, 128), -1);
+  assert_non_null(strstr(pe_last_error(), "num_buckets 1"));
+  assert_int_equal(pe_t5_bucket(0, 1, 32, 8), -1); /* max_exact is 8 */
+  assert_non_null(strstr(pe_last_error(), "max_distance 8"));
+  assert_int_equal(pe_t5_bucket(0, 0, 32, 16), -1); /* max_exact is 16 */
+  assert_int_equal(pe_t5_bucket(0, 0, 32, -5), -1);
+  /* Smallest valid decoder setup: 3 buckets, max_exact 1, max_distance 2. */
+  assert_int_equal(pe_t5_bucket(0, 0, 3, 2), 0);
+  assert_int_equal(pe_t5_bucket(-1, 0, 3, 2), 1);
+  assert_int_equal(pe_t5_bucket(-3, 0, 3, 2), 2);
+}
+
+/* ---- the bias against float64 ---- */
+
+static void check_bias(const tbuf *before, const tbuf *after, const float *table, int bidir,
+                       int nb, int md, const int64_t *qp, int causal) {
+  const pe_tensor *t = &before->t;
+  int64_t B = t->shape[0], H = t->shape[1], Q = t->shape[2], K = t->shape[3];
+  double eps = dtype_eps(t->dtype);
+  for (int64_t b = 0; b < B; b++)
+    for (int64_t h = 0; h < H; h++)
+      for (int64_t i = 0; i < Q; i++) {
+        int64_t q = qp ? qp[b * Q + i] : K - Q + i;
+        for (int64_t j = 0; j < K; j++) {
+          int64_t off = offset_of(t, b, h, i, j);
+          double s = get_elem(&before->t, off), g = get_elem(&after->t, off);
+          if (causal && j > q) {
+            if (!(isinf(g) && g < 0)) fail_msg("[%ld,%ld,%ld,%ld] = %g, want -inf", (long)b, (long)h, (long)i, (long)j, g);
+            continue;
+          }
+          double bias = table[ref_bucket(j - q, bidir, nb, md) * H + h];
+          double want = s + bias, tol = 2 * eps * (fabs(s) + fabs(bias)) + 1e-30;
+          if (!(fabs(g - want) <= tol))
+            fail_msg("[%ld,%ld,%ld,%ld] qpos %ld: got %.9g, want %.9g", (long)b, (long)h, (long)i,
+                     (long)j, (long)q, g, want);
+        }
+      }
+}
+
+static void run_bias_case(pe_dtype d, const int64_t s[4], const int perm[3], int64_t pad,
+                          int reversed, int use_qp, int causal, int bidir, int nb, int md) {
+  tbuf before = make_tensor(d, s, perm, pad, reversed);
+  fill_uniform(&before, -4.0f, 4.0f);
+  tbuf after = clone(&before);
+  int64_t B = s[0], H = s[1], Q = s[2], K = s[3];
+  int64_t *qp = NULL;
+  if (use_qp) {
+    qp = malloc(sizeof(int64_t) * (size_t)(B * Q));
+    for (int64_t k = 0; k < B * Q; k++) qp[k] = (int64_t)(rng_next() % (uint64_t)(K + 5));
+  }
+  float *table = malloc(sizeof(float) * (size_t)(nb * H));
+  for (int64_t e = 0; e < nb * H; e++) table[e] = rng_uniform(-3.0f, 3.0f);
+  assert_int_equal(pe_t5_add_bias(&after.t, table, bidir, nb, md, qp, causal ? PE_MASK_CAUSAL : 0,
+                                  NULL),
+                   PE_OK);
+  check_bias(&before, &after, table, bidir, nb, md, qp, causal);
+  free(table);
+  free(qp);
+  free(before.mem);
+  free(after.mem);
+}
+
+static void test_bias_dtypes_layouts(void **state) {
+  (void)state;
+  const int dense[3] = {0, 1, 2}, bqh[3] = {0, 2, 1}, qhb[3] = {2, 1, 0};
+  const int64_t shapes[][4] = {{2, 3, 5, 37}, {1, 4, 1, 300}, {3, 2, 7, 7}, {1, 2, 1, 1}};
+  for (int d = 0; d < 3; d++)
+    for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++)
+      for (int variant = 0; variant < 6; variant++) {
+        const int *perm = variant % 3 == 0 ? dense : variant % 3 == 1 ? bqh : qhb;
+        int64_t pad = variant >= 3 ? 3 : 0;
+        int reversed = variant == 4 ? 1 : variant == 5 ? 2 : -1;
+        int bidir = variant % 2 == 0;
+        run_bias_case((pe_dtype)d, shapes[si], perm, pad, reversed, variant & 1, variant >= 2,
+                      bidir, variant == 5 ? 16 : 32, variant == 5 ? 20 : 128);
+      }
+}
+
+/* Rows longer than the library's internal chunk of keys. */
+static void test_bias_long_rows(void **state) {
+  (void)state;
+  const int dense[3] = {0, 1, 2};
+  const int64_t s[4] = {1, 2, 2, 5000};
+  run_bias_case(PE_F32, s, dense, 0, -1, 0, 0, 1, 32, 128);
+  run_bias_case(PE_BF16, s, dense, 0, -1, 1, 1, 0, 32, 128);
+}
+
+static void test_bias_errors_change_nothing(void **state) {
+  (void)state;
+  enum { N = 2 * 3 * 4 * 5 };
+  float mem[N], keep[N];
+  for (int e = 0; e < N; e++) mem[e] = (float)e;
+  memcpy(keep, mem, sizeof mem);
+  const pe_tensor good = {mem, PE_F32, {2, 3, 4, 5}, {60, 20, 5, 1}};
+  pe_tensor t;
+  float table[32 * 3];
+  for (int e = 0; e < 96; e++) table[e] = 0.5f;
+  int64_t qp[8] = {0, 1, 2, 3, 4, 5, 6, 7};
+
+  expect_error(pe_t5_add_bias(NULL, table, 1, 32, 128, NULL, 0, NULL), PE_ERR_NULL_POINTER, "scores");
+  t = good;
+  expect_error(pe_t5_add_bias(&t, NULL, 1, 32, 128, NULL, 0, NULL), PE_ERR_NULL_POINTER, "table");
+  t = good; t.data = NULL;
+  expect_error(pe_t5_add_bias(&t, table, 1, 32, 128, NULL, 0, NULL), PE_ERR_NULL_POINTER, "scores->data");
+  t = good; t.dtype = (pe_dtype)3;
+  expect_error(pe_t5_add_bias(&t, table, 1, 32, 128, NULL, 0, NULL), PE_ERR_DTYPE, "dtype 3");
+  t = good; t.shape[0] = -1;
+  expect_error(pe_t5_add_bias(&t, table, 1, 32, 128, NULL, 0, NULL), PE_ERR_SHAPE, "shape[0]");
+  t = good; t.stride[2] = 4;
+  expect_error(pe_t5_add_bias(&t, table, 1, 32, 128, NULL, 0, NULL), PE_ERR_SHAPE, "alias");
+  t = good;
+  expect_error(pe_t5_add_bias(&t, table, 1, 32, 128, NULL, 0x10, NULL), PE_ERR_INVALID_ARGUMENT, "flags");
+  expect_error(pe_t5_add_bias(&t, table, 1, 31, 128, NULL, 0, NULL), PE_ERR_INVALID_ARGUMENT, "num_buckets 31");
+  expect_error(pe_t5_add_bias(&t, table, 0, 32, 16, NULL, 0, NULL), PE_ERR_INVALID_ARGUMENT, "max_distance 16");
+  qp[7] = -4;
+  expect_error(pe_t5_add_bias(&t, table, 1, 32, 128, qp, 0, NULL), PE_ERR_POSITION_OUT_OF_RANGE, "-4");
+  qp[7] = 7;
+  table[50] = NAN;
+  expect_error(pe_t5_add_bias(&t, table, 1, 32, 128, qp, 0, NULL), PE_ERR_INVALID_ARGUMENT, "bucket 16][head 2]");
+  table[50] = -INFINITY;
+  expect_error(pe_t5_add_bias(&t, table, 1, 32, 128, qp, 0, NULL), PE_ERR_INVALID_ARGUMENT, "not finite");
+  t = good; t.shape[3] = 3; t.stride[2] = 5;
+  table[50] = 0.5f;
+  expect_error(pe_t5_add_bias(&t, table, 1, 32, 128, NULL, 0, NULL), PE_ERR_SHAPE, "q_len 4 <= k_len 3");
+  assert_memory_equal(mem, keep, sizeof mem);
+}
+
+typedef struct simd_case {
+  pe_dtype d;
+  int64_t shape[4];
+  int causal, bidir;
+} simd_case;
+
+static void run_simd_case(const simd_case *c) {
+  const int dense[3] = {0, 1, 2};
+  tbuf ref = make_tensor(c->d, c->shape, dense, 1, -1);
+  fill_special(&ref);
+  tbuf orig = clone(&ref);
+  int64_t nq = c->shape[0] * c->shape[2];
+  int64_t *qp = malloc(sizeof(int64_t) * (size_t)nq);
+  for (int64_t k = 0; k < nq; k++) qp[k] = (int64_t)(rng_next() % (uint64_t)(c->shape[3] + 3));
+  float table[32 * 4];
+  for (int e = 0; e < 32 * 4; e++) table[e] = rng_uniform(-30.0f, 30.0f);
+  table[3] = 0x1p-140f; /* subnormal bias */
+  table[5] = -0.0f;
+  uint32_t fl = c->causal ? PE_MASK_CAUSAL : 0;
+  assert_int_equal(pe_force_isa("scalar"), PE_OK);
+  assert_int_equal(pe_t5_add_bias(&ref.t, table, c->bidir, 32, 128, qp, fl, NULL), PE_OK);
+  {
+    tbuf p = clone(&orig);
+    pe_threadpool *pool = NULL;
+    assert_int_equal(pe_threadpool_create(3, &pool), PE_OK);
+    assert_int_equal(pe_t5_add_bias(&p.t, table, c->bidir, 32, 128, qp, fl, pool), PE_OK);
+    pe_threadpool_destroy(pool);
+    assert_memory_equal(p.mem, ref.mem, ref.bytes);
+    free(p.mem);
+  }
+  for (size_t k = 0; k < sizeof simd_isas / sizeof simd_isas[0]; k++) {
+    pe_status st = pe_force_isa(simd_isas[k]);
+    if (st == PE_ERR_UNSUPPORTED) continue;
+    assert_int_equal(st, PE_OK);
+    tbuf v = clone(&orig);
+    assert_int_equal(pe_t5_add_bias(&v.t, table, c->bidir, 32, 128, qp, fl, NULL), PE_OK);
+    if (memcmp(v.mem, ref.mem, ref.bytes)) fail_msg("%s dtype %d differs from scalar", simd_isas[k], c->d);
+    free(v.mem);
+  }
+  assert_int_equal(pe_force_isa("auto"), PE_OK);
+  free(qp);
+  free(ref.mem);
+  free(orig.mem);
+}
+
+static void test_simd_matches_scalar(void **state) {
+  (void)state;
+  for (int d = 0; d < 3; d++)
+    for (int64_t k = 1; k <= 70; k += (k < 20 ? 1 : 7))
+      for (int causal = 0; causal < 2; causal++) {
+        simd_case c = {(pe_dtype)d, {2, 4, 3, k}, causal, causal};
+        run_simd_case(&c);
+      }
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_bucket_formula_table),
+      cmocka_unit_test(test_bucket_hand_values),
+      cmocka_unit_test(test_bucket_monotone),
+      cmocka_unit_test(test_bucket_invalid),
+      cmocka_unit_test(test_bias_dtypes_layouts),
+      cmocka_unit_test(test_bias_long_rows),
+      cmocka_unit_test(test_bias_errors_change_nothing),
+      cmocka_unit_test(test_simd_matches_scalar),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
