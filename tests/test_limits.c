@@ -1,0 +1,440 @@
+/* test_limits.c - arguments at the edges of int64/size_t and of memory:
+ * shapes and positions at INT64_MIN/MAX, element counts and byte extents that
+ * overflow, strides reaching below address 0, tables larger than memory.
+ * Each must come back as a clear error (a status and a sentence) with every
+ * buffer unchanged - never a crash, a wrap-around or a partial write.
+ * Prints "bad inputs tried: N" for the CI summary. */
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "posenc.h"
+
+/* Entry points other sessions are still landing: weak, so this test links
+ * before they exist and covers them once they do. */
+#pragma weak pe_alibi_slopes
+#pragma weak pe_alibi_add_bias
+#pragma weak pe_t5_bucket
+#pragma weak pe_t5_add_bias
+#pragma weak pe_sinusoidal_table
+#pragma weak pe_sinusoidal_add
+#pragma weak pe_learned_add
+
+#define P53 ((int64_t)1 << 53)
+
+static int bad_inputs;
+
+/* A float buffer with its snapshot, to prove a refused call wrote nothing. */
+typedef struct buf {
+  float *data, *snap;
+  size_t n;
+} buf;
+
+static buf buf_new(size_t n) {
+  buf b = {malloc(n * sizeof(float)), malloc(n * sizeof(float)), n};
+  assert_non_null(b.data);
+  assert_non_null(b.snap);
+  for (size_t i = 0; i < n; i++) b.data[i] = (float)i * 0.25f - 3.0f;
+  memcpy(b.snap, b.data, n * sizeof(float));
+  return b;
+}
+static void buf_unchanged(const buf *b) { assert_memory_equal(b->data, b->snap, b->n * sizeof(float)); }
+static void buf_free(buf *b) {
+  free(b->data);
+  free(b->snap);
+}
+
+/* Expect a refusal with one of two statuses and a non-empty message. */
+static void refused(pe_status st, pe_status want1, pe_status want2) {
+  if (st != want1 && st != want2)
+    fail_msg("got %s, wanted %s or %s (last error: %s)", pe_status_string(st),
+             pe_status_string(want1), pe_status_string(want2), pe_last_error());
+  assert_true(strlen(pe_last_error()) > 0);
+  bad_inputs++;
+}
+
+static pe_rope_cache *make_cache(int32_t head_dim, int64_t max_positions) {
+  pe_rope_params p;
+  pe_rope_params_init(&p);
+  p.head_dim = head_dim;
+  p.max_positions = max_positions;
+  pe_rope_cache *c = NULL;
+  assert_int_equal(pe_rope_cache_create(&p, &c), PE_OK);
+  return c;
+}
+
+static pe_tensor dense(void *data, int64_t b, int64_t h, int64_t t, int64_t d) {
+  pe_tensor x = {data, PE_F32, {b, h, t, d}, {h * t * d, t * d, d, 1}};
+  return x;
+}
+
+/* Shape values no valid call can carry: non-positive, or so large that the
+ * element count or byte extent of a small tensor overflows int64. (A large
+ * value that still fits, e.g. 2^32 rows, describes a valid tensor the library
+ * cannot know is missing, so it is not among them.) */
+static const int64_t edges[] = {0, -1, INT64_MIN, INT64_MIN + 1, INT64_MAX, INT64_MAX - 1,
+                                 (int64_t)1 << 62, -((int64_t)1 << 62)};
+#define N_EDGES (sizeof edges / sizeof edges[0])
+
+/* ---- shapes and strides ---- */
+
+static void test_shape_edges(void **state) {
+  (void)state;
+  pe_rope_cache *c = make_cache(16, 64);
+  buf b = buf_new(4096);
+  for (int dim = 0; dim < 4; dim++)
+    for (size_t e = 0; e < N_EDGES; e++) {
+      pe_tensor q = dense(b.data, 1, 2, 4, 16);
+      q.shape[dim] = edges[e];
+      pe_status st = pe_apply_rope_qk(c, &q, NULL, NULL, 0, NULL);
+      /* A huge dimension either overflows or is too large for the table or
+       * head_dim; nothing of it exists, so any acceptance would be a bug. */
+      assert_int_not_equal(st, PE_OK);
+      assert_true(strlen(pe_last_error()) > 0);
+      bad_inputs++;
+      buf_unchanged(&b);
+    }
+  buf_free(&b);
+  pe_rope_cache_destroy(c);
+}
+
+static void test_element_count_overflow(void **state) {
+  (void)state;
+  pe_rope_cache *c = make_cache(16, 0);
+  buf b = buf_new(64);
+  /* 2^20 * 2^20 * 2^20 * 16 = 2^64 elements: count overflows int64. */
+  pe_tensor q = {b.data, PE_F32, {(int64_t)1 << 20, (int64_t)1 << 20, (int64_t)1 << 20, 16},
+                 {0, 0, 0, 1}};
+  refused(pe_apply_rope_qk(c, &q, NULL, NULL, 0, NULL), PE_ERR_OVERFLOW, PE_ERR_SHAPE);
+  /* 2^62 tokens of 16 floats: count 2^66. */
+  pe_tensor k = dense(b.data, 1, 1, (int64_t)1 << 62, 16);
+  refused(pe_rope_shift_k(c, &k, (const int64_t *)b.data, NULL), PE_ERR_OVERFLOW, PE_ERR_SHAPE);
+  buf_unchanged(&b);
+  buf_free(&b);
+  pe_rope_cache_destroy(c);
+}
+
+static void test_stride_extent_overflow(void **state) {
+  (void)state;
+  pe_rope_cache *c = make_cache(16, 0);
+  buf b = buf_new(256);
+  const int64_t strides[] = {INT64_MAX, INT64_MIN, INT64_MAX / 2 + 1, -(INT64_MAX / 2) - 1,
+                             INT64_MAX / 4, (int64_t)1 << 61, -((int64_t)1 << 61)};
+  for (int dim = 0; dim < 3; dim++)
+    for (size_t s = 0; s < sizeof strides / sizeof strides[0]; s++) {
+      pe_tensor q = dense(b.data, 3, 3, 3, 16);
+      q.stride[dim] = strides[s];
+      /* shape 3 along dim: 2 * stride elements * 4 bytes overflows int64. */
+      refused(pe_apply_rope_qk(c, &q, NULL, NULL, 0, NULL), PE_ERR_OVERFLOW, PE_ERR_SHAPE);
+      buf_unchanged(&b);
+    }
+  /* stride[3] must be 1, whatever it is. */
+  for (size_t e = 0; e < N_EDGES; e++) {
+    pe_tensor q = dense(b.data, 1, 1, 2, 16);
+    q.stride[3] = edges[e];
+    refused(pe_apply_rope_qk(c, &q, NULL, NULL, 0, NULL), PE_ERR_SHAPE, PE_ERR_SHAPE);
+  }
+  buf_unchanged(&b);
+  buf_free(&b);
+  pe_rope_cache_destroy(c);
+}
+
+/* A reversed tensor spans memory below data: one whose span would start
+ * below address 0 is impossible and must be refused before any access. */
+static void test_negative_stride_below_address_zero(void **state) {
+  (void)state;
+  pe_rope_cache *c = make_cache(16, 0);
+  pe_tensor q = {(void *)(uintptr_t)4096, PE_F32, {1, 1, 4, 16}, {0, 0, -4096, 1}};
+  refused(pe_apply_rope_qk(c, &q, NULL, NULL, 0, NULL), PE_ERR_OVERFLOW, PE_ERR_SHAPE);
+  /* And one reaching past the top of the address space. */
+  pe_tensor k = {(void *)(UINTPTR_MAX - 4095), PE_F32, {1, 1, 4, 16}, {0, 0, 4096, 1}};
+  refused(pe_rope_shift_k(c, &k, (const int64_t[4]){1, 2, 3, 4}, NULL), PE_ERR_OVERFLOW,
+          PE_ERR_SHAPE);
+  pe_rope_cache_destroy(c);
+}
+
+/* A dimension of size 1 may carry any stride (it is never stepped): the
+ * call is valid and must touch exactly the elements of the other dims. */
+static void test_size_one_dim_with_huge_stride(void **state) {
+  (void)state;
+  pe_rope_cache *c = make_cache(16, 0);
+  buf b = buf_new(64), ref = buf_new(64);
+  const int64_t huge[] = {INT64_MAX / 2, INT64_MIN / 2, (int64_t)8029759185026510703};
+  for (size_t i = 0; i < sizeof huge / sizeof huge[0]; i++)
+    for (int dim = 0; dim < 3; dim++) {
+      memcpy(b.data, b.snap, 64 * sizeof(float));
+      memcpy(ref.data, ref.snap, 64 * sizeof(float));
+      pe_tensor q = dense(b.data, 1, 1, 1, 16), r = dense(ref.data, 1, 1, 1, 16);
+      q.stride[dim] = huge[i];
+      int64_t pos = 5;
+      assert_int_equal(pe_apply_rope_qk(c, &q, NULL, &pos, 0, NULL), PE_OK);
+      assert_int_equal(pe_apply_rope_qk(c, &r, NULL, &pos, 0, NULL), PE_OK);
+      assert_memory_equal(b.data, ref.data, 64 * sizeof(float));
+    }
+  buf_free(&b);
+  buf_free(&ref);
+  pe_rope_cache_destroy(c);
+}
+
+/* ---- tables larger than memory ---- */
+
+static void test_table_larger_than_memory(void **state) {
+  (void)state;
+  struct {
+    int64_t max_positions;
+    int32_t head_dim;
+  } cases[] = {
+      {P53, 16384},                      /* 2^53 rows of 64 KiB: overflows size_t */
+      {P53, 2},                          /* 2^56 bytes: overflows or cannot exist */
+      {(int64_t)1 << 40, 128},           /* 512 TiB */
+      {(int64_t)1 << 36, 16384},         /* 4 EiB */
+  };
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    pe_rope_params p;
+    pe_rope_params_init(&p);
+    p.max_positions = cases[i].max_positions;
+    p.head_dim = cases[i].head_dim;
+    pe_rope_cache *c = (pe_rope_cache *)(uintptr_t)0x77;
+    refused(pe_rope_cache_create(&p, &c), PE_ERR_OVERFLOW, PE_ERR_OUT_OF_MEMORY);
+    assert_ptr_equal(c, (pe_rope_cache *)(uintptr_t)0x77);
+  }
+  /* Past 2^53 positions: not exact in double, refused as an argument. */
+  const int64_t bad_max[] = {P53 + 1, INT64_MAX, -1, INT64_MIN};
+  for (size_t i = 0; i < 4; i++) {
+    pe_rope_params p;
+    pe_rope_params_init(&p);
+    p.max_positions = bad_max[i];
+    pe_rope_cache *c = (pe_rope_cache *)(uintptr_t)0x77;
+    refused(pe_rope_cache_create(&p, &c), PE_ERR_INVALID_ARGUMENT, PE_ERR_OVERFLOW);
+    assert_ptr_equal(c, (pe_rope_cache *)(uintptr_t)0x77);
+  }
+  /* head_dim / rotary_dim at the int32 edges. */
+  const int32_t dims[] = {0, -1, INT32_MIN, INT32_MAX, 16386, 1, 3};
+  for (size_t i = 0; i < sizeof dims / sizeof dims[0]; i++) {
+    pe_rope_params p;
+    pe_rope_params_init(&p);
+    p.head_dim = dims[i];
+    pe_rope_cache *c = NULL;
+    refused(pe_rope_cache_create(&p, &c), PE_ERR_SHAPE, PE_ERR_INVALID_ARGUMENT);
+    pe_rope_params_init(&p);
+    p.rotary_dim = dims[i] == 0 ? 129 : dims[i];
+    refused(pe_rope_cache_create(&p, &c), PE_ERR_SHAPE, PE_ERR_INVALID_ARGUMENT);
+    assert_null(c);
+  }
+}
+
+/* Tiny positive bases make frequencies of 1e35 and more: every cos/sin the
+ * library returns must still be a cosine and a sine (|v| <= 1), or the cache
+ * must be refused. Found by fuzz_rope_cache. */
+static void test_huge_frequencies_stay_bounded(void **state) {
+  (void)state;
+  const double bases[] = {7.2911220195563975e-304, 1e-30, 1e-10};
+  for (size_t i = 0; i < sizeof bases / sizeof bases[0]; i++)
+    for (int64_t maxp = 0; maxp <= 256; maxp += 256) {
+      pe_rope_params p;
+      pe_rope_params_init(&p);
+      p.head_dim = 34;
+      p.style = PE_ROPE_GPTJ;
+      p.base = bases[i];
+      p.max_positions = maxp;
+      pe_rope_cache *c = NULL;
+      if (pe_rope_cache_create(&p, &c) != PE_OK) {
+        bad_inputs++;
+        continue;
+      }
+      float cs[17], sn[17];
+      const int64_t positions[] = {1, 255, 211837, P53 - 1};
+      for (size_t k = 0; k < 4; k++) {
+        if (pe_rope_cache_cos_sin(c, positions[k], cs, sn) != PE_OK) continue;
+        for (int j = 0; j < 17; j++)
+          if (!(fabsf(cs[j]) <= 1.0f) || !(fabsf(sn[j]) <= 1.0f))
+            fail_msg("base %g max_positions %lld: cos_sin(%lld)[%d] = (%g, %g), not in [-1, 1]",
+                     bases[i], (long long)maxp, (long long)positions[k], j, (double)cs[j],
+                     (double)sn[j]);
+      }
+      pe_rope_cache_destroy(c);
+    }
+}
+
+/* ---- positions and deltas ---- */
+
+static void test_position_edges(void **state) {
+  (void)state;
+  pe_rope_cache *with_table = make_cache(16, 4096), *no_table = make_cache(16, 0);
+  buf b = buf_new(16 * 4 * 2);
+  const int64_t bad[] = {-1, INT64_MIN, INT64_MAX, P53, P53 + 1, -P53};
+  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
+    for (int slot = 0; slot < 4; slot++) {
+      int64_t pos[4] = {0, 1, 2, 3};
+      pos[slot] = bad[i];
+      pe_tensor q = dense(b.data, 1, 2, 4, 16);
+      refused(pe_apply_rope_qk(no_table, &q, NULL, pos, 0, NULL), PE_ERR_POSITION_OUT_OF_RANGE,
+              PE_ERR_POSITION_OUT_OF_RANGE);
+      refused(pe_apply_rope_qk(with_table, NULL, &q, pos, PE_ROPE_INVERSE, NULL),
+              PE_ERR_POSITION_OUT_OF_RANGE, PE_ERR_POSITION_OUT_OF_RANGE);
+      refused(pe_rope_rerotate_k(no_table, no_table, &q, pos, NULL), PE_ERR_POSITION_OUT_OF_RANGE,
+              PE_ERR_POSITION_OUT_OF_RANGE);
+      buf_unchanged(&b);
+    }
+  /* Table limits: max_positions itself is one past the end. */
+  int64_t pos[4] = {0, 1, 2, 4096};
+  pe_tensor q = dense(b.data, 1, 2, 4, 16);
+  refused(pe_apply_rope_qk(with_table, &q, NULL, pos, 0, NULL), PE_ERR_POSITION_OUT_OF_RANGE,
+          PE_ERR_POSITION_OUT_OF_RANGE);
+  buf_unchanged(&b);
+  /* The largest exact position is fine without a table. */
+  pos[3] = P53 - 1;
+  assert_int_equal(pe_apply_rope_qk(no_table, &q, NULL, pos, 0, NULL), PE_OK);
+
+  float cs[8], sn[8], cs0[8], sn0[8];
+  memset(cs, 0x3c, sizeof cs);
+  memset(sn, 0x3c, sizeof sn);
+  memcpy(cs0, cs, sizeof cs);
+  memcpy(sn0, sn, sizeof sn);
+  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+    refused(pe_rope_cache_cos_sin(no_table, bad[i], cs, sn), PE_ERR_POSITION_OUT_OF_RANGE,
+            PE_ERR_POSITION_OUT_OF_RANGE);
+    refused(pe_rope_cache_cos_sin(with_table, bad[i], cs, sn), PE_ERR_POSITION_OUT_OF_RANGE,
+            PE_ERR_POSITION_OUT_OF_RANGE);
+  }
+  refused(pe_rope_cache_cos_sin(with_table, 4096, cs, sn), PE_ERR_POSITION_OUT_OF_RANGE,
+          PE_ERR_POSITION_OUT_OF_RANGE);
+  assert_memory_equal(cs, cs0, sizeof cs);
+  assert_memory_equal(sn, sn0, sizeof sn);
+  buf_free(&b);
+  pe_rope_cache_destroy(with_table);
+  pe_rope_cache_destroy(no_table);
+}
+
+static void test_delta_edges(void **state) {
+  (void)state;
+  pe_rope_cache *c = make_cache(16, 64);
+  buf b = buf_new(16 * 4);
+  const int64_t bad[] = {INT64_MIN, INT64_MAX, P53, -P53, INT64_MIN + 1};
+  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+    int64_t d[4] = {0, -5, 7, 0};
+    d[i % 4] = bad[i];
+    pe_tensor k = dense(b.data, 1, 1, 4, 16);
+    refused(pe_rope_shift_k(c, &k, d, NULL), PE_ERR_POSITION_OUT_OF_RANGE, PE_ERR_INVALID_ARGUMENT);
+    buf_unchanged(&b);
+  }
+  pe_tensor k = dense(b.data, 1, 1, 4, 16);
+  refused(pe_rope_shift_k(c, &k, NULL, NULL), PE_ERR_NULL_POINTER, PE_ERR_NULL_POINTER);
+  int64_t ok[4] = {P53 - 1, -(P53 - 1), 0, -1};
+  assert_int_equal(pe_rope_shift_k(c, &k, ok, NULL), PE_OK);
+  buf_free(&b);
+  pe_rope_cache_destroy(c);
+}
+
+/* ---- the other encodings, once they exist ---- */
+
+static void test_other_encodings_edges(void **state) {
+  (void)state;
+  buf b = buf_new(4096);
+  if (pe_alibi_slopes) {
+    const int32_t heads[] = {0, -1, INT32_MIN, INT32_MAX, 65537};
+    for (size_t i = 0; i < 5; i++)
+      refused(pe_alibi_slopes(heads[i], 8.0, b.data), PE_ERR_INVALID_ARGUMENT, PE_ERR_SHAPE);
+    const double biases[] = {0.0, -1.0, NAN, INFINITY};
+    for (size_t i = 0; i < 4; i++)
+      refused(pe_alibi_slopes(8, biases[i], b.data), PE_ERR_INVALID_ARGUMENT, PE_ERR_INVALID_ARGUMENT);
+    buf_unchanged(&b);
+  }
+  if (pe_alibi_add_bias) {
+    for (int dim = 0; dim < 4; dim++)
+      for (size_t e = 0; e < N_EDGES; e++) {
+        pe_tensor s = dense(b.data, 1, 2, 4, 8);
+        s.shape[dim] = edges[e];
+        assert_int_not_equal(pe_alibi_add_bias(&s, NULL, NULL, 0, NULL), PE_OK);
+        bad_inputs++;
+      }
+    int64_t qpos[4] = {0, 1, INT64_MAX, 3};
+    pe_tensor s = dense(b.data, 1, 2, 4, 8);
+    qpos[2] = -1;
+    refused(pe_alibi_add_bias(&s, NULL, qpos, 0, NULL), PE_ERR_POSITION_OUT_OF_RANGE,
+            PE_ERR_INVALID_ARGUMENT);
+    qpos[2] = INT64_MIN;
+    refused(pe_alibi_add_bias(&s, NULL, qpos, 0, NULL), PE_ERR_POSITION_OUT_OF_RANGE,
+            PE_ERR_INVALID_ARGUMENT);
+    buf_unchanged(&b);
+  }
+  if (pe_t5_bucket) {
+    /* Must not overflow negating INT64_MIN, whatever bucket it picks. */
+    const int64_t rel[] = {INT64_MIN, INT64_MAX, INT64_MIN + 1, 0, -1};
+    for (size_t i = 0; i < 5; i++) {
+      int32_t bk = pe_t5_bucket(rel[i], 1, 32, 128);
+      assert_true(bk >= 0 && bk < 32);
+      bk = pe_t5_bucket(rel[i], 0, 32, 128);
+      assert_true(bk >= 0 && bk < 32);
+    }
+    const int32_t nb[] = {0, 1, -2, INT32_MIN};
+    for (size_t i = 0; i < 4; i++) {
+      assert_int_equal(pe_t5_bucket(5, 1, nb[i], 128), -1);
+      bad_inputs++;
+    }
+    assert_int_equal(pe_t5_bucket(5, 1, 32, INT32_MIN), -1);
+    bad_inputs++;
+  }
+  if (pe_sinusoidal_table) {
+    /* A table whose size overflows: nothing may be written to out. */
+    refused(pe_sinusoidal_table(INT64_MAX, 16384, 10000.0, 0, b.data), PE_ERR_OVERFLOW,
+            PE_ERR_INVALID_ARGUMENT);
+    refused(pe_sinusoidal_table((int64_t)1 << 62, 8, 10000.0, 0, b.data), PE_ERR_OVERFLOW,
+            PE_ERR_INVALID_ARGUMENT);
+    refused(pe_sinusoidal_table(-1, 8, 10000.0, 0, b.data), PE_ERR_INVALID_ARGUMENT, PE_ERR_SHAPE);
+    refused(pe_sinusoidal_table(4, INT32_MIN, 10000.0, 0, b.data), PE_ERR_INVALID_ARGUMENT,
+            PE_ERR_SHAPE);
+    refused(pe_sinusoidal_table(4, 8, -1.0, 0, b.data), PE_ERR_INVALID_ARGUMENT, PE_ERR_INVALID_ARGUMENT);
+    buf_unchanged(&b);
+  }
+  if (pe_sinusoidal_add) {
+    int64_t pos[4] = {0, 1, INT64_MAX, 3};
+    pe_tensor x = dense(b.data, 1, 1, 4, 8);
+    refused(pe_sinusoidal_add(&x, pos, 10000.0, 0, NULL), PE_ERR_POSITION_OUT_OF_RANGE,
+            PE_ERR_INVALID_ARGUMENT);
+    pos[2] = -7;
+    refused(pe_sinusoidal_add(&x, pos, 10000.0, 0, NULL), PE_ERR_POSITION_OUT_OF_RANGE,
+            PE_ERR_INVALID_ARGUMENT);
+    buf_unchanged(&b);
+  }
+  if (pe_learned_add) {
+    buf table = buf_new(8 * 16);
+    pe_tensor x = dense(b.data, 1, 1, 4, 8), t = dense(table.data, 1, 1, 16, 8);
+    const int64_t bad[] = {16, -1, INT64_MAX, INT64_MIN};
+    for (size_t i = 0; i < 4; i++) {
+      int64_t pos[4] = {0, 1, 2, 3};
+      pos[i] = bad[i];
+      refused(pe_learned_add(&x, &t, pos, NULL), PE_ERR_POSITION_OUT_OF_RANGE,
+              PE_ERR_POSITION_OUT_OF_RANGE);
+    }
+    buf_unchanged(&b);
+    buf_unchanged(&table);
+    buf_free(&table);
+  }
+  buf_free(&b);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_shape_edges),
+      cmocka_unit_test(test_element_count_overflow),
+      cmocka_unit_test(test_stride_extent_overflow),
+      cmocka_unit_test(test_negative_stride_below_address_zero),
+      cmocka_unit_test(test_size_one_dim_with_huge_stride),
+      cmocka_unit_test(test_table_larger_than_memory),
+      cmocka_unit_test(test_huge_frequencies_stay_bounded),
+      cmocka_unit_test(test_position_edges),
+      cmocka_unit_test(test_delta_edges),
+      cmocka_unit_test(test_other_encodings_edges),
+  };
+  int rc = cmocka_run_group_tests(tests, NULL, NULL);
+  printf("test_limits: bad inputs tried: %d\n", bad_inputs);
+  return rc;
+}
