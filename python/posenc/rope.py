@@ -67,9 +67,11 @@ class RopeCache:
 
     max_positions: rows of the cos/sin table (0 = none: computed per token,
     any position). seq_len: the context the frequencies serve (dynamic,
-    longrope). max_position_embeddings: the model's, used where HF derives a
+    longrope). max_position_embeddings: the model's M, used where HF derives a
     value from it (factor = M / M0 for yarn/longrope without a factor; M0 = M
-    when original_max_position_embeddings is missing).
+    when original_max_position_embeddings is missing; dynamic NTK scales
+    relative to M). For "dynamic" without it, original_max_position_embeddings
+    in the dict stands for M.
     """
 
     def __init__(self, head_dim=128, rotary_dim=None, style="neox", rope_theta=10000.0,
@@ -121,8 +123,12 @@ class RopeCache:
         if "truncate" in d:
             p.truncate = 1 if d["truncate"] else 0
         m0 = d.get("original_max_position_embeddings")
-        if m0 is None and max_pos_emb is not None and rtype in ("yarn", "longrope", "su",
-                                                                "llama3", "dynamic"):
+        if rtype == "dynamic" and max_pos_emb is not None:
+            # HF's dynamic NTK scales relative to M and never reads M0; the
+            # library takes that pre-extension context in original_max_positions.
+            m0 = max_pos_emb
+        elif m0 is None and max_pos_emb is not None and rtype in ("yarn", "longrope", "su",
+                                                                  "llama3"):
             m0 = max_pos_emb  # HF: setdefault(original_max_position_embeddings, M)
         if m0 is not None:
             p.original_max_positions = int_arg(m0, "original_max_position_embeddings", *INT64)

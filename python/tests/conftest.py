@@ -1,0 +1,78 @@
+"""Shared helpers for the posenc binding tests.
+
+Run from the repository root:
+  POSENC_LIBRARY=build/libposenc.so PYTHONPATH=python python3 -m pytest -q python/tests
+"""
+import pathlib
+
+import numpy as np
+import pytest
+
+import posenc
+from posenc import _lib
+
+REPO = pathlib.Path(__file__).resolve().parents[2]
+
+
+def needs(*symbols):
+    """Skip while the loaded library lacks one of these C functions (they
+    land one by one); once they exist the test runs."""
+    missing = [s for s in symbols if not _lib.has_symbol(s)]
+    return pytest.mark.skipif(bool(missing), reason="library lacks %s" % ", ".join(missing))
+
+
+@pytest.fixture
+def rng():
+    return np.random.default_rng(20261130)
+
+
+# ---- bfloat16 as uint16 bits -------------------------------------------------
+
+def f32_to_bf16_bits(x):
+    """Round float32 to bfloat16 (nearest-even), as uint16 bit patterns."""
+    u = np.ascontiguousarray(x, dtype=np.float32).view(np.uint32).astype(np.uint64)
+    rounded = (u + 0x7FFF + ((u >> 16) & 1)) >> 16
+    nan = np.isnan(np.asarray(x, dtype=np.float32))
+    out = rounded.astype(np.uint16)
+    out[nan] = ((u[nan] >> 16) | 0x40).astype(np.uint16)  # quiet NaN
+    return out
+
+
+def bf16_bits_to_f32(b):
+    return (np.asarray(b, dtype=np.uint16).astype(np.uint32) << 16).view(np.float32)
+
+
+# ---- float64 references ------------------------------------------------------
+
+def default_inv_freq(base, d):
+    return base ** (-(2.0 * np.arange(d // 2)) / d)
+
+
+def rope_reference(x, inv_freq, positions, style="neox", rotary_dim=None, attn=1.0,
+                   inverse=False):
+    """RoPE in float64: x [B,H,T,D] (any float dtype), positions [B,T]."""
+    x = np.asarray(x, dtype=np.float64)
+    d = x.shape[-1]
+    rd = rotary_dim or d
+    half = rd // 2
+    inv = np.asarray(inv_freq, dtype=np.float64)[:half]
+    ang = np.asarray(positions, dtype=np.float64)[:, None, :, None] * inv
+    c, s = np.cos(ang) * attn, np.sin(ang) * attn
+    if inverse:
+        s = -s
+    out = x.copy()
+    if style == "neox":
+        a, b = x[..., :half], x[..., half:rd]
+        out[..., :half] = a * c - b * s
+        out[..., half:rd] = b * c + a * s
+    else:
+        a, b = x[..., 0:rd:2], x[..., 1:rd:2]
+        out[..., 0:rd:2] = a * c - b * s
+        out[..., 1:rd:2] = b * c + a * s
+    return out
+
+
+def grid(positions, batch, tokens):
+    if positions is None:
+        return np.broadcast_to(np.arange(tokens), (batch, tokens))
+    return np.broadcast_to(np.asarray(positions), (batch, tokens))

@@ -1,0 +1,113 @@
+"""Version, library lookup, struct layout, dispatch, errors of the binding itself."""
+import ctypes
+import re
+
+import numpy as np
+import pytest
+
+import posenc
+from posenc import _lib
+from conftest import REPO
+
+
+def test_version_matches_header():
+    header = (REPO / "include" / "posenc.h").read_text()
+    parts = [re.search(r"#define PE_VERSION_%s (\d+)" % p, header).group(1)
+             for p in ("MAJOR", "MINOR", "PATCH")]
+    assert posenc.version() == ".".join(parts)
+
+
+def test_library_path_is_a_loaded_file():
+    path = posenc.library_path()
+    assert "libposenc.so" in path
+
+
+def test_rope_params_struct_matches_c_sizeof():
+    # pe_rope_params_init writes sizeof(pe_rope_params) as the C compiler
+    # laid it out; the ctypes Structure must have the same size...
+    p = _lib.RopeParams()
+    _lib.lib.pe_rope_params_init(ctypes.byref(p))
+    assert p.struct_size == ctypes.sizeof(_lib.RopeParams)
+    # ...and the header's defaults land in the fields of the same names.
+    assert (p.head_dim, p.rotary_dim, p.style, p.base, p.max_positions) == (128, 0, 0, 10000.0, 4096)
+    assert (p.scaling, p.factor, p.truncate) == (0, 1.0, 1)
+    assert (p.low_freq_factor, p.high_freq_factor) == (1.0, 4.0)
+    assert not p.short_factor and not p.long_factor and not p.inv_freq
+
+
+def test_rope_params_round_trip_every_field():
+    # Distinct values in every numeric field: a field at the wrong offset
+    # would come back in another field's place.
+    cache = posenc.RopeCache(head_dim=96, rotary_dim=64, style="gptj", rope_theta=12345.0,
+                             max_positions=77, seq_len=5000,
+                             rope_scaling={"rope_type": "yarn", "factor": 4.0,
+                                           "original_max_position_embeddings": 2048,
+                                           "attention_factor": 1.25, "beta_fast": 24.0,
+                                           "beta_slow": 2.0, "mscale": 0.5,
+                                           "mscale_all_dim": 0.75, "truncate": False,
+                                           "low_freq_factor": 1.5, "high_freq_factor": 3.5})
+    p = cache.params
+    assert p["head_dim"] == 96 and p["rotary_dim"] == 64 and p["style"] == "gptj"
+    assert p["base"] == 12345.0 and p["max_positions"] == 77 and p["scaling"] == "yarn"
+    assert p["factor"] == 4.0 and p["original_max_positions"] == 2048 and p["seq_len"] == 5000
+    assert p["attention_factor"] == 1.25
+    assert (p["beta_fast"], p["beta_slow"]) == (24.0, 2.0)
+    assert (p["mscale"], p["mscale_all_dim"]) == (0.5, 0.75)
+    assert p["truncate"] == 0
+    assert (p["low_freq_factor"], p["high_freq_factor"]) == (1.5, 3.5)
+    assert cache.attention_factor == 1.25
+
+
+def test_status_values_match_header():
+    header = (REPO / "include" / "posenc.h").read_text()
+    for st in posenc.Status:
+        m = re.search(r"PE_%s = (\d+)" % st.name, header)
+        assert m and int(m.group(1)) == int(st), st
+
+
+def test_isa_name_and_force_isa():
+    assert posenc.isa_name() in ("scalar", "avx2", "avx512", "neon")
+    before = posenc.isa_name()
+    posenc.force_isa("scalar")
+    try:
+        assert posenc.isa_name() == "scalar"
+    finally:
+        posenc.force_isa("auto")
+    assert posenc.isa_name() == before
+    with pytest.raises(posenc.PosencError) as e:
+        posenc.force_isa("sse9")
+    assert e.value.status == posenc.Status.ERR_INVALID_ARGUMENT
+    assert "sse9" in e.value.message
+
+
+def test_posenc_error_carries_last_error():
+    with pytest.raises(posenc.PosencError) as e:
+        posenc.RopeCache(head_dim=7)
+    assert e.value.status == posenc.Status.ERR_SHAPE
+    assert e.value.message == _lib.last_error()
+    assert "head_dim" in e.value.message or "rotary_dim" in e.value.message
+    assert isinstance(e.value, RuntimeError)
+
+
+def test_missing_symbol_is_reported_not_crashing():
+    # What a function newer than the loaded library does when called.
+    assert not _lib.has_symbol("pe_no_such_function")
+    with pytest.raises(posenc.PosencError) as e:
+        _lib.fn("pe_no_such_function")
+    assert e.value.status == posenc.Status.ERR_UNSUPPORTED
+    assert "pe_no_such_function" in e.value.message
+
+
+def test_int_arguments_are_range_checked():
+    with pytest.raises(ValueError):
+        posenc.RopeCache(head_dim=2**40)
+    with pytest.raises(TypeError):
+        posenc.RopeCache(head_dim=64.0)
+
+
+def test_cache_context_manager_and_close():
+    with posenc.RopeCache(head_dim=8, max_positions=4) as c:
+        assert len(c.inv_freq) == 4
+    with pytest.raises(ValueError):
+        c.inv_freq
+    c.close()  # idempotent

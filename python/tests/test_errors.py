@@ -1,0 +1,144 @@
+"""Bad arguments raise TypeError/ValueError (checked in Python) or PosencError
+(checked by the library) - and in every case nothing has been written."""
+import numpy as np
+import pytest
+
+import posenc
+
+
+@pytest.fixture
+def cache():
+    return posenc.RopeCache(head_dim=16, max_positions=32)
+
+
+@pytest.fixture
+def qk(rng):
+    q = rng.standard_normal((2, 4, 3, 16), dtype=np.float32)
+    k = rng.standard_normal((2, 2, 3, 16), dtype=np.float32)
+    return q, k
+
+
+def unchanged_after(exc, fn, *arrays):
+    before = [a.copy() for a in arrays]
+    with pytest.raises(exc) as e:
+        fn()
+    for a, b in zip(arrays, before):
+        assert np.array_equal(a, b, equal_nan=True), "an array was written before the error"
+    return e.value
+
+
+def test_read_only(cache, qk):
+    q, k = qk
+    k.flags.writeable = False
+    unchanged_after(ValueError, lambda: cache.apply_(q, k), q, k)
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.int32, np.uint16, np.complex64])
+def test_wrong_dtype(cache, qk, dtype):
+    q, k = qk
+    bad = k.astype(dtype)
+    unchanged_after(TypeError, lambda: cache.apply_(q, bad), q, bad)
+
+
+def test_dtype_argument_mismatch(cache, qk):
+    q, _ = qk
+    unchanged_after(TypeError, lambda: cache.apply_(q, dtype="bf16"), q)
+    unchanged_after(TypeError, lambda: cache.apply_(q, dtype="float16"), q)
+    unchanged_after(TypeError, lambda: cache.apply_(q, dtype="int8"), q)
+
+
+def test_not_an_ndarray(cache):
+    with pytest.raises(TypeError):
+        cache.apply_([[[[0.0] * 16]]])
+
+
+def test_wrong_ndim_and_head_dim(cache, qk, rng):
+    q, k = qk
+    unchanged_after(ValueError, lambda: cache.apply_(q, k[0]), q, k)
+    other = rng.standard_normal((2, 2, 3, 8), dtype=np.float32)
+    unchanged_after(ValueError, lambda: cache.apply_(q, other), q, other)
+
+
+def test_batch_or_tokens_mismatch(cache, qk):
+    q, k = qk
+    k2 = np.ascontiguousarray(k[:, :, :2])
+    unchanged_after(ValueError, lambda: cache.apply_(q, k2), q, k2)
+
+
+def test_inner_stride_not_one(cache, rng):
+    buf = rng.standard_normal((1, 1, 2, 32), dtype=np.float32)
+    view = buf[..., ::2]
+    unchanged_after(ValueError, lambda: cache.apply_(view), buf)
+    # a stride that is not a multiple of the itemsize (a byte-offset view)
+    raw = np.zeros(256, dtype=np.uint8)
+    odd = np.ndarray((1, 1, 2, 16), dtype=np.float32, buffer=raw, strides=(0, 0, 66, 4))
+    with pytest.raises(ValueError):
+        cache.apply_(odd)
+    assert not raw.any()
+
+
+def test_positions_errors(cache, qk):
+    q, k = qk
+    unchanged_after(TypeError, lambda: cache.apply_(q, k, positions=np.zeros((2, 3))), q, k)
+    unchanged_after(ValueError, lambda: cache.apply_(q, k, positions=np.zeros((3, 2), int)), q, k)
+    unchanged_after(ValueError, lambda: cache.apply_(q, k, positions=5), q, k)
+    unchanged_after(ValueError, lambda: cache.apply_(q, k, positions=[2**64 - 1] * 3), q, k)
+
+
+def test_position_out_of_range_from_library(cache, qk):
+    q, k = qk
+    pos = np.array([[0, 1, 2], [3, 31, 32]])
+    err = unchanged_after(posenc.PosencError, lambda: cache.apply_(q, k, positions=pos), q, k)
+    assert err.status == posenc.Status.ERR_POSITION_OUT_OF_RANGE
+    assert "32" in err.message and "max_positions" in err.message
+    err = unchanged_after(posenc.PosencError, lambda: cache.apply_(q, k, positions=-pos), q, k)
+    assert err.status == posenc.Status.ERR_POSITION_OUT_OF_RANGE
+
+
+def test_aliasing_q_and_k(cache, qk):
+    q, _ = qk
+    err = unchanged_after(posenc.PosencError, lambda: cache.apply_(q, q), q)
+    assert err.status == posenc.Status.ERR_SHAPE
+
+
+def test_aliasing_strides(cache):
+    buf = np.zeros((1, 4, 16), np.float32)
+    # heads overlap in memory: stride 8 elements < 16 spanned per head
+    view = np.lib.stride_tricks.as_strided(buf, shape=(1, 3, 2, 16), strides=(256, 32, 64, 4))
+    err = unchanged_after(posenc.PosencError, lambda: cache.apply_(view), buf)
+    assert err.status == posenc.Status.ERR_SHAPE
+
+
+def test_shift_k_errors(cache, qk):
+    _, k = qk
+    unchanged_after(ValueError, lambda: cache.shift_k_(k, None), k)
+    unchanged_after(TypeError, lambda: cache.shift_k_(k, 1.5), k)
+    unchanged_after(ValueError, lambda: cache.shift_k_(k, np.zeros((2, 4), int)), k)
+
+
+def test_bad_rope_scaling(recwarn):
+    with pytest.raises(ValueError):
+        posenc.RopeCache(head_dim=16, rope_scaling={"rope_type": "nonsense"})
+    with pytest.raises(ValueError):
+        posenc.RopeCache(head_dim=16, style="sideways")
+    with pytest.raises(ValueError):  # short_factor of the wrong length
+        posenc.RopeCache(head_dim=16, rope_scaling={"rope_type": "longrope",
+                                                    "short_factor": [1.0] * 3,
+                                                    "long_factor": [1.0] * 8})
+    with pytest.warns(UserWarning, match="factr"):
+        posenc.RopeCache(head_dim=16, max_positions=8,
+                         rope_scaling={"rope_type": "linear", "factr": 2.0})
+    with pytest.raises(posenc.PosencError) as e:
+        posenc.RopeCache(head_dim=16, rope_scaling={"rope_type": "linear", "factor": 0.5})
+    assert e.value.status == posenc.Status.ERR_INVALID_ARGUMENT
+    assert "factor" in e.value.message
+
+
+def test_closed_objects(qk):
+    q, _ = qk
+    c = posenc.RopeCache(head_dim=16, max_positions=8)
+    c.close()
+    with pytest.raises(ValueError):
+        c.apply_(q)
+    with pytest.raises(TypeError):
+        posenc.RopeCache(head_dim=16, max_positions=8).apply_(q, pool="4 threads")
