@@ -115,8 +115,25 @@ class RopeCache:
         p.scaling = SCALINGS[rtype]
         if "rope_theta" in d:
             p.base = float(d["rope_theta"])
-        if "partial_rotary_factor" in d and rotary_dim is None:
-            rotary_dim = int(p.head_dim * float(d["partial_rotary_factor"]))
+        prf = d.get("partial_rotary_factor")
+        if rtype == "proportional" and prf is not None and rotary_dim is None:
+            # Gemma-4: every head_dim channel stays in the rotation, pairs past
+            # int(prf*head_dim//2) get frequency 0 - not a partial rotary (the
+            # pairs are (j, j + head_dim/2)), so custom frequencies on head_dim.
+            base = float(d.get("rope_theta", p.base))
+            factor = float(d.get("factor", 1.0))
+            half = p.head_dim // 2
+            n_rot = int(float(prf) * p.head_dim // 2)
+            inv = np.zeros(half, np.float64)
+            i = np.arange(min(n_rot, half))
+            inv[i] = base ** (-(2.0 * i) / p.head_dim) / factor
+            keep.append(inv)
+            p.scaling = SCALINGS["custom"]
+            p.base = base
+            p.inv_freq = inv.ctypes.data_as(ctypes.POINTER(ctypes.c_double))
+            return p.head_dim
+        if prf is not None and rotary_dim is None:
+            rotary_dim = int(p.head_dim * float(prf))
         for key, field in _FLOAT_KEYS.items():
             if key in d:
                 setattr(p, field, float(d[key]))

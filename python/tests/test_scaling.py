@@ -1,0 +1,170 @@
+"""HF rope_scaling dicts -> pe_rope_params, and the frequencies/attention
+factors each type produces, against float64 NumPy transcriptions of the HF
+formulas (/work/shared/ROPE_SCALING.md section 3)."""
+import math
+
+import numpy as np
+import pytest
+
+import posenc
+from conftest import default_inv_freq
+
+
+def cache(rope_scaling, head_dim=128, base=10000.0, **kw):
+    kw.setdefault("max_positions", 16)
+    return posenc.RopeCache(head_dim=head_dim, rope_theta=base, rope_scaling=rope_scaling, **kw)
+
+
+def close(got, want, rtol=3e-7):
+    np.testing.assert_allclose(got, np.asarray(want, dtype=np.float64), rtol=rtol, atol=0)
+
+
+def test_default_and_none_values():
+    c = cache({"rope_type": "default", "factor": None})
+    close(c.inv_freq, default_inv_freq(1e4, 128))
+    assert c.params["scaling"] == "default"
+
+
+def test_linear():
+    c = cache({"type": "linear", "factor": 4.0})  # legacy "type" key
+    close(c.inv_freq, default_inv_freq(1e4, 128) / 4)
+    assert c.params["scaling"] == "linear" and c.params["factor"] == 4.0
+
+
+def test_ntk():
+    s, d = 2.0, 64
+    c = cache({"rope_type": "ntk", "factor": s}, head_dim=d)
+    close(c.inv_freq, default_inv_freq(1e4 * s ** (d / (d - 2)), d), rtol=1e-6)
+
+
+@pytest.mark.parametrize("seq_len", [None, 1024, 4096, 10000])
+def test_dynamic(seq_len):
+    s, d, M = 2.0, 128, 4096
+    c = cache({"rope_type": "dynamic", "factor": s}, head_dim=d, seq_len=seq_len,
+              max_position_embeddings=M)
+    L = max(seq_len or M, M)
+    base = 1e4 * (s * L / M - (s - 1)) ** (d / (d - 2))
+    close(c.inv_freq, default_inv_freq(base, d), rtol=1e-6)
+    assert c.params["original_max_positions"] == M
+
+
+def yarn_reference(base, d, s, m0, beta_fast=32.0, beta_slow=1.0, truncate=True):
+    def corr(r):
+        return d * math.log(m0 / (2 * math.pi * r)) / (2 * math.log(base))
+    lo, hi = corr(beta_fast), corr(beta_slow)
+    if truncate:
+        lo, hi = math.floor(lo), math.ceil(hi)
+    lo, hi = max(lo, 0), min(hi, d - 1)
+    if lo == hi:
+        hi += 0.001
+    i = np.arange(d // 2)
+    ramp = np.clip((i - lo) / (hi - lo), 0, 1)
+    extrap = 1 - ramp
+    pf = base ** (2.0 * i / d)
+    return (1 / (s * pf)) * (1 - extrap) + (1 / pf) * extrap
+
+
+@pytest.mark.parametrize("truncate", [True, False])
+def test_yarn(truncate):
+    c = cache({"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 32768,
+               "truncate": truncate}, head_dim=128, base=1e6)
+    close(c.inv_freq, yarn_reference(1e6, 128, 4.0, 32768, truncate=truncate), rtol=1e-6)
+    assert c.attention_factor == pytest.approx(0.1 * math.log(4.0) + 1)
+    assert c.softmax_scale == 1.0
+
+
+def test_yarn_deepseek_mscale():
+    rs = {"type": "yarn", "factor": 40, "original_max_position_embeddings": 4096,
+          "beta_fast": 32, "beta_slow": 1, "mscale": 1.0, "mscale_all_dim": 1.0}
+    c = cache(rs, head_dim=64, style="gptj")
+    close(c.inv_freq, yarn_reference(1e4, 64, 40.0, 4096), rtol=1e-6)
+    assert c.attention_factor == pytest.approx(1.0)
+    assert c.softmax_scale == pytest.approx((0.1 * math.log(40) + 1) ** 2)
+    assert c.style == "gptj"
+
+
+def test_yarn_factor_defaults_to_m_over_m0():
+    c = cache({"rope_type": "yarn", "original_max_position_embeddings": 4096},
+              max_position_embeddings=16384)
+    assert c.params["factor"] == 4.0
+
+
+def phi3_factors(n, seed):
+    g = np.random.default_rng(seed)
+    return list(1.0 + g.random(n) * 20)
+
+
+@pytest.mark.parametrize("seq_len,long", [(None, False), (4096, False), (4097, True)])
+def test_longrope(seq_len, long):
+    d, M, m0 = 96, 131072, 4096
+    short, longf = phi3_factors(d // 2, 1), phi3_factors(d // 2, 2)
+    rs = {"type": "longrope", "short_factor": short, "long_factor": longf,
+          "original_max_position_embeddings": m0}
+    c = cache(rs, head_dim=d, seq_len=seq_len, max_position_embeddings=M)
+    ext = np.float32(longf if long else short).astype(np.float64)
+    close(c.inv_freq, 1 / (ext * 1e4 ** (2.0 * np.arange(d // 2) / d)), rtol=1e-6)
+    s = M / m0
+    assert c.params["factor"] == s  # HF: factor absent -> M / M0
+    assert c.attention_factor == pytest.approx(math.sqrt(1 + math.log(s) / math.log(m0)))
+
+
+def test_su_is_longrope():
+    rs = {"type": "su", "short_factor": [1.0] * 8, "long_factor": [2.0] * 8,
+          "original_max_position_embeddings": 4096, "factor": 1.0}
+    assert cache(rs, head_dim=16).params["scaling"] == "longrope"
+
+
+def test_llama3():
+    d, base, s, m0 = 128, 500000.0, 8.0, 8192
+    c = cache({"rope_type": "llama3", "factor": s, "low_freq_factor": 1.0,
+               "high_freq_factor": 4.0, "original_max_position_embeddings": m0},
+              head_dim=d, base=base)
+    inv = default_inv_freq(base, d)
+    lam = 2 * math.pi / inv
+    lo, hi = m0 / 1.0, m0 / 4.0
+    smooth = (m0 / lam - 1.0) / (4.0 - 1.0)
+    want = np.where(lam > lo, inv / s, np.where(lam < hi, inv, (1 - smooth) * inv / s + smooth * inv))
+    close(c.inv_freq, want, rtol=1e-6)
+    got = c.inv_freq
+    # ROPE_SCALING.md: i <= 28 unchanged, 29..34 smoothed, >= 35 divided by 8
+    close(got[:29], inv[:29], rtol=1e-6)
+    close(got[35:], inv[35:] / 8, rtol=1e-6)
+
+
+def test_proportional_with_partial_factor():
+    d = 256
+    c = cache({"rope_type": "proportional", "factor": 2.0, "partial_rotary_factor": 0.25,
+               "rope_theta": 1e6}, head_dim=d)
+    k = int(0.25 * d // 2)
+    want = np.zeros(d // 2)
+    want[:k] = 1e6 ** (-(2.0 * np.arange(k)) / d) / 2.0
+    assert c.rotary_dim == d
+    close(c.inv_freq[:k], want[:k], rtol=1e-6)
+    assert not c.inv_freq[k:].any()
+
+
+def test_proportional_full():
+    c = cache({"rope_type": "proportional", "factor": 2.0}, head_dim=64)
+    close(c.inv_freq, default_inv_freq(1e4, 64) / 2, rtol=1e-6)
+
+
+def test_custom():
+    inv = np.linspace(1.0, 1e-3, 32)
+    c = cache({"rope_type": "custom", "inv_freq": inv}, head_dim=64)
+    close(c.inv_freq, inv)
+
+
+def test_v5_rope_parameters_keys():
+    c = cache({"rope_type": "default", "rope_theta": 1e6, "partial_rotary_factor": 0.5},
+              head_dim=128)
+    assert c.rotary_dim == 64 and c.params["base"] == 1e6
+    close(c.inv_freq, default_inv_freq(1e6, 64))
+
+
+def test_attention_factor_override():
+    c = cache({"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 4096,
+               "attention_factor": 0.8})
+    assert c.attention_factor == pytest.approx(0.8)
+    # cos/sin rows carry it
+    cs, sn = c.cos_sin(3)
+    np.testing.assert_allclose(cs ** 2 + sn ** 2, 0.64, rtol=1e-6)
