@@ -1,0 +1,299 @@
+/* test_nomalloc.c - no allocation on the apply/add hot paths (posenc.h:
+ * "They never allocate, lock or make system calls on their hot path").
+ *
+ * The allocator is interposed in this executable: malloc, calloc, realloc,
+ * free, aligned_alloc, posix_memalign, memalign and valloc are defined here
+ * and forward to glibc's __libc_* entry points; while `counting` is set each
+ * call is counted, from any thread (pool workers included). Under ASan/TSan
+ * the runtime owns those symbols, so the sanitizer's allocation hooks count
+ * instead. Caches and pools are created before counting starts; every
+ * apply/add/shift/rerotate entry point is then called, with and without a
+ * pool of 2 threads, on success and on error paths, and must allocate
+ * nothing. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+#include <dlfcn.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include "posenc.h"
+
+#pragma weak pe_alibi_add_bias
+#pragma weak pe_t5_add_bias
+#pragma weak pe_sinusoidal_add
+#pragma weak pe_learned_add
+
+static atomic_int counting;
+static atomic_long n_calls;
+
+/* Who allocated: the caller's address and thread of the first counted calls,
+ * printed with dladdr() when the test fails. */
+static void *volatile culprit[4];
+static volatile long culprit_tid[4];
+
+#define count() count_from(__builtin_return_address(0))
+static inline void count_from(void *caller) {
+  if (atomic_load_explicit(&counting, memory_order_relaxed)) {
+    long i = atomic_fetch_add_explicit(&n_calls, 1, memory_order_relaxed);
+    if (i < 4) {
+      culprit[i] = caller;
+      culprit_tid[i] = (long)syscall(SYS_gettid);
+    }
+  }
+}
+
+static void print_culprits(long n) {
+  for (long i = 0; i < n && i < 4; i++) {
+    Dl_info info;
+    memset(&info, 0, sizeof info);
+    dladdr(culprit[i], &info);
+    printf("  allocator call %ld from %s (%s+%#lx), thread %ld (main %ld)\n", i,
+           info.dli_fname ? info.dli_fname : "?", info.dli_sname ? info.dli_sname : "?",
+           (unsigned long)((char *)culprit[i] - (char *)(info.dli_saddr ? info.dli_saddr : info.dli_fbase)),
+           culprit_tid[i], (long)getpid());
+  }
+}
+
+#if defined(__has_feature)
+#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
+#define PE_SANITIZER_HOOKS 1
+#endif
+#endif
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+#define PE_SANITIZER_HOOKS 1
+#endif
+
+#ifdef PE_SANITIZER_HOOKS
+#include <sanitizer/allocator_interface.h>
+static void on_malloc(const volatile void *p, size_t n) {
+  (void)p;
+  (void)n;
+  count();
+}
+static void on_free(const volatile void *p) {
+  if (p) count();
+}
+static void install_counter(void) {
+  assert_int_not_equal(__sanitizer_install_malloc_and_free_hooks(on_malloc, on_free), 0);
+}
+#else
+/* glibc's own entry points: forwarding to them avoids dlsym's bootstrap
+ * problem (dlsym itself may call calloc). */
+extern void *__libc_malloc(size_t);
+extern void *__libc_calloc(size_t, size_t);
+extern void *__libc_realloc(void *, size_t);
+extern void __libc_free(void *);
+extern void *__libc_memalign(size_t, size_t);
+extern void *__libc_valloc(size_t);
+
+void *malloc(size_t n) {
+  count();
+  return __libc_malloc(n);
+}
+void *calloc(size_t a, size_t b) {
+  count();
+  return __libc_calloc(a, b);
+}
+void *realloc(void *p, size_t n) {
+  count();
+  return __libc_realloc(p, n);
+}
+void free(void *p) {
+  if (p) count();
+  __libc_free(p);
+}
+void *aligned_alloc(size_t align, size_t n) {
+  count();
+  return __libc_memalign(align, n);
+}
+void *memalign(size_t align, size_t n) {
+  count();
+  return __libc_memalign(align, n);
+}
+void *valloc(size_t n) {
+  count();
+  return __libc_valloc(n);
+}
+int posix_memalign(void **out, size_t align, size_t n) {
+  count();
+  if (align < sizeof(void *) || (align & (align - 1))) return 22; /* EINVAL */
+  void *p = __libc_memalign(align, n);
+  if (!p) return 12; /* ENOMEM */
+  *out = p;
+  return 0;
+}
+static void install_counter(void) {
+  /* Prove the interposition is live: a counted malloc must register. */
+  atomic_store(&counting, 1);
+  void *volatile p = malloc(16);
+  atomic_store(&counting, 0);
+  free(p);
+  assert_true(atomic_exchange(&n_calls, 0) >= 1);
+}
+#endif
+
+static void start(void) {
+  atomic_store(&n_calls, 0);
+  atomic_store(&counting, 1);
+}
+static long stop(void) {
+  atomic_store(&counting, 0);
+  return atomic_exchange(&n_calls, 0);
+}
+
+#define NO_ALLOC(label, call)                                                              \
+  do {                                                                                     \
+    start();                                                                               \
+    pe_status st_ = (call);                                                                \
+    long n_ = stop();                                                                      \
+    if (n_) {                                                                              \
+      print_culprits(n_);                                                                  \
+      fail_msg("%s (%s): %ld allocator calls", label, pe_status_string(st_), n_);          \
+    }                                                                                      \
+    checked++;                                                                             \
+  } while (0)
+
+static int checked;
+
+typedef struct fixture {
+  pe_rope_cache *table, *fly, *other;
+  pe_threadpool *pool;
+  float *q, *k, *scores, *x, *learned, *t5;
+  int64_t pos[2 * 64];
+  int64_t deltas[2 * 64];
+} fixture;
+
+static void fixture_setup(fixture *f) {
+  memset(f, 0, sizeof *f);
+  pe_rope_params p;
+  pe_rope_params_init(&p);
+  p.head_dim = 128;
+  p.max_positions = 1024;
+  assert_int_equal(pe_rope_cache_create(&p, &f->table), PE_OK);
+  p.max_positions = 0;
+  assert_int_equal(pe_rope_cache_create(&p, &f->fly), PE_OK);
+  p.scaling = PE_ROPE_SCALING_LINEAR;
+  p.factor = 2.0;
+  assert_int_equal(pe_rope_cache_create(&p, &f->other), PE_OK);
+  if (pe_threadpool_create(2, &f->pool) != PE_OK) {
+    printf("pool of 2: not available (%s); NULL pool only\n", pe_last_error());
+    f->pool = NULL;
+  }
+  /* q: [2, 8, 64, 128], k: [2, 2, 64, 128]; big enough that a pool splits it. */
+  f->q = calloc(2 * 8 * 64 * 128, sizeof(float));
+  f->k = calloc(2 * 2 * 64 * 128, sizeof(float));
+  f->scores = calloc(2 * 8 * 64 * 64, sizeof(float));
+  f->x = calloc(2 * 64 * 128, sizeof(float));
+  f->learned = calloc(256 * 128, sizeof(float));
+  f->t5 = calloc(32 * 8, sizeof(float));
+  assert_non_null(f->q);
+  assert_non_null(f->t5);
+  for (int i = 0; i < 2 * 64; i++) {
+    f->pos[i] = 3 + i % 64;
+    f->deltas[i] = (i % 7) - 3;
+  }
+  /* Pool workers pin themselves (hwloc allocates) after pe_threadpool_create
+   * has returned; one call that every worker takes part in waits that out,
+   * so the counts below see only the calls themselves. */
+  if (f->pool) {
+    pe_tensor q = {f->q, PE_F32, {2, 8, 64, 128}, {8 * 64 * 128, 64 * 128, 128, 1}};
+    assert_int_equal(pe_apply_rope_qk(f->table, &q, NULL, NULL, 0, f->pool), PE_OK);
+  }
+}
+
+static void fixture_teardown(fixture *f) {
+  pe_rope_cache_destroy(f->table);
+  pe_rope_cache_destroy(f->fly);
+  pe_rope_cache_destroy(f->other);
+  pe_threadpool_destroy(f->pool);
+  free(f->q);
+  free(f->k);
+  free(f->scores);
+  free(f->x);
+  free(f->learned);
+  free(f->t5);
+}
+
+static pe_tensor tensor(void *data, pe_dtype dt, int64_t b, int64_t h, int64_t t, int64_t d) {
+  pe_tensor x = {data, dt, {b, h, t, d}, {h * t * d, t * d, d, 1}};
+  return x;
+}
+
+static void run_all(fixture *f, pe_threadpool *pool) {
+  static const pe_dtype dts[] = {PE_F32, PE_F16, PE_BF16};
+  for (int di = 0; di < 3; di++) {
+    pe_dtype dt = dts[di];
+    pe_tensor q = tensor(f->q, dt, 2, 8, 64, 128), k = tensor(f->k, dt, 2, 2, 64, 128);
+    NO_ALLOC("apply q,k table", pe_apply_rope_qk(f->table, &q, &k, f->pos, 0, pool));
+    NO_ALLOC("apply q,k on the fly", pe_apply_rope_qk(f->fly, &q, &k, NULL, 0, pool));
+    NO_ALLOC("apply k inverse", pe_apply_rope_qk(f->table, NULL, &k, f->pos, PE_ROPE_INVERSE, pool));
+    NO_ALLOC("shift k", pe_rope_shift_k(f->table, &k, f->deltas, pool));
+    NO_ALLOC("rerotate k", pe_rope_rerotate_k(f->table, f->other, &k, f->pos, pool));
+    pe_tensor s = tensor(f->scores, dt, 2, 8, 64, 64);
+    if (pe_alibi_add_bias) {
+      NO_ALLOC("alibi", pe_alibi_add_bias(&s, NULL, NULL, PE_MASK_CAUSAL, pool));
+      NO_ALLOC("alibi positions", pe_alibi_add_bias(&s, NULL, f->pos, 0, pool));
+    }
+    if (pe_t5_add_bias) NO_ALLOC("t5", pe_t5_add_bias(&s, f->t5, 1, 32, 128, NULL, 0, pool));
+    pe_tensor x = tensor(f->x, dt, 2, 1, 64, 128);
+    if (pe_sinusoidal_add) {
+      NO_ALLOC("sinusoidal", pe_sinusoidal_add(&x, f->pos, 10000.0, 0, pool));
+      NO_ALLOC("sinusoidal concat", pe_sinusoidal_add(&x, NULL, 10000.0, PE_SINUSOIDAL_CONCAT, pool));
+    }
+    if (pe_learned_add) {
+      pe_tensor tab = tensor(f->learned, PE_F32, 1, 1, 256, 128);
+      NO_ALLOC("learned", pe_learned_add(&x, &tab, f->pos, pool));
+    }
+  }
+  /* Error paths format a message: still no allocation. */
+  pe_tensor q = tensor(f->q, PE_F32, 2, 8, 64, 128);
+  int64_t bad[2 * 64];
+  memcpy(bad, f->pos, sizeof bad);
+  bad[77] = -5;
+  NO_ALLOC("apply bad position", pe_apply_rope_qk(f->table, &q, NULL, bad, 0, pool));
+  pe_tensor wrong = tensor(f->q, PE_F32, 2, 8, 64, 64);
+  NO_ALLOC("apply wrong head_dim", pe_apply_rope_qk(f->table, &wrong, NULL, NULL, 0, pool));
+  NO_ALLOC("shift NULL deltas", pe_rope_shift_k(f->table, &q, NULL, pool));
+}
+
+static void test_no_allocation_without_pool(void **state) {
+  fixture *f = *state;
+  install_counter();
+  run_all(f, NULL);
+}
+
+static void test_no_allocation_with_pool(void **state) {
+  fixture *f = *state;
+  if (!f->pool) skip();
+  install_counter();
+  run_all(f, f->pool);
+}
+
+static int setup(void **state) {
+  static fixture f;
+  fixture_setup(&f);
+  *state = &f;
+  return 0;
+}
+static int teardown(void **state) {
+  fixture_teardown(*state);
+  return 0;
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_no_allocation_without_pool),
+      cmocka_unit_test(test_no_allocation_with_pool),
+  };
+  int rc = cmocka_run_group_tests(tests, setup, teardown);
+  printf("test_nomalloc: %d calls checked, 0 allocations allowed\n", checked);
+  return rc;
+}
