@@ -1,0 +1,221 @@
+/* sinusoidal.c - absolute position embeddings: the fixed sinusoidal table of
+ * Vaswani et al. (both column conventions) and gathers from a caller's learned
+ * table (BERT, GPT-2), added in place. */
+#include <inttypes.h>
+#include <math.h>
+#include <string.h>
+
+#include "kernels/enc_kernels.h"
+
+/* Frequencies of one call: what a row of the table needs besides the
+ * position. Angles are formed in double precision exactly as the reference
+ * codebases write them (a division by base^(2k/d) for the paper's layout, a
+ * multiplication by exp(-k ln(base)/(half-1)) for fairseq's), then sin/cos in
+ * double, rounded once to float32. */
+typedef struct sin_geometry {
+  int32_t d_model;
+  int32_t concat;  /* PE_SINUSOIDAL_CONCAT */
+  int32_t n_freq;  /* interleaved: ceil(d/2) pairs (odd d ends in a sin); concat: d/2 */
+  double freq[PE_MAX_HEAD_DIM / 2]; /* interleaved: divisor base^(2k/d); concat: w_k */
+} sin_geometry;
+
+static pe_status sin_geometry_init(const char *fn, int32_t d_model, double base, uint32_t flags,
+                                   sin_geometry *g) {
+  pe_status st = pe__check_flags(fn, flags, PE_SINUSOIDAL_CONCAT);
+  if (st != PE_OK) return st;
+  int concat = (flags & PE_SINUSOIDAL_CONCAT) != 0;
+  int32_t min_d = concat ? 4 : 1;
+  if (d_model < min_d || d_model > PE_MAX_HEAD_DIM)
+    return pe__fail(PE_ERR_SHAPE, "%s: d_model %d must be in [%d, %d]%s", fn, (int)d_model,
+                    (int)min_d, PE_MAX_HEAD_DIM,
+                    concat ? " (PE_SINUSOIDAL_CONCAT divides by d_model/2 - 1)" : "");
+  if (!isfinite(base) || !(base > 0.0))
+    return pe__fail(PE_ERR_INVALID_ARGUMENT, "%s: base %g must be finite and > 0 (10000 is standard)",
+                    fn, base);
+  g->d_model = d_model;
+  g->concat = concat;
+  if (concat) {
+    /* fairseq/tensor2tensor: the denominator half - 1 makes the last
+     * frequency exactly 1/base. */
+    int32_t half = d_model / 2;
+    double step = log(base) / (double)(half - 1);
+    g->n_freq = half;
+    for (int32_t k = 0; k < half; k++) g->freq[k] = exp((double)k * -step);
+  } else {
+    /* DistilBERT: pos / np.power(base, 2 * (j // 2) / dim). */
+    g->n_freq = (d_model + 1) / 2;
+    for (int32_t k = 0; k < g->n_freq; k++)
+      g->freq[k] = pow(base, (double)(2 * k) / (double)d_model);
+  }
+  return PE_OK;
+}
+
+/* The table row of position pos (exact in double: pos < 2^53). */
+static void sin_row(const sin_geometry *g, int64_t pos, float *out) {
+  double p = (double)pos;
+  if (g->concat) {
+    int32_t half = g->n_freq;
+    for (int32_t k = 0; k < half; k++) {
+      double a = p * g->freq[k];
+      out[k] = (float)sin(a);
+      out[half + k] = (float)cos(a);
+    }
+    if (g->d_model & 1) out[g->d_model - 1] = 0.0f;
+  } else {
+    for (int32_t k = 0; k < g->n_freq; k++) {
+      double a = p / g->freq[k];
+      out[2 * k] = (float)sin(a);
+      if (2 * k + 1 < g->d_model) out[2 * k + 1] = (float)cos(a);
+    }
+  }
+}
+
+PE_API pe_status pe_sinusoidal_table(int64_t n_positions, int32_t d_model, double base,
+                                     uint32_t flags, float *out) {
+  static const char fn[] = "pe_sinusoidal_table";
+  if (!out) return pe__fail(PE_ERR_NULL_POINTER, "%s: out is NULL", fn);
+  if (n_positions < 0 || n_positions > PE_MAX_POSITION)
+    return pe__fail(PE_ERR_INVALID_ARGUMENT, "%s: n_positions %" PRId64 " must be in [0, 2^53]",
+                    fn, n_positions);
+  sin_geometry g;
+  pe_status st = sin_geometry_init(fn, d_model, base, flags, &g);
+  if (st != PE_OK) return st;
+  if ((uint64_t)n_positions > SIZE_MAX / sizeof(float) / (uint64_t)d_model)
+    return pe__fail(PE_ERR_OVERFLOW, "%s: %" PRId64 " x %d floats overflow size_t", fn, n_positions,
+                    (int)d_model);
+  for (int64_t p = 0; p < n_positions; p++) sin_row(&g, p, out + p * d_model);
+  return PE_OK;
+}
+
+/* x must be [batch, 1, tokens, d_model], written in place. */
+static pe_status check_embeddings(const char *fn, const pe_tensor *x) {
+  pe_status st = pe__check_tensor(fn, "x", x, 1);
+  if (st != PE_OK) return st;
+  if (x->shape[1] != 1)
+    return pe__fail(PE_ERR_SHAPE, "%s: x->shape[1] = %" PRId64 " must be 1 ([batch, 1, tokens, d_model])",
+                    fn, x->shape[1]);
+  return PE_OK;
+}
+
+typedef struct embed_job {
+  const pe_enc_kernels *k;
+  char *data;
+  size_t esize;
+  pe_dtype dtype;
+  int64_t batch, tokens, d_model;
+  int64_t s_batch, s_token;
+  const int64_t *positions;
+  /* sinusoidal */
+  const sin_geometry *g;
+  /* learned */
+  const char *table;
+  size_t t_esize;
+  pe_dtype t_dtype;
+  int64_t t_stride;
+} embed_job;
+
+/* Units: tokens when positions is NULL (one row serves every batch row),
+ * else (batch, token) pairs. */
+static void sinusoidal_range(void *ctx, int64_t begin, int64_t end) {
+  const embed_job *j = ctx;
+  float pe_row[PE_MAX_HEAD_DIM];
+  for (int64_t u = begin; u < end; u++) {
+    if (j->positions) {
+      int64_t b = u / j->tokens, t = u % j->tokens;
+      sin_row(j->g, j->positions[u], pe_row);
+      j->k->add_row[j->dtype](j->data + (b * j->s_batch + t * j->s_token) * (int64_t)j->esize,
+                              pe_row, j->d_model);
+    } else {
+      sin_row(j->g, u, pe_row);
+      for (int64_t b = 0; b < j->batch; b++)
+        j->k->add_row[j->dtype](j->data + (b * j->s_batch + u * j->s_token) * (int64_t)j->esize,
+                                pe_row, j->d_model);
+    }
+  }
+}
+
+PE_API pe_status pe_sinusoidal_add(const pe_tensor *x, const int64_t *positions, double base,
+                                   uint32_t flags, pe_threadpool *pool) {
+  static const char fn[] = "pe_sinusoidal_add";
+  pe_status st = check_embeddings(fn, x);
+  if (st != PE_OK) return st;
+  if (x->shape[3] > PE_MAX_HEAD_DIM)
+    return pe__fail(PE_ERR_SHAPE, "%s: d_model (x->shape[3]) %" PRId64 " must be <= %d", fn,
+                    x->shape[3], PE_MAX_HEAD_DIM);
+  sin_geometry g;
+  if ((st = sin_geometry_init(fn, (int32_t)x->shape[3], base, flags, &g)) != PE_OK) return st;
+  int64_t batch = x->shape[0], tokens = x->shape[2];
+  if ((st = pe__check_positions(fn, "position", positions, batch, tokens, 0, "")) != PE_OK)
+    return st;
+  if ((st = pe__pool_acquire(fn, pool)) != PE_OK) return st;
+  embed_job j = {.k = pe__enc_kernels(), .data = x->data, .esize = pe__dtype_size(x->dtype),
+                 .dtype = x->dtype, .batch = batch, .tokens = tokens, .d_model = x->shape[3],
+                 .s_batch = x->stride[0], .s_token = x->stride[2], .positions = positions,
+                 .g = &g};
+  int64_t units = positions ? batch * tokens : tokens;
+  int64_t rows_per_unit = positions ? 1 : batch;
+  pe__pool_run(pool, units, 1, 2 * rows_per_unit * j.d_model * (int64_t)j.esize,
+               sinusoidal_range, &j);
+  return PE_OK;
+}
+
+/* Table rows are widened to float32 in chunks of this many elements when the
+ * table is not float32 (stack buffer, 16 KiB). */
+#define LEARNED_CHUNK 4096
+
+static void learned_range(void *ctx, int64_t begin, int64_t end) {
+  const embed_job *j = ctx;
+  float buf[LEARNED_CHUNK];
+  for (int64_t u = begin; u < end; u++) {
+    int64_t b = u / j->tokens, t = u % j->tokens;
+    int64_t p = j->positions ? j->positions[u] : t;
+    char *row = j->data + (b * j->s_batch + t * j->s_token) * (int64_t)j->esize;
+    const char *src = j->table + p * j->t_stride * (int64_t)j->t_esize;
+    if (j->t_dtype == PE_F32) {
+      j->k->add_row[j->dtype](row, (const float *)src, j->d_model);
+      continue;
+    }
+    for (int64_t c0 = 0; c0 < j->d_model; c0 += LEARNED_CHUNK) {
+      int64_t len = j->d_model - c0 < LEARNED_CHUNK ? j->d_model - c0 : LEARNED_CHUNK;
+      j->k->load_row[j->t_dtype](buf, src + c0 * (int64_t)j->t_esize, len);
+      j->k->add_row[j->dtype](row + c0 * (int64_t)j->esize, buf, len);
+    }
+  }
+}
+
+PE_API pe_status pe_learned_add(const pe_tensor *x, const pe_tensor *table,
+                                const int64_t *positions, pe_threadpool *pool) {
+  static const char fn[] = "pe_learned_add";
+  pe_status st = check_embeddings(fn, x);
+  if (st != PE_OK) return st;
+  if ((st = pe__check_tensor(fn, "table", table, 0)) != PE_OK) return st;
+  if (table->shape[0] != 1 || table->shape[1] != 1)
+    return pe__fail(PE_ERR_SHAPE,
+                    "%s: table shape [%" PRId64 ", %" PRId64 ", %" PRId64 ", %" PRId64
+                    "] must be [1, 1, max_len, d_model]",
+                    fn, table->shape[0], table->shape[1], table->shape[2], table->shape[3]);
+  if (table->shape[3] != x->shape[3])
+    return pe__fail(PE_ERR_SHAPE, "%s: table d_model (shape[3]) %" PRId64 " != x d_model %" PRId64,
+                    fn, table->shape[3], x->shape[3]);
+  if (pe__same_storage(x, table))
+    return pe__fail(PE_ERR_INVALID_ARGUMENT,
+                    "%s: x and table start at the same address: the table would be modified", fn);
+  int64_t batch = x->shape[0], tokens = x->shape[2], max_len = table->shape[2];
+  if (!positions && tokens > max_len)
+    return pe__fail(PE_ERR_POSITION_OUT_OF_RANGE,
+                    "%s: positions NULL means 0..%" PRId64 ", past the table's max_len %" PRId64
+                    " (learned embeddings cannot extrapolate)",
+                    fn, tokens - 1, max_len);
+  if ((st = pe__check_positions(fn, "position", positions, batch, tokens, max_len,
+                                "table max_len")) != PE_OK)
+    return st;
+  if ((st = pe__pool_acquire(fn, pool)) != PE_OK) return st;
+  embed_job j = {.k = pe__enc_kernels(), .data = x->data, .esize = pe__dtype_size(x->dtype),
+                 .dtype = x->dtype, .batch = batch, .tokens = tokens, .d_model = x->shape[3],
+                 .s_batch = x->stride[0], .s_token = x->stride[2], .positions = positions,
+                 .table = table->data, .t_esize = pe__dtype_size(table->dtype),
+                 .t_dtype = table->dtype, .t_stride = table->stride[2]};
+  pe__pool_run(pool, batch * tokens, 1,
+               j.d_model * (int64_t)(2 * j.esize + j.t_esize), learned_range, &j);
+  return PE_OK;
+}

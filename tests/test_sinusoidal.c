@@ -1,0 +1,458 @@
+/* test_sinusoidal.c - the sinusoidal table of Vaswani et al. (interleaved,
+ * DistilBERT) and of fairseq/tensor2tensor ([sin | cos], half-1 denominator,
+ * zero column for odd d_model): values at chosen (pos, column) computed by
+ * hand with 40-digit arithmetic, whole tables against float64, the "stripes
+ * widen with the dimension index" property, in-place add over dtypes and
+ * layouts, error paths and SIMD-vs-scalar bit identity. */
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "posenc.h"
+
+/* ---- helpers: rng, half types, tensors ---- */
+
+static uint64_t rng_state = 0x9e3779b97f4a7c15u;
+static uint64_t rng_next(void) {
+  uint64_t z = (rng_state += 0x9e3779b97f4a7c15u);
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9u;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebu;
+  return z ^ (z >> 31);
+}
+static float rng_uniform(float lo, float hi) {
+  return lo + (hi - lo) * (float)((rng_next() >> 40) * (1.0 / 16777216.0));
+}
+
+/* Independent of the library's convert.h: _Float16 for f16, and bf16 as the
+ * float32 rounded to 8 significant bits in double arithmetic. */
+static float h2f(uint16_t h) {
+  _Float16 v;
+  memcpy(&v, &h, 2);
+  return (float)v;
+}
+static uint16_t f2h(float f) {
+  _Float16 v = (_Float16)f;
+  uint16_t h;
+  memcpy(&h, &v, 2);
+  return h;
+}
+static float b2f(uint16_t b) {
+  uint32_t u = (uint32_t)b << 16;
+  float f;
+  memcpy(&f, &u, 4);
+  return f;
+}
+static uint16_t f2b(float f) {
+  uint32_t u;
+  memcpy(&u, &f, 4);
+  if (isnan(f)) return (uint16_t)((u >> 16) | 0x40);
+  uint32_t lo = u & 0xffff0000u, hi = lo + 0x10000u;
+  float flo, fhi;
+  memcpy(&flo, &lo, 4);
+  memcpy(&fhi, &hi, 4);
+  double dl = fabs((double)f - (double)flo), dh = fabs((double)fhi - (double)f);
+  if (isinf(f)) return (uint16_t)(u >> 16);
+  if (dh < dl || (dh == dl && ((lo >> 16) & 1))) return (uint16_t)(hi >> 16);
+  return (uint16_t)(lo >> 16);
+}
+
+static size_t esize(pe_dtype d) { return d == PE_F32 ? 4 : 2; }
+static double get_elem(const pe_tensor *t, int64_t off) {
+  const char *p = (const char *)t->data + off * (int64_t)esize(t->dtype);
+  if (t->dtype == PE_F32) {
+    float f;
+    memcpy(&f, p, 4);
+    return f;
+  }
+  uint16_t h;
+  memcpy(&h, p, 2);
+  return t->dtype == PE_F16 ? h2f(h) : b2f(h);
+}
+static void set_elem(pe_tensor *t, int64_t off, float v) {
+  char *p = (char *)t->data + off * (int64_t)esize(t->dtype);
+  if (t->dtype == PE_F32) {
+    memcpy(p, &v, 4);
+  } else {
+    uint16_t h = t->dtype == PE_F16 ? f2h(v) : f2b(v);
+    memcpy(p, &h, 2);
+  }
+}
+/* Relative rounding unit of a dtype. */
+static double dtype_eps(pe_dtype d) {
+  return d == PE_F32 ? 0x1p-23 : d == PE_F16 ? 0x1p-10 : 0x1p-7;
+}
+
+/* A tensor of logical shape s with dimensions 0..2 laid out in the physical
+ * order perm (outermost first), rows padded by pad elements, and dimension
+ * `reversed` (or -1) walked backwards through a negative stride. */
+typedef struct tbuf {
+  pe_tensor t;
+  void *mem;
+  size_t bytes;
+} tbuf;
+static tbuf make_tensor(pe_dtype d, const int64_t s[4], const int perm[3], int64_t pad,
+                        int reversed) {
+  tbuf b;
+  memset(&b, 0, sizeof b);
+  b.t.dtype = d;
+  memcpy(b.t.shape, s, sizeof b.t.shape);
+  int64_t st[4];
+  st[3] = 1;
+  int64_t span = s[3] + pad;
+  for (int k = 2; k >= 0; k--) {
+    st[perm[k]] = span;
+    span *= s[perm[k]];
+  }
+  b.bytes = (size_t)span * esize(d);
+  b.mem = malloc(b.bytes);
+  assert_non_null(b.mem);
+  for (size_t i = 0; i < b.bytes; i++) ((unsigned char *)b.mem)[i] = (unsigned char)rng_next();
+  char *base = b.mem;
+  if (reversed >= 0) {
+    base += (s[reversed] - 1) * st[reversed] * (int64_t)esize(d);
+    st[reversed] = -st[reversed];
+  }
+  memcpy(b.t.stride, st, sizeof st);
+  b.t.data = base;
+  return b;
+}
+static int64_t offset_of(const pe_tensor *t, int64_t a, int64_t b, int64_t c, int64_t e) {
+  return a * t->stride[0] + b * t->stride[1] + c * t->stride[2] + e * t->stride[3];
+}
+/* Fill every logical element with uniform values in [lo, hi). */
+static void fill_uniform(tbuf *b, float lo, float hi) {
+  const pe_tensor *t = &b->t;
+  for (int64_t a = 0; a < t->shape[0]; a++)
+    for (int64_t h = 0; h < t->shape[1]; h++)
+      for (int64_t i = 0; i < t->shape[2]; i++)
+        for (int64_t j = 0; j < t->shape[3]; j++)
+          set_elem(&b->t, offset_of(t, a, h, i, j), rng_uniform(lo, hi));
+}
+static tbuf clone(const tbuf *src) {
+  tbuf b = *src;
+  b.mem = malloc(src->bytes);
+  assert_non_null(b.mem);
+  memcpy(b.mem, src->mem, src->bytes);
+  b.t.data = (char *)b.mem + ((char *)src->t.data - (char *)src->mem);
+  return b;
+}
+
+/* Every ISA path other than scalar that this build and CPU run. */
+static const char *const simd_isas[] = {"avx2", "avx512", "neon"};
+
+static void expect_error(pe_status got, pe_status want, const char *needle) {
+  assert_int_equal(got, want);
+  const char *msg = pe_last_error();
+  if (!strstr(msg, needle)) fail_msg("error \"%s\" does not mention \"%s\"", msg, needle);
+}
+
+/* Random scores with NaN, +-Inf, subnormals, zeros of both signs. */
+static void fill_special(tbuf *b) {
+  const pe_tensor *t = &b->t;
+  static const float specials[] = {NAN, -NAN, INFINITY, -INFINITY, 0x1p-140f, -0x1p-149f,
+                                   0.0f, -0.0f, 65504.0f, 1e-7f, 3e38f, -6e-5f};
+  for (int64_t a = 0; a < t->shape[0]; a++)
+    for (int64_t h = 0; h < t->shape[1]; h++)
+      for (int64_t i = 0; i < t->shape[2]; i++)
+        for (int64_t j = 0; j < t->shape[3]; j++) {
+          uint64_t r = rng_next();
+          float v = (r & 7) == 0 ? specials[(r >> 8) % 12] : rng_uniform(-100.0f, 100.0f);
+          set_elem(&b->t, offset_of(t, a, h, i, j), v);
+        }
+  /* Signalling NaNs straight into the storage too. */
+  if (t->dtype == PE_F32) {
+    uint32_t snan = 0x7f800001u;
+    memcpy(t->data, &snan, 4);
+  } else {
+    uint16_t snan = t->dtype == PE_F16 ? 0x7c01u : 0x7f81u;
+    memcpy(t->data, &snan, 2);
+  }
+}
+
+/* ---- float64 references ---- */
+
+/* Interleaved (the paper, DistilBERT's create_sinusoidal_embeddings):
+ * PE[p, j] = sin(p / base^(2*floor(j/2)/d)) for even j, cos for odd j. */
+static double ref_interleaved(int64_t p, int j, int d, double base) {
+  double a = (double)p / pow(base, 2.0 * (j / 2) / d);
+  return j % 2 == 0 ? sin(a) : cos(a);
+}
+/* Concatenated (fairseq get_embedding): h = d/2, w_k = exp(-k ln(base)/(h-1)),
+ * row = [sin(p w) | cos(p w)], plus a zero column when d is odd. */
+static double ref_concat(int64_t p, int col, int d, double base) {
+  int h = d / 2;
+  if (col >= 2 * h) return 0.0;
+  int k = col < h ? col : col - h;
+  double a = (double)p * exp(-(double)k * log(base) / (h - 1));
+  return col < h ? sin(a) : cos(a);
+}
+static double ref_pe(int64_t p, int col, int d, double base, int concat) {
+  return concat ? ref_concat(p, col, d, base) : ref_interleaved(p, col, d, base);
+}
+
+/* Within one float32 ulp of the exact value v. */
+static void assert_close_f32(float got, double v, const char *what) {
+  double ulp = fabs(v) < 0x1p-126 ? 0x1p-149 : ldexp(1.0, ilogb(v) - 23);
+  if (!(fabs((double)got - v) <= ulp)) fail_msg("%s: got %.9g, want %.17g", what, (double)got, v);
+}
+
+/* Values computed with mpmath at 40 significant digits from the definitions
+ * above (e.g. interleaved d=512, pos 100, column 10: sin(100 / 10000^(10/512));
+ * concat d=512, pos 1000, column 255: sin(1000 * exp(-255 ln(10000)/255)) =
+ * sin(0.1)), printed to 17 digits. */
+static void test_hand_values(void **state) {
+  (void)state;
+  static const struct {
+    int concat, d;
+    int64_t pos;
+    int col;
+    double v;
+  } cases[] = {
+      {0, 512, 1, 0, 0.84147098480789651},          /* sin(1) */
+      {0, 512, 1, 1, 0.54030230586813972},          /* cos(1) */
+      {0, 512, 100, 10, 0.95992849411898141},
+      {0, 512, 100, 11, -0.28024504666178253},
+      {0, 512, 5000, 511, 0.86865446494699424},
+      {0, 512, 123456, 64, 0.34930078940212976},
+      {0, 5, 3, 4, 0.0018928709030918881},          /* odd d: last column is a sin */
+      {0, 5, 3, 3, 0.99716203530723704},
+      {0, 768, 1000000, 2, -0.08352525355836032},   /* a float32 angle is off here */
+      {1, 512, 7, 3, -0.0020345597759861027},
+      {1, 512, 7, 259, 0.9999979302811171},
+      {1, 512, 1000, 255, 0.099833416646828152},    /* last frequency exactly 1e-4 */
+      {1, 512, 1000, 511, 0.99500416527802577},
+      {1, 9, 2, 1, 0.092698500778727227},
+      {1, 9, 2, 5, 0.99569422412373986},
+      {1, 9, 2, 8, 0.0},                            /* zero column of odd d */
+      {1, 1024, 65535, 100, -0.33847862679892354},
+  };
+  for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+    int d = cases[c].d;
+    int64_t n = cases[c].pos + 1;
+    float *t = malloc(sizeof(float) * (size_t)(n * d));
+    assert_non_null(t);
+    assert_int_equal(pe_sinusoidal_table(n, d, 10000.0, cases[c].concat ? PE_SINUSOIDAL_CONCAT : 0, t),
+                     PE_OK);
+    char what[96];
+    snprintf(what, sizeof what, "%s d %d pos %ld col %d", cases[c].concat ? "concat" : "interleaved",
+             d, (long)cases[c].pos, cases[c].col);
+    assert_close_f32(t[cases[c].pos * d + cases[c].col], cases[c].v, what);
+    /* the same value through pe_sinusoidal_add on a zero row */
+    float *x = calloc((size_t)d, sizeof(float));
+    pe_tensor xt = {x, PE_F32, {1, 1, 1, d}, {d, d, d, 1}};
+    int64_t pos = cases[c].pos;
+    assert_int_equal(pe_sinusoidal_add(&xt, &pos, 10000.0, cases[c].concat ? PE_SINUSOIDAL_CONCAT : 0, NULL),
+                     PE_OK);
+    assert_true(x[cases[c].col] == t[cases[c].pos * d + cases[c].col]);
+    free(x);
+    free(t);
+  }
+}
+
+static void test_tables_against_float64(void **state) {
+  (void)state;
+  const int dims[] = {1, 2, 3, 4, 5, 8, 64, 65, 127, 768};
+  const double bases[] = {10000.0, 500.0, 1e6};
+  for (int concat = 0; concat < 2; concat++)
+    for (size_t di = 0; di < sizeof dims / sizeof dims[0]; di++)
+      for (size_t bi = 0; bi < 3; bi++) {
+        int d = dims[di];
+        if (concat && d < 4) continue;
+        enum { N = 300 };
+        float *t = malloc(sizeof(float) * (size_t)(N * d));
+        assert_int_equal(pe_sinusoidal_table(N, d, bases[bi], concat ? PE_SINUSOIDAL_CONCAT : 0, t), PE_OK);
+        for (int64_t p = 0; p < N; p++)
+          for (int c = 0; c < d; c++) {
+            char what[96];
+            snprintf(what, sizeof what, "concat %d d %d base %g pos %ld col %d", concat, d,
+                     bases[bi], (long)p, c);
+            assert_close_f32(t[p * d + c], ref_pe(p, c, d, bases[bi], concat), what);
+          }
+        if (concat && (d & 1))
+          for (int64_t p = 0; p < N; p++) assert_true(t[p * d + d - 1] == 0.0f);
+        free(t);
+      }
+}
+
+/* The seed exercise: along the positions, a column of the table oscillates
+ * ever more slowly as its dimension index grows ("the stripes widen"). The
+ * number of sign changes over positions 1..4095 must not increase from one
+ * frequency to the next, and must fall by orders of magnitude overall. */
+static void test_stripes_widen(void **state) {
+  (void)state;
+  enum { N = 4096, D = 128 };
+  float *t = malloc(sizeof(float) * N * D);
+  for (int concat = 0; concat < 2; concat++) {
+    assert_int_equal(pe_sinusoidal_table(N, D, 10000.0, concat ? PE_SINUSOIDAL_CONCAT : 0, t), PE_OK);
+    int prev = N, first = -1, last = -1;
+    for (int k = 0; k < D / 2; k++) {
+      int col = concat ? k : 2 * k; /* the sin column of frequency k */
+      int changes = 0;
+      for (int p = 2; p < N; p++)
+        changes += (t[p * D + col] < 0) != (t[(p - 1) * D + col] < 0);
+      if (changes > prev) fail_msg("concat %d: frequency %d has %d sign changes > %d of the previous", concat, k, changes, prev);
+      prev = changes;
+      if (first < 0) first = changes;
+      last = changes;
+    }
+    /* frequency 0 is 1 rad/position: 4094/pi ~ 1303 half periods; the last
+     * is 1e-4 (concat) or 10000^(-126/128) ~ 1.15e-4: under half a period. */
+    assert_true(first > 1200 && first < 1400);
+    assert_true(last == 0);
+  }
+  free(t);
+}
+
+/* ---- pe_sinusoidal_add ---- */
+
+static void run_add_case(pe_dtype d, const int64_t s[4], const int perm[3], int64_t pad,
+                         int reversed, int use_pos, int concat, double base) {
+  tbuf before = make_tensor(d, s, perm, pad, reversed);
+  fill_uniform(&before, -2.0f, 2.0f);
+  tbuf after = clone(&before);
+  int64_t B = s[0], T = s[2];
+  int D = (int)s[3];
+  int64_t *pos = NULL;
+  if (use_pos) {
+    pos = malloc(sizeof(int64_t) * (size_t)(B * T));
+    for (int64_t k = 0; k < B * T; k++) pos[k] = (int64_t)(rng_next() % 100000);
+    pos[0] = (INT64_C(1) << 40) + 3; /* far beyond any trained context */
+  }
+  uint32_t fl = concat ? PE_SINUSOIDAL_CONCAT : 0;
+  assert_int_equal(pe_sinusoidal_add(&after.t, pos, base, fl, NULL), PE_OK);
+  double eps = dtype_eps(d);
+  for (int64_t b = 0; b < B; b++)
+    for (int64_t t = 0; t < T; t++) {
+      int64_t p = pos ? pos[b * T + t] : t;
+      for (int c = 0; c < D; c++) {
+        int64_t off = offset_of(&before.t, b, 0, t, c);
+        double x = get_elem(&before.t, off), g = get_elem(&after.t, off);
+        double want = x + ref_pe(p, c, D, base, concat);
+        /* 2^40: double angle error ~1e-4 rad at most, still well inside */
+        double tol = 2 * eps * (fabs(x) + 1.0) + (p > 1000000 ? 1e-3 : 0);
+        if (!(fabs(g - want) <= tol))
+          fail_msg("dtype %d concat %d [%ld,%ld,%d] pos %ld: got %.9g want %.9g", d, concat,
+                   (long)b, (long)t, c, (long)p, g, want);
+      }
+    }
+  free(pos);
+  free(before.mem);
+  free(after.mem);
+}
+
+static void test_add_dtypes_layouts(void **state) {
+  (void)state;
+  const int dense[3] = {0, 1, 2}, tb[3] = {2, 1, 0};
+  const int64_t shapes[][4] = {{2, 1, 5, 64}, {3, 1, 4, 33}, {1, 1, 1, 4}, {2, 1, 3, 1}};
+  for (int d = 0; d < 3; d++)
+    for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++)
+      for (int variant = 0; variant < 8; variant++) {
+        int concat = variant & 1;
+        if (concat && shapes[si][3] < 4) continue;
+        run_add_case((pe_dtype)d, shapes[si], variant & 2 ? tb : dense, variant & 4 ? 5 : 0,
+                     variant == 6 ? 0 : variant == 7 ? 2 : -1, (variant >> 1) & 1, concat,
+                     variant == 5 ? 500.0 : 10000.0);
+      }
+}
+
+static void test_errors_change_nothing(void **state) {
+  (void)state;
+  float out[64], keep[64];
+  for (int e = 0; e < 64; e++) out[e] = (float)e;
+  memcpy(keep, out, sizeof out);
+  expect_error(pe_sinusoidal_table(4, 16, 1e4, 0, NULL), PE_ERR_NULL_POINTER, "out");
+  expect_error(pe_sinusoidal_table(-1, 16, 1e4, 0, out), PE_ERR_INVALID_ARGUMENT, "n_positions -1");
+  expect_error(pe_sinusoidal_table(4, 0, 1e4, 0, out), PE_ERR_SHAPE, "d_model 0");
+  expect_error(pe_sinusoidal_table(1, 16385, 1e4, 0, out), PE_ERR_SHAPE, "d_model 16385");
+  expect_error(pe_sinusoidal_table(4, 3, 1e4, PE_SINUSOIDAL_CONCAT, out), PE_ERR_SHAPE, "d_model 3");
+  expect_error(pe_sinusoidal_table(4, 16, 0.0, 0, out), PE_ERR_INVALID_ARGUMENT, "base 0");
+  expect_error(pe_sinusoidal_table(4, 16, -1e4, 0, out), PE_ERR_INVALID_ARGUMENT, "base -10000");
+  expect_error(pe_sinusoidal_table(4, 16, NAN, 0, out), PE_ERR_INVALID_ARGUMENT, "base");
+  expect_error(pe_sinusoidal_table(4, 16, INFINITY, 0, out), PE_ERR_INVALID_ARGUMENT, "base");
+  expect_error(pe_sinusoidal_table(4, 16, 1e4, 6, out), PE_ERR_INVALID_ARGUMENT, "flags");
+  assert_memory_equal(out, keep, sizeof out);
+
+  const pe_tensor good = {out, PE_F32, {2, 1, 4, 8}, {32, 32, 8, 1}};
+  pe_tensor t;
+  int64_t pos[8] = {0, 1, 2, 3, 4, 5, 6, 7};
+  expect_error(pe_sinusoidal_add(NULL, NULL, 1e4, 0, NULL), PE_ERR_NULL_POINTER, "x");
+  t = good; t.data = NULL;
+  expect_error(pe_sinusoidal_add(&t, NULL, 1e4, 0, NULL), PE_ERR_NULL_POINTER, "x->data");
+  t = good; t.dtype = (pe_dtype)9;
+  expect_error(pe_sinusoidal_add(&t, NULL, 1e4, 0, NULL), PE_ERR_DTYPE, "dtype 9");
+  t = good; t.shape[0] = 1; t.shape[1] = 2;
+  expect_error(pe_sinusoidal_add(&t, NULL, 1e4, 0, NULL), PE_ERR_SHAPE, "shape[1] = 2");
+  t = good; t.stride[2] = 4;
+  expect_error(pe_sinusoidal_add(&t, NULL, 1e4, 0, NULL), PE_ERR_SHAPE, "alias");
+  t = good; t.shape[3] = 16385; t.stride[0] = t.stride[1] = t.stride[2] = 0; t.shape[0] = t.shape[2] = 1;
+  expect_error(pe_sinusoidal_add(&t, NULL, 1e4, 0, NULL), PE_ERR_SHAPE, "16385");
+  t = good; t.shape[3] = 2;
+  expect_error(pe_sinusoidal_add(&t, NULL, 1e4, PE_SINUSOIDAL_CONCAT, NULL), PE_ERR_SHAPE, "d_model 2");
+  t = good;
+  expect_error(pe_sinusoidal_add(&t, NULL, -2.0, 0, NULL), PE_ERR_INVALID_ARGUMENT, "base -2");
+  expect_error(pe_sinusoidal_add(&t, NULL, 1e4, 0x80, NULL), PE_ERR_INVALID_ARGUMENT, "flags");
+  pos[6] = -9;
+  expect_error(pe_sinusoidal_add(&t, pos, 1e4, 0, NULL), PE_ERR_POSITION_OUT_OF_RANGE, "-9 at [batch 1, token 2]");
+  pos[6] = INT64_MAX;
+  expect_error(pe_sinusoidal_add(&t, pos, 1e4, 0, NULL), PE_ERR_POSITION_OUT_OF_RANGE, "2^53");
+  assert_memory_equal(out, keep, sizeof out);
+}
+
+static void run_simd_case(pe_dtype d, int64_t D, int concat) {
+  const int dense[3] = {0, 1, 2};
+  const int64_t s[4] = {2, 1, 3, D};
+  tbuf ref = make_tensor(d, s, dense, 1, -1);
+  fill_special(&ref);
+  tbuf orig = clone(&ref);
+  int64_t pos[6] = {0, 1, 77, 4096, 123456789, 5};
+  uint32_t fl = concat ? PE_SINUSOIDAL_CONCAT : 0;
+  assert_int_equal(pe_force_isa("scalar"), PE_OK);
+  assert_int_equal(pe_sinusoidal_add(&ref.t, pos, 10000.0, fl, NULL), PE_OK);
+  {
+    tbuf p = clone(&orig);
+    pe_threadpool *pool = NULL;
+    assert_int_equal(pe_threadpool_create(3, &pool), PE_OK);
+    assert_int_equal(pe_sinusoidal_add(&p.t, pos, 10000.0, fl, pool), PE_OK);
+    pe_threadpool_destroy(pool);
+    assert_memory_equal(p.mem, ref.mem, ref.bytes);
+    free(p.mem);
+  }
+  for (size_t k = 0; k < sizeof simd_isas / sizeof simd_isas[0]; k++) {
+    pe_status st = pe_force_isa(simd_isas[k]);
+    if (st == PE_ERR_UNSUPPORTED) continue;
+    assert_int_equal(st, PE_OK);
+    tbuf v = clone(&orig);
+    assert_int_equal(pe_sinusoidal_add(&v.t, pos, 10000.0, fl, NULL), PE_OK);
+    if (memcmp(v.mem, ref.mem, ref.bytes)) fail_msg("%s dtype %d D %ld differs from scalar", simd_isas[k], d, (long)D);
+    free(v.mem);
+  }
+  assert_int_equal(pe_force_isa("auto"), PE_OK);
+  free(ref.mem);
+  free(orig.mem);
+}
+
+static void test_simd_matches_scalar(void **state) {
+  (void)state;
+  for (int d = 0; d < 3; d++)
+    for (int64_t D = 4; D <= 80; D += (D < 40 ? 1 : 9))
+      for (int concat = 0; concat < 2; concat++) run_simd_case((pe_dtype)d, D, concat);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_hand_values),
+      cmocka_unit_test(test_tables_against_float64),
+      cmocka_unit_test(test_stripes_widen),
+      cmocka_unit_test(test_add_dtypes_layouts),
+      cmocka_unit_test(test_errors_change_nothing),
+      cmocka_unit_test(test_simd_matches_scalar),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
