@@ -16,9 +16,10 @@ def alibi_slopes(n_heads, max_bias=8.0):
     """ALiBi slopes for n_heads heads (Press et al.; BLOOM interleaving when
     n_heads is not a power of two), float32."""
     n = int_arg(n_heads, "n_heads", *INT32)
-    out = np.empty(max(n, 0), dtype=np.float32)
-    _lib.check(_lib.fn("pe_alibi_slopes")(n, float(max_bias), ptr(out) if n > 0 else None))
-    return out
+    # A real buffer even for n <= 0, so that the library reports the count.
+    out = np.empty(max(n, 1), dtype=np.float32)
+    _lib.check(_lib.fn("pe_alibi_slopes")(n, float(max_bias), ptr(out)))
+    return out[:n]
 
 
 def alibi_add_bias_(scores, slopes=None, q_positions=None, causal=False, pool=None, *,
@@ -94,11 +95,10 @@ def sinusoidal_table(n_positions, d_model, base=10000.0, concat=False):
     True: [sin | cos] halves (fairseq, M2M100)."""
     n = int_arg(n_positions, "n_positions", *INT64)
     d = int_arg(d_model, "d_model", *INT32)
-    out = np.empty((max(n, 0), max(d, 0)), dtype=np.float32)
+    out = np.empty((max(n, 1), max(d, 1)), dtype=np.float32)
     flags = _lib.PE_SINUSOIDAL_CONCAT if concat else 0
-    _lib.check(_lib.fn("pe_sinusoidal_table")(n, d, float(base), flags,
-                                              ptr(out) if out.size else None))
-    return out
+    _lib.check(_lib.fn("pe_sinusoidal_table")(n, d, float(base), flags, ptr(out)))
+    return out[:n, :d]
 
 
 def sinusoidal_add_(x, positions=None, base=10000.0, concat=False, pool=None, *, dtype=None):
