@@ -1,0 +1,584 @@
+/* test_hf_config.c - pe_rope_cache_create_from_hf_config on the config.json
+ * of real models (tests/data/configs) and on small configs written here.
+ *
+ * Every expected value comes from the config's numbers and the formulas of
+ * ../shared/ROPE_SCALING.md, evaluated in float64 in this file (independent of
+ * src/), or from published constants: Phi-3's attention factor 1.190238,
+ * DeepSeek-V3's softmax factor 1.87385, YaRN's 0.1 ln s + 1.
+ *
+ * Fixture provenance: written from the public config.json of each model on
+ * the HuggingFace Hub (key for key; only the keys are reproduced, never code).
+ * Phi-3-mini-128k-instruct: the short/long factor lists are those of the
+ * April-2024 ("type": "su") revision as found in a public copy of that file
+ * (the OmniGen repository embeds it); the current Hub revision (June 2024,
+ * "longrope") has different lists, which could not be retrieved here. The
+ * test reads the lists below, so the check does not depend on which revision
+ * is right: it verifies that the loader reads 48 factors of each list, picks
+ * the right one and applies them as HF does.
+ *
+ * Frequencies are compared to the float64 formula within 1 float32 ulp (the
+ * library rounds its double frequencies once to float32).
+ */
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "posenc.h"
+
+#define PI_D 3.14159265358979323846
+#define MAXH 512
+
+/* ---------------------------------------------------------------------- */
+/* helpers                                                                */
+/* ---------------------------------------------------------------------- */
+
+static double ulp_f32(double v) {
+  v = fabs(v);
+  if (v < 0x1p-126) return 0x1p-149;
+  int e;
+  frexp(v, &e);
+  return ldexp(1.0, e - 1 - 23);
+}
+
+/* The file's bytes, exactly len of them: no NUL terminator is added, so the
+ * loader must respect len (malloc'd to the size: ASan would catch a read past). */
+static char *read_fixture(const char *name, size_t *len) {
+  char path[1024];
+  snprintf(path, sizeof path, "%s/configs/%s", PE_TEST_DATA_DIR, name);
+  FILE *f = fopen(path, "rb");
+  if (!f) fail_msg("cannot open %s", path);
+  fseek(f, 0, SEEK_END);
+  long n = ftell(f);
+  fseek(f, 0, SEEK_SET);
+  char *buf = malloc((size_t)n);
+  assert_non_null(buf);
+  assert_int_equal(fread(buf, 1, (size_t)n, f), (size_t)n);
+  fclose(f);
+  *len = (size_t)n;
+  return buf;
+}
+
+static pe_rope_cache *load(const char *name, int64_t max_positions, int64_t seq_len) {
+  size_t len;
+  char *buf = read_fixture(name, &len);
+  pe_rope_cache *c = NULL;
+  pe_status st = pe_rope_cache_create_from_hf_config(buf, len, max_positions, seq_len, &c);
+  free(buf);
+  if (st != PE_OK) fail_msg("%s: %s / %s", name, pe_status_string(st), pe_last_error());
+  return c;
+}
+
+static pe_rope_cache *load_text(const char *json, int64_t seq_len) {
+  pe_rope_cache *c = NULL;
+  pe_status st = pe_rope_cache_create_from_hf_config(json, strlen(json), 0, seq_len, &c);
+  if (st != PE_OK) fail_msg("%s / %s\n%s", pe_status_string(st), pe_last_error(), json);
+  return c;
+}
+
+static pe_rope_params params_of(const pe_rope_cache *c) {
+  pe_rope_params p;
+  pe_rope_params_init(&p);
+  assert_int_equal(pe_rope_cache_params(c, &p), PE_OK);
+  return p;
+}
+
+static void expect_inv(const pe_rope_cache *c, const double *ref, int half, const char *what) {
+  float got[MAXH];
+  assert_int_equal(pe_rope_cache_inv_freq(c, got), PE_OK);
+  for (int i = 0; i < half; i++) {
+    double err = fabs((double)got[i] - ref[i]);
+    if (err > ulp_f32(ref[i]))
+      fail_msg("%s: inv_freq[%d] = %.9g, expected %.17g", what, i, (double)got[i], ref[i]);
+  }
+}
+
+static void expect_close(double got, double want, double tol, const char *what) {
+  if (!(fabs(got - want) <= tol)) fail_msg("%s: got %.12g, expected %.12g", what, got, want);
+}
+
+static void expect_geometry(const pe_rope_cache *c, int hd, int rd, pe_rope_style style,
+                            pe_rope_scaling scaling, double base, const char *what) {
+  pe_rope_params p = params_of(c);
+  if (p.head_dim != hd || p.rotary_dim != rd || p.style != style || p.scaling != scaling ||
+      p.base != base)
+    fail_msg("%s: head_dim %d rotary_dim %d style %d scaling %d base %g; expected %d %d %d %d %g",
+             what, (int)p.head_dim, (int)p.rotary_dim, (int)p.style, (int)p.scaling, p.base, hd, rd,
+             (int)style, (int)scaling, base);
+}
+
+static double ref_default(double base, int i, int d) { return 1.0 / pow(base, (double)(2 * i) / d); }
+
+static double ref_mscale(double s, double m) { return s <= 1.0 ? 1.0 : 0.1 * m * log(s) + 1.0; }
+
+/* HF yarn (ROPE_SCALING.md §3), d/2 frequencies into inv. */
+static void ref_yarn(int d, double base, double s, double m0, int truncate, double *inv) {
+  double lo = d * log(m0 / (32.0 * 2.0 * PI_D)) / (2.0 * log(base));
+  double hi = d * log(m0 / (1.0 * 2.0 * PI_D)) / (2.0 * log(base));
+  if (truncate) {
+    lo = floor(lo);
+    hi = ceil(hi);
+  }
+  lo = fmax(lo, 0.0);
+  hi = fmin(hi, (double)(d - 1));
+  if (lo == hi) hi += 0.001;
+  for (int i = 0; i < d / 2; i++) {
+    double r = fmin(fmax((i - lo) / (hi - lo), 0.0), 1.0);
+    double pf = pow(base, (double)(2 * i) / d);
+    inv[i] = 1.0 / (s * pf) * r + 1.0 / pf * (1.0 - r);
+  }
+}
+
+/* ---------------------------------------------------------------------- */
+/* real models                                                            */
+/* ---------------------------------------------------------------------- */
+
+static void test_llama31(void **state) {
+  (void)state;
+  pe_rope_cache *c = load("llama-3.1-8b.json", 0, 0);
+  expect_geometry(c, 128, 128, PE_ROPE_NEOX, PE_ROPE_SCALING_LLAMA3, 500000.0, "llama-3.1");
+  pe_rope_params p = params_of(c);
+  assert_true(p.factor == 8.0 && p.original_max_positions == 8192);
+  assert_true(p.low_freq_factor == 1.0 && p.high_freq_factor == 4.0);
+  double ref[64];
+  for (int i = 0; i < 64; i++) {
+    double f = ref_default(500000.0, i, 128), lam = 2.0 * PI_D / f;
+    if (lam < 8192.0 / 4.0)
+      ref[i] = f;
+    else if (lam > 8192.0 / 1.0)
+      ref[i] = f / 8.0;
+    else {
+      double sm = (8192.0 / lam - 1.0) / (4.0 - 1.0);
+      ref[i] = (1.0 - sm) * f / 8.0 + sm * f;
+    }
+    /* ROPE_SCALING.md: i <= 28 unchanged, 29..34 smoothed, >= 35 divided by 8 */
+    if (i <= 28) assert_true(ref[i] == f);
+    if (i >= 35) assert_true(ref[i] == f / 8.0);
+    if (i >= 29 && i <= 34) assert_true(ref[i] < f && ref[i] > f / 8.0);
+  }
+  expect_inv(c, ref, 64, "llama-3.1");
+  assert_true(pe_rope_cache_attention_factor(c) == 1.0);
+  assert_true(pe_rope_cache_softmax_scale(c) == 1.0);
+  pe_rope_cache_destroy(c);
+}
+
+static void test_qwen25_yarn(void **state) {
+  (void)state;
+  pe_rope_cache *c = load("qwen2.5-7b-instruct-yarn.json", 0, 0);
+  /* head_dim = 3584 / 28 = 128 */
+  expect_geometry(c, 128, 128, PE_ROPE_NEOX, PE_ROPE_SCALING_YARN, 1e6, "qwen2.5");
+  pe_rope_params p = params_of(c);
+  assert_true(p.factor == 4.0 && p.original_max_positions == 32768 && p.truncate == 1);
+  double ref[64];
+  ref_yarn(128, 1e6, 4.0, 32768.0, 1, ref);
+  expect_inv(c, ref, 64, "qwen2.5 yarn");
+  expect_close(pe_rope_cache_attention_factor(c), 0.1 * log(4.0) + 1.0, 1e-12, "qwen2.5 attention");
+  expect_close(pe_rope_cache_attention_factor(c), 1.138629, 1e-6, "qwen2.5 attention literal");
+  assert_true(pe_rope_cache_softmax_scale(c) == 1.0);
+  pe_rope_cache_destroy(c);
+}
+
+static const double phi3_long[48] = {
+    1.0299999713897705, 1.0499999523162842, 1.0499999523162842, 1.0799999237060547,
+    1.2299998998641968, 1.2299998998641968, 1.2999999523162842, 1.4499999284744263,
+    1.5999999046325684, 1.6499998569488525, 1.8999998569488525, 2.859999895095825,
+    3.68999981880188,   5.419999599456787,  5.489999771118164,  5.489999771118164,
+    9.09000015258789,   11.579999923706055, 15.65999984741211,  15.769999504089355,
+    15.789999961853027, 18.360000610351562, 21.989999771118164, 23.079999923706055,
+    30.009998321533203, 32.35000228881836,  32.590003967285156, 35.56000518798828,
+    39.95000457763672,  53.840003967285156, 56.20000457763672,  57.95000457763672,
+    59.29000473022461,  59.77000427246094,  59.920005798339844, 61.190006256103516,
+    61.96000671386719,  62.50000762939453,  63.3700065612793,   63.48000717163086,
+    63.48000717163086,  63.66000747680664,  63.850006103515625, 64.08000946044922,
+    64.760009765625,    64.80001068115234,  64.81001281738281,  64.81001281738281};
+static const double phi3_short[48] = {
+    1.05, 1.05, 1.05, 1.1, 1.1, 1.1, 1.2500000000000002, 1.2500000000000002, 1.4000000000000004,
+    1.4500000000000004, 1.5500000000000005, 1.8500000000000008, 1.9000000000000008,
+    2.000000000000001, 2.000000000000001, 2.000000000000001, 2.000000000000001, 2.000000000000001,
+    2.000000000000001, 2.000000000000001, 2.000000000000001, 2.000000000000001, 2.000000000000001,
+    2.000000000000001, 2.000000000000001, 2.000000000000001, 2.000000000000001, 2.000000000000001,
+    2.000000000000001, 2.000000000000001, 2.000000000000001, 2.000000000000001, 2.1000000000000005,
+    2.1000000000000005, 2.2, 2.3499999999999996, 2.3499999999999996, 2.3499999999999996,
+    2.3499999999999996, 2.3999999999999995, 2.3999999999999995, 2.6499999999999986,
+    2.6999999999999984, 2.8999999999999977, 2.9499999999999975, 3.049999999999997,
+    3.049999999999997, 3.049999999999997};
+
+static void test_phi3_longrope(void **state) {
+  (void)state;
+  /* seq_len: 0 = max_position_embeddings 131072 (> M0: long), 4096 = M0
+   * (short: the switch is strict), 4097 (long). */
+  static const struct { int64_t seq; int use_long; } cases[] = {{0, 1}, {4096, 0}, {4097, 1}, {1, 0}};
+  for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+    pe_rope_cache *c = load("phi-3-mini-128k-instruct.json", 0, cases[k].seq);
+    /* "su" is longrope; head_dim 3072/32 = 96; M0 from the top level. */
+    expect_geometry(c, 96, 96, PE_ROPE_NEOX, PE_ROPE_SCALING_LONGROPE, 10000.0, "phi-3");
+    pe_rope_params p = params_of(c);
+    assert_true(p.original_max_positions == 4096);
+    assert_true(p.factor == 32.0); /* no factor key: M / M0 = 131072 / 4096 */
+    const double *ext = cases[k].use_long ? phi3_long : phi3_short;
+    double ref[48];
+    for (int i = 0; i < 48; i++)
+      ref[i] = 1.0 / ((double)(float)ext[i] * pow(10000.0, (double)(2 * i) / 96));
+    expect_inv(c, ref, 48, cases[k].use_long ? "phi-3 long" : "phi-3 short");
+    expect_close(pe_rope_cache_attention_factor(c), sqrt(1.0 + log(32.0) / log(4096.0)), 1e-12,
+                 "phi-3 attention");
+    expect_close(pe_rope_cache_attention_factor(c), 1.190238, 1e-6, "phi-3 published 1.190238");
+    pe_rope_cache_destroy(c);
+  }
+}
+
+static void test_deepseek_v3(void **state) {
+  (void)state;
+  pe_rope_cache *c = load("deepseek-v3.json", 0, 0);
+  /* The rope part of a head is qk_rope_head_dim = 64, interleaved. */
+  expect_geometry(c, 64, 64, PE_ROPE_GPTJ, PE_ROPE_SCALING_YARN, 10000.0, "deepseek-v3");
+  pe_rope_params p = params_of(c);
+  assert_true(p.factor == 40.0 && p.original_max_positions == 4096);
+  assert_true(p.mscale == 1.0 && p.mscale_all_dim == 1.0);
+  double ref[32];
+  ref_yarn(64, 10000.0, 40.0, 4096.0, 1, ref);
+  expect_inv(c, ref, 32, "deepseek-v3 yarn");
+  assert_true(pe_rope_cache_attention_factor(c) == 1.0);
+  double m = ref_mscale(40.0, 1.0);
+  expect_close(pe_rope_cache_softmax_scale(c), m * m, 1e-12, "deepseek-v3 softmax");
+  expect_close(pe_rope_cache_softmax_scale(c), 1.87385, 1e-5, "deepseek-v3 published 1.87385");
+  pe_rope_cache_destroy(c);
+}
+
+static void test_gpt_oss(void **state) {
+  (void)state;
+  pe_rope_cache *c = load("gpt-oss-20b.json", 0, 0);
+  /* head_dim 64 from the key (hidden_size / heads would be 45). */
+  expect_geometry(c, 64, 64, PE_ROPE_NEOX, PE_ROPE_SCALING_YARN, 150000.0, "gpt-oss");
+  pe_rope_params p = params_of(c);
+  assert_true(p.truncate == 0 && p.factor == 32.0 && p.original_max_positions == 4096);
+  double ref[32];
+  ref_yarn(64, 150000.0, 32.0, 4096.0, 0, ref);
+  expect_inv(c, ref, 32, "gpt-oss yarn (truncate false)");
+  expect_close(pe_rope_cache_attention_factor(c), 0.1 * log(32.0) + 1.0, 1e-12, "gpt-oss attention");
+  pe_rope_cache_destroy(c);
+}
+
+static void test_unscaled_models(void **state) {
+  (void)state;
+  static const struct {
+    const char *file;
+    int hd, rd;
+    pe_rope_style style;
+    double base;
+  } m[] = {
+      {"gpt-neox-20b.json", 96, 24, PE_ROPE_NEOX, 10000.0},  /* rotary_pct 0.25 of 6144/64 */
+      {"gpt-j-6b.json", 256, 64, PE_ROPE_GPTJ, 10000.0},     /* n_embd/n_head, rotary_dim 64 */
+      {"mistral-7b-v0.1.json", 128, 128, PE_ROPE_NEOX, 10000.0},
+      {"codellama-7b.json", 128, 128, PE_ROPE_NEOX, 1e6},    /* rope_scaling null, theta 1e6 */
+  };
+  for (size_t k = 0; k < sizeof m / sizeof m[0]; k++) {
+    for (int table = 0; table < 2; table++) {
+      pe_rope_cache *c = load(m[k].file, table ? 128 : 0, 0);
+      expect_geometry(c, m[k].hd, m[k].rd, m[k].style, PE_ROPE_SCALING_NONE, m[k].base, m[k].file);
+      double ref[MAXH];
+      for (int i = 0; i < m[k].rd / 2; i++) ref[i] = ref_default(m[k].base, i, m[k].rd);
+      expect_inv(c, ref, m[k].rd / 2, m[k].file);
+      assert_true(pe_rope_cache_attention_factor(c) == 1.0);
+      pe_rope_params p = params_of(c);
+      assert_int_equal(p.max_positions, table ? 128 : 0);
+      pe_rope_cache_destroy(c);
+    }
+  }
+}
+
+/* ---------------------------------------------------------------------- */
+/* config plumbing on small configs                                       */
+/* ---------------------------------------------------------------------- */
+
+static void test_v5_rope_parameters(void **state) {
+  (void)state;
+  /* v5: rope_theta inside rope_parameters wins over a top-level one. */
+  pe_rope_cache *c = load_text(
+      "{\"model_type\":\"llama\",\"hidden_size\":2048,\"num_attention_heads\":16,"
+      "\"max_position_embeddings\":4096,\"rope_theta\":10000.0,"
+      "\"rope_parameters\":{\"rope_type\":\"linear\",\"factor\":2.0,\"rope_theta\":50000.0}}",
+      0);
+  expect_geometry(c, 128, 128, PE_ROPE_NEOX, PE_ROPE_SCALING_LINEAR, 50000.0, "v5 linear");
+  double ref[64];
+  for (int i = 0; i < 64; i++) ref[i] = ref_default(50000.0, i, 128) / 2.0;
+  expect_inv(c, ref, 64, "v5 linear");
+  pe_rope_cache_destroy(c);
+  /* rope_parameters wins over a legacy rope_scaling next to it. */
+  c = load_text("{\"model_type\":\"llama\",\"head_dim\":64,\"max_position_embeddings\":4096,"
+                "\"rope_scaling\":{\"type\":\"linear\",\"factor\":4.0},"
+                "\"rope_parameters\":{\"rope_type\":\"default\",\"rope_theta\":10000.0}}",
+                0);
+  expect_geometry(c, 64, 64, PE_ROPE_NEOX, PE_ROPE_SCALING_NONE, 10000.0, "v5 default");
+  pe_rope_cache_destroy(c);
+}
+
+static void test_dynamic_uses_m(void **state) {
+  (void)state;
+  /* HF dynamic NTK scales relative to max_position_embeddings (M), never the
+   * original_max_position_embeddings (here 2048, a decoy). */
+  const char *cfg = "{\"model_type\":\"llama\",\"hidden_size\":4096,\"num_attention_heads\":32,"
+                    "\"max_position_embeddings\":4096,\"original_max_position_embeddings\":2048,"
+                    "\"rope_scaling\":{\"type\":\"dynamic\",\"factor\":2.0}}";
+  static const int64_t seqs[] = {0, 1000, 4096, 16384};
+  for (size_t k = 0; k < sizeof seqs / sizeof seqs[0]; k++) {
+    pe_rope_cache *c = load_text(cfg, seqs[k]);
+    expect_geometry(c, 128, 128, PE_ROPE_NEOX, PE_ROPE_SCALING_DYNAMIC, 10000.0, "dynamic");
+    pe_rope_params p = params_of(c);
+    assert_int_equal(p.original_max_positions, 4096);
+    double len = seqs[k] > 4096 ? (double)seqs[k] : 4096.0;
+    double b = 10000.0 * pow(2.0 * len / 4096.0 - 1.0, 128.0 / 126.0);
+    double ref[64];
+    for (int i = 0; i < 64; i++) ref[i] = ref_default(b, i, 128);
+    expect_inv(c, ref, 64, "dynamic");
+    pe_rope_cache_destroy(c);
+  }
+}
+
+static void test_partial_rotary(void **state) {
+  (void)state;
+  /* Llama's default rope ignores partial_rotary_factor... */
+  pe_rope_cache *c = load_text("{\"model_type\":\"llama\",\"hidden_size\":4096,"
+                               "\"num_attention_heads\":32,\"partial_rotary_factor\":0.5}",
+                               0);
+  expect_geometry(c, 128, 128, PE_ROPE_NEOX, PE_ROPE_SCALING_NONE, 10000.0, "llama ignores prf");
+  pe_rope_cache_destroy(c);
+  /* ...Phi (phi-2: 2560/32 = 80, prf 0.4 -> 32) applies it... */
+  c = load_text("{\"model_type\":\"phi\",\"hidden_size\":2560,\"num_attention_heads\":32,"
+                "\"partial_rotary_factor\":0.4,\"max_position_embeddings\":2048}",
+                0);
+  expect_geometry(c, 80, 32, PE_ROPE_NEOX, PE_ROPE_SCALING_NONE, 10000.0, "phi prf");
+  double ref[64];
+  for (int i = 0; i < 16; i++) ref[i] = ref_default(10000.0, i, 32);
+  expect_inv(c, ref, 16, "phi prf");
+  pe_rope_cache_destroy(c);
+  /* ...and every scaled type applies it, Llama included (modeling_rope_utils). */
+  c = load_text("{\"model_type\":\"llama\",\"head_dim\":128,\"partial_rotary_factor\":0.5,"
+                "\"rope_scaling\":{\"rope_type\":\"linear\",\"factor\":2.0}}",
+                0);
+  expect_geometry(c, 128, 64, PE_ROPE_NEOX, PE_ROPE_SCALING_LINEAR, 10000.0, "scaled prf");
+  pe_rope_cache_destroy(c);
+}
+
+static void test_odd_rotary_dim(void **state) {
+  (void)state;
+  /* GPT-NeoX with rotary_pct 0.3 of 64: d = int(19.2) = 19. HF computes
+   * arange(0,19,2)/19 -> 10 frequencies B^(-2i/19) and rotates the first 20
+   * channels (NeoX splits on cos.shape[-1]). */
+  pe_rope_cache *c = load_text("{\"model_type\":\"gpt_neox\",\"hidden_size\":2048,"
+                               "\"num_attention_heads\":32,\"rotary_pct\":0.3,"
+                               "\"rotary_emb_base\":10000,\"max_position_embeddings\":2048}",
+                               0);
+  expect_geometry(c, 64, 20, PE_ROPE_NEOX, PE_ROPE_SCALING_CUSTOM, 10000.0, "odd d");
+  double ref[10];
+  for (int i = 0; i < 10; i++) ref[i] = 1.0 / pow(10000.0, (double)(2 * i) / 19.0);
+  expect_inv(c, ref, 10, "odd d = 19");
+  pe_rope_cache_destroy(c);
+  /* The same with linear scaling: the type still applies to the 19-denominator set. */
+  c = load_text("{\"model_type\":\"gpt_neox\",\"hidden_size\":2048,\"num_attention_heads\":32,"
+                "\"rotary_pct\":0.3,\"rope_scaling\":{\"type\":\"linear\",\"factor\":4.0}}",
+                0);
+  expect_geometry(c, 64, 20, PE_ROPE_NEOX, PE_ROPE_SCALING_CUSTOM, 10000.0, "odd d linear");
+  for (int i = 0; i < 10; i++) ref[i] = 1.0 / pow(10000.0, (double)(2 * i) / 19.0) / 4.0;
+  expect_inv(c, ref, 10, "odd d = 19, linear");
+  pe_rope_cache_destroy(c);
+}
+
+static void test_proportional(void **state) {
+  (void)state;
+  /* Gemma-4 style: head_dim 256, prf 0.25 -> int(0.25*256//2) = 32 rotated
+   * angles B^(-2i/256), the other 96 pairs get 0; all divided by factor 8. */
+  pe_rope_cache *c = load_text("{\"model_type\":\"gemma4_text\",\"head_dim\":256,"
+                               "\"rope_parameters\":{\"rope_type\":\"proportional\","
+                               "\"rope_theta\":1000000.0,\"partial_rotary_factor\":0.25,"
+                               "\"factor\":8.0}}",
+                               0);
+  expect_geometry(c, 256, 256, PE_ROPE_NEOX, PE_ROPE_SCALING_CUSTOM, 1e6, "proportional partial");
+  double ref[128];
+  for (int i = 0; i < 128; i++) ref[i] = i < 32 ? ref_default(1e6, i, 256) / 8.0 : 0.0;
+  expect_inv(c, ref, 128, "proportional partial");
+  pe_rope_cache_destroy(c);
+  c = load_text("{\"model_type\":\"gemma4_text\",\"head_dim\":256,"
+                "\"rope_parameters\":{\"rope_type\":\"proportional\",\"rope_theta\":1000000.0}}",
+                0);
+  expect_geometry(c, 256, 256, PE_ROPE_NEOX, PE_ROPE_SCALING_PROPORTIONAL, 1e6, "proportional");
+  for (int i = 0; i < 128; i++) ref[i] = ref_default(1e6, i, 256);
+  expect_inv(c, ref, 128, "proportional full");
+  pe_rope_cache_destroy(c);
+}
+
+static void test_style_and_legacy_names(void **state) {
+  (void)state;
+  /* DeepSeek with rope_interleave false is NeoX-style. */
+  pe_rope_cache *c = load_text("{\"model_type\":\"deepseek_v3\",\"qk_rope_head_dim\":64,"
+                               "\"head_dim\":64,\"rope_interleave\":false}",
+                               0);
+  expect_geometry(c, 64, 64, PE_ROPE_NEOX, PE_ROPE_SCALING_NONE, 10000.0, "rope_interleave false");
+  pe_rope_cache_destroy(c);
+  c = load_text("{\"model_type\":\"deepseek_v2\",\"qk_rope_head_dim\":64,\"hidden_size\":5120,"
+                "\"num_attention_heads\":128}",
+                0);
+  expect_geometry(c, 64, 64, PE_ROPE_GPTJ, PE_ROPE_SCALING_NONE, 10000.0, "deepseek_v2");
+  pe_rope_cache_destroy(c);
+  /* Phi3Config renames a legacy "yarn" to longrope; M0 inside the dict. */
+  c = load_text("{\"model_type\":\"phi3\",\"hidden_size\":64,\"num_attention_heads\":8,"
+                "\"max_position_embeddings\":1024,\"rope_scaling\":{\"type\":\"yarn\","
+                "\"original_max_position_embeddings\":256,"
+                "\"short_factor\":[1,1,1,1],\"long_factor\":[2,3,4,5]}}",
+                0);
+  expect_geometry(c, 8, 8, PE_ROPE_NEOX, PE_ROPE_SCALING_LONGROPE, 10000.0, "phi3 yarn");
+  double ref[4];
+  for (int i = 0; i < 4; i++) ref[i] = 1.0 / ((i + 2.0) * pow(10000.0, (double)(2 * i) / 8));
+  expect_inv(c, ref, 4, "phi3 yarn = longrope, long");
+  expect_close(pe_rope_cache_attention_factor(c), sqrt(1.0 + log(4.0) / log(256.0)), 1e-12,
+               "phi3 yarn attention");
+  pe_rope_cache_destroy(c);
+  /* A top-level original_max_position_embeddings wins over the dict's. */
+  c = load_text("{\"head_dim\":64,\"max_position_embeddings\":32768,"
+                "\"original_max_position_embeddings\":4096,\"rope_scaling\":{\"rope_type\":"
+                "\"yarn\",\"factor\":8,\"original_max_position_embeddings\":2048}}",
+                0);
+  assert_int_equal(params_of(c).original_max_positions, 4096);
+  double yref[32];
+  ref_yarn(64, 10000.0, 8.0, 4096.0, 1, yref);
+  expect_inv(c, yref, 32, "yarn top-level M0");
+  pe_rope_cache_destroy(c);
+  /* Explicit attention_factor in a yarn dict wins; null keys are "not set". */
+  c = load_text("{\"head_dim\":64,\"max_position_embeddings\":8192,\"rope_scaling\":"
+                "{\"rope_type\":\"yarn\",\"factor\":null,\"attention_factor\":0.8,"
+                "\"beta_fast\":null,\"original_max_position_embeddings\":2048}}",
+                0);
+  pe_rope_params p = params_of(c);
+  assert_true(p.factor == 4.0); /* null factor: M / M0 */
+  assert_true(pe_rope_cache_attention_factor(c) == 0.8);
+  pe_rope_cache_destroy(c);
+}
+
+/* The text need not be NUL-terminated: only len bytes are read. */
+static void test_not_nul_terminated(void **state) {
+  (void)state;
+  const char *cfg = "{\"head_dim\":64,\"rope_theta\":20000.0}";
+  size_t n = strlen(cfg);
+  char *buf = malloc(n + 8);
+  memcpy(buf, cfg, n);
+  memcpy(buf + n, "garbage!", 8); /* beyond len, no NUL anywhere */
+  pe_rope_cache *c = NULL;
+  assert_int_equal(pe_rope_cache_create_from_hf_config(buf, n, 0, 0, &c), PE_OK);
+  expect_geometry(c, 64, 64, PE_ROPE_NEOX, PE_ROPE_SCALING_NONE, 20000.0, "not NUL-terminated");
+  pe_rope_cache_destroy(c);
+  free(buf);
+}
+
+/* ---------------------------------------------------------------------- */
+/* errors                                                                 */
+/* ---------------------------------------------------------------------- */
+
+static void expect_error(const char *json, size_t len, int64_t seq_len, pe_status want,
+                         const char *needle) {
+  pe_rope_cache *sentinel = (pe_rope_cache *)&want, *out = sentinel;
+  pe_status st = pe_rope_cache_create_from_hf_config(json, len, 0, seq_len, &out);
+  if (st != want)
+    fail_msg("status %s, expected %s (%s) for\n%s", pe_status_string(st), pe_status_string(want),
+             pe_last_error(), json ? json : "(null)");
+  assert_ptr_equal(out, sentinel);
+  if (!strstr(pe_last_error(), needle))
+    fail_msg("message \"%s\" lacks \"%s\"", pe_last_error(), needle);
+}
+
+#define EXPECT(json, st, needle) expect_error(json, strlen(json), 0, st, needle)
+
+static void test_errors(void **state) {
+  (void)state;
+  EXPECT("{\"head_dim\": 64, ", PE_ERR_PARSE, "not valid JSON");
+  EXPECT("", PE_ERR_PARSE, "not valid JSON");
+  EXPECT("[1, 2]", PE_ERR_PARSE, "must be a JSON object");
+  EXPECT("{\"head_dim\":64} {", PE_ERR_PARSE, "trailing characters");
+  EXPECT("{\"model_type\":\"llama\"}", PE_ERR_PARSE, "hidden_size");
+  EXPECT("{\"hidden_size\":4096}", PE_ERR_PARSE, "num_attention_heads");
+  EXPECT("{\"head_dim\":\"128\"}", PE_ERR_PARSE, "head_dim must be a number, got a string");
+  EXPECT("{\"head_dim\":64.5}", PE_ERR_PARSE, "head_dim must be a positive integer");
+  EXPECT("{\"head_dim\":64,\"rope_scaling\":{\"type\":\"mrope\"}}", PE_ERR_UNSUPPORTED,
+         "rope_scaling.type \"mrope\"");
+  EXPECT("{\"head_dim\":64,\"rope_parameters\":{\"rope_type\":\"ntk-by-parts\"}}", PE_ERR_UNSUPPORTED,
+         "rope_parameters.rope_type \"ntk-by-parts\"");
+  EXPECT("{\"head_dim\":64,\"rope_scaling\":{\"type\":7}}", PE_ERR_PARSE,
+         "rope_scaling.type must be a string");
+  EXPECT("{\"head_dim\":64,\"rope_scaling\":[1]}", PE_ERR_PARSE, "rope_scaling must be an object");
+  EXPECT("{\"head_dim\":64,\"rope_parameters\":{\"full_attention\":{\"rope_type\":\"default\"},"
+         "\"sliding_attention\":{\"rope_type\":\"default\"}}}",
+         PE_ERR_UNSUPPORTED, "per layer type");
+  EXPECT("{\"head_dim\":64,\"rope_scaling\":{\"type\":\"linear\"}}", PE_ERR_PARSE,
+         "rope_scaling.factor");
+  EXPECT("{\"head_dim\":64,\"rope_scaling\":{\"type\":\"linear\",\"factor\":\"2\"}}", PE_ERR_PARSE,
+         "rope_scaling.factor must be a number");
+  EXPECT("{\"head_dim\":64,\"rope_scaling\":{\"type\":\"dynamic\",\"factor\":2}}", PE_ERR_PARSE,
+         "max_position_embeddings");
+  EXPECT("{\"head_dim\":64,\"max_position_embeddings\":8192,\"rope_scaling\":{\"rope_type\":"
+         "\"llama3\",\"factor\":8,\"high_freq_factor\":4,\"original_max_position_embeddings\":8192}}",
+         PE_ERR_PARSE, "rope_scaling.low_freq_factor");
+  EXPECT("{\"head_dim\":64,\"rope_scaling\":{\"rope_type\":\"yarn\",\"factor\":4}}", PE_ERR_PARSE,
+         "original_max_position_embeddings");
+  EXPECT("{\"head_dim\":8,\"max_position_embeddings\":1024,\"original_max_position_embeddings\":"
+         "256,\"rope_scaling\":{\"type\":\"longrope\",\"short_factor\":[1,1,1,1],"
+         "\"long_factor\":[1,2,3]}}",
+         PE_ERR_PARSE, "rope_scaling.long_factor has 3 entries");
+  EXPECT("{\"head_dim\":8,\"max_position_embeddings\":1024,\"original_max_position_embeddings\":"
+         "256,\"rope_scaling\":{\"type\":\"longrope\",\"long_factor\":[1,1,1,1]}}",
+         PE_ERR_PARSE, "rope_scaling.short_factor");
+  EXPECT("{\"head_dim\":8,\"max_position_embeddings\":1024,\"original_max_position_embeddings\":"
+         "256,\"rope_scaling\":{\"type\":\"longrope\",\"short_factor\":[1,1,\"x\",1],"
+         "\"long_factor\":[1,1,1,1]}}",
+         PE_ERR_PARSE, "rope_scaling.short_factor[2] must be a number");
+  EXPECT("{\"head_dim\":64,\"partial_rotary_factor\":1.5}", PE_ERR_PARSE,
+         "partial_rotary_factor 1.5");
+  EXPECT("{\"model_type\":\"phi\",\"head_dim\":64,\"partial_rotary_factor\":0.01}", PE_ERR_PARSE,
+         "rotary dim 0");
+  EXPECT("{\"head_dim\":64,\"rotary_pct\":0.3,\"max_position_embeddings\":4096,"
+         "\"rope_scaling\":{\"type\":\"yarn\",\"factor\":4}}",
+         PE_ERR_UNSUPPORTED, "odd rotary dim 19");
+  EXPECT("{\"head_dim\":64,\"rope_scaling\":{\"type\":\"yarn\",\"factor\":4,\"truncate\":\"no\","
+         "\"original_max_position_embeddings\":4096}}",
+         PE_ERR_PARSE, "rope_scaling.truncate must be a boolean");
+  /* Values the config carries but the method rejects: the library's checks. */
+  EXPECT("{\"head_dim\":64,\"max_position_embeddings\":8192,\"rope_scaling\":{\"rope_type\":"
+         "\"llama3\",\"factor\":8,\"low_freq_factor\":4,\"high_freq_factor\":1,"
+         "\"original_max_position_embeddings\":8192}}",
+         PE_ERR_INVALID_ARGUMENT, "high_freq_factor 1");
+  EXPECT("{\"head_dim\":64,\"rope_scaling\":{\"type\":\"linear\",\"factor\":0.5}}",
+         PE_ERR_INVALID_ARGUMENT, "factor >= 1, got 0.5");
+  /* Arguments. */
+  expect_error(NULL, 10, 0, PE_ERR_NULL_POINTER, "json is NULL");
+  expect_error("{\"head_dim\":64}", 15, -1, PE_ERR_INVALID_ARGUMENT, "seq_len -1");
+  assert_int_equal(pe_rope_cache_create_from_hf_config("{}", 2, 0, 0, NULL), PE_ERR_NULL_POINTER);
+  /* A truncated real config (cut in the middle of the factor lists). */
+  size_t len;
+  char *buf = read_fixture("phi-3-mini-128k-instruct.json", &len);
+  expect_error(buf, len / 2, 0, PE_ERR_PARSE, "not valid JSON");
+  free(buf);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_llama31),
+      cmocka_unit_test(test_qwen25_yarn),
+      cmocka_unit_test(test_phi3_longrope),
+      cmocka_unit_test(test_deepseek_v3),
+      cmocka_unit_test(test_gpt_oss),
+      cmocka_unit_test(test_unscaled_models),
+      cmocka_unit_test(test_v5_rope_parameters),
+      cmocka_unit_test(test_dynamic_uses_m),
+      cmocka_unit_test(test_partial_rotary),
+      cmocka_unit_test(test_odd_rotary_dim),
+      cmocka_unit_test(test_proportional),
+      cmocka_unit_test(test_style_and_legacy_names),
+      cmocka_unit_test(test_not_nul_terminated),
+      cmocka_unit_test(test_errors),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
