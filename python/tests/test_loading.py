@@ -1,0 +1,61 @@
+"""Library lookup order: POSENC_LIBRARY, next to the package, the system."""
+import os
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+import posenc
+from conftest import REPO
+
+PROBE = "import posenc; print(posenc.library_path())"
+
+
+def probe(pythonpath, **env_set):
+    env = {k: v for k, v in os.environ.items() if k not in ("POSENC_LIBRARY",)}
+    env["PYTHONPATH"] = str(pythonpath)
+    env.update(env_set)
+    return subprocess.run([sys.executable, "-c", PROBE], env=env, capture_output=True, text=True,
+                          cwd="/")
+
+
+@pytest.fixture
+def lib_file():
+    return posenc.library_path()
+
+
+def test_env_variable_file_and_directory(lib_file):
+    r = probe(REPO / "python", POSENC_LIBRARY=lib_file)
+    assert r.returncode == 0, r.stderr
+    assert os.path.realpath(r.stdout.strip()) == os.path.realpath(lib_file)
+    d = os.path.dirname(lib_file)
+    if os.path.exists(os.path.join(d, "libposenc.so.0")):
+        r = probe(REPO / "python", POSENC_LIBRARY=d)
+        assert r.returncode == 0, r.stderr
+
+
+def test_env_variable_wrong_path_fails_without_fallback(tmp_path):
+    r = probe(REPO / "python", POSENC_LIBRARY=str(tmp_path / "nope.so"))
+    assert r.returncode != 0
+    assert "POSENC_LIBRARY" in r.stderr and "ImportError" in r.stderr
+
+
+def test_next_to_the_package(tmp_path, lib_file):
+    pkg = tmp_path / "posenc"
+    shutil.copytree(REPO / "python" / "posenc", pkg,
+                    ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copy(lib_file, pkg / "libposenc.so.0")
+    r = probe(tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip() == str(pkg / "libposenc.so.0")
+
+
+def test_system_loader(tmp_path, lib_file):
+    # LD_LIBRARY_PATH reaches dlopen("libposenc.so.0") in a new process.
+    libdir = tmp_path / "lib"
+    libdir.mkdir()
+    shutil.copy(lib_file, libdir / "libposenc.so.0")
+    r = probe(REPO / "python", LD_LIBRARY_PATH=str(libdir))
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip() == str(libdir / "libposenc.so.0")
