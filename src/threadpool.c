@@ -138,9 +138,11 @@ struct pe_threadpool {
   int32_t n_threads; /* workers + the caller */
   int64_t min_bytes_per_thread;
   atomic_int busy;
-  _Atomic uint32_t pending;       /* workers still running the current call */
-  _Atomic uint32_t caller_asleep; /* 1 while the caller may be in word_wait */
-  pool_sync sync;
+  /* Written by the workers: on its own cache line, away from what the
+   * caller reads on every call. */
+  _Alignas(64) _Atomic uint32_t pending; /* workers still running the current call */
+  _Atomic uint32_t caller_asleep;        /* 1 while the caller may be in word_wait */
+  _Alignas(64) pool_sync sync;
   pool_worker *workers;           /* n_threads - 1, 64-byte aligned */
   atomic_int pinned;              /* workers bound to a core (diagnostics) */
 #if defined(PE_HAVE_HWLOC)
@@ -321,7 +323,7 @@ PE_API pe_status pe_threadpool_create(int32_t n_threads, pe_threadpool **out) {
   if (n_threads < 0 || n_threads > PE_POOL_MAX_THREADS)
     return pe__fail(PE_ERR_INVALID_ARGUMENT, "%s: n_threads %d must be in [0, %d] (0 = one per core)",
                     fn, (int)n_threads, PE_POOL_MAX_THREADS);
-  struct pe_threadpool *p = pe__malloc(sizeof *p);
+  struct pe_threadpool *p = pe__aligned_alloc(sizeof *p); /* 64-byte members */
   if (!p) return pe__fail(PE_ERR_OUT_OF_MEMORY, "%s: cannot allocate the pool", fn);
   memset(p, 0, sizeof *p);
   p->n_threads = 1;
