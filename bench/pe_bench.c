@@ -1,1 +1,1531 @@
-int main(void){return 0;}
+/* pe_bench.c - pe-bench, the instrument every performance statement of
+ * libposenc comes from.
+ *
+ * Each case times one entry point on one shape, repeated after a warm-up,
+ * and reports the median and the spread (min..max) of the repetitions. In the
+ * same repetitions, interleaved with the kernel's samples so that a busy
+ * machine slows both alike, it times the bound: an in-place streaming
+ * read-modify-write over the same number of bytes laid out like the tensor
+ * (bound.c), with as many threads as the case uses. For RoPE it also times a
+ * textbook scalar loop over a precomputed float table (textbook.c).
+ * Shapes that fit in L1/L2 are measured warm, and so is their bound.
+ *
+ * The optional entry points (ALiBi, T5, sinusoidal, learned, HF config) are
+ * looked up with dlsym so that this file builds and runs against a library
+ * that does not have them yet: their suites then print "not available". */
+#include <ctype.h>
+#include <dlfcn.h>
+#include <errno.h>
+#include <inttypes.h>
+#include <malloc.h>
+#include <math.h>
+#include <pthread.h>
+#include <sched.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "bench.h"
+#include "posenc.h"
+
+#define MAX_THREADS 64
+#define MAX_THREAD_COUNTS 8
+
+/* ------------------------------------------------------------------------ */
+/* options                                                                  */
+/* ------------------------------------------------------------------------ */
+
+typedef struct model_preset {
+  const char *name;
+  int heads, kv_heads, head_dim, rotary_dim;
+  pe_rope_style style;
+  double base;
+  const char *source;
+} model_preset;
+
+/* Published configurations (config.json of each model on the HF hub). */
+static const model_preset models[] = {
+    {"llama3-8b", 32, 8, 128, 128, PE_ROPE_NEOX, 500000.0, "Meta-Llama-3-8B"},
+    {"llama3-70b", 64, 8, 128, 128, PE_ROPE_NEOX, 500000.0, "Meta-Llama-3-70B"},
+    {"qwen2.5-7b", 28, 4, 128, 128, PE_ROPE_NEOX, 1000000.0, "Qwen2.5-7B"},
+    {"mistral-7b", 32, 8, 128, 128, PE_ROPE_NEOX, 1000000.0, "Mistral-7B-v0.3"},
+    {"phi3-mini", 32, 32, 96, 96, PE_ROPE_NEOX, 10000.0, "Phi-3-mini-4k-instruct"},
+    {"gpt-j", 16, 16, 256, 64, PE_ROPE_GPTJ, 10000.0, "GPT-J-6B (rotary_dim 64)"},
+    {"neox-20b", 64, 64, 96, 24, PE_ROPE_NEOX, 10000.0, "GPT-NeoX-20B (rotary_pct 0.25)"},
+};
+#define N_MODELS (int)(sizeof models / sizeof models[0])
+
+enum { FMT_TABLE, FMT_JSON, FMT_CSV };
+
+typedef struct options {
+  char suites[256];
+  const model_preset *model;
+  int heads, kv_heads, head_dim, rotary_dim; /* 0: from the model */
+  int style;                                 /* -1: from the model */
+  int64_t tokens, batch;                     /* tokens 0: the suite's cases */
+  int dtype;                                 /* -1: the suite's defaults */
+  int bthd;
+  const char *isa;
+  int threads[MAX_THREAD_COUNTS], n_threads, threads_given;
+  const char *hf_config;
+  int reps, warmup;
+  int fmt;
+  int no_pin;
+  double sample_ns; /* a timed sample lasts at least this long */
+} options;
+
+static options opt;
+
+static void usage(FILE *f) {
+  fprintf(f,
+          "usage: pe-bench [options]\n"
+          "Times libposenc's entry points against an in-place streaming read-modify-write\n"
+          "over the same bytes (the bound), measured in the same run.\n"
+          "\n"
+          "  --suite LIST       comma list of rope,table,alibi,t5,sinusoidal,learned,cutover\n"
+          "                     or all (default: rope,table,alibi,t5,sinusoidal,learned)\n"
+          "  --model NAME       llama3-8b (default), llama3-70b, qwen2.5-7b, mistral-7b,\n"
+          "                     phi3-mini, gpt-j, neox-20b: heads, kv heads, head_dim,\n"
+          "                     rotary_dim and style of the published model\n"
+          "  --heads N          query heads (overrides the model)\n"
+          "  --kv-heads N       key heads\n"
+          "  --head-dim N       channels per head\n"
+          "  --rotary-dim N     rotated channels (even, <= head_dim)\n"
+          "  --style neox|gptj  pairing\n"
+          "  --tokens N         one case of N tokens instead of the suite's cases\n"
+          "  --batch N          sequences (default 1)\n"
+          "  --dtype f32|f16|bf16  tensor dtype (default: f32, plus f16/bf16 at 512 tokens)\n"
+          "  --layout bhtd|bthd memory order of q/k (default bhtd)\n"
+          "  --isa NAME|all     force scalar, avx2, avx512, neon; all = each this CPU runs\n"
+          "  --threads LIST     thread counts, e.g. 1,2 (default 1,2; 1 = no pool)\n"
+          "  --hf-config FILE   rope cache from a HuggingFace config.json (heads from it too)\n"
+          "  --reps N           timed repetitions (default 11)\n"
+          "  --warmup N         untimed repetitions first (default 2)\n"
+          "  --json | --csv     machine-readable output instead of the table\n"
+          "  --no-pin           leave the calling thread unpinned (default: pinned to the\n"
+          "                     CPU it starts on; the pool's workers take the other cores)\n"
+          "  -h, --help         this text\n"
+          "\n"
+          "Every figure is the median of --reps repetitions with its spread (min..max).\n"
+          "GB/s counts bytes read + written by the kernel (tables and caches it reads are\n"
+          "not counted); 'x bound' = bound time / kernel time with the same threads\n"
+          "(1.0 = as fast as streaming the bytes once); 'x textbook' = textbook loop time /\n"
+          "kernel time (RoPE, f32, NeoX, one thread); 'x 1 thr' = the same case's\n"
+          "one-thread time / this time. The bound is compiled -O3 -march=native.\n");
+}
+
+static int parse_dtype(const char *s) {
+  if (!strcmp(s, "f32")) return PE_F32;
+  if (!strcmp(s, "f16")) return PE_F16;
+  if (!strcmp(s, "bf16")) return PE_BF16;
+  return -1;
+}
+
+static const char *dtype_name(int d) { return d == PE_F32 ? "f32" : d == PE_F16 ? "f16" : "bf16"; }
+static size_t dtype_size(int d) { return d == PE_F32 ? 4 : 2; }
+
+static int parse_int(const char *name, const char *v, long lo, long hi, long *out) {
+  char *end;
+  errno = 0;
+  long x = strtol(v, &end, 10);
+  if (errno || *end || end == v || x < lo || x > hi) {
+    fprintf(stderr, "pe-bench: %s expects an integer in [%ld, %ld], got \"%s\"\n", name, lo, hi, v);
+    return -1;
+  }
+  *out = x;
+  return 0;
+}
+
+static int parse_args(int argc, char **argv) {
+  memset(&opt, 0, sizeof opt);
+  snprintf(opt.suites, sizeof opt.suites, "rope,table,alibi,t5,sinusoidal,learned");
+  opt.model = &models[0];
+  opt.style = -1;
+  opt.dtype = -1;
+  opt.batch = 1;
+  opt.threads[0] = 1, opt.threads[1] = 2, opt.n_threads = 2;
+  opt.reps = 11;
+  opt.warmup = 2;
+  opt.sample_ns = 2e5;
+  for (int i = 1; i < argc; i++) {
+    char *a = argv[i], *val = NULL;
+    char key[64];
+    if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+      usage(stdout);
+      exit(0);
+    }
+    if (!strcmp(a, "--json")) { opt.fmt = FMT_JSON; continue; }
+    if (!strcmp(a, "--no-pin")) { opt.no_pin = 1; continue; }
+    if (!strcmp(a, "--csv")) { opt.fmt = FMT_CSV; continue; }
+    if (strncmp(a, "--", 2) != 0) goto bad;
+    char *eq = strchr(a, '=');
+    if (eq) {
+      snprintf(key, sizeof key, "%.*s", (int)(eq - a), a);
+      val = eq + 1;
+    } else {
+      snprintf(key, sizeof key, "%s", a);
+      if (i + 1 >= argc) {
+        fprintf(stderr, "pe-bench: %s needs a value\n", key);
+        return -1;
+      }
+      val = argv[++i];
+    }
+    long x;
+    if (!strcmp(key, "--suite") || !strcmp(key, "--suites")) {
+      if (!strcmp(val, "all"))
+        snprintf(opt.suites, sizeof opt.suites, "rope,table,alibi,t5,sinusoidal,learned,cutover");
+      else
+        snprintf(opt.suites, sizeof opt.suites, "%s", val);
+    } else if (!strcmp(key, "--model")) {
+      opt.model = NULL;
+      for (int m = 0; m < N_MODELS; m++)
+        if (!strcmp(val, models[m].name)) opt.model = &models[m];
+      if (!opt.model) {
+        fprintf(stderr, "pe-bench: unknown model \"%s\" (see --help)\n", val);
+        return -1;
+      }
+    } else if (!strcmp(key, "--heads")) {
+      if (parse_int(key, val, 1, 4096, &x)) return -1;
+      opt.heads = (int)x;
+    } else if (!strcmp(key, "--kv-heads")) {
+      if (parse_int(key, val, 1, 4096, &x)) return -1;
+      opt.kv_heads = (int)x;
+    } else if (!strcmp(key, "--head-dim")) {
+      if (parse_int(key, val, 2, 16384, &x)) return -1;
+      opt.head_dim = (int)x;
+    } else if (!strcmp(key, "--rotary-dim")) {
+      if (parse_int(key, val, 2, 16384, &x)) return -1;
+      opt.rotary_dim = (int)x;
+    } else if (!strcmp(key, "--style")) {
+      if (!strcmp(val, "neox")) opt.style = PE_ROPE_NEOX;
+      else if (!strcmp(val, "gptj")) opt.style = PE_ROPE_GPTJ;
+      else { fprintf(stderr, "pe-bench: --style neox|gptj\n"); return -1; }
+    } else if (!strcmp(key, "--tokens")) {
+      if (parse_int(key, val, 1, 1 << 22, &x)) return -1;
+      opt.tokens = x;
+    } else if (!strcmp(key, "--batch")) {
+      if (parse_int(key, val, 1, 4096, &x)) return -1;
+      opt.batch = x;
+    } else if (!strcmp(key, "--dtype")) {
+      if ((opt.dtype = parse_dtype(val)) < 0) {
+        fprintf(stderr, "pe-bench: --dtype f32|f16|bf16\n");
+        return -1;
+      }
+    } else if (!strcmp(key, "--layout")) {
+      if (!strcmp(val, "bhtd")) opt.bthd = 0;
+      else if (!strcmp(val, "bthd")) opt.bthd = 1;
+      else { fprintf(stderr, "pe-bench: --layout bhtd|bthd\n"); return -1; }
+    } else if (!strcmp(key, "--isa")) {
+      opt.isa = val;
+    } else if (!strcmp(key, "--threads")) {
+      opt.n_threads = 0;
+      opt.threads_given = 1;
+      char buf[128];
+      snprintf(buf, sizeof buf, "%s", val);
+      for (char *tok = strtok(buf, ","); tok; tok = strtok(NULL, ",")) {
+        if (opt.n_threads == MAX_THREAD_COUNTS || parse_int(key, tok, 1, MAX_THREADS, &x)) return -1;
+        opt.threads[opt.n_threads++] = (int)x;
+      }
+      if (!opt.n_threads) return -1;
+    } else if (!strcmp(key, "--hf-config")) {
+      opt.hf_config = val;
+    } else if (!strcmp(key, "--reps")) {
+      if (parse_int(key, val, 1, 100000, &x)) return -1;
+      opt.reps = (int)x;
+    } else if (!strcmp(key, "--warmup")) {
+      if (parse_int(key, val, 0, 100000, &x)) return -1;
+      opt.warmup = (int)x;
+    } else {
+      goto bad;
+    }
+    continue;
+  bad:
+    fprintf(stderr, "pe-bench: unknown option \"%s\" (see --help)\n", a);
+    return -1;
+  }
+  return 0;
+}
+
+static int suite_selected(const char *name) {
+  char buf[256];
+  snprintf(buf, sizeof buf, "%s", opt.suites);
+  for (char *t = strtok(buf, ","); t; t = strtok(NULL, ","))
+    if (!strcmp(t, name)) return 1;
+  return 0;
+}
+
+/* ------------------------------------------------------------------------ */
+/* time, statistics, progress                                               */
+/* ------------------------------------------------------------------------ */
+
+static double now_ns(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec * 1e9 + (double)ts.tv_nsec;
+}
+
+static void sleep_us(long us) {
+  struct timespec ts = {us / 1000000, (us % 1000000) * 1000};
+  nanosleep(&ts, NULL);
+}
+
+static int cmp_double(const void *a, const void *b) {
+  double x = *(const double *)a, y = *(const double *)b;
+  return (x > y) - (x < y);
+}
+
+typedef struct stats {
+  double med, min, max;
+} stats;
+
+static stats summarise(double *v, int n) {
+  stats s = {NAN, NAN, NAN};
+  if (n <= 0) return s;
+  qsort(v, (size_t)n, sizeof *v, cmp_double);
+  s.min = v[0];
+  s.max = v[n - 1];
+  s.med = n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+  return s;
+}
+
+static double run_start;
+static int progress_shown;
+
+static void progress(const char *fmt, ...) {
+  if (now_ns() - run_start < 1e9) return;
+  char line[160];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(line, sizeof line, fmt, ap);
+  va_end(ap);
+  if (isatty(2))
+    fprintf(stderr, "\r\033[K%s", line);
+  else
+    fprintf(stderr, "%s\n", line);
+  progress_shown = 1;
+}
+
+static void progress_done(void) {
+  if (progress_shown && isatty(2)) fprintf(stderr, "\r\033[K");
+}
+
+/* ------------------------------------------------------------------------ */
+/* a team of threads for the multi-threaded bound                           */
+/* ------------------------------------------------------------------------ */
+
+typedef void (*team_fn)(void *arg, int index, int n);
+
+typedef struct team {
+  int n;
+  pthread_t th[MAX_THREADS];
+  _Atomic unsigned gen;
+  atomic_int done;
+  team_fn fn;
+  void *arg;
+  int stop;
+  pthread_mutex_t mu;
+  pthread_cond_t cv;
+  int index_next;
+} team;
+
+static team *teams[MAX_THREADS + 1];
+
+typedef struct team_arg {
+  team *t;
+  int index;
+} team_arg;
+
+static team_arg team_args[MAX_THREADS + 1][MAX_THREADS];
+
+/* Team members spin briefly between samples, then sleep on the condition
+ * variable, so that they do not take a core from the library's pool while
+ * the kernel is measured. */
+static void *team_main(void *p) {
+  team_arg *ta = p;
+  team *t = ta->t;
+  unsigned seen = 0;
+  for (;;) {
+    unsigned g;
+    int spins = 0;
+    while ((g = atomic_load(&t->gen)) == seen && spins < 2000) {
+#if defined(__x86_64__)
+      __builtin_ia32_pause();
+#endif
+      spins++;
+    }
+    if (g == seen) {
+      pthread_mutex_lock(&t->mu);
+      while ((g = atomic_load(&t->gen)) == seen) pthread_cond_wait(&t->cv, &t->mu);
+      pthread_mutex_unlock(&t->mu);
+    }
+    seen = g;
+    if (t->stop) break;
+    t->fn(t->arg, ta->index, t->n);
+    atomic_fetch_add(&t->done, 1);
+  }
+  return NULL;
+}
+
+static team *team_get(int n) {
+  if (teams[n]) return teams[n];
+  team *t = calloc(1, sizeof *t);
+  if (!t) abort();
+  t->n = n;
+  pthread_mutex_init(&t->mu, NULL);
+  pthread_cond_init(&t->cv, NULL);
+  for (int i = 1; i < n; i++) {
+    team_args[n][i] = (team_arg){t, i};
+    if (pthread_create(&t->th[i], NULL, team_main, &team_args[n][i]) != 0) abort();
+  }
+  teams[n] = t;
+  return t;
+}
+
+static void team_run(team *t, team_fn fn, void *arg) {
+  t->fn = fn;
+  t->arg = arg;
+  atomic_store(&t->done, 0);
+  pthread_mutex_lock(&t->mu);
+  atomic_fetch_add(&t->gen, 1);
+  pthread_cond_broadcast(&t->cv);
+  pthread_mutex_unlock(&t->mu);
+  fn(arg, 0, t->n);
+  while (atomic_load(&t->done) < t->n - 1) {
+#if defined(__x86_64__)
+    __builtin_ia32_pause();
+#endif
+  }
+}
+
+static void teams_stop(void) {
+  for (int n = 2; n <= MAX_THREADS; n++) {
+    team *t = teams[n];
+    if (!t) continue;
+    t->stop = 1;
+    pthread_mutex_lock(&t->mu);
+    atomic_fetch_add(&t->gen, 1);
+    pthread_cond_broadcast(&t->cv);
+    pthread_mutex_unlock(&t->mu);
+    for (int i = 1; i < n; i++) pthread_join(t->th[i], NULL);
+    free(t);
+    teams[n] = NULL;
+  }
+}
+
+/* ------------------------------------------------------------------------ */
+/* cases, measurement and results                                           */
+/* ------------------------------------------------------------------------ */
+
+typedef struct bench_case bench_case;
+struct bench_case {
+  const char *suite;
+  char name[48];
+  int dtype;
+  int threads;
+  pe_threadpool *pool;
+  double bytes;                        /* read + written per call */
+  pe_status (*call)(bench_case *);     /* one call of the kernel */
+  void (*textbook)(bench_case *);      /* NULL: no textbook column */
+  pb_rows probe[2];                    /* the bound's rows (a mirror buffer) */
+  int n_probe;
+  void *st;                            /* suite state */
+  char note[96];
+};
+
+typedef struct result {
+  char suite[16], name[48], dtype[8], isa[8];
+  int threads;
+  double bytes;
+  stats ns, bound, textbook;
+  double speedup_1t; /* NAN: no one-thread row */
+  char note[96];
+  char error[200]; /* non-empty: not measured */
+} result;
+
+static result *results;
+static int n_results, cap_results;
+
+static result *new_result(const bench_case *c) {
+  if (n_results == cap_results) {
+    cap_results = cap_results ? 2 * cap_results : 64;
+    results = realloc(results, (size_t)cap_results * sizeof *results);
+    if (!results) abort();
+  }
+  result *r = &results[n_results++];
+  memset(r, 0, sizeof *r);
+  snprintf(r->suite, sizeof r->suite, "%s", c->suite);
+  snprintf(r->name, sizeof r->name, "%s", c->name);
+  snprintf(r->dtype, sizeof r->dtype, "%s", c->dtype >= 0 ? dtype_name(c->dtype) : "-");
+  snprintf(r->isa, sizeof r->isa, "%s", pe_isa_name());
+  r->threads = c->threads;
+  r->bytes = c->bytes;
+  r->ns = r->bound = r->textbook = (stats){NAN, NAN, NAN};
+  r->speedup_1t = NAN;
+  return r;
+}
+
+typedef struct probe_job {
+  const bench_case *c;
+  int64_t iters;
+} probe_job;
+
+static void probe_part(void *arg, int index, int n) {
+  const probe_job *j = arg;
+  for (int64_t it = 0; it < j->iters; it++)
+    for (int p = 0; p < j->c->n_probe; p++) pb_bound_rmw_part(&j->c->probe[p], index, n, 0.999f, 0.001f);
+}
+
+static double time_bound(const bench_case *c, int64_t iters) {
+  probe_job j = {c, iters};
+  double t0 = now_ns();
+  if (c->threads > 1)
+    team_run(team_get(c->threads), probe_part, &j);
+  else
+    probe_part(&j, 0, 1);
+  return (now_ns() - t0) / (double)iters;
+}
+
+static double time_kernel(bench_case *c, int64_t iters) {
+  double t0 = now_ns();
+  for (int64_t i = 0; i < iters; i++) c->call(c);
+  return (now_ns() - t0) / (double)iters;
+}
+
+static double time_textbook(bench_case *c, int64_t iters) {
+  double t0 = now_ns();
+  for (int64_t i = 0; i < iters; i++) c->textbook(c);
+  return (now_ns() - t0) / (double)iters;
+}
+
+static int64_t iterations_for(double ns_per_call) {
+  if (!(ns_per_call > 0)) return 1;
+  double it = opt.sample_ns / ns_per_call;
+  return it < 1 ? 1 : it > 1e6 ? 1000000 : (int64_t)it;
+}
+
+/* Time a case: warm-up, then --reps samples of kernel, textbook and bound,
+ * interleaved. Pauses between them let the other side's spinning threads
+ * fall asleep (the library's workers spin ~0.1 ms after a call). */
+static result *measure(bench_case *c) {
+  result *r = new_result(c);
+  snprintf(r->note, sizeof r->note, "%s", c->note);
+  pe_status st = c->call(c);
+  if (st != PE_OK) {
+    snprintf(r->error, sizeof r->error, "not available: %.180s", pe_last_error());
+    return r;
+  }
+  /* Calibrate on a second call: the first one wakes sleeping threads. */
+  time_kernel(c, 1);
+  int64_t ik = iterations_for(time_kernel(c, 1));
+  for (int w = 0; w < opt.warmup; w++) time_kernel(c, ik);
+  time_bound(c, 1);
+  int64_t ib = iterations_for(time_bound(c, 1));
+  for (int w = 0; w < opt.warmup; w++) time_bound(c, ib);
+  int64_t it = 0;
+  if (c->textbook) {
+    it = iterations_for(time_textbook(c, 1));
+    for (int w = 0; w < opt.warmup; w++) time_textbook(c, it);
+  }
+  double *k = calloc((size_t)opt.reps * 3, sizeof *k), *b = k + opt.reps, *t = b + opt.reps;
+  if (!k) abort();
+  for (int rep = 0; rep < opt.reps; rep++) {
+    c->call(c); /* workers awake, data where the previous sample left it */
+    k[rep] = time_kernel(c, ik);
+    if (c->textbook) t[rep] = time_textbook(c, it);
+    if (c->threads > 1) sleep_us(300);
+    time_bound(c, 1);
+    b[rep] = time_bound(c, ib);
+    if (c->threads > 1) sleep_us(300);
+  }
+  r->ns = summarise(k, opt.reps);
+  r->bound = summarise(b, opt.reps);
+  if (c->textbook) r->textbook = summarise(t, opt.reps);
+  free(k);
+  return r;
+}
+
+/* The one-thread row of the same case, for 'x 1 thr'. */
+static void link_speedups(void) {
+  for (int i = 0; i < n_results; i++) {
+    result *r = &results[i];
+    if (r->threads == 1 || r->error[0]) continue;
+    for (int j = 0; j < n_results; j++) {
+      result *o = &results[j];
+      if (o->threads == 1 && !o->error[0] && !strcmp(o->suite, r->suite) &&
+          !strcmp(o->name, r->name) && !strcmp(o->dtype, r->dtype) && !strcmp(o->isa, r->isa))
+        r->speedup_1t = o->ns.med / r->ns.med;
+    }
+  }
+}
+
+/* ------------------------------------------------------------------------ */
+/* buffers                                                                  */
+/* ------------------------------------------------------------------------ */
+
+static uint64_t rng_state = 0x2545F4914F6CDD1Dull;
+static float frand(void) {
+  rng_state ^= rng_state << 13;
+  rng_state ^= rng_state >> 7;
+  rng_state ^= rng_state << 17;
+  return (float)((double)(rng_state >> 11) / 9007199254740992.0 * 2.0 - 1.0);
+}
+
+static void *xalloc(size_t bytes) {
+  void *p = NULL;
+  if (posix_memalign(&p, 64, bytes ? bytes : 64) != 0) {
+    fprintf(stderr, "pe-bench: cannot allocate %zu bytes\n", bytes);
+    exit(1);
+  }
+  return p;
+}
+
+/* n elements of dtype d with values in [-1, 1). */
+static void fill(void *p, int d, size_t n) {
+  for (size_t i = 0; i < n; i++) {
+    float f = frand();
+    if (d == PE_F32) {
+      ((float *)p)[i] = f;
+    } else {
+      uint32_t u;
+      memcpy(&u, &f, 4);
+      if (d == PE_BF16) {
+        ((uint16_t *)p)[i] = (uint16_t)(u >> 16);
+      } else { /* f16 from the float's sign, a small exponent and the mantissa */
+        uint16_t sign = (uint16_t)((u >> 16) & 0x8000);
+        uint16_t h = (uint16_t)(sign | (uint16_t)(0x3800 | ((u >> 13) & 0x3ff)));
+        ((uint16_t *)p)[i] = h;
+      }
+    }
+  }
+}
+
+/* A [b, h, t, d] tensor (bthd: token-major storage). */
+static pe_tensor make_tensor(int dt, int64_t b, int64_t h, int64_t t, int64_t d, int bthd) {
+  pe_tensor x;
+  memset(&x, 0, sizeof x);
+  size_t n = (size_t)(b * h * t * d);
+  x.data = xalloc(n * dtype_size(dt));
+  fill(x.data, dt, n);
+  x.dtype = (pe_dtype)dt;
+  x.shape[0] = b, x.shape[1] = h, x.shape[2] = t, x.shape[3] = d;
+  x.stride[3] = 1;
+  if (bthd)
+    x.stride[0] = t * h * d, x.stride[1] = d, x.stride[2] = h * d;
+  else
+    x.stride[0] = h * t * d, x.stride[1] = t * d, x.stride[2] = d;
+  return x;
+}
+
+static size_t tensor_bytes(const pe_tensor *x) {
+  return (size_t)(x->shape[0] * x->shape[1] * x->shape[2] * x->shape[3]) * dtype_size(x->dtype);
+}
+
+/* The bound's rows for the first row_elems elements of every row of x, in a
+ * mirror buffer of the same size (floats, so no denormal or NaN slows it). */
+static pb_rows probe_like(const pe_tensor *x, int64_t row_elems) {
+  size_t bytes = tensor_bytes(x);
+  float *m = xalloc(bytes);
+  for (size_t i = 0; i < bytes / 4; i++) m[i] = 1.0f;
+  size_t es = dtype_size(x->dtype);
+  pb_rows r = {.base = (char *)m, .nd = 3, .row_bytes = row_elems * (int64_t)es};
+  for (int d = 0; d < 3; d++) r.n[d] = x->shape[d], r.stride[d] = x->stride[d] * (int64_t)es;
+  pb_rows_normalise(&r);
+  return r;
+}
+
+/* A contiguous bound of `bytes` bytes (kernels whose traffic is not one
+ * tensor read and written: the table build, learned rows). */
+static pb_rows probe_flat(double traffic) {
+  int64_t bytes = ((int64_t)(traffic / 2) + 63) & ~(int64_t)63;
+  float *m = xalloc((size_t)bytes);
+  for (int64_t i = 0; i < bytes / 4; i++) m[i] = 1.0f;
+  pb_rows r = {.base = (char *)m, .nd = 0, .row_bytes = bytes};
+  return r;
+}
+
+static void free_probes(bench_case *c) {
+  for (int p = 0; p < c->n_probe; p++) free(c->probe[p].base);
+  c->n_probe = 0;
+}
+
+/* ------------------------------------------------------------------------ */
+/* pools                                                                    */
+/* ------------------------------------------------------------------------ */
+
+static pe_threadpool *pools[MAX_THREADS + 1];
+
+static pe_threadpool *pool_for(int threads) {
+  if (threads <= 1) return NULL;
+  if (!pools[threads] && pe_threadpool_create(threads, &pools[threads]) != PE_OK) {
+    fprintf(stderr, "pe-bench: pe_threadpool_create(%d): %s\n", threads, pe_last_error());
+    exit(1);
+  }
+  return pools[threads];
+}
+
+/* ------------------------------------------------------------------------ */
+/* optional entry points                                                    */
+/* ------------------------------------------------------------------------ */
+
+typedef pe_status (*alibi_slopes_fn)(int32_t, double, float *);
+typedef pe_status (*alibi_fn)(const pe_tensor *, const float *, const int64_t *, uint32_t,
+                              pe_threadpool *);
+typedef pe_status (*t5_fn)(const pe_tensor *, const float *, int32_t, int32_t, int32_t,
+                           const int64_t *, uint32_t, pe_threadpool *);
+typedef pe_status (*sin_fn)(const pe_tensor *, const int64_t *, double, uint32_t, pe_threadpool *);
+typedef pe_status (*learned_fn)(const pe_tensor *, const pe_tensor *, const int64_t *,
+                                pe_threadpool *);
+typedef pe_status (*hf_fn)(const char *, size_t, int64_t, int64_t, pe_rope_cache **);
+
+static void *optional_symbol(const char *name) { return dlsym(RTLD_DEFAULT, name); }
+
+/* A result row saying a suite could not run, and why. */
+static void not_available(const char *suite, const char *what) {
+  bench_case c;
+  memset(&c, 0, sizeof c);
+  c.suite = suite;
+  c.dtype = -1;
+  c.threads = 1;
+  snprintf(c.name, sizeof c.name, "-");
+  result *r = new_result(&c);
+  snprintf(r->error, sizeof r->error, "not available: %.180s", what);
+}
+
+/* ------------------------------------------------------------------------ */
+/* rope                                                                     */
+/* ------------------------------------------------------------------------ */
+
+typedef struct rope_geom {
+  int heads, kv_heads, head_dim, rotary_dim;
+  pe_rope_style style;
+  double base;
+} rope_geom;
+
+typedef struct rope_state {
+  pe_rope_cache *cache;
+  pe_tensor q, k;
+  int64_t *pos;
+  int64_t tokens;
+  float *cos_t, *sin_t; /* textbook table, f32 NeoX only */
+  int32_t half;
+} rope_state;
+
+static pe_status rope_call(bench_case *c) {
+  rope_state *s = c->st;
+  return pe_apply_rope_qk(s->cache, &s->q, &s->k, s->pos, 0, c->pool);
+}
+
+static void rope_textbook(bench_case *c) {
+  rope_state *s = c->st;
+  pb_textbook_rope_neox_f32(s->q.data, s->q.shape, s->q.stride, s->half, s->pos, s->cos_t, s->sin_t);
+  pb_textbook_rope_neox_f32(s->k.data, s->k.shape, s->k.stride, s->half, s->pos, s->cos_t, s->sin_t);
+}
+
+static char *read_file(const char *path, size_t *len) {
+  FILE *f = fopen(path, "rb");
+  if (!f) return NULL;
+  fseek(f, 0, SEEK_END);
+  long n = ftell(f);
+  fseek(f, 0, SEEK_SET);
+  char *buf = n >= 0 ? malloc((size_t)n + 1) : NULL;
+  if (buf && fread(buf, 1, (size_t)n, f) != (size_t)n) {
+    free(buf);
+    buf = NULL;
+  }
+  fclose(f);
+  if (buf) buf[n] = 0, *len = (size_t)n;
+  return buf;
+}
+
+/* An integer "key": N in a JSON text (the bench needs only head counts). */
+static int json_int(const char *json, const char *key, int dflt) {
+  char pat[80];
+  snprintf(pat, sizeof pat, "\"%s\"", key);
+  const char *p = strstr(json, pat);
+  if (!p) return dflt;
+  p += strlen(pat);
+  while (*p && (isspace((unsigned char)*p) || *p == ':')) p++;
+  return isdigit((unsigned char)*p) ? atoi(p) : dflt;
+}
+
+static rope_geom geometry(void) {
+  const model_preset *m = opt.model;
+  rope_geom g = {m->heads, m->kv_heads, m->head_dim, m->rotary_dim, m->style, m->base};
+  if (opt.heads) g.heads = opt.heads;
+  if (opt.kv_heads) g.kv_heads = opt.kv_heads;
+  if (opt.head_dim) g.head_dim = opt.head_dim, g.rotary_dim = opt.head_dim;
+  if (opt.rotary_dim) g.rotary_dim = opt.rotary_dim;
+  if (opt.style >= 0) g.style = (pe_rope_style)opt.style;
+  return g;
+}
+
+/* The rope cache for the run: from --hf-config, or from the geometry. */
+static pe_status rope_cache_for(rope_geom *g, int64_t max_positions, pe_rope_cache **out,
+                                char *why, size_t why_len) {
+  if (opt.hf_config) {
+    hf_fn f = (hf_fn)optional_symbol("pe_rope_cache_create_from_hf_config");
+    size_t len = 0;
+    char *json = read_file(opt.hf_config, &len);
+    if (!json) {
+      snprintf(why, why_len, "cannot read %s", opt.hf_config);
+      return PE_ERR_INVALID_ARGUMENT;
+    }
+    if (!f) {
+      free(json);
+      snprintf(why, why_len, "pe_rope_cache_create_from_hf_config is not in this library");
+      return PE_ERR_UNSUPPORTED;
+    }
+    pe_status st = f(json, len, max_positions, 0, out);
+    if (st == PE_OK) {
+      pe_rope_params p;
+      pe_rope_params_init(&p);
+      pe_rope_cache_params(*out, &p);
+      int heads = json_int(json, "num_attention_heads", g->heads);
+      if (!opt.heads) g->heads = heads;
+      if (!opt.kv_heads) g->kv_heads = json_int(json, "num_key_value_heads", heads);
+      g->head_dim = p.head_dim;
+      g->rotary_dim = p.rotary_dim;
+      g->style = p.style;
+    } else {
+      snprintf(why, why_len, "%s", pe_last_error());
+    }
+    free(json);
+    return st;
+  }
+  pe_rope_params p;
+  pe_rope_params_init(&p);
+  p.head_dim = g->head_dim;
+  p.rotary_dim = g->rotary_dim;
+  p.style = g->style;
+  p.base = g->base;
+  p.max_positions = max_positions;
+  pe_status st = pe_rope_cache_create(&p, out);
+  if (st != PE_OK) snprintf(why, why_len, "%s", pe_last_error());
+  return st;
+}
+
+static void rope_case(const char *name, int64_t tokens, int dt, int threads) {
+  rope_geom g = geometry();
+  rope_state s;
+  memset(&s, 0, sizeof s);
+  int64_t max_pos = tokens > 8192 ? tokens : 8192;
+  char why[200] = "";
+  if (rope_cache_for(&g, max_pos, &s.cache, why, sizeof why) != PE_OK) {
+    not_available("rope", why);
+    return;
+  }
+  int64_t B = opt.batch;
+  s.tokens = tokens;
+  s.half = g.rotary_dim / 2;
+  s.q = make_tensor(dt, B, g.heads, tokens, g.head_dim, opt.bthd);
+  s.k = make_tensor(dt, B, g.kv_heads, tokens, g.head_dim, opt.bthd);
+  /* Decode: each sequence at its own position past a long context; prefill:
+   * 0..T-1 (positions NULL). */
+  if (tokens == 1) {
+    s.pos = xalloc((size_t)B * sizeof *s.pos);
+    for (int64_t b = 0; b < B; b++) s.pos[b] = 4000 + 7 * b;
+  }
+  bench_case c;
+  memset(&c, 0, sizeof c);
+  c.suite = "rope";
+  snprintf(c.name, sizeof c.name, "%s", name);
+  c.dtype = dt;
+  c.threads = threads;
+  c.pool = pool_for(threads);
+  c.bytes = 2.0 * (double)(B * (g.heads + g.kv_heads) * tokens) * g.rotary_dim * (double)dtype_size(dt);
+  c.call = rope_call;
+  c.st = &s;
+  c.probe[0] = probe_like(&s.q, g.rotary_dim);
+  c.probe[1] = probe_like(&s.k, g.rotary_dim);
+  c.n_probe = 2;
+  snprintf(c.note, sizeof c.note, "%dq/%dkv x %d (rot %d) %s %s", g.heads, g.kv_heads, g.head_dim,
+           g.rotary_dim, g.style == PE_ROPE_NEOX ? "neox" : "gptj", opt.bthd ? "bthd" : "bhtd");
+  if (dt == PE_F32 && g.style == PE_ROPE_NEOX && threads == 1) {
+    s.cos_t = xalloc((size_t)max_pos * (size_t)s.half * sizeof(float));
+    s.sin_t = xalloc((size_t)max_pos * (size_t)s.half * sizeof(float));
+    float *cs = xalloc((size_t)s.half * 2 * sizeof(float));
+    for (int64_t p = 0; p < max_pos; p++) {
+      pe_rope_cache_cos_sin(s.cache, p, cs, cs + s.half);
+      memcpy(s.cos_t + p * s.half, cs, (size_t)s.half * sizeof(float));
+      memcpy(s.sin_t + p * s.half, cs + s.half, (size_t)s.half * sizeof(float));
+    }
+    free(cs);
+    c.textbook = rope_textbook;
+  }
+  progress("[%.0fs] rope %s %s %d thr", (now_ns() - run_start) / 1e9, name, dtype_name(dt), threads);
+  measure(&c);
+  free_probes(&c);
+  free(s.q.data);
+  free(s.k.data);
+  free(s.pos);
+  free(s.cos_t);
+  free(s.sin_t);
+  pe_rope_cache_destroy(s.cache);
+}
+
+static void suite_rope(void) {
+  for (int ti = 0; ti < opt.n_threads; ti++) {
+    int th = opt.threads[ti];
+    if (opt.tokens) {
+      char name[48];
+      snprintf(name, sizeof name, "%s %" PRId64 " tok x%" PRId64, opt.model->name, opt.tokens, opt.batch);
+      rope_case(name, opt.tokens, opt.dtype >= 0 ? opt.dtype : PE_F32, th);
+      continue;
+    }
+    static const struct { const char *name; int64_t tokens; } cases[] = {
+        {"decode", 1}, {"prefill 32", 32}, {"prefill 512", 512}, {"prefill 4096", 4096}};
+    for (int i = 0; i < 4; i++) {
+      char name[48];
+      snprintf(name, sizeof name, "%s %s", opt.model->name, cases[i].name);
+      if (opt.dtype >= 0) {
+        rope_case(name, cases[i].tokens, opt.dtype, th);
+      } else {
+        rope_case(name, cases[i].tokens, PE_F32, th);
+        if (cases[i].tokens == 512) {
+          rope_case(name, 512, PE_F16, th);
+          rope_case(name, 512, PE_BF16, th);
+        }
+      }
+    }
+  }
+}
+
+/* ------------------------------------------------------------------------ */
+/* table                                                                    */
+/* ------------------------------------------------------------------------ */
+
+#define TABLE_POSITIONS 131072
+#define TABLE_HEAD_DIM 128
+
+static pe_rope_params table_params(void) {
+  pe_rope_params p;
+  pe_rope_params_init(&p);
+  p.head_dim = TABLE_HEAD_DIM;
+  p.max_positions = TABLE_POSITIONS;
+  return p;
+}
+
+static pe_status table_call(bench_case *c) {
+  (void)c;
+  pe_rope_params p = table_params();
+  pe_rope_cache *cache = NULL;
+  pe_status st = pe_rope_cache_create(&p, &cache);
+  pe_rope_cache_destroy(cache);
+  return st;
+}
+
+/* Largest |table - exact| over every 5th position and the last 64, against
+ * cos/sin of the double angle p * base^(-2i/d). */
+static double table_max_error(void) {
+  pe_rope_params p = table_params();
+  pe_rope_cache *cache = NULL;
+  if (pe_rope_cache_create(&p, &cache) != PE_OK) return NAN;
+  int half = TABLE_HEAD_DIM / 2;
+  float cs[TABLE_HEAD_DIM];
+  double freq[TABLE_HEAD_DIM / 2], err = 0;
+  for (int i = 0; i < half; i++) freq[i] = pow(p.base, -2.0 * i / TABLE_HEAD_DIM);
+  for (int64_t pos = 0; pos < TABLE_POSITIONS; pos += (pos >= TABLE_POSITIONS - 64 ? 1 : 5)) {
+    pe_rope_cache_cos_sin(cache, pos, cs, cs + half);
+    for (int i = 0; i < half; i++) {
+      double a = (double)pos * freq[i];
+      double e1 = fabs(cs[i] - cos(a)), e2 = fabs(cs[half + i] - sin(a));
+      if (e1 > err) err = e1;
+      if (e2 > err) err = e2;
+    }
+  }
+  pe_rope_cache_destroy(cache);
+  return err;
+}
+
+static void suite_table(void) {
+  bench_case c;
+  memset(&c, 0, sizeof c);
+  c.suite = "table";
+  snprintf(c.name, sizeof c.name, "build %dx%d", TABLE_POSITIONS, TABLE_HEAD_DIM / 2);
+  c.dtype = PE_F32;
+  c.threads = 1;
+  c.bytes = (double)TABLE_POSITIONS * TABLE_HEAD_DIM * 4; /* written */
+  c.call = table_call;
+  c.probe[0] = probe_flat(c.bytes);
+  c.n_probe = 1;
+  progress("[%.0fs] table build", (now_ns() - run_start) / 1e9);
+  result *r = measure(&c);
+  if (!r->error[0]) {
+    double pairs = (double)TABLE_POSITIONS * (TABLE_HEAD_DIM / 2);
+    snprintf(r->note, sizeof r->note, "%.3f ns/pair, max err %.2e", r->ns.med / pairs,
+             table_max_error());
+  }
+  free_probes(&c);
+}
+
+/* ------------------------------------------------------------------------ */
+/* alibi and t5                                                             */
+/* ------------------------------------------------------------------------ */
+
+typedef struct bias_state {
+  pe_tensor scores;
+  float *slopes, *t5_table;
+  uint32_t flags;
+  alibi_fn alibi;
+  t5_fn t5;
+} bias_state;
+
+static pe_status alibi_call(bench_case *c) {
+  bias_state *s = c->st;
+  return s->alibi(&s->scores, s->slopes, NULL, s->flags, c->pool);
+}
+
+static pe_status t5_call(bench_case *c) {
+  bias_state *s = c->st;
+  return s->t5(&s->scores, s->t5_table, 0, 32, 128, NULL, s->flags, c->pool);
+}
+
+static void bias_suite(const char *suite) {
+  int is_t5 = !strcmp(suite, "t5");
+  bias_state s;
+  memset(&s, 0, sizeof s);
+  if (is_t5)
+    s.t5 = (t5_fn)optional_symbol("pe_t5_add_bias");
+  else
+    s.alibi = (alibi_fn)optional_symbol("pe_alibi_add_bias");
+  alibi_slopes_fn slopes_fn = (alibi_slopes_fn)optional_symbol("pe_alibi_slopes");
+  if ((is_t5 && !s.t5) || (!is_t5 && (!s.alibi || !slopes_fn))) {
+    not_available(suite, is_t5 ? "pe_t5_add_bias is not in this library"
+                               : "pe_alibi_add_bias is not in this library");
+    return;
+  }
+  int heads = geometry().heads;
+  s.slopes = xalloc((size_t)heads * sizeof(float));
+  if (!is_t5 && slopes_fn(heads, 8.0, s.slopes) != PE_OK)
+    for (int h = 0; h < heads; h++) s.slopes[h] = exp2f(-8.0f * (float)(h + 1) / (float)heads);
+  s.t5_table = xalloc((size_t)32 * (size_t)heads * sizeof(float));
+  for (int i = 0; i < 32 * heads; i++) s.t5_table[i] = frand();
+  static const struct { const char *name; int64_t q, k; uint32_t flags; } shapes[] = {
+      {"decode 1x%dx1x4096", 1, 4096, 0}, {"prefill 1x%dx512x512 causal", 512, 512, 1}};
+  int dts[3] = {PE_F32, PE_F16, PE_BF16}, n_dt = 3;
+  if (opt.dtype >= 0) dts[0] = opt.dtype, n_dt = 1;
+  for (int ti = 0; ti < opt.n_threads; ti++)
+    for (int si = 0; si < 2; si++)
+      for (int di = 0; di < n_dt; di++) {
+        int dt = dts[di];
+        if (dt != PE_F32 && si == 0 && opt.dtype < 0) continue; /* decode: f32 only by default */
+        bench_case c;
+        memset(&c, 0, sizeof c);
+        c.suite = suite;
+        snprintf(c.name, sizeof c.name, shapes[si].name, heads);
+        c.dtype = dt;
+        c.threads = opt.threads[ti];
+        c.pool = pool_for(c.threads);
+        s.scores = make_tensor(dt, 1, heads, shapes[si].q, shapes[si].k, 0);
+        s.flags = shapes[si].flags; /* PE_MASK_CAUSAL == 1 */
+        c.bytes = 2.0 * (double)tensor_bytes(&s.scores);
+        c.call = is_t5 ? t5_call : alibi_call;
+        c.st = &s;
+        c.probe[0] = probe_like(&s.scores, shapes[si].k);
+        c.n_probe = 1;
+        progress("[%.0fs] %s %s %s %d thr", (now_ns() - run_start) / 1e9, suite, c.name,
+                 dtype_name(dt), c.threads);
+        measure(&c);
+        free_probes(&c);
+        free(s.scores.data);
+      }
+  free(s.slopes);
+  free(s.t5_table);
+}
+
+/* ------------------------------------------------------------------------ */
+/* sinusoidal and learned                                                   */
+/* ------------------------------------------------------------------------ */
+
+typedef struct embed_state {
+  pe_tensor x, table;
+  int64_t *pos;
+  sin_fn sinusoidal;
+  learned_fn learned;
+} embed_state;
+
+static pe_status sinusoidal_call(bench_case *c) {
+  embed_state *s = c->st;
+  return s->sinusoidal(&s->x, s->pos, 10000.0, 0, c->pool);
+}
+
+static pe_status learned_call(bench_case *c) {
+  embed_state *s = c->st;
+  return s->learned(&s->x, &s->table, s->pos, c->pool);
+}
+
+#define LEARNED_MAX_LEN 2048
+
+static void embed_suite(const char *suite) {
+  int is_learned = !strcmp(suite, "learned");
+  embed_state s;
+  memset(&s, 0, sizeof s);
+  if (is_learned)
+    s.learned = (learned_fn)optional_symbol("pe_learned_add");
+  else
+    s.sinusoidal = (sin_fn)optional_symbol("pe_sinusoidal_add");
+  if (!s.learned && !s.sinusoidal) {
+    not_available(suite, is_learned ? "pe_learned_add is not in this library"
+                                    : "pe_sinusoidal_add is not in this library");
+    return;
+  }
+  rope_geom g = geometry();
+  int64_t d_model = (int64_t)g.heads * g.head_dim;
+  if (is_learned) s.table = make_tensor(PE_F32, 1, 1, LEARNED_MAX_LEN, d_model, 0);
+  int64_t token_counts[2] = {1, 512};
+  int n_cases = 2;
+  if (opt.tokens) token_counts[0] = opt.tokens, n_cases = 1;
+  int dts[3] = {PE_F32, PE_F16, PE_BF16}, n_dt = 3;
+  if (opt.dtype >= 0) dts[0] = opt.dtype, n_dt = 1;
+  for (int ti = 0; ti < opt.n_threads; ti++)
+    for (int ci = 0; ci < n_cases; ci++)
+      for (int di = 0; di < n_dt; di++) {
+        int dt = dts[di];
+        int64_t T = token_counts[ci];
+        if (is_learned && T > LEARNED_MAX_LEN) continue;
+        if (dt != PE_F32 && T == 1 && opt.dtype < 0) continue;
+        bench_case c;
+        memset(&c, 0, sizeof c);
+        c.suite = suite;
+        snprintf(c.name, sizeof c.name, "%s %" PRId64 " tok x %" PRId64, T == 1 ? "decode" : "prefill",
+                 T, d_model);
+        c.dtype = dt;
+        c.threads = opt.threads[ti];
+        c.pool = pool_for(c.threads);
+        s.x = make_tensor(dt, opt.batch, 1, T, d_model, 0);
+        s.pos = NULL;
+        if (T == 1) {
+          s.pos = xalloc((size_t)opt.batch * sizeof *s.pos);
+          for (int64_t b = 0; b < opt.batch; b++) s.pos[b] = 1000 + b;
+        }
+        c.bytes = 2.0 * (double)tensor_bytes(&s.x);
+        if (is_learned) c.bytes += (double)(opt.batch * T * d_model) * 4; /* table rows read */
+        c.call = is_learned ? learned_call : sinusoidal_call;
+        c.st = &s;
+        if (is_learned)
+          c.probe[0] = probe_flat(c.bytes);
+        else
+          c.probe[0] = probe_like(&s.x, d_model);
+        c.n_probe = 1;
+        if (is_learned) snprintf(c.note, sizeof c.note, "table f32 [%d][%" PRId64 "]", LEARNED_MAX_LEN, d_model);
+        progress("[%.0fs] %s %s %s %d thr", (now_ns() - run_start) / 1e9, suite, c.name,
+                 dtype_name(dt), c.threads);
+        measure(&c);
+        free_probes(&c);
+        free(s.x.data);
+        free(s.pos);
+      }
+  free(s.table.data);
+}
+
+/* ------------------------------------------------------------------------ */
+/* cutover: where a pool starts to pay                                      */
+/* ------------------------------------------------------------------------ */
+
+/* Median ns of one call, each after `gap_us` of sleep (0: back to back). */
+static double rope_call_ns(rope_state *s, pe_threadpool *pool, long gap_us, int samples) {
+  double *v = calloc((size_t)samples, sizeof *v);
+  if (!v) abort();
+  int64_t iters = 1;
+  if (!gap_us) {
+    double t0 = now_ns();
+    pe_apply_rope_qk(s->cache, &s->q, &s->k, NULL, 0, pool);
+    iters = iterations_for(now_ns() - t0);
+  }
+  for (int i = 0; i < samples; i++) {
+    if (gap_us) {
+      sleep_us(gap_us);
+    } else {
+      pe_apply_rope_qk(s->cache, &s->q, &s->k, NULL, 0, pool);
+    }
+    double t0 = now_ns();
+    for (int64_t it = 0; it < iters; it++) pe_apply_rope_qk(s->cache, &s->q, &s->k, NULL, 0, pool);
+    v[i] = (now_ns() - t0) / (double)iters;
+  }
+  double m = summarise(v, samples).med;
+  free(v);
+  return m;
+}
+
+/* For 1..64 tokens of the model's heads (f32): the calling thread alone
+ * against a 2-thread pool with the cut-over disabled (PE_POOL_MIN_BYTES=0),
+ * with the worker hot (back-to-back calls) and cold (2 ms asleep between
+ * calls), and against a pool with the library's cut-over. */
+static pe_threadpool *cutover_raw; /* cut-over disabled */
+
+static int cutover_threads(void) {
+  return opt.threads_given && opt.threads[opt.n_threads - 1] > 1 ? opt.threads[opt.n_threads - 1] : 2;
+}
+
+static void cutover_prepare(void) {
+  setenv("PE_POOL_MIN_BYTES", "0", 1);
+  if (pe_threadpool_create(cutover_threads(), &cutover_raw) != PE_OK) cutover_raw = NULL;
+  unsetenv("PE_POOL_MIN_BYTES");
+}
+
+static void suite_cutover(void) {
+  int th = cutover_threads();
+  pe_threadpool *raw = cutover_raw, *dflt = pool_for(th);
+  if (!raw) {
+    not_available("cutover", "pe_threadpool_create failed");
+    return;
+  }
+  rope_geom g = geometry();
+  static const int64_t toks[] = {1, 2, 4, 8, 12, 16, 24, 32, 64, 128, 256, 512};
+  for (size_t i = 0; i < sizeof toks / sizeof toks[0]; i++) {
+    rope_state s;
+    memset(&s, 0, sizeof s);
+    char why[200];
+    if (rope_cache_for(&g, 8192, &s.cache, why, sizeof why) != PE_OK) {
+      not_available("cutover", why);
+      break;
+    }
+    s.q = make_tensor(PE_F32, 1, g.heads, toks[i], g.head_dim, opt.bthd);
+    s.k = make_tensor(PE_F32, 1, g.kv_heads, toks[i], g.head_dim, opt.bthd);
+    progress("[%.0fs] cutover %" PRId64 " tokens", (now_ns() - run_start) / 1e9, toks[i]);
+    double bytes = 2.0 * (double)((g.heads + g.kv_heads) * toks[i]) * g.rotary_dim * 4;
+    int cold_samples = opt.reps * 3;
+    double hot1 = rope_call_ns(&s, NULL, 0, opt.reps), hotp = rope_call_ns(&s, raw, 0, opt.reps);
+    double hotd = rope_call_ns(&s, dflt, 0, opt.reps);
+    double cold1 = rope_call_ns(&s, NULL, 2000, cold_samples);
+    double coldp = rope_call_ns(&s, raw, 2000, cold_samples);
+    double coldd = rope_call_ns(&s, dflt, 2000, cold_samples);
+    bench_case c;
+    memset(&c, 0, sizeof c);
+    c.suite = "cutover";
+    snprintf(c.name, sizeof c.name, "%s %" PRId64 " tok (%.0f KiB)", opt.model->name, toks[i],
+             bytes / 1024);
+    c.dtype = PE_F32;
+    c.threads = th;
+    c.bytes = bytes;
+    result *r = new_result(&c);
+    r->ns = (stats){hotp, hotp, hotp};
+    r->speedup_1t = hot1 / hotp;
+    snprintf(r->note, sizeof r->note, "forced split: hot x%.2f, cold x%.2f; cut-over: hot x%.2f, cold x%.2f",
+             hot1 / hotp, cold1 / coldp, hot1 / hotd, cold1 / coldd);
+    free(s.q.data);
+    free(s.k.data);
+    pe_rope_cache_destroy(s.cache);
+  }
+}
+
+/* ------------------------------------------------------------------------ */
+/* output                                                                   */
+/* ------------------------------------------------------------------------ */
+
+static void cpu_model(char *out, size_t len) {
+  snprintf(out, len, "unknown CPU");
+  FILE *f = fopen("/proc/cpuinfo", "r");
+  if (!f) return;
+  char line[256];
+  while (fgets(line, sizeof line, f)) {
+    if (!strncmp(line, "model name", 10)) {
+      char *p = strchr(line, ':');
+      if (p) {
+        p++;
+        while (*p == ' ') p++;
+        p[strcspn(p, "\n")] = 0;
+        snprintf(out, len, "%s", p);
+      }
+      break;
+    }
+  }
+  fclose(f);
+}
+
+/* The machine's 1-minute load average when the run ended: on a shared
+ * machine it says how much the figures may have been disturbed. */
+static double load_average(void) {
+  double l = NAN;
+  FILE *f = fopen("/proc/loadavg", "r");
+  if (f) {
+    if (fscanf(f, "%lf", &l) != 1) l = NAN;
+    fclose(f);
+  }
+  return l;
+}
+
+static void fmt_num(char *out, size_t len, double v, int digits) {
+  if (isnan(v))
+    snprintf(out, len, "-");
+  else if (fabs(v) >= 100000)
+    snprintf(out, len, "%.4g", v);
+  else
+    snprintf(out, len, "%.*f", digits, v);
+}
+
+static void fmt_ns(char *out, size_t len, double v) {
+  if (isnan(v))
+    snprintf(out, len, "-");
+  else if (v >= 1e6)
+    snprintf(out, len, "%.0f", v);
+  else if (v >= 100)
+    snprintf(out, len, "%.0f", v);
+  else
+    snprintf(out, len, "%.1f", v);
+}
+
+#define N_COLS 13
+static const char *const col_names[N_COLS] = {"suite", "case", "dtype", "isa", "thr", "GB/s",
+                                              "ns/call", "spread (min..max ns)", "bound GB/s",
+                                              "x bound", "x textbook", "x 1 thr", "note"};
+
+static void result_cells(const result *r, char cells[N_COLS][256]) {
+  snprintf(cells[0], 256, "%s", r->suite);
+  snprintf(cells[1], 256, "%s", r->name);
+  snprintf(cells[2], 256, "%s", r->dtype);
+  snprintf(cells[3], 256, "%s", r->isa);
+  snprintf(cells[4], 256, "%d", r->threads);
+  for (int i = 5; i < N_COLS; i++) snprintf(cells[i], 256, "-");
+  if (r->error[0]) {
+    snprintf(cells[12], 256, "%.200s", r->error);
+    return;
+  }
+  fmt_num(cells[5], 256, r->bytes / r->ns.med, 1);
+  fmt_ns(cells[6], 256, r->ns.med);
+  if (!isnan(r->ns.min) && r->ns.min != r->ns.max) {
+    char a[32], b[32];
+    fmt_ns(a, sizeof a, r->ns.min);
+    fmt_ns(b, sizeof b, r->ns.max);
+    snprintf(cells[7], 256, "%.32s..%.32s", a, b);
+  }
+  if (!isnan(r->bound.med)) {
+    fmt_num(cells[8], 256, r->bytes / r->bound.med, 1);
+    fmt_num(cells[9], 256, r->bound.med / r->ns.med, 2);
+  }
+  fmt_num(cells[10], 256, r->textbook.med / r->ns.med, 2);
+  fmt_num(cells[11], 256, r->speedup_1t, 2);
+  snprintf(cells[12], 256, "%s", r->note[0] ? r->note : "");
+}
+
+static void print_table(const char *cpu, const char *cmdline) {
+  int width[N_COLS];
+  char cells[N_COLS][256];
+  for (int i = 0; i < N_COLS; i++) width[i] = (int)strlen(col_names[i]);
+  for (int r = 0; r < n_results; r++) {
+    result_cells(&results[r], cells);
+    for (int i = 0; i < N_COLS; i++)
+      if ((int)strlen(cells[i]) > width[i]) width[i] = (int)strlen(cells[i]);
+  }
+  printf("pe-bench %s on %s, %ld CPUs; library path %s; command: %s\n", pe_version_string(), cpu,
+         sysconf(_SC_NPROCESSORS_ONLN), pe_isa_name(), cmdline);
+  printf("median of %d runs after %d warm-up; bound = in-place x=x*a+b stream over the same bytes, "
+         "same threads, same run; load average %.2f at the end\n\n",
+         opt.reps, opt.warmup, load_average());
+  for (int i = 0; i < N_COLS; i++) printf("| %-*s ", width[i], col_names[i]);
+  printf("|\n");
+  for (int i = 0; i < N_COLS; i++) {
+    printf("|");
+    for (int j = 0; j < width[i] + 2; j++) putchar(i >= 4 && i <= 11 && j == width[i] + 1 ? ':' : '-');
+  }
+  printf("|\n");
+  for (int r = 0; r < n_results; r++) {
+    result_cells(&results[r], cells);
+    for (int i = 0; i < N_COLS; i++) {
+      if (i >= 4 && i <= 11)
+        printf("| %*s ", width[i], cells[i]);
+      else
+        printf("| %-*s ", width[i], cells[i]);
+    }
+    printf("|\n");
+  }
+}
+
+static void json_string(const char *s) {
+  putchar('"');
+  for (; *s; s++) {
+    if (*s == '"' || *s == '\\') printf("\\%c", *s);
+    else if ((unsigned char)*s < 0x20) printf("\\u%04x", *s);
+    else putchar(*s);
+  }
+  putchar('"');
+}
+
+static void json_number(double v) {
+  if (isnan(v) || isinf(v)) printf("null");
+  else printf("%.6g", v);
+}
+
+static void print_json(const char *cpu, const char *cmdline) {
+  printf("{\"version\": ");
+  json_string(pe_version_string());
+  printf(", \"cpu\": ");
+  json_string(cpu);
+  printf(", \"isa\": ");
+  json_string(pe_isa_name());
+  printf(", \"command\": ");
+  json_string(cmdline);
+  printf(", \"reps\": %d, \"warmup\": %d, \"loadavg\": ", opt.reps, opt.warmup);
+  json_number(load_average());
+  printf(",\n \"results\": [\n");
+  for (int i = 0; i < n_results; i++) {
+    const result *r = &results[i];
+    printf("  {\"suite\": ");
+    json_string(r->suite);
+    printf(", \"case\": ");
+    json_string(r->name);
+    printf(", \"dtype\": ");
+    json_string(r->dtype);
+    printf(", \"isa\": ");
+    json_string(r->isa);
+    printf(", \"threads\": %d", r->threads);
+    if (r->error[0]) {
+      printf(", \"error\": ");
+      json_string(r->error);
+    } else {
+      printf(", \"bytes\": %.0f, \"gbps\": ", r->bytes);
+      json_number(r->bytes / r->ns.med);
+      printf(", \"ns_median\": ");
+      json_number(r->ns.med);
+      printf(", \"ns_min\": ");
+      json_number(r->ns.min);
+      printf(", \"ns_max\": ");
+      json_number(r->ns.max);
+      printf(", \"bound_ns_median\": ");
+      json_number(r->bound.med);
+      printf(", \"ratio_bound\": ");
+      json_number(r->bound.med / r->ns.med);
+      printf(", \"textbook_ns_median\": ");
+      json_number(r->textbook.med);
+      printf(", \"ratio_textbook\": ");
+      json_number(r->textbook.med / r->ns.med);
+      printf(", \"speedup_vs_1_thread\": ");
+      json_number(r->speedup_1t);
+      printf(", \"note\": ");
+      json_string(r->note);
+    }
+    printf("}%s\n", i + 1 < n_results ? "," : "");
+  }
+  printf(" ]}\n");
+}
+
+static void csv_field(const char *s) {
+  if (strpbrk(s, ",\"\n")) {
+    putchar('"');
+    for (; *s; s++) {
+      if (*s == '"') putchar('"');
+      putchar(*s);
+    }
+    putchar('"');
+  } else {
+    fputs(s, stdout);
+  }
+}
+
+static void print_csv(void) {
+  printf("suite,case,dtype,isa,threads,bytes,gbps,ns_median,ns_min,ns_max,bound_ns_median,"
+         "ratio_bound,textbook_ns_median,ratio_textbook,speedup_vs_1_thread,note\n");
+  for (int i = 0; i < n_results; i++) {
+    const result *r = &results[i];
+    csv_field(r->suite), putchar(',');
+    csv_field(r->name), putchar(',');
+    csv_field(r->dtype), putchar(',');
+    csv_field(r->isa), putchar(',');
+    printf("%d,", r->threads);
+    if (r->error[0]) {
+      printf(",,,,,,,,,,");
+      csv_field(r->error);
+    } else {
+      double v[9] = {r->bytes / r->ns.med, r->ns.med, r->ns.min, r->ns.max, r->bound.med,
+                     r->bound.med / r->ns.med, r->textbook.med, r->textbook.med / r->ns.med,
+                     r->speedup_1t};
+      printf("%.0f,", r->bytes);
+      for (int j = 0; j < 9; j++) {
+        if (!isnan(v[j])) printf("%.6g", v[j]);
+        putchar(',');
+      }
+      csv_field(r->note);
+    }
+    putchar('\n');
+  }
+}
+
+/* ------------------------------------------------------------------------ */
+
+static void run_suites(void) {
+  if (suite_selected("rope")) suite_rope();
+  if (suite_selected("table")) suite_table();
+  if (suite_selected("alibi")) bias_suite("alibi");
+  if (suite_selected("t5")) bias_suite("t5");
+  if (suite_selected("sinusoidal")) embed_suite("sinusoidal");
+  if (suite_selected("learned")) embed_suite("learned");
+  if (suite_selected("cutover")) suite_cutover();
+}
+
+int main(int argc, char **argv) {
+  if (parse_args(argc, argv) != 0) return 2;
+  static const char *const known[] = {"rope", "table", "alibi", "t5", "sinusoidal", "learned", "cutover"};
+  {
+    char buf[256];
+    snprintf(buf, sizeof buf, "%s", opt.suites);
+    for (char *t = strtok(buf, ","); t; t = strtok(NULL, ",")) {
+      int ok = 0;
+      for (size_t i = 0; i < sizeof known / sizeof known[0]; i++) ok |= !strcmp(t, known[i]);
+      if (!ok) {
+        fprintf(stderr, "pe-bench: unknown suite \"%s\" (see --help)\n", t);
+        return 2;
+      }
+    }
+  }
+  /* Keep freed memory in the process: the table suite's 64 MiB cache is
+   * allocated per repetition, and the kernel, not the OS's page faults, is
+   * what it measures. */
+  mallopt(M_MMAP_MAX, 0);
+  mallopt(M_TRIM_THRESHOLD, 1 << 30);
+
+  char cmdline[512] = "pe-bench";
+  for (int i = 1; i < argc; i++) {
+    size_t l = strlen(cmdline);
+    snprintf(cmdline + l, sizeof cmdline - l, " %s", argv[i]);
+  }
+  char cpu[128];
+  cpu_model(cpu, sizeof cpu);
+  /* The caller stays on one core, so the pool (which places its workers on
+   * the other cores) and the bound's team measure the same placement every
+   * time. */
+  /* Pools and the bound's teams are created first: a pool places its
+   * workers within the caller's CPU mask, so it must see the whole machine. */
+  for (int i = 0; i < opt.n_threads; i++)
+    if (opt.threads[i] > 1) pool_for(opt.threads[i]), team_get(opt.threads[i]);
+  if (suite_selected("cutover")) pool_for(cutover_threads()), cutover_prepare();
+  if (!opt.no_pin) {
+    int cpu_now = sched_getcpu();
+    cpu_set_t set;
+    CPU_ZERO(&set);
+    if (cpu_now >= 0) {
+      CPU_SET(cpu_now, &set);
+      sched_setaffinity(0, sizeof set, &set);
+    }
+  }
+  run_start = now_ns();
+
+  if (opt.isa && !strcmp(opt.isa, "all")) {
+    static const char *const isas[] = {"scalar", "avx2", "avx512", "neon"};
+    for (size_t i = 0; i < sizeof isas / sizeof isas[0]; i++)
+      if (pe_force_isa(isas[i]) == PE_OK) run_suites();
+  } else {
+    if (opt.isa && pe_force_isa(opt.isa) != PE_OK) {
+      fprintf(stderr, "pe-bench: --isa %s: %s\n", opt.isa, pe_last_error());
+      return 2;
+    }
+    run_suites();
+  }
+  link_speedups();
+  progress_done();
+  if (opt.fmt == FMT_JSON)
+    print_json(cpu, cmdline);
+  else if (opt.fmt == FMT_CSV)
+    print_csv();
+  else
+    print_table(cpu, cmdline);
+  teams_stop();
+  for (int i = 0; i <= MAX_THREADS; i++) pe_threadpool_destroy(pools[i]);
+  pe_threadpool_destroy(cutover_raw);
+  free(results);
+  return 0;
+}

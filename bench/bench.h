@@ -1,0 +1,42 @@
+/* bench.h - pieces of pe-bench that live in their own translation units
+ * because they are compiled with different flags:
+ *   bound.c     the hardware bound: an in-place streaming read-modify-write,
+ *               compiled -O3 -march=native (a measuring instrument may use
+ *               the best the machine has; the library itself never does);
+ *   textbook.c  the baseline a reader would write: a plain C RoPE loop over a
+ *               precomputed float cos/sin table, compiled with the project's
+ *               flags (baseline ISA, -O3 in Release). */
+#ifndef PE_BENCH_H
+#define PE_BENCH_H
+
+#include <stdint.h>
+
+/* Rows of bytes in memory: up to 3 outer dimensions (outermost first, strides
+ * in bytes) of rows of row_bytes contiguous bytes each. */
+typedef struct pb_rows {
+  char *base;
+  int nd;
+  int64_t n[3];
+  int64_t stride[3];
+  int64_t row_bytes;
+} pb_rows;
+
+/* Normalise: drop size-1 dimensions, order by stride (outermost first),
+ * merge dimensions that are contiguous with their rows. */
+void pb_rows_normalise(pb_rows *r);
+int64_t pb_rows_count(const pb_rows *r);
+
+/* x = x * a + b over rows [begin, end) of r, as floats (row_bytes / 4 each). */
+void pb_bound_rmw_rows(const pb_rows *r, int64_t begin, int64_t end, float a, float b);
+
+/* Part `index` of `n` of the rows of r (contiguous pieces), as above. */
+void pb_bound_rmw_part(const pb_rows *r, int index, int n, float a, float b);
+
+/* The textbook loop: NeoX RoPE on float32 x[B,H,T,D] (strides in elements,
+ * unit inner stride), pairs (i, i + half) for i < half, angle row pos[b*T+t]
+ * (or t when pos is NULL) of cos_t/sin_t ([max_pos][half] each). */
+void pb_textbook_rope_neox_f32(float *x, const int64_t shape[4], const int64_t stride[4],
+                               int32_t half, const int64_t *pos, const float *cos_t,
+                               const float *sin_t);
+
+#endif
