@@ -12,7 +12,7 @@
  *     (GPT-J: n_embd / n_head)                     head_dim
  *   dict.partial_rotary_factor | partial_rotary_factor | rotary_pct (GPT-NeoX)
  *                                                  rotary_dim = int(head_dim * prf)
- *   rotary_dim (GPT-J)                             rotary_dim
+ *   rotary_dim (GPT-J, CodeGen)                    rotary_dim
  *   max_position_embeddings | n_positions          M: seq_len default; dynamic's
  *                                                  original_max_positions
  *   original_max_position_embeddings (top level wins over dict, else M)
@@ -22,14 +22,16 @@
  *   dict.attention_factor, beta_fast, beta_slow, mscale, mscale_all_dim,
  *   truncate, low_freq_factor, high_freq_factor, short_factor, long_factor
  *                                                  the fields of the same name
- *   model_type gptj, deepseek_v2/v3 (rope_interleave != false)
- *                                                  style PE_ROPE_GPTJ, else NEOX
+ *   model_type gptj, codegen, glm, glm4, helium, deepseek_v2/v3 (unless
+ *   rope_interleave is false)                      style PE_ROPE_GPTJ, else NEOX
  *
  * Where HF's model classes differ from modeling_rope_utils we follow the
  * model class:
  * - The default rope ("default"/no dict) is computed by each model class. Llama
  *   and the models copied from it ignore partial_rotary_factor (d = head_dim);
- *   phi, gpt_neox, stablelm, persimmon, glm, glm4 and qwen3_next apply it.
+ *   phi, phi3 (Phi-4-mini), gpt_neox, stablelm, persimmon, glm, glm4, glm4_moe
+ *   and qwen3_next
+ *   apply it.
  *   Every scaled type goes through modeling_rope_utils, which applies it.
  * - An odd d = int(head_dim * prf) keeps its odd exponent denominator and HF
  *   produces ceil(d/2) frequencies; the NeoX-style apply then rotates the
@@ -213,11 +215,12 @@ static pe_status read_geometry(hf_rope *h) {
   if (!(h->prf > 0.0 && h->prf <= 1.0))
     return pe__fail(PE_ERR_PARSE, "%s: %s%s %g must be in (0, 1]", FN, pw, pk, h->prf);
 
-  static const char *const applies_prf[] = {"phi",  "gpt_neox", "stablelm",   "persimmon",
-                                            "glm",  "glm4",     "qwen3_next", NULL};
+  static const char *const applies_prf[] = {"phi", "phi3", "gpt_neox", "stablelm", "persimmon", "glm",
+                                            "glm4", "glm4_moe", "qwen3_next", NULL};
+  static const char *const gptj_family[] = {"gptj", "codegen", NULL};
   int64_t rd = h->head_dim;
-  if (strcmp(h->model_type, "gptj") == 0) {
-    /* GPT-J: rotary_dim channels (null = all), base fixed by the model. */
+  if (is_model(h, gptj_family)) {
+    /* GPT-J and CodeGen: rotary_dim channels (null = all). */
     if ((st = get_count(h->root, "", "rotary_dim", &rd, &found)) != PE_OK) return st;
     if (!found) rd = h->head_dim;
   } else if (h->scaling != PE_ROPE_SCALING_NONE || is_model(h, applies_prf)) {
@@ -231,9 +234,14 @@ static pe_status read_geometry(hf_rope *h) {
   h->d = (int32_t)rd;
 
   h->style = PE_ROPE_NEOX;
-  static const char *const interleaved[] = {"gptj", "deepseek_v2", "deepseek_v3", NULL};
-  if (is_model(h, interleaved)) {
-    const cJSON *ri = get(h->root, "rope_interleave"); /* DeepSeek: default true */
+  /* Models whose HF apply rotates pairs (2i, 2i+1): rotate_every_two (GPT-J,
+   * CodeGen), repeat_interleave'd cos/sin (GLM, GLM-4, Helium), DeepSeek's
+   * rope_interleave (default true). */
+  static const char *const interleaved[] = {"gptj", "codegen", "glm", "glm4", "helium", NULL};
+  static const char *const deepseek[] = {"deepseek_v2", "deepseek_v3", NULL};
+  if (is_model(h, interleaved)) h->style = PE_ROPE_GPTJ;
+  if (is_model(h, deepseek)) {
+    const cJSON *ri = get(h->root, "rope_interleave");
     h->style = (ri && cJSON_IsFalse(ri)) ? PE_ROPE_NEOX : PE_ROPE_GPTJ;
   }
   return PE_OK;

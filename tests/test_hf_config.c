@@ -358,6 +358,12 @@ static void test_partial_rotary(void **state) {
   for (int i = 0; i < 16; i++) ref[i] = ref_default(10000.0, i, 32);
   expect_inv(c, ref, 16, "phi prf");
   pe_rope_cache_destroy(c);
+  /* GLM: half the head, interleaved pairs (HF repeat_interleaves cos/sin). */
+  c = load_text("{\"model_type\":\"glm\",\"hidden_size\":4096,\"num_attention_heads\":32,"
+                "\"partial_rotary_factor\":0.5}",
+                0);
+  expect_geometry(c, 128, 64, PE_ROPE_GPTJ, PE_ROPE_SCALING_NONE, 10000.0, "glm prf");
+  pe_rope_cache_destroy(c);
   /* ...and every scaled type applies it, Llama included (modeling_rope_utils). */
   c = load_text("{\"model_type\":\"llama\",\"head_dim\":128,\"partial_rotary_factor\":0.5,"
                 "\"rope_scaling\":{\"rope_type\":\"linear\",\"factor\":2.0}}",
