@@ -323,16 +323,20 @@ static void test_table_rows(void **state) {
   static const int32_t dims[] = {4, 6, 18, 34, 64, 80, 96, 128, 256};
   static const int64_t far[] = {0, 1, 7, 4095, 65535, 1000003, 16777215, 16777216,
                                 INT64_C(1) << 31, INT64_C(123456789012), (INT64_C(1) << 53) - 1};
+  /* tiny bases give frequencies up to 1e300: angles past any useful
+   * reduction, or Inf; they must still agree (and stay bounded) */
+  static const double bases[] = {10000.0, 1e-30, 7.2911220195563975e-304};
   for (size_t d = 0; d < sizeof dims / sizeof dims[0]; d++)
-    for (int af = 0; af < 2; af++) {
-      rcase c = {.head_dim = dims[d], .attention_factor = af ? 0.7 : 0.0};
+    for (int af = 0; af < 2 * 3; af++) {
+      rcase c = {.head_dim = dims[d], .attention_factor = af & 1 ? 0.7 : 0.0};
+      double base = bases[af / 2];
       int32_t half = dims[d] / 2;
       float ref[256], got[256];
       assert_int_equal(pe_force_isa("scalar"), PE_OK);
-      pe_rope_cache *t_ref = make_cache(&c, 10000.0, 4096), *f_ref = make_cache(&c, 10000.0, 0);
+      pe_rope_cache *t_ref = make_cache(&c, base, 4096), *f_ref = make_cache(&c, base, 0);
       for (size_t i = 0; i < N_SIMD; i++) {
         if (!isa_available(simd_isas[i])) continue;
-        pe_rope_cache *t = make_cache(&c, 10000.0, 4096), *f = make_cache(&c, 10000.0, 0);
+        pe_rope_cache *t = make_cache(&c, base, 4096), *f = make_cache(&c, base, 0);
         for (int64_t p = 0; p < 4096; p++) {
           cos_sin(t_ref, p, ref, half);
           cos_sin(t, p, got, half);
@@ -348,6 +352,10 @@ static void test_table_rows(void **state) {
           if (memcmp(ref, got, (size_t)half * 8))
             fail_msg("%s on-the-fly row at %lld differs from scalar (head_dim %d)", simd_isas[i],
                      (long long)far[k], (int)dims[d]);
+          for (int32_t j = 0; j < 2 * half; j++)
+            if (!(fabsf(got[j]) <= 1.0f))
+              fail_msg("%s: cos/sin %g at %lld (base %g) is not in [-1, 1]", simd_isas[i],
+                       (double)got[j], (long long)far[k], base);
         }
         pe_rope_cache_destroy(t);
         pe_rope_cache_destroy(f);

@@ -21,7 +21,10 @@ static inline __m512d reduce_2pi(__m512d theta) {
   __m512d k = _mm512_roundscale_pd(_mm512_mul_pd(theta, _mm512_set1_pd(PE_INV_2PI)),
                                    _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
   __m512d r = _mm512_fnmadd_pd(k, _mm512_set1_pd(PE_2PI_HI), theta);
-  return _mm512_fnmadd_pd(k, _mm512_set1_pd(PE_2PI_LO), r);
+  r = _mm512_fnmadd_pd(k, _mm512_set1_pd(PE_2PI_LO), r);
+  /* |r| <= PE_REDUCED_MAX, false for NaN: keep r, else 0 */
+  __mmask8 ok = _mm512_cmp_pd_mask(_mm512_abs_pd(r), _mm512_set1_pd(PE_REDUCED_MAX), _CMP_LE_OQ);
+  return _mm512_maskz_mov_pd(ok, r);
 }
 
 /* cos/sin of p*freq[0..16) (lanes outside m are computed on zeros and not

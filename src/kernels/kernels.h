@@ -15,6 +15,7 @@
  * skipped when scale == 1). Algorithm, identical on every ISA:
  *   theta = p * freq[i]                       (double)
  *   k = nearbyint(theta / 2pi); r = theta - k*2pi (hi/lo split, fma, double)
+ *   if !(|r| <= PE_REDUCED_MAX) r = 0 (see sincos_consts.h)
  *   rf = (float)r; dr = (float)(r - rf)
  *   (s, c) = SLEEF sincosf u10 (FMA variant) of rf
  *   c' = fmaf(-s, dr, c); s' = fmaf(c, dr, s) (first-order fix of rf's rounding)

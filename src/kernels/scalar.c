@@ -29,6 +29,7 @@ static inline void sincos_one(double theta, float scale, float *c_out, float *s_
   double k = nearbyint(theta * PE_INV_2PI);
   double r = fma(-k, PE_2PI_HI, theta);
   r = fma(-k, PE_2PI_LO, r);
+  if (!(fabs(r) <= PE_REDUCED_MAX)) r = 0.0; /* see kernels.h */
   float rf = (float)r;
   float dr = (float)(r - (double)rf);
   Sleef_float_2 sc = sleef_sincosf(rf);
