@@ -18,11 +18,6 @@
 
 #include "internal.h"
 
-/* The config loader lands separately; weak so this test links without it
- * (a weak reference does not pull an archive member, so create_from_hf_config
- * is covered once another object references it, or see tests/fuzz). */
-#pragma weak pe_rope_cache_create_from_hf_config
-
 static long faults_injected;
 
 typedef pe_status (*create_fn)(void *ctx, void **out);
@@ -162,10 +157,6 @@ static pe_status hf_create(void *ctx, void **out) {
 
 static void test_create_from_hf_config(void **state) {
   (void)state;
-  if (!pe_rope_cache_create_from_hf_config) {
-    printf("pe_rope_cache_create_from_hf_config: not linked in this build, skipped\n");
-    skip();
-  }
   hf_case cases[] = {{llama3_config, 512}, {llama3_config, 0}, {phi3_config, 64}};
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
     pe_rope_cache *probe = NULL;

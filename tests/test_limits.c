@@ -70,8 +70,11 @@ static pe_rope_cache *make_cache(int32_t head_dim, int64_t max_positions) {
   return c;
 }
 
+/* Dense strides; computed with wrap-around because some cases then replace
+ * a dimension or use huge ones on purpose (the library must reject them). */
 static pe_tensor dense(void *data, int64_t b, int64_t h, int64_t t, int64_t d) {
-  pe_tensor x = {data, PE_F32, {b, h, t, d}, {h * t * d, t * d, d, 1}};
+  uint64_t uh = (uint64_t)h, ut = (uint64_t)t, ud = (uint64_t)d;
+  pe_tensor x = {data, PE_F32, {b, h, t, d}, {(int64_t)(uh * ut * ud), (int64_t)(ut * ud), d, 1}};
   return x;
 }
 

@@ -72,7 +72,10 @@ static void print_culprits(long n) {
 #endif
 
 #ifdef PE_SANITIZER_HOOKS
-#include <sanitizer/allocator_interface.h>
+/* Declared here: gcc does not install sanitizer/allocator_interface.h, but
+ * both its and clang's ASan/TSan runtimes export the function. */
+int __sanitizer_install_malloc_and_free_hooks(void (*malloc_hook)(const volatile void *, size_t),
+                                              void (*free_hook)(const volatile void *));
 static void on_malloc(const volatile void *p, size_t n) {
   (void)p;
   (void)n;
