@@ -8,6 +8,12 @@ from ._arrays import (tensor, as_4d, int64_grid, ptr, pool_handle, float_vector,
                       INT32, INT64)
 
 
+def _one_head(x4):
+    if x4.shape[1] != 1:
+        raise ValueError("x must be [batch, tokens, d] or [batch, 1, tokens, d], got shape %s"
+                         % (x4.shape,))
+
+
 def _scores(scores, dtype):
     return tensor(scores, "scores", dtype=dtype)
 
@@ -106,6 +112,7 @@ def sinusoidal_add_(x, positions=None, base=10000.0, concat=False, pool=None, *,
     or [batch, 1, tokens, d_model]. positions: None = 0..tokens-1."""
     x4 = as_4d(x, "x")
     t = tensor(x4, "x", dtype=dtype)
+    _one_head(x4)
     pos = int64_grid(positions, x4.shape[0], x4.shape[2], "positions")
     flags = _lib.PE_SINUSOIDAL_CONCAT if concat else 0
     _lib.check(_lib.fn("pe_sinusoidal_add")(ctypes.byref(t), ptr(pos), float(base), flags,
@@ -121,6 +128,10 @@ def learned_add_(x, table, positions=None, pool=None, *, dtype=None, table_dtype
     tab4 = as_4d(table, "table", ndims=(2, 4))
     tx = tensor(x4, "x", dtype=dtype)
     tt = tensor(tab4, "table", dtype=table_dtype, writable=False)
+    _one_head(x4)
+    if tab4.shape[:2] != (1, 1):
+        raise ValueError("table must be [max_len, d] or [1, 1, max_len, d], got shape %s"
+                         % (tab4.shape,))
     if tab4.shape[3] != x4.shape[3]:
         raise ValueError("table has d_model %d, x %d" % (tab4.shape[3], x4.shape[3]))
     pos = int64_grid(positions, x4.shape[0], x4.shape[2], "positions")

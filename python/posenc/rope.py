@@ -223,7 +223,10 @@ class RopeCache:
         self.close()
 
     def __del__(self):
-        self.close()
+        try:
+            self.close()
+        except Exception:  # interpreter shutdown: the library may be gone
+            pass
 
     def __repr__(self):
         p = self._params

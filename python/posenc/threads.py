@@ -50,7 +50,10 @@ class ThreadPool:
         self.close()
 
     def __del__(self):
-        self.close()
+        try:
+            self.close()
+        except Exception:  # interpreter shutdown: the library may be gone
+            pass
 
     def __repr__(self):
         return "<posenc.ThreadPool %s>" % ("closed" if self.closed else "%d threads" % self.n_threads)

@@ -231,3 +231,18 @@ def test_learned_add_out_of_range_writes_nothing(rng):
     assert not x.any()
     with pytest.raises(ValueError):
         posenc.learned_add_(x, np.ones((8, 5), np.float32))
+
+
+@needs("pe_sinusoidal_add", "pe_learned_add")
+def test_absolute_shape_errors_write_nothing(rng):
+    x = rng.standard_normal((2, 3, 4, 8), dtype=np.float32)  # 3 "heads": not [B,1,T,D]
+    x0 = x.copy()
+    with pytest.raises(ValueError):
+        posenc.sinusoidal_add_(x)
+    with pytest.raises(ValueError):
+        posenc.learned_add_(x, np.ones((16, 8), np.float32))
+    with pytest.raises(ValueError):
+        posenc.learned_add_(x[:, :1], np.ones((2, 1, 16, 8), np.float32))
+    with pytest.raises(ValueError):
+        posenc.sinusoidal_add_(x[0, 0, 0])  # 1-D
+    assert np.array_equal(x, x0)
