@@ -30,18 +30,25 @@ static float rng_uniform(float lo, float hi) {
   return lo + (hi - lo) * (float)((rng_next() >> 40) * (1.0 / 16777216.0));
 }
 
-/* Independent of the library's convert.h: _Float16 for f16, and bf16 as the
- * float32 rounded to 8 significant bits in double arithmetic. */
+/* Independent of the library's convert.h: binary16 decoded and encoded with
+ * ldexp/nearbyint in double (exact scalings, the default round-to-nearest-
+ * even), and bf16 as the float32 rounded to 8 significant bits by comparing
+ * the two neighbours in double. */
 static float h2f(uint16_t h) {
-  _Float16 v;
-  memcpy(&v, &h, 2);
-  return (float)v;
+  int e = (h >> 10) & 31, m = h & 1023;
+  double v = e == 0 ? ldexp(m, -24) : e == 31 ? (m ? NAN : INFINITY) : ldexp(1024 + m, e - 25);
+  return (float)((h & 0x8000) ? -v : v);
 }
 static uint16_t f2h(float f) {
-  _Float16 v = (_Float16)f;
-  uint16_t h;
-  memcpy(&h, &v, 2);
-  return h;
+  uint16_t sign = signbit(f) ? 0x8000 : 0;
+  double a = fabs((double)f);
+  if (isnan(f)) return (uint16_t)(sign | 0x7e00);
+  if (a < 0x1p-14) return (uint16_t)(sign | (uint16_t)nearbyint(a * 0x1p24)); /* 1024 = min normal */
+  int e = ilogb(a);
+  double m = nearbyint(ldexp(a, 10 - e));
+  if (m == 2048) m = 1024, e++;
+  if (e > 15) return (uint16_t)(sign | 0x7c00);
+  return (uint16_t)(sign | ((e + 15) << 10) | ((int)m - 1024));
 }
 static float b2f(uint16_t b) {
   uint32_t u = (uint32_t)b << 16;
