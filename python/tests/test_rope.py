@@ -175,3 +175,55 @@ def test_cos_sin_row():
     with pytest.raises(posenc.PosencError) as e:
         cache.cos_sin(16)
     assert e.value.status == posenc.Status.ERR_POSITION_OUT_OF_RANGE
+
+
+def test_rerotate_longrope_short_to_long(rng):
+    # Phi-3: keys cached with the short factors must move to the long ones
+    # when the context passes original_max_position_embeddings.
+    half = 16
+    rs = {"rope_type": "longrope", "original_max_position_embeddings": 64,
+          "short_factor": list(1.0 + np.arange(half) * 0.1),
+          "long_factor": list(1.0 + np.arange(half) * 0.5)}
+    short = posenc.RopeCache(head_dim=32, max_positions=0, rope_scaling=rs, seq_len=64,
+                             max_position_embeddings=1024)
+    long = posenc.RopeCache(head_dim=32, max_positions=0, rope_scaling=rs, seq_len=65,
+                            max_position_embeddings=1024)
+    assert not np.array_equal(short.inv_freq, long.inv_freq)
+    raw = rng.standard_normal((1, 2, 40, 32), dtype=np.float32)
+    pos = np.arange(40)
+    k = raw.copy()
+    short.apply_(None, k, positions=pos)
+    posenc.rerotate_k_(short, long, k, positions=pos)
+    direct = raw.copy()
+    long.apply_(None, direct, positions=pos)
+    np.testing.assert_allclose(k, direct, atol=5e-5)
+
+
+def test_busy_pool_from_two_python_threads(rng):
+    # A pool runs one call at a time: the loser gets PosencError, never a hang.
+    import threading
+    try:
+        pool = posenc.ThreadPool(2)
+    except posenc.PosencError as e:
+        pytest.skip(e.message)
+    cache = posenc.RopeCache(head_dim=128, max_positions=4096)
+    xs = [rng.standard_normal((4, 16, 512, 128), dtype=np.float32) for _ in range(2)]
+    errors, start = [], threading.Barrier(2)
+
+    def work(x):
+        start.wait()
+        for _ in range(20):
+            try:
+                cache.apply_(x, pool=pool)
+            except posenc.PosencError as e:
+                errors.append(e)
+
+    threads = [threading.Thread(target=work, args=(x,)) for x in xs]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=120)
+    assert not any(t.is_alive() for t in threads)
+    for e in errors:
+        assert e.status == posenc.Status.ERR_INVALID_ARGUMENT and "busy" in e.message.lower()
+    pool.close()
