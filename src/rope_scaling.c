@@ -41,12 +41,13 @@ static pe_status check_positive_factor(const char *fn, const char *type, double 
   return PE_OK;
 }
 
-static pe_status check_original(const char *fn, const char *type, int64_t m0, int64_t min) {
+/* hf_name: the HF config key this field stands for in the type. */
+static pe_status check_original(const char *fn, const char *type, int64_t m0, int64_t min,
+                                const char *hf_name) {
   if (m0 < min)
     return pe__fail(PE_ERR_INVALID_ARGUMENT,
-                    "%s: %s scaling needs original_max_positions >= %lld (HF "
-                    "original_max_position_embeddings), got %lld",
-                    fn, type, (long long)min, (long long)m0);
+                    "%s: %s scaling needs original_max_positions >= %lld (HF %s), got %lld", fn,
+                    type, (long long)min, hf_name, (long long)m0);
   return PE_OK;
 }
 
@@ -98,7 +99,8 @@ static double yarn_correction_dim(double r, int32_t d, double base, double m0) {
 static pe_status yarn_validate(const char *fn, const pe_rope_params *p) {
   pe_status st;
   if ((st = check_factor(fn, "yarn", p->factor, 1.0)) != PE_OK) return st;
-  if ((st = check_original(fn, "yarn", p->original_max_positions, 1)) != PE_OK) return st;
+  if ((st = check_original(fn, "yarn", p->original_max_positions, 1,
+                                "original_max_position_embeddings")) != PE_OK) return st;
   if (!(p->base > 1.0))
     return pe__fail(PE_ERR_INVALID_ARGUMENT,
                     "%s: yarn scaling needs base > 1 (the correction range divides by ln base), got %g",
@@ -171,7 +173,8 @@ static pe_status longrope_validate(const char *fn, const pe_rope_params *p, int3
   pe_status st;
   if ((st = check_factor(fn, "longrope", p->factor, 1.0)) != PE_OK) return st;
   /* ln M0 is a divisor of the default attention factor: M0 = 1 gives 0. */
-  if ((st = check_original(fn, "longrope", p->original_max_positions, 2)) != PE_OK) return st;
+  if ((st = check_original(fn, "longrope", p->original_max_positions, 2,
+                                "original_max_position_embeddings")) != PE_OK) return st;
   if ((st = check_seq_len(fn, "longrope", p->seq_len)) != PE_OK) return st;
   if ((st = check_factor_array(fn, "short_factor", p->short_factor, half)) != PE_OK) return st;
   return check_factor_array(fn, "long_factor", p->long_factor, half);
@@ -190,7 +193,8 @@ static void longrope_frequencies(const pe_rope_params *p, int32_t d, int32_t hal
 static pe_status llama3_validate(const char *fn, const pe_rope_params *p) {
   pe_status st;
   if ((st = check_factor(fn, "llama3", p->factor, 1.0)) != PE_OK) return st;
-  if ((st = check_original(fn, "llama3", p->original_max_positions, 1)) != PE_OK) return st;
+  if ((st = check_original(fn, "llama3", p->original_max_positions, 1,
+                                "original_max_position_embeddings")) != PE_OK) return st;
   if (!isfinite(p->low_freq_factor) || !(p->low_freq_factor > 0.0))
     return pe__fail(PE_ERR_INVALID_ARGUMENT, "%s: llama3 low_freq_factor %g must be finite and > 0",
                     fn, p->low_freq_factor);
@@ -247,7 +251,8 @@ static pe_status validate(const char *fn, const pe_rope_params *p, int32_t d, in
     case PE_ROPE_SCALING_DYNAMIC:
       if ((st = check_factor(fn, "dynamic", p->factor, 1.0)) != PE_OK) return st;
       if ((st = check_ntk_dim(fn, "dynamic", d)) != PE_OK) return st;
-      if ((st = check_original(fn, "dynamic", p->original_max_positions, 1)) != PE_OK) return st;
+      if ((st = check_original(fn, "dynamic", p->original_max_positions, 1,
+                                "max_position_embeddings: the context before extension")) != PE_OK) return st;
       return check_seq_len(fn, "dynamic", p->seq_len);
     case PE_ROPE_SCALING_YARN:
       return yarn_validate(fn, p);

@@ -569,6 +569,103 @@ static void test_errors(void **state) {
   free(buf);
 }
 
+/* ---------------------------------------------------------------------- */
+/* HF's own float32 numbers                                               */
+/* ---------------------------------------------------------------------- */
+
+/* HF's float32 inv_freq, in the order of operations ROPE_SCALING.md §1/§3
+ * records (e_i = f32(f32(2i)/d), P_i = powf(f32(B), e_i), 1/P_i; the scaled
+ * types' tensor ops in float32 with Python scalars rounded to float). §7:
+ * this matches torch bit for bit for bases 1e4 and 5e5. */
+typedef enum { HF_DEFAULT, HF_YARN, HF_LLAMA3, HF_LONGROPE } hf_kind;
+
+static float hf_pos_freq(double base, int i, int d) {
+  float e = (float)(2 * i) / (float)d;
+  return powf((float)base, e);
+}
+
+static void hf_f32_inv(hf_kind kind, int d, double base, double s, double m0, int truncate,
+                       const double *ext, float *out) {
+  int half = d / 2;
+  double lo = 0, hi = 0;
+  if (kind == HF_YARN) {
+    lo = d * log(m0 / (32.0 * 2.0 * PI_D)) / (2.0 * log(base));
+    hi = d * log(m0 / (1.0 * 2.0 * PI_D)) / (2.0 * log(base));
+    if (truncate) {
+      lo = floor(lo);
+      hi = ceil(hi);
+    }
+    lo = fmax(lo, 0.0);
+    hi = fmin(hi, (double)(d - 1));
+    if (lo == hi) hi += 0.001;
+  }
+  for (int i = 0; i < half; i++) {
+    float pf = hf_pos_freq(base, i, d);
+    float inv = 1.0f / pf;
+    if (kind == HF_YARN) {
+      float ramp = ((float)i - (float)lo) / (float)(hi - lo);
+      ramp = ramp < 0.0f ? 0.0f : ramp > 1.0f ? 1.0f : ramp;
+      float e = 1.0f - ramp;
+      float interp = 1.0f / ((float)s * pf);
+      inv = interp * (1.0f - e) + inv * e;
+    } else if (kind == HF_LLAMA3) {
+      float lam = (1.0f / inv) * (float)(2.0 * PI_D);
+      float lo_w = (float)(m0 / 1.0), hi_w = (float)(m0 / 4.0);
+      float inv2 = lam > lo_w ? inv / (float)s : inv;
+      float sm = ((1.0f / lam) * (float)m0 - 1.0f) / (float)(4.0 - 1.0);
+      float smoothed = (1.0f - sm) * inv2 / (float)s + sm * inv2;
+      if (!(lam < hi_w) && !(lam > lo_w)) inv2 = smoothed;
+      inv = inv2;
+    } else if (kind == HF_LONGROPE) {
+      inv = 1.0f / ((float)ext[i] * pf);
+    }
+    out[i] = inv;
+  }
+}
+
+/* HF's float32 exponent e_i is off by up to 2^-24 relative, which moves
+ * B^e by ln(B) * e * 2^-24 relative; powf, the reciprocal and the scaled
+ * types' few float32 operations add a handful of 2^-24, and our own
+ * rounding half an ulp. The library (double, rounded once) must sit within
+ * that budget of HF's float32 value: (ln B * e_i + 8) * 2^-24 relative. */
+static double hf_check(const char *file, int64_t seq, hf_kind kind, int d, double base, double s,
+                       double m0, int truncate, const double *ext) {
+  pe_rope_cache *c = load(file, 0, seq);
+  float got[MAXH], hf[MAXH];
+  assert_int_equal(pe_rope_cache_inv_freq(c, got), PE_OK);
+  hf_f32_inv(kind, d, base, s, m0, truncate, ext, hf);
+  double worst = 0.0;
+  for (int i = 0; i < d / 2; i++) {
+    double e = (double)(2 * i) / d;
+    double budget = (log(base) * e + 8.0) * 0x1p-24 * fabs((double)hf[i]);
+    double err = fabs((double)got[i] - (double)hf[i]);
+    if (err / budget > worst) worst = err / budget;
+    if (err > budget)
+      fail_msg("%s: inv_freq[%d] = %.9g, HF float32 %.9g (%.1f ulp, budget %.1f)", file, i,
+               (double)got[i], (double)hf[i], err / ulp_f32(hf[i]), budget / ulp_f32(hf[i]));
+  }
+  pe_rope_cache_destroy(c);
+  return worst;
+}
+
+static void test_matches_hf_float32(void **state) {
+  (void)state;
+  double w = 0.0;
+  w = fmax(w, hf_check("llama-3.1-8b.json", 0, HF_LLAMA3, 128, 500000.0, 8.0, 8192.0, 1, NULL));
+  w = fmax(w, hf_check("qwen2.5-7b-instruct-yarn.json", 0, HF_YARN, 128, 1e6, 4.0, 32768.0, 1, NULL));
+  w = fmax(w, hf_check("deepseek-v3.json", 0, HF_YARN, 64, 10000.0, 40.0, 4096.0, 1, NULL));
+  w = fmax(w, hf_check("gpt-oss-20b.json", 0, HF_YARN, 64, 150000.0, 32.0, 4096.0, 0, NULL));
+  w = fmax(w, hf_check("phi-3-mini-128k-instruct.json", 0, HF_LONGROPE, 96, 10000.0, 32.0, 4096.0, 1,
+                       phi3_long));
+  w = fmax(w, hf_check("phi-3-mini-128k-instruct.json", 4096, HF_LONGROPE, 96, 10000.0, 32.0, 4096.0,
+                       1, phi3_short));
+  w = fmax(w, hf_check("gpt-neox-20b.json", 0, HF_DEFAULT, 24, 10000.0, 1, 0, 1, NULL));
+  w = fmax(w, hf_check("gpt-j-6b.json", 0, HF_DEFAULT, 64, 10000.0, 1, 0, 1, NULL));
+  w = fmax(w, hf_check("mistral-7b-v0.1.json", 0, HF_DEFAULT, 128, 10000.0, 1, 0, 1, NULL));
+  w = fmax(w, hf_check("codellama-7b.json", 0, HF_DEFAULT, 128, 1e6, 1, 0, 1, NULL));
+  print_message("HF float32 agreement: worst %.2f of the float32 budget\n", w);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_llama31),
@@ -584,6 +681,7 @@ int main(void) {
       cmocka_unit_test(test_proportional),
       cmocka_unit_test(test_style_and_legacy_names),
       cmocka_unit_test(test_not_nul_terminated),
+      cmocka_unit_test(test_matches_hf_float32),
       cmocka_unit_test(test_errors),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);

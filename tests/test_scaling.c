@@ -235,6 +235,7 @@ static pe_rope_cache *make_yarn(const yarn_cfg *y) {
   p.mscale = y->mscale;
   p.mscale_all_dim = y->mscale_all_dim;
   p.attention_factor = y->attn;
+  p.max_positions = 0;
   return make(&p);
 }
 
@@ -357,6 +358,7 @@ static pe_rope_cache *make_longrope(int64_t seq_len, double factor, double attn)
   p.short_factor = lr_short;
   p.long_factor = lr_long;
   p.attention_factor = attn;
+  p.max_positions = 0; /* on the fly: any position (re-rotation tests) */
   return make(&p);
 }
 
@@ -715,6 +717,85 @@ static void test_table_accuracy_2_24(void **state) {
   assert_true(worst_large <= TABLE_ULP_BOUND && worst_small <= TABLE_ULP_BOUND);
 }
 
+/* ---------------------------------------------------------------------- */
+/* re-rotation between scaled frequency sets                              */
+/* ---------------------------------------------------------------------- */
+
+/* Keys rotated with `from` and re-rotated to `to` must equal the unrotated
+ * keys rotated by the float64 formula of `to`, times its attention factor
+ * (NeoX pairs (j, j+half)). Tolerance: each pass has cos/sin within ~1.3
+ * ulp and one fmaf rounding, so two passes stay below 1e-6 * (|x|+|y|); a
+ * wrong frequency set or a missing attention ratio is off by O(|x|). */
+static void check_rerotate(pe_rope_cache *from, pe_rope_cache *to, const double *f_to, double a_to,
+                           int d, const char *what) {
+  enum { H = 2, T = 8 };
+  const int half = d / 2;
+  float *k = malloc(sizeof(float) * H * T * (size_t)d), *x0 = malloc(sizeof(float) * H * T * (size_t)d);
+  assert_non_null(k);
+  assert_non_null(x0);
+  uint64_t r = 0x9e3779b97f4a7c15ull;
+  for (int i = 0; i < H * T * d; i++) {
+    r ^= r << 13;
+    r ^= r >> 7;
+    r ^= r << 17;
+    x0[i] = k[i] = (float)((double)(r >> 11) * 0x1p-53 * 4.0 - 2.0);
+  }
+  int64_t pos[T] = {0, 1, 4095, 4096, 4097, 30000, 100000, 131071};
+  pe_tensor t = {.data = k, .dtype = PE_F32, .shape = {1, H, T, d}, .stride = {H * T * d, T * d, d, 1}};
+  assert_int_equal(pe_apply_rope_qk(from, NULL, &t, pos, 0, NULL), PE_OK);
+  assert_int_equal(pe_rope_rerotate_k(from, to, &t, pos, NULL), PE_OK);
+  for (int h = 0; h < H; h++)
+    for (int tk = 0; tk < T; tk++)
+      for (int j = 0; j < half; j++) {
+        size_t o = ((size_t)h * T + tk) * (size_t)d;
+        double x = x0[o + j], y = x0[o + j + half], th = (double)pos[tk] * f_to[j];
+        double ex = a_to * (x * cos(th) - y * sin(th)), ey = a_to * (y * cos(th) + x * sin(th));
+        double tol = 1e-6 * a_to * (fabs(x) + fabs(y));
+        if (fabs(k[o + j] - ex) > tol || fabs(k[o + j + half] - ey) > tol)
+          fail_msg("%s: head %d pos %lld pair %d: (%g, %g) expected (%g, %g)", what, h,
+                   (long long)pos[tk], j, (double)k[o + j], (double)k[o + j + half], ex, ey);
+      }
+  free(k);
+  free(x0);
+}
+
+static void test_rerotate_scaled(void **state) {
+  (void)state;
+  fill_longrope_factors();
+  /* LongRoPE short -> long once the context passes M0 (both carry 1.19). */
+  pe_rope_cache *from = make_longrope(4096, 32.0, 0.0), *to = make_longrope(4097, 32.0, 0.0);
+  double f[64];
+  for (int i = 0; i < 48; i++) f[i] = 1.0 / ((double)lr_long[i] * pow(10000.0, (double)(2 * i) / 96));
+  check_rerotate(from, to, f, sqrt(1.0 + log(32.0) / log(4096.0)), 96, "longrope short->long");
+  pe_rope_cache_destroy(from);
+  pe_rope_cache_destroy(to);
+  /* Dynamic NTK growth from M = 4096 to a 32768 context. */
+  pe_rope_params p = base_params(128, 0, 10000.0);
+  p.scaling = PE_ROPE_SCALING_DYNAMIC;
+  p.factor = 4.0;
+  p.original_max_positions = 4096;
+  p.seq_len = 4096;
+  p.max_positions = 0;
+  from = make(&p);
+  p.seq_len = 32768;
+  to = make(&p);
+  double b = ref_dynamic_base(10000.0, 4.0, 32768, 4096, 128);
+  for (int i = 0; i < 64; i++) f[i] = ref_default(b, i, 128);
+  check_rerotate(from, to, f, 1.0, 128, "dynamic growth");
+  pe_rope_cache_destroy(from);
+  pe_rope_cache_destroy(to);
+  /* Default -> YaRN (attention factor 1 -> 1.1386): the ratio is applied. */
+  p = base_params(128, 0, 1e6);
+  p.max_positions = 0;
+  from = make(&p);
+  yarn_cfg q = {128, 1e6, 4.0, 32768, 0, 0, 1, 0, 0, 0};
+  to = make_yarn(&q);
+  ref_yarn(&q, f);
+  check_rerotate(from, to, f, 0.1 * log(4.0) + 1.0, 128, "default -> yarn");
+  pe_rope_cache_destroy(from);
+  pe_rope_cache_destroy(to);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_none),
@@ -731,6 +812,7 @@ int main(void) {
       cmocka_unit_test(test_attention_factor_in_table),
       cmocka_unit_test(test_errors),
       cmocka_unit_test(test_table_accuracy_2_24),
+      cmocka_unit_test(test_rerotate_scaled),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
