@@ -115,6 +115,9 @@ class RopeCache:
         p.scaling = SCALINGS[rtype]
         if "rope_theta" in d:
             p.base = float(d["rope_theta"])
+        for key, field in _FLOAT_KEYS.items():
+            if key in d:
+                setattr(p, field, float(d[key]))
         prf = d.get("partial_rotary_factor")
         if rtype == "proportional" and prf is not None and rotary_dim is None:
             # Gemma-4: every head_dim channel stays in the rotation, pairs past
@@ -134,9 +137,6 @@ class RopeCache:
             return p.head_dim
         if prf is not None and rotary_dim is None:
             rotary_dim = int(p.head_dim * float(prf))
-        for key, field in _FLOAT_KEYS.items():
-            if key in d:
-                setattr(p, field, float(d[key]))
         if "truncate" in d:
             p.truncate = 1 if d["truncate"] else 0
         m0 = d.get("original_max_position_embeddings")
@@ -149,6 +149,11 @@ class RopeCache:
             m0 = max_pos_emb  # HF: setdefault(original_max_position_embeddings, M)
         if m0 is not None:
             p.original_max_positions = int_arg(m0, "original_max_position_embeddings", *INT64)
+        elif rtype in ("dynamic", "yarn", "longrope", "su", "llama3"):
+            raise ValueError("rope_scaling %r needs the model's context: pass "
+                             "max_position_embeddings=M%s"
+                             % (rtype, "" if rtype == "dynamic" else
+                                " or original_max_position_embeddings in the dict"))
         if "factor" not in d and rtype in ("yarn", "longrope", "su") and max_pos_emb and m0:
             p.factor = float(max_pos_emb) / float(m0)  # HF: factor defaults to M / M0
         half = (rotary_dim if rotary_dim else p.head_dim) // 2

@@ -168,3 +168,15 @@ def test_attention_factor_override():
     # cos/sin rows carry it
     cs, sn = c.cos_sin(3)
     np.testing.assert_allclose(cs ** 2 + sn ** 2, 0.64, rtol=1e-6)
+
+
+@pytest.mark.parametrize("rtype", ["dynamic", "yarn", "llama3"])
+def test_missing_context_is_a_value_error(rtype):
+    with pytest.raises(ValueError, match="max_position_embeddings"):
+        cache({"rope_type": rtype, "factor": 2.0})
+
+
+def test_proportional_keeps_explicit_attention_factor():
+    c = cache({"rope_type": "proportional", "partial_rotary_factor": 0.5,
+               "attention_factor": 0.5}, head_dim=32)
+    assert c.attention_factor == 0.5
