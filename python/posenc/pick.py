@@ -1,0 +1,352 @@
+"""Pick a positional encoding and its long-context settings.
+
+    python -m posenc.pick --train-context 4096 --target-context 16384
+    python -m posenc.pick --train-context 8192 --target-context 65536 --budget finetune --json out.json
+    python -m posenc.pick --train-context 512 --target-context 512 --budget pretrain --architecture encoder
+
+prints a recommendation, its parameters, the reasons and the alternatives,
+and with --json writes them together with the matching HF `rope_scaling`
+dict (and the config.json fields to change). Every rope_scaling it proposes
+is one the library accepts (the tests build a RopeCache from each).
+
+Inputs: N = --train-context (the context the model was / will be trained
+at), M = --target-context (the context it must serve), r = M / N;
+--budget: none (use an existing RoPE model as is, no training), finetune (a
+short long-context finetune, hundreds to a few thousand steps) or pretrain
+(train from scratch, choosing the encoding); --architecture decoder (causal
+LM) or encoder (bidirectional). none/finetune assume the existing model uses
+RoPE: learned or ALiBi models have nothing to rescale.
+
+Decision table (first matching row wins):
+
+| rule | architecture | budget        | condition          | recommendation |
+|------|--------------|---------------|--------------------|----------------|
+| K1   | any          | none/finetune | r <= 1             | RoPE as is, no rope_scaling |
+| E1   | encoder      | pretrain      | r <= 1, M <= 512   | learned absolute, max_len N |
+| E2   | encoder      | pretrain      | r > 1              | ALiBi, symmetric -m*abs(i-j) |
+| E3   | encoder      | pretrain      | r <= 1, M > 512    | RoPE, base B(N) |
+| E4   | encoder      | none          | r > 1              | RoPE + dynamic NTK, factor r |
+| P1   | decoder      | pretrain      | r <= 1             | RoPE, base B(N) |
+| P2   | decoder      | pretrain      | r > 1              | ALiBi |
+| N1   | decoder      | none          | 1 < r <= 4         | RoPE + YaRN, factor r, original N |
+| N2   | decoder      | none          | r > 4              | RoPE + dynamic NTK, factor r (low confidence above 8) |
+| F1   | any          | finetune      | 1 < r <= 2         | RoPE + linear (PI), factor r |
+| F2   | any          | finetune      | 2 < r <= 8         | RoPE + Llama-3, factor r, low 1, high 4, original N |
+| F3   | any          | finetune      | r > 8              | RoPE + YaRN, factor r, original N (low confidence above 32) |
+
+B(N): the smallest of 1, 2, 5 x 10^k that is >= max(10000, 0.0424 * N^1.628),
+the lower bound on the RoPE base for a context N fitted by Men et al. 2024
+("Base of RoPE Bounds Context Length", Fig. 1): 4096 -> 50000, 8192 ->
+100000, 32768 -> 1000000, 131072 -> 10000000 (Llama 3 uses 500000 at 8k,
+Qwen2.5 and Mistral 1000000 at 32k).
+
+Why these rows (the literature they follow):
+- Learned absolute embeddings cannot extrapolate at all (a position >= the
+  table is an error), so they only suit fixed, short encoder inputs (BERT:
+  512).
+- ALiBi (Press et al. 2022) is trained at N and extrapolates to longer inputs
+  without any change, the reason to choose it when training from scratch
+  for a longer serving context; MosaicBERT and Jina-BERT v2 use its symmetric
+  form in encoders (trained at 128/512, run at 8192). Its bias favours recent
+  tokens: long-range retrieval is weaker than a RoPE model trained long.
+- PI / linear (Chen et al. 2023) divides every frequency by s: it needs a
+  finetune (about 1000 steps) to recover, and squeezes the fast, local
+  frequencies by s too, so it is kept for small ratios.
+- NTK-by-parts (YaRN, Peng et al. 2023; Llama-3 is the same idea without the
+  attention temperature) leaves the fast frequencies alone and divides the
+  slow ones by s. YaRN works without finetuning at moderate ratios (Qwen2.5
+  ships it for 32k -> 128k, s = 4) and needs ~10x fewer finetune tokens than
+  PI; it was finetuned to s = 16 and 32. Llama-3's scaling is Meta's 8x
+  recipe (8k -> 128k) with long-context training.
+- Dynamic NTK (HF "dynamic") rescales the base only once the sequence is
+  longer than N, so short inputs are untouched; it needs no training and
+  degrades gracefully, so it is the no-training choice past ~4x, and for
+  encoders, which see each input's whole length at once.
+"""
+import argparse
+import json
+import math
+import sys
+
+__all__ = ["recommend", "rope_base_for", "RULES", "main"]
+
+#: rule id -> short description, as in the table above.
+RULES = {
+    "K1": "existing RoPE model, target within the training context: keep it",
+    "E1": "encoder from scratch, short fixed length: learned absolute",
+    "E2": "encoder from scratch, longer serving context: ALiBi (symmetric)",
+    "E3": "encoder from scratch, long fixed context: RoPE with a large base",
+    "E4": "existing RoPE encoder, no training: dynamic NTK",
+    "P1": "decoder from scratch, served within the training context: RoPE with a base for N",
+    "P2": "decoder from scratch, served beyond the training context: ALiBi",
+    "N1": "existing RoPE decoder, no training, moderate ratio: YaRN",
+    "N2": "existing RoPE decoder, no training, large ratio: dynamic NTK",
+    "F1": "finetune, ratio <= 2: linear / position interpolation",
+    "F2": "finetune, ratio 2..8: Llama-3 scaling",
+    "F3": "finetune, ratio > 8: YaRN",
+}
+
+
+def rope_base_for(context):
+    """A RoPE base for a training context: the smallest 1, 2 or 5 x 10^k at
+    or above max(10000, 0.0424 * context^1.628) (Men et al. 2024)."""
+    bound = max(10000.0, 0.0424 * float(context) ** 1.628)
+    k = math.floor(math.log10(bound))
+    for exp in (k, k + 1):
+        for m in (1, 2, 5):
+            v = m * 10.0 ** exp
+            if v >= bound * (1 - 1e-12):
+                return float(v)
+    return float(10.0 ** (k + 1))
+
+
+def _num(x):
+    """A float that prints as an int when it is one (factor 4.0, not 4.000001)."""
+    x = float(x)
+    return float(round(x, 6))
+
+
+def recommend(train_context, target_context, budget="none", architecture="decoder"):
+    """The recommendation for one set of inputs, as a dict:
+    rule, encoding, summary, rope_theta (or None), rope_scaling (HF dict or
+    None), config (the config.json fields to set), alibi (or None),
+    confidence, reasons, alternatives."""
+    n, m = int(train_context), int(target_context)
+    if n <= 0 or m <= 0:
+        raise ValueError("contexts must be positive, got train %d, target %d" % (n, m))
+    if budget not in ("none", "finetune", "pretrain"):
+        raise ValueError("budget must be none, finetune or pretrain, got %r" % budget)
+    if architecture not in ("decoder", "encoder"):
+        raise ValueError("architecture must be decoder or encoder, got %r" % architecture)
+    r = m / n
+    s = _num(r)
+    rec = {"train_context": n, "target_context": m, "ratio": s, "budget": budget,
+           "architecture": architecture, "rope_theta": None, "rope_scaling": None,
+           "config": {}, "alibi": None, "confidence": "high", "reasons": [],
+           "alternatives": []}
+
+    def done(rule, encoding, summary):
+        rec.update(rule=rule, rule_text=RULES[rule], encoding=encoding, summary=summary)
+        return rec
+
+    def rope_scaled(rtype, **extra):
+        d = {"rope_type": rtype, "factor": s}
+        d.update(extra)
+        rec["rope_scaling"] = d
+        # dynamic grows the base from max_position_embeddings (it must stay N);
+        # the others read original_max_position_embeddings from the dict.
+        rec["config"] = {"max_position_embeddings": n if rtype == "dynamic" else m,
+                         "rope_scaling": d}
+
+    # -- an existing model that already covers the target
+    if budget in ("none", "finetune") and r <= 1:
+        rec["reasons"] = [
+            "The target context %d is within the %d tokens the model was trained at: every "
+            "rotation angle it will meet was seen in training." % (m, n),
+            "Any rope_scaling would only blur the positions it already knows.",
+        ]
+        return done("K1", "rope", "RoPE as trained, no rope_scaling")
+
+    if budget == "pretrain":
+        if architecture == "encoder" and r <= 1 and m <= 512:
+            rec["config"] = {"position_embedding_type": "absolute", "max_position_embeddings": n}
+            rec["reasons"] = [
+                "Inputs are short (<= 512) and never longer than the training length, the one "
+                "case where learned absolute embeddings (BERT) lose nothing.",
+                "They cannot extrapolate: a position beyond the table has no embedding "
+                "(libposenc's pe_learned_add reports it as an error), so the length is fixed "
+                "at %d for good." % n,
+            ]
+            rec["alternatives"] = ["RoPE (base 10000) if inputs may later grow: ModernBERT, "
+                                   "NomicBERT"]
+            return done("E1", "learned", "learned absolute position embeddings, max_len %d" % n)
+        if r > 1:
+            rec["alibi"] = {"max_bias": 8.0, "symmetric": architecture == "encoder"}
+            rec["config"] = {"position_embedding_type": "alibi", "alibi_max_bias": 8.0}
+            rec["confidence"] = "medium" if r <= 8 else "low"
+            rec["reasons"] = [
+                "Trained at %d but served at %d (%.3gx): ALiBi adds a fixed linear distance "
+                "penalty instead of an embedding, so nothing new appears beyond the training "
+                "length and it extrapolates without any change (Press et al. 2022)." % (n, m, r),
+                "Slopes 2^(-8k/n_heads) (BLOOM interleaving for other head counts): "
+                "posenc.alibi_slopes(n_heads).",
+            ]
+            if architecture == "encoder":
+                rec["reasons"].append(
+                    "Encoders use the symmetric bias -m*|i-j| (MosaicBERT, Jina-BERT v2: trained "
+                    "at 128/512, run at 8192), which is what pe_alibi_add_bias adds.")
+                rec["alternatives"] = [
+                    "RoPE with base %g trained at the full %d tokens, if the compute allows"
+                    % (rope_base_for(m), m)]
+                return done("E2", "alibi", "ALiBi (symmetric), max_bias 8")
+            rec["reasons"].append(
+                "The penalty favours recent tokens: the model stays fluent beyond %d but "
+                "retrieves less from far back than a RoPE model trained long." % n)
+            rec["alternatives"] = [
+                "RoPE with base %g at %d, then a long-context stage with Llama-3 or YaRN scaling "
+                "(the Llama 3.1 / Qwen2.5 recipe) if long-range retrieval matters"
+                % (rope_base_for(n), n)]
+            return done("P2", "alibi", "ALiBi, max_bias 8")
+        base = rope_base_for(n)
+        rec["rope_theta"] = base
+        rec["config"] = {"rope_theta": base, "max_position_embeddings": n, "rope_scaling": None}
+        rec["reasons"] = [
+            "RoPE encodes relative position in q.k and is what current %ss use."
+            % architecture,
+            "Base %g: the base bounds the context a model can really use; Men et al. 2024 fit "
+            "the lower bound 0.0424*N^1.628 = %.3g for N = %d, rounded up here (Llama 3: "
+            "500000 at 8k; Qwen2.5, Mistral: 1000000 at 32k)." % (base, 0.0424 * n ** 1.628, n),
+            "Longer contexts later: YaRN or Llama-3 scaling from this base (see the "
+            "none/finetune rows).",
+        ]
+        if architecture == "encoder":
+            rec["alternatives"] = ["learned absolute only if inputs stay <= 512"]
+            return done("E3", "rope", "RoPE, base %g" % base)
+        rec["alternatives"] = ["ALiBi if the model must later run beyond %d without any "
+                               "training" % n]
+        return done("P1", "rope", "RoPE, base %g" % base)
+
+    # -- an existing RoPE model, r > 1
+    if budget == "none":
+        if architecture == "encoder":
+            rope_scaled("dynamic")
+            rec["confidence"] = "medium" if r <= 4 else "low"
+            rec["reasons"] = [
+                "No training: dynamic NTK raises the base only for inputs longer than %d, by "
+                "(s*L/%d - s + 1)^(d/(d-2)) for an input of L tokens, so inputs within the "
+                "training length are untouched." % (n, n),
+                "An encoder sees each input's whole length at once, so the scale fits each "
+                "input exactly (nomic-embed-text: 2048 -> 8192 this way).",
+                "Keep max_position_embeddings at %d: HF's dynamic rule scales from it." % n,
+            ]
+            rec["alternatives"] = ["YaRN factor %g with a short finetune" % s]
+            return done("E4", "rope+dynamic", "RoPE + dynamic NTK, factor %g" % s)
+        if r <= 4:
+            rope_scaled("yarn", original_max_position_embeddings=n)
+            rec["reasons"] = [
+                "No training at a moderate ratio (%.3gx): YaRN (NTK-by-parts) keeps the fast "
+                "frequencies that resolve nearby tokens, divides the slow ones (wavelength "
+                "longer than the training context) by %g, and ramps in between "
+                "(Peng et al. 2023)." % (r, s),
+                "Its attention temperature 0.1*ln(s)+1 = %.3f (applied to cos/sin by the "
+                "library) counters the flatter attention at longer lengths." % (
+                    0.1 * math.log(r) + 1),
+                "Qwen2.5 ships exactly this for 32k -> 128k (factor 4) without finetuning.",
+                "Static: inputs shorter than %d are also scaled, a small cost on short texts."
+                % n,
+            ]
+            rec["alternatives"] = [
+                "dynamic NTK (factor %g) to leave inputs <= %d exactly as trained" % (s, n),
+                "Llama-3 scaling, the same idea without the temperature"]
+            return done("N1", "rope+yarn", "RoPE + YaRN, factor %g, original context %d" % (s, n))
+        rope_scaled("dynamic")
+        rec["confidence"] = "medium" if r <= 8 else "low"
+        rec["reasons"] = [
+            "No training at a large ratio (%.3gx): a fixed stretch this large hurts every "
+            "input, while dynamic NTK raises the base only as far as the current length "
+            "needs, (s*L/%d - s + 1)^(d/(d-2)), and leaves inputs <= %d exact." % (r, n, n),
+            "Keep max_position_embeddings at %d: HF's dynamic rule scales from it." % n,
+            "Without training, quality falls past ~4-8x whatever the method; plan a finetune "
+            "(rows F1-F3) for the best long-context results.",
+        ]
+        rec["alternatives"] = ["YaRN factor %g with a short finetune (~400 steps in Peng et al.)"
+                               % s]
+        return done("N2", "rope+dynamic", "RoPE + dynamic NTK, factor %g" % s)
+
+    # budget == "finetune", r > 1
+    if r <= 2:
+        rope_scaled("linear")
+        rec["reasons"] = [
+            "A finetune is available and the ratio is small (%.3gx): position interpolation "
+            "divides every frequency by %g so positions up to %d map into the trained range "
+            "(Chen et al. 2023)." % (r, s, m),
+            "PI needs that finetune (about 1000 steps in the paper) to recover; at <= 2x the "
+            "loss of local resolution is small, and every runtime supports \"linear\".",
+        ]
+        rec["alternatives"] = ["YaRN factor %g: needs fewer finetune steps" % s]
+        return done("F1", "rope+linear", "RoPE + linear (PI), factor %g" % s)
+    if r <= 8:
+        rope_scaled("llama3", low_freq_factor=1.0, high_freq_factor=4.0,
+                    original_max_position_embeddings=n)
+        rec["reasons"] = [
+            "Finetune at %.3gx: Llama-3 scaling leaves frequencies with wavelength < %d "
+            "(N/4) alone, divides those with wavelength > %d (N) by %g and blends between: "
+            "local order stays sharp while the slow frequencies are interpolated." % (
+                r, n // 4, n, s),
+            "Meta's recipe for 8x (Llama 3.1: 8k -> 128k) with long-context training.",
+        ]
+        rec["alternatives"] = ["YaRN factor %g (the same split plus an attention temperature)"
+                               % s, "linear (PI) factor %g: simpler, more finetuning" % s]
+        return done("F2", "rope+llama3", "RoPE + Llama-3 scaling, factor %g, original context %d"
+                    % (s, n))
+    rope_scaled("yarn", original_max_position_embeddings=n)
+    rec["confidence"] = "medium" if r <= 32 else "low"
+    rec["reasons"] = [
+        "Finetune at a large ratio (%.3gx): YaRN reached s = 16 and 32 on Llama 2 with about "
+        "400 finetune steps (Peng et al. 2023), keeping the fast frequencies and dividing the "
+        "slow ones by %g." % (r, s),
+        "Its attention temperature 0.1*ln(s)+1 = %.3f matters more at large ratios (attention "
+        "entropy grows with the length)." % (0.1 * math.log(r) + 1),
+    ]
+    if r > 32:
+        rec["reasons"].append("Beyond 32x, extend in stages (LongRoPE, progressive YaRN) "
+                              "rather than in one step.")
+    rec["alternatives"] = ["LongRoPE (searched per-frequency factors) for the largest ratios",
+                           "Llama-3 factor %g" % s]
+    return done("F3", "rope+yarn", "RoPE + YaRN, factor %g, original context %d" % (s, n))
+
+
+def format_text(rec):
+    lines = ["Recommendation: %s" % rec["summary"],
+             "  rule %s (%s); confidence %s" % (rec["rule"], rec["rule_text"], rec["confidence"]),
+             "  train %d -> target %d tokens (%.3gx), budget %s, %s" % (
+                 rec["train_context"], rec["target_context"], rec["ratio"], rec["budget"],
+                 rec["architecture"])]
+    if rec["rope_theta"] is not None:
+        lines.append("  rope_theta: %g" % rec["rope_theta"])
+    if rec["encoding"].startswith("rope"):
+        lines.append("  rope_scaling: %s" % json.dumps(rec["rope_scaling"]))
+    if rec["config"]:
+        lines.append("  config.json: %s" % json.dumps(rec["config"]))
+    lines.append("Why:")
+    lines += ["  - %s" % t for t in rec["reasons"]]
+    if rec["alternatives"]:
+        lines.append("Alternatives:")
+        lines += ["  - %s" % t for t in rec["alternatives"]]
+    return "\n".join(lines)
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(
+        prog="python -m posenc.pick",
+        description="Recommend a positional encoding and its rope_scaling (see the decision "
+                    "table in docs/explore.md).")
+    ap.add_argument("--train-context", type=int, required=True,
+                    help="context the model was (or will be) trained at")
+    ap.add_argument("--target-context", type=int, required=True,
+                    help="context it must serve")
+    ap.add_argument("--budget", choices=("none", "finetune", "pretrain"), default="none",
+                    help="none: an existing RoPE model, no training (default); finetune: a "
+                         "short long-context finetune; pretrain: training from scratch")
+    ap.add_argument("--architecture", choices=("decoder", "encoder"), default="decoder")
+    ap.add_argument("--json", metavar="OUT", default=None,
+                    help="write the recommendation (with rope_scaling) as JSON; - for stdout")
+    args = ap.parse_args(argv)
+    try:
+        rec = recommend(args.train_context, args.target_context, args.budget, args.architecture)
+    except ValueError as e:
+        print("pick: %s" % e, file=sys.stderr)
+        return 2
+    if args.json == "-":
+        print(json.dumps(rec, indent=2))
+        return 0
+    print(format_text(rec))
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(rec, f, indent=2)
+            f.write("\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
