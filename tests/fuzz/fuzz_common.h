@@ -394,6 +394,9 @@ static inline int fz_place(fz *f, fz_tensors *ts, int n, int share, const int64_
       if (i == 0 || h > ghi) ghi = h;
     }
   }
+  /* Keep the shared payload's origin 4-byte aligned too (f16 views can start
+   * at an odd multiple of 2 bytes below their data). */
+  glo -= ((glo % 4) + 4) % 4;
   for (int i = 0; i < n; i++) {
     fz_view *v = &ts->v[i];
     fz_arena *a = share ? &ts->arena[0] : &ts->arena[i];
