@@ -412,6 +412,8 @@ def extrapolation_numbers(spec, target_context, train_context=None, scaling=None
         c = spec.cache(rope_scaling=None if native else rs, seq_len=seq_len, native=native)
         sinv = c.inv_freq.astype(np.float64)
         out["scaling"] = scaling
+        out["scaling_dict"] = spec.rope_scaling if native else rs
+        out["scaling_native"] = native
         out["inv_freq_scaled"] = sinv
         out["turns_scaled"] = int(target_context) * sinv / TWO_PI
     return out
@@ -435,10 +437,16 @@ def _fmt_tokens(n):
     return str(n)
 
 
-def draw_decay(curves, out, alibi=None, title=None):
+def _fmt_base(b):
+    return "{:,}".format(int(b)) if float(b).is_integer() else "%g" % b
+
+
+def draw_decay(curves, out, alibi=None, title=None, log_x=False):
     """curves: [(label, distances, mean_qk)]; alibi: alibi_numbers() or None."""
     plt = _plt()
     fig, ax = plt.subplots(figsize=(9, 5.2))
+    if log_x:
+        ax.set_xscale("symlog", linthresh=1.0)
     styles = ["-", "-", "-", "-"]
     for i, (label, dist, qk) in enumerate(curves):
         ax.plot(dist, qk, styles[i % len(styles)], lw=1.4, label=label)
@@ -456,7 +464,7 @@ def draw_decay(curves, out, alibi=None, title=None):
             handles.append(line)
             labels.append("ALiBi bias, head %d (slope %.3g)" % (h + 1, slopes[h]))
         ax2.set_ylabel("ALiBi bias added to the logit (dashed)")
-    ax.legend(handles, labels, loc="upper right", fontsize=8)
+    ax.legend(handles, labels, loc="lower left", fontsize=8, framealpha=0.9)
     ax.set_title(title or "Long-term decay of q\u00b7k with distance")
     fig.tight_layout()
     fig.savefig(out)
@@ -527,9 +535,11 @@ def draw_scaling(res, out):
     ax1.set_ylabel("wavelength 2\u03c0/\u03b8\u1d62 (tokens, log)")
     ax1.grid(alpha=0.3, which="both")
     ax1.legend(fontsize=8, loc="upper left", bbox_to_anchor=(0.0, 0.93))
-    ax1.set_title("%s: head_dim %d, rotary %d, base %g; target %s = %.3g\u00d7 the original context"
-                  % (spec.note or spec.name, spec.head_dim, spec.rotary_dim, spec.rope_theta,
-                     _fmt_tokens(res["target_context"]), res["factor"]), fontsize=10)
+    ax1.set_title("%s: what each scaling method does to each RoPE frequency\n"
+                  "head_dim %d, rotary %d, base %s; target %s = %.3g\u00d7 the original %s"
+                  % (spec.note or spec.name, spec.head_dim, spec.rotary_dim,
+                     _fmt_base(spec.rope_theta), _fmt_tokens(res["target_context"]),
+                     res["factor"], _fmt_tokens(spec.context)), fontsize=10)
     ax2.set_yscale("log")
     ax2.axhline(1.0, color="0.6", lw=0.8)
     ax2.axhline(res["factor"], color="0.6", lw=0.8, ls=":")
@@ -552,9 +562,13 @@ def draw_extrapolation(res, out):
     ax.plot(idx, res["turns_target"], color="tab:red", lw=1.6,
             label="turns at the target context %s (no scaling)" % _fmt_tokens(res["target_context"]))
     if "turns_scaled" in res:
+        f = (res["scaling_dict"] or {}).get("factor")
         ax.plot(idx, res["turns_scaled"], color="tab:blue", lw=1.4, ls="--",
-                label="turns at %s with %s" % (_fmt_tokens(res["target_context"]),
-                                               METHOD_LABELS.get(res["scaling"], res["scaling"])))
+                label="turns at %s with %s%s%s" % (
+                    _fmt_tokens(res["target_context"]),
+                    METHOD_LABELS.get(res["scaling"], res["scaling"]),
+                    " \u00d7%g" % f if f else "",
+                    " (model config)" if res["scaling_native"] else ""))
     ax.set_yscale("log")
     ax.axhline(1.0, color="0.3", lw=1, ls=(0, (6, 3)))
     ax.text(idx[0], 1.12, "one full turn", fontsize=8)
@@ -567,8 +581,9 @@ def draw_extrapolation(res, out):
     ax.set_ylabel("full turns L\u00b7\u03b8\u1d62 / 2\u03c0 (log)")
     ax.grid(alpha=0.3, which="both")
     ax.legend(fontsize=8, loc="upper right")
-    ax.set_title("%s (base %g, rotary %d): why plain RoPE fails beyond the training context"
-                 % (spec.note or spec.name, spec.rope_theta, spec.rotary_dim), fontsize=10)
+    ax.set_title("%s (base %s, rotary %d)\nwhy plain RoPE fails beyond the training context"
+                 % (spec.note or spec.name, _fmt_base(spec.rope_theta), spec.rotary_dim),
+                 fontsize=10)
     fig.tight_layout()
     fig.savefig(out)
     plt.close(fig)
@@ -601,6 +616,7 @@ def _parser():
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--no-sinusoidal", action="store_true")
     p.add_argument("--alibi", action="store_true", help="overlay ALiBi's bias")
+    p.add_argument("--log-x", action="store_true", help="logarithmic distance axis")
     p.add_argument("--n-heads", type=int, default=8, help="heads for the ALiBi slopes (8)")
     common(p)
 
@@ -654,7 +670,7 @@ def main(argv=None):
             alibi = alibi_numbers(args.n_heads, args.max_distance) if args.alibi else None
             draw_decay(curves, out, alibi,
                        title="Mean q\u00b7k against distance, head_dim %d, %d random pairs"
-                       % (args.head_dim, args.pairs))
+                       % (args.head_dim, args.pairs), log_x=args.log_x)
         elif args.figure == "heatmap":
             table = heatmap_numbers(args.positions, args.d_model, args.base, args.concat)
             draw_heatmap(table, out, args.base, args.concat)

@@ -41,11 +41,26 @@ needs_hf = pytest.mark.skipif(
     reason="the library does not export pe_rope_cache_create_from_hf_config yet")
 
 
-def _run(args, tmp_path):
+@pytest.fixture(scope="session")
+def mpl_dir(tmp_path_factory):
+    """One matplotlib config/font-cache directory for every subprocess (a
+    fresh one per run would rebuild the font cache each time)."""
+    return str(tmp_path_factory.mktemp("mplconfig"))
+
+
+@pytest.fixture
+def run(tmp_path, mpl_dir):
+    def go(args):
+        return _run(args, tmp_path, mpl_dir)
+    return go
+
+
+def _run(args, tmp_path, mpl_dir=None):
     env = dict(os.environ)
     env["PYTHONPATH"] = PYDIR + os.pathsep + env.get("PYTHONPATH", "")
     env["MPLBACKEND"] = "Agg"
-    env.setdefault("MPLCONFIGDIR", str(tmp_path / "mpl"))
+    if mpl_dir:
+        env["MPLCONFIGDIR"] = mpl_dir
     return subprocess.run([sys.executable, "-m", "posenc.explore"] + args, cwd=str(tmp_path),
                           env=env, capture_output=True, text=True, timeout=300)
 
@@ -65,7 +80,8 @@ def _llama_yarn_config(path):
 
 FIGURE_COMMANDS = [
     ("decay.png", ["decay", "--max-distance", "256", "--pairs", "16", "--alibi"]),
-    ("decay.svg", ["decay", "--bases", "10000", "--max-distance", "64", "--no-sinusoidal"]),
+    ("decay.svg", ["decay", "--bases", "10000", "--max-distance", "64", "--no-sinusoidal",
+                   "--log-x"]),
     ("heatmap.png", ["heatmap", "--positions", "128", "--d-model", "64"]),
     ("heatmap.svg", ["heatmap", "--positions", "64", "--d-model", "32", "--concat"]),
     ("scaling_llama3.png", ["scaling", "--model", "llama3-8b", "--target-context", "65536"]),
@@ -93,18 +109,17 @@ def _check_image(path):
 
 @needs_mpl
 @pytest.mark.parametrize("out,args", FIGURE_COMMANDS, ids=[c[0] for c in FIGURE_COMMANDS])
-def test_figure_command_writes_file(tmp_path, out, args):
-    r = _run(args + ["-o", out], tmp_path)
+def test_figure_command_writes_file(tmp_path, run, out, args):
+    r = run(args + ["-o", out])
     assert r.returncode == 0, r.stderr
     _check_image(str(tmp_path / out))
 
 
 @needs_mpl
 @needs_hf
-def test_scaling_from_hf_config(tmp_path):
+def test_scaling_from_hf_config(tmp_path, run):
     cfg = _llama_yarn_config(tmp_path / "config.json")
-    r = _run(["scaling", "--hf-config", cfg, "--target-context", "131072", "-o", "s.png"],
-             tmp_path)
+    r = run(["scaling", "--hf-config", cfg, "--target-context", "131072", "-o", "s.png"])
     assert r.returncode == 0, r.stderr
     _check_image(str(tmp_path / "s.png"))
 
@@ -119,20 +134,22 @@ def test_scaling_on_fixture_configs(tmp_path, config):
     except (posenc.PosencError, ValueError, KeyError) as e:
         pytest.skip("%s is not a RoPE config the library builds: %s" % (
             os.path.basename(config), e))
-    r = _run(["scaling", "--hf-config", config, "--target-context", str(4 * spec.context),
-              "-o", "f.png"], tmp_path)
-    assert r.returncode == 0, r.stderr
-    _check_image(str(tmp_path / "f.png"))
+    # in-process (the same main() as the command line): 9 configs x a fresh
+    # interpreter with matplotlib would dominate the test time
+    out = str(tmp_path / "f.png")
+    assert explore.main(["scaling", "--hf-config", config, "--target-context",
+                         str(4 * spec.context), "-o", out]) == 0
+    _check_image(out)
 
 
-def test_bad_output_suffix(tmp_path):
-    r = _run(["heatmap", "-o", "x.txt"], tmp_path)
+def test_bad_output_suffix(tmp_path, run):
+    r = run(["heatmap", "-o", "x.txt"])
     assert r.returncode == 2
     assert not (tmp_path / "x.txt").exists()
 
 
-def test_unknown_model(tmp_path):
-    r = _run(["scaling", "--model", "no-such-model", "-o", "x.png"], tmp_path)
+def test_unknown_model(tmp_path, run):
+    r = run(["scaling", "--model", "no-such-model", "-o", "x.png"])
     assert r.returncode == 1
     assert "unknown model" in r.stderr
 
