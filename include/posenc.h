@@ -132,17 +132,31 @@ typedef enum pe_rope_style {
   PE_ROPE_GPTJ = 1  /* interleaved pairs (2i, 2i+1) - GPT-J, RoFormer, DeepSeek, ggml "NORM" */
 } pe_rope_style;
 
-/* Frequency schemes; the HF transformers rope_type name is in quotes. */
+/* Frequency schemes; the HF transformers rope_type name is in quotes. d is
+ * rotary_dim, M0 original_max_positions, s factor. Every scheme is computed
+ * as transformers computes it (../shared/ROPE_SCALING.md), in double.
+ * Stricter than HF, which only warns: factor < 1 (linear, ntk, dynamic, yarn,
+ * longrope, llama3), beta_fast <= beta_slow, missing M0 are errors. */
 typedef enum pe_rope_scaling {
   PE_ROPE_SCALING_NONE = 0,     /* "default": inv_i = base^(-2i/d), attention factor 1 */
-  PE_ROPE_SCALING_LINEAR = 1,   /* "linear" (Position Interpolation): inv_i / factor */
-  PE_ROPE_SCALING_NTK = 2,      /* static NTK-aware: base' = base * factor^(d/(d-2)) */
-  PE_ROPE_SCALING_DYNAMIC = 3,  /* "dynamic" (dynamic NTK) for the context seq_len */
-  PE_ROPE_SCALING_YARN = 4,     /* "yarn", with DeepSeek mscale / mscale_all_dim */
-  PE_ROPE_SCALING_LONGROPE = 5, /* "longrope" (Phi-3 short/long factors) */
-  PE_ROPE_SCALING_LLAMA3 = 6,   /* "llama3" */
-  PE_ROPE_SCALING_PROPORTIONAL = 7, /* "proportional" (Gemma-4 family) */
-  PE_ROPE_SCALING_CUSTOM = 8    /* the caller supplies inv_freq[rotary_dim/2] */
+  PE_ROPE_SCALING_LINEAR = 1,   /* "linear" (Position Interpolation): inv_i / s */
+  PE_ROPE_SCALING_NTK = 2,      /* static NTK-aware: base' = base * s^(d/(d-2)) */
+  PE_ROPE_SCALING_DYNAMIC = 3,  /* "dynamic" (dynamic NTK) for the context seq_len:
+                                   base' = base * (s*L/M - (s-1))^(d/(d-2)), L = max(seq_len, M),
+                                   where M is HF's max_position_embeddings, passed in
+                                   original_max_positions (the context before extension) */
+  PE_ROPE_SCALING_YARN = 4,     /* "yarn": NTK-by-parts ramp over [D(beta_fast), D(beta_slow)]
+                                   (floor/ceil when truncate), attention factor
+                                   0.1 ln s + 1, or mscale(s,mscale)/mscale(s,mscale_all_dim)
+                                   (DeepSeek), or attention_factor if given */
+  PE_ROPE_SCALING_LONGROPE = 5, /* "longrope" (Phi-3): long_factor when seq_len > M0
+                                   (strictly), else short_factor; attention factor
+                                   sqrt(1 + ln s / ln M0) unless given */
+  PE_ROPE_SCALING_LLAMA3 = 6,   /* "llama3": wavelengths > M0/low_freq_factor divided by s,
+                                   < M0/high_freq_factor kept, smooth band between (inclusive) */
+  PE_ROPE_SCALING_PROPORTIONAL = 7, /* "proportional" (Gemma-4 family): base^(-2i/head_dim) -
+                                   note head_dim, not rotary_dim - for i < rotary_dim/2, / s */
+  PE_ROPE_SCALING_CUSTOM = 8    /* the caller supplies inv_freq[rotary_dim/2] (finite, >= 0) */
 } pe_rope_scaling;
 
 /* Parameters of a RoPE cache. Size-prefixed: call pe_rope_params_init(),
@@ -163,8 +177,10 @@ typedef struct pe_rope_params {
   pe_rope_scaling scaling;        /* default PE_ROPE_SCALING_NONE */
   double factor;                  /* linear, ntk, dynamic, yarn, longrope, llama3,
                                      proportional; default 1 */
-  int64_t original_max_positions; /* pre-extension context (HF
-                                     original_max_position_embeddings); 0 = unset */
+  int64_t original_max_positions; /* context before extension: HF
+                                     original_max_position_embeddings for yarn,
+                                     longrope, llama3; HF max_position_embeddings for
+                                     dynamic; 0 = unset */
   int64_t seq_len;                /* context the frequencies serve (dynamic,
                                      longrope); 0 = unset */
   double attention_factor;        /* multiplies cos and sin; 0 = the type's default */
@@ -186,9 +202,12 @@ PE_API void pe_rope_params_init(pe_rope_params *p);
 /* Compute the frequencies and attention factor of *p and, when
  * max_positions > 0, the table of cos and sin (rotary_dim/2 of each per
  * position, already multiplied by the attention factor). Angles are computed
- * in double precision, so table entries are within 1 float32 ulp of the exact
- * cos/sin of the same frequencies at any position (HF's float32 angles are
- * off by ~2e-3 at position 131071).
+ * in double precision and reduced mod 2*pi in double, so the accuracy does
+ * not depend on the position: every entry is within 1e-7 of the exact
+ * cos/sin of the double angle p*inv_freq (8.1e-8 measured up to position
+ * 2^24: below FLT_EPSILON, one float32 ulp of 1.0), and within 1.5 ulp of its
+ * own value (1.34 measured; one more rounding when the attention factor is
+ * not 1). HF's float32 angles are off by ~2e-3 at position 131071.
  * Returns PE_ERR_NULL_POINTER, PE_ERR_INVALID_ARGUMENT (a field out of its
  * domain: the message names it), PE_ERR_SHAPE (head_dim/rotary_dim),
  * PE_ERR_OVERFLOW (table size), PE_ERR_OUT_OF_MEMORY, PE_ERR_UNSUPPORTED.
