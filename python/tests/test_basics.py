@@ -67,12 +67,14 @@ def test_status_values_match_header():
 
 def test_isa_name_and_force_isa():
     assert posenc.isa_name() in ("scalar", "avx2", "avx512", "neon")
-    before = posenc.isa_name()
-    posenc.force_isa("scalar")
+    before = posenc.isa_name()  # PE_ISA may have chosen it: restore it, not "auto"
     try:
+        posenc.force_isa("scalar")
         assert posenc.isa_name() == "scalar"
-    finally:
         posenc.force_isa("auto")
+        assert posenc.isa_name() in ("scalar", "avx2", "avx512", "neon")
+    finally:
+        posenc.force_isa(before)
     assert posenc.isa_name() == before
     with pytest.raises(posenc.PosencError) as e:
         posenc.force_isa("sse9")
