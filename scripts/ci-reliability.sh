@@ -71,10 +71,13 @@ else
 fi
 
 # ---- 2. ASan + UBSan -----------------------------------------------------------
+# gcc, not clang: clang 14 has no _Float16 on x86-64 and the reference tests
+# use it; and gcc links its sanitizer runtimes into libposenc.so, which is
+# linked with --no-undefined (clang leaves them to the executable).
 step "test suite under ASan+UBSan"
 adir=build-rel-asan
 mkdir -p "$adir"
-if configure "$adir" -DCMAKE_C_COMPILER=clang -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+if configure "$adir" -DCMAKE_C_COMPILER=gcc -DCMAKE_BUILD_TYPE=RelWithDebInfo \
      -DPE_SANITIZE=address,undefined &&
    cmake --build "$adir" -j"$JOBS" > "$adir/build.log" 2>&1; then
   (cd "$adir" && ASAN_OPTIONS=detect_leaks=1:allocator_may_return_null=1 \
@@ -96,7 +99,9 @@ step "thread tests under TSan"
 tdir=build-rel-tsan
 mkdir -p "$tdir"
 tsan_tests=$(cd tests && ls test_threadpool.c test_concurrency.c 2>/dev/null | sed 's/\.c$//')
-if configure "$tdir" -DCMAKE_C_COMPILER=clang -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+# gcc for the same reasons as above; clang 14's shared TSan runtime (needed
+# for the same --no-undefined reason) also crashes in its own start-up.
+if configure "$tdir" -DCMAKE_C_COMPILER=gcc -DCMAKE_BUILD_TYPE=RelWithDebInfo \
      -DPE_SANITIZE=thread &&
    cmake --build "$tdir" -j"$JOBS" --target $tsan_tests > "$tdir/build.log" 2>&1; then
   n=0; bad=0

@@ -149,6 +149,23 @@ static void test_stride_extent_overflow(void **state) {
   pe_rope_cache_destroy(c);
 }
 
+/* The last element's offset is exactly INT64_MAX: the element count (2^62)
+ * and every span fit, but one past the end does not. Found by fuzz_t5: the
+ * byte-extent check computed (hi + 1) before checking it. */
+static void test_extent_ending_at_int64_max(void **state) {
+  (void)state;
+  buf b = buf_new(64);
+  const int64_t d = (int64_t)1 << 61;
+  pe_tensor s = {b.data, PE_F32, {1, 1, 2, d}, {0, 0, INT64_MAX - d + 1, 1}};
+  pe_rope_cache *c = make_cache(16, 0);
+  refused(pe_apply_rope_qk(c, &s, NULL, NULL, 0, NULL), PE_ERR_OVERFLOW, PE_ERR_SHAPE);
+  if (pe_alibi_add_bias)
+    refused(pe_alibi_add_bias(&s, NULL, NULL, 0, NULL), PE_ERR_OVERFLOW, PE_ERR_SHAPE);
+  buf_unchanged(&b);
+  buf_free(&b);
+  pe_rope_cache_destroy(c);
+}
+
 /* A reversed tensor spans memory below data: one whose span would start
  * below address 0 is impossible and must be refused before any access. */
 static void test_negative_stride_below_address_zero(void **state) {
@@ -429,6 +446,7 @@ int main(void) {
       cmocka_unit_test(test_shape_edges),
       cmocka_unit_test(test_element_count_overflow),
       cmocka_unit_test(test_stride_extent_overflow),
+      cmocka_unit_test(test_extent_ending_at_int64_max),
       cmocka_unit_test(test_negative_stride_below_address_zero),
       cmocka_unit_test(test_size_one_dim_with_huge_stride),
       cmocka_unit_test(test_table_larger_than_memory),
