@@ -7,7 +7,7 @@ WERROR ?= OFF
 # Debian's python3 (with python3-numpy/pytest/torch), not a pyenv one without them.
 PYTHON ?= /usr/bin/python3
 
-.PHONY: all deps configure build test test-c test-python bench docs install clean
+.PHONY: all deps configure build test test-c test-python bench docs install install-check clean
 
 all: build
 
@@ -27,12 +27,22 @@ test: test-c
 	@if [ -d python/tests ]; then $(MAKE) --no-print-directory test-python; fi
 
 test-python: build
-	@scripts/install-deps.sh python
+	@scripts/install-deps.sh python torch plots
 	@POSENC_LIBRARY=$(CURDIR)/$(BUILD)/libposenc.so PYTHONPATH=$(CURDIR)/python \
 	  $(PYTHON) -m pytest -q python/tests
 
 bench: build
 	@$(BUILD)/bench/pe-bench
+
+docs:
+	@scripts/install-deps.sh docs
+	@scripts/make-docs.sh $(BUILD)/docs
+
+install: build
+	cmake --install $(BUILD) $(if $(PREFIX),--prefix $(PREFIX))
+
+install-check: build
+	@scripts/check-install.sh $(BUILD)
 
 clean:
 	rm -rf $(BUILD)
