@@ -6,21 +6,26 @@
  * - n_threads - 1 workers are created once, in pe_threadpool_create; the
  *   calling thread of each call runs the first chunk itself, so a pool of N
  *   uses N cores and nothing is created, allocated or locked per call.
- * - Each worker has its own cache-line-sized mailbox (fn, ctx, range and a
- *   sequence word). The caller fills the mailboxes of the workers it needs,
- *   bumps their sequence words, runs its own chunk, then waits for a shared
- *   countdown to reach 0. Workers that a call does not need are not touched,
- *   so a medium call does not pay for waking the whole pool.
- * - Waiting (workers for work, the caller for the countdown) spins a bounded
+ * - A call is cut into contiguous chunks (a few per thread, each a multiple
+ *   of the caller's grain), dealt out in contiguous runs: thread i owns run
+ *   i, so repeated calls on one tensor keep each part in the same core's
+ *   cache. Each run has one atomic claim word (call number, end, next chunk).
+ *   The caller publishes the runs, bumps the sequence word of each worker it
+ *   wants, then claims chunks like any worker: its own run first, then
+ *   whatever is left in the others'. A worker that is late (asleep, or
+ *   preempted on a shared machine) therefore costs little: the caller takes
+ *   its chunks, and waits only for chunks already claimed. Workers that a
+ *   call does not need are not woken.
+ * - Waiting (workers for work, the caller for claimed chunks) spins a bounded
  *   number of iterations with a pause instruction, then sleeps on a futex
  *   (Linux) or a condition variable (elsewhere). The waker makes the system
  *   call only when the waiter announced it is asleep: back-to-back calls (the
  *   layers of a prefill) never enter the kernel, and an idle pool sleeps.
- * - Work is cut into contiguous chunks, one per thread, each a multiple of
- *   the caller's grain. Every unit is computed by exactly one thread with the
- *   same kernel, so results are bit-identical for any pool size.
+ * - Every unit is computed by exactly one thread with the same kernel, and
+ *   the kernels' results do not depend on how the range is cut, so results
+ *   are bit-identical for any pool size and any interleaving.
  * - Calls whose n * bytes_per_unit is below a measured cut-over run on the
- *   calling thread alone (see PE_POOL_MIN_BYTES_PER_THREAD).
+ *   calling thread alone (see PE_POOL_MIN_BYTES_HOT / _COLD).
  *
  * Thread-safety
  * -------------
@@ -54,13 +59,17 @@
 #include "internal.h"
 
 /* Cut-over: a call moves to the workers only when every thread gets at least
- * this many bytes (read + written). Below it, handing work over (a cache-line
- * round trip per worker when they spin, a futex wake when they sleep) costs
- * more than the work. Provisional: a single decode token of Llama-3-8B
- * (40 KiB) stays on the caller; the measured figure and its pe-bench command
- * replace this with the benchmark. PE_POOL_MIN_BYTES in the environment
- * overrides it at pool creation (for that measurement and the tests). */
-#define PE_POOL_MIN_BYTES_PER_THREAD (INT64_C(64) * 1024)
+ * this many bytes (read + written). Below it, handing work over costs more
+ * than the work. Two figures, because the hand-off costs two very different
+ * amounts: a worker still spinning from the previous call answers after a
+ * cache-line round trip (~1 us), a sleeping one after a futex wake and, on a
+ * VM, the wake of an idle vCPU (tens of us). The caller looks at whether the
+ * first worker it needs is asleep (one relaxed load) and picks the figure.
+ * Provisional values; the measured figures and their pe-bench command
+ * replace this comment. PE_POOL_MIN_BYTES in the environment overrides both
+ * at pool creation (0: always split; for that measurement and the tests). */
+#define PE_POOL_MIN_BYTES_HOT (INT64_C(192) * 1024)
+#define PE_POOL_MIN_BYTES_COLD (INT64_C(1024) * 1024)
 
 /* Spin budget before sleeping. A pause costs ~10 cycles on older x86 and
  * ~140 on Skylake and later, so 4096 of them are ~10-250 us: long enough to
@@ -69,6 +78,11 @@
 #define PE_POOL_SPIN 4096
 
 #define PE_POOL_MAX_THREADS 1024
+
+/* Chunks per thread taking part in a call: enough that a late thread's share
+ * is taken by the others in pieces, few enough that claiming (one
+ * compare-and-swap on a shared line) stays negligible. */
+#define PE_POOL_CHUNKS_PER_THREAD 4
 
 static inline void cpu_relax(void) {
 #if defined(__x86_64__) || defined(__i386__)
@@ -117,13 +131,16 @@ static void word_wake(pool_sync *s, _Atomic uint32_t *w) {
 
 /* ---- the pool ----------------------------------------------------------- */
 
+/* The chunks of one thread's run: call number << 32 | end << 16 | next. The
+ * call number makes a claim read from an earlier call fail. */
+typedef struct pool_run {
+  _Alignas(64) _Atomic uint64_t claim;
+} pool_run;
+
 typedef struct pool_worker {
-  /* Written by the caller before seq is bumped, read by the worker after. */
-  pe_range_fn fn; /* NULL with stop set: exit */
-  void *ctx;
-  int64_t begin, end;
-  int stop;
-  _Atomic uint32_t seq;    /* bumped once per command */
+  atomic_int stop;         /* set before the last seq bump: exit. Atomic: a
+                              worker woken late may read it during destroy */
+  _Atomic uint32_t seq;    /* bumped to call the worker */
   _Atomic uint32_t asleep; /* 1 while the worker may be in word_wait */
   struct pe_threadpool *pool;
   int32_t index;
@@ -136,12 +153,21 @@ typedef struct pool_worker {
 
 struct pe_threadpool {
   int32_t n_threads; /* workers + the caller */
-  int64_t min_bytes_per_thread;
+  int64_t min_bytes_hot, min_bytes_cold; /* per thread, see the cut-over */
   atomic_int busy;
-  /* Written by the workers: on its own cache line, away from what the
-   * caller reads on every call. */
-  _Alignas(64) _Atomic uint32_t pending; /* workers still running the current call */
-  _Atomic uint32_t caller_asleep;        /* 1 while the caller may be in word_wait */
+  uint32_t call_number; /* the caller's; tags the claim words */
+  /* The current call: written by the caller before the claim words are
+   * published (release), read only by threads that claimed one of its
+   * chunks (acquire), and not rewritten before every chunk is done. */
+  pe_range_fn fn;
+  void *ctx;
+  int64_t n, grain, blocks;
+  /* call number << 32 | threads << 16 | chunks: which runs to look at. */
+  _Alignas(64) _Atomic uint64_t call;
+  pool_run *runs; /* n_threads claim words, one cache line each */
+  /* Chunks finished: written by every thread, on its own cache line. */
+  _Alignas(64) _Atomic uint32_t done;
+  _Atomic uint32_t caller_asleep; /* 1 while the caller may be in word_wait */
   _Alignas(64) pool_sync sync;
   pool_worker *workers;           /* n_threads - 1, 64-byte aligned */
   atomic_int pinned;              /* workers bound to a core (diagnostics) */
@@ -150,9 +176,37 @@ struct pe_threadpool {
 #endif
 };
 
-static void worker_finished(struct pe_threadpool *p) {
-  if (atomic_fetch_sub(&p->pending, 1) == 1 && atomic_load(&p->caller_asleep))
-    word_wake(&p->sync, &p->pending);
+#define PE_POOL_MAX_CHUNKS 0xffff
+
+/* First unit of chunk c of `chunks`, on a grain boundary. */
+static int64_t chunk_start(const struct pe_threadpool *p, uint32_t c, uint32_t chunks) {
+  if (c >= chunks) return p->n;
+  int64_t b = p->blocks / chunks * c + p->blocks % chunks * c / chunks; /* no overflow */
+  int64_t u = b * p->grain;
+  return u < p->n ? u : p->n;
+}
+
+/* Claim and run chunks of the published call until none is left: thread
+ * `self`'s own run first, then the others'. */
+static void run_chunks(struct pe_threadpool *p, int32_t self) {
+  uint64_t call = atomic_load_explicit(&p->call, memory_order_acquire);
+  uint32_t number = (uint32_t)(call >> 32), t = (uint32_t)((call >> 16) & 0xffff),
+           chunks = (uint32_t)(call & 0xffff);
+  for (uint32_t k = 0; k < t; k++) {
+    pool_run *r = &p->runs[((uint32_t)self + k) % t];
+    uint64_t c = atomic_load_explicit(&r->claim, memory_order_acquire);
+    for (;;) {
+      uint32_t next = (uint32_t)(c & 0xffff), end = (uint32_t)((c >> 16) & 0xffff);
+      if ((uint32_t)(c >> 32) != number || next >= end) break;
+      if (!atomic_compare_exchange_weak_explicit(&r->claim, &c, c + 1, memory_order_acq_rel,
+                                                 memory_order_acquire))
+        continue; /* c now holds the current word */
+      p->fn(p->ctx, chunk_start(p, next, chunks), chunk_start(p, next + 1, chunks));
+      if (atomic_fetch_add(&p->done, 1) + 1 == chunks && atomic_load(&p->caller_asleep))
+        word_wake(&p->sync, &p->done);
+      c = atomic_load_explicit(&r->claim, memory_order_acquire);
+    }
+  }
 }
 
 /* Wait until w->seq differs from seen; spin first, then sleep. The asleep
@@ -185,9 +239,8 @@ static void *worker_main(void *arg) {
   uint32_t seen = 0;
   for (;;) {
     seen = worker_wait(w, seen);
-    if (w->stop) break;
-    w->fn(w->ctx, w->begin, w->end);
-    worker_finished(w->pool);
+    if (atomic_load_explicit(&w->stop, memory_order_relaxed)) break;
+    run_chunks(w->pool, w->index);
   }
   return NULL;
 }
@@ -197,14 +250,16 @@ static void command(struct pe_threadpool *p, pool_worker *w) {
   if (atomic_load(&w->asleep)) word_wake(&p->sync, &w->seq);
 }
 
-static void wait_workers(struct pe_threadpool *p) {
+/* Wait until every one of `chunks` chunks is done (the caller has claimed
+ * whatever was left, so only chunks other threads are running remain). */
+static void wait_chunks(struct pe_threadpool *p, uint32_t chunks) {
   uint32_t v;
   for (int i = 0; i < PE_POOL_SPIN; i++) {
-    if (atomic_load_explicit(&p->pending, memory_order_acquire) == 0) return;
+    if (atomic_load_explicit(&p->done, memory_order_acquire) == chunks) return;
     cpu_relax();
   }
   atomic_store(&p->caller_asleep, 1);
-  while ((v = atomic_load(&p->pending)) != 0) word_wait(&p->sync, &p->pending, v);
+  while ((v = atomic_load(&p->done)) != chunks) word_wait(&p->sync, &p->done, v);
   atomic_store(&p->caller_asleep, 0);
 }
 
@@ -279,6 +334,7 @@ static int32_t online_cpus(void) {
   return n > 0 ? (int32_t)(n < PE_POOL_MAX_THREADS ? n : PE_POOL_MAX_THREADS) : 1;
 }
 
+/* PE_POOL_MIN_BYTES=<bytes per thread>, or -1 when unset or malformed. */
 static int64_t min_bytes_from_env(void) {
   const char *s = getenv("PE_POOL_MIN_BYTES");
   if (s && *s) {
@@ -286,7 +342,7 @@ static int64_t min_bytes_from_env(void) {
     long long v = strtoll(s, &end, 10);
     if (*end == '\0' && v >= 0) return (int64_t)v;
   }
-  return PE_POOL_MIN_BYTES_PER_THREAD;
+  return -1;
 }
 
 static void pool_free(struct pe_threadpool *p) {
@@ -296,8 +352,7 @@ static void pool_free(struct pe_threadpool *p) {
     for (int32_t i = 0; i < nw; i++) {
       pool_worker *w = &p->workers[i];
       if (w->started) {
-        w->stop = 1;
-        w->fn = NULL;
+        atomic_store_explicit(&w->stop, 1, memory_order_relaxed);
         command(p, w);
         pthread_join(w->thread, NULL);
       }
@@ -307,6 +362,7 @@ static void pool_free(struct pe_threadpool *p) {
     }
     pe__free(p->workers);
   }
+  pe__free(p->runs);
 #if defined(PE_HAVE_HWLOC)
   if (p->topo) hwloc_topology_destroy(p->topo);
 #endif
@@ -327,7 +383,9 @@ PE_API pe_status pe_threadpool_create(int32_t n_threads, pe_threadpool **out) {
   if (!p) return pe__fail(PE_ERR_OUT_OF_MEMORY, "%s: cannot allocate the pool", fn);
   memset(p, 0, sizeof *p);
   p->n_threads = 1;
-  p->min_bytes_per_thread = min_bytes_from_env();
+  int64_t env_min = min_bytes_from_env();
+  p->min_bytes_hot = env_min >= 0 ? env_min : PE_POOL_MIN_BYTES_HOT;
+  p->min_bytes_cold = env_min >= 0 ? env_min : PE_POOL_MIN_BYTES_COLD;
 #if !defined(PE_USE_FUTEX)
   pthread_mutex_init(&p->sync.mu, NULL);
   pthread_cond_init(&p->sync.cv, NULL);
@@ -357,6 +415,8 @@ PE_API pe_status pe_threadpool_create(int32_t n_threads, pe_threadpool **out) {
   if (nw > 0) {
     p->workers = pe__aligned_alloc((size_t)nw * sizeof(pool_worker));
     if (p->workers) memset(p->workers, 0, (size_t)nw * sizeof(pool_worker));
+    p->runs = pe__aligned_alloc((size_t)want * sizeof(pool_run));
+    if (p->runs) memset(p->runs, 0, (size_t)want * sizeof(pool_run));
   }
 #if defined(PE_HAVE_HWLOC)
   /* Worker i takes core i of the list (the caller keeps its own, the last of
@@ -365,7 +425,7 @@ PE_API pe_status pe_threadpool_create(int32_t n_threads, pe_threadpool **out) {
     p->workers[i].cpuset = hwloc_bitmap_dup(cores[i % n_cores]);
   for (int i = 0; i < n_cores; i++) hwloc_bitmap_free(cores[i]);
 #endif
-  if (nw > 0 && !p->workers) {
+  if (nw > 0 && (!p->workers || !p->runs)) {
     pool_free(p);
     return pe__fail(PE_ERR_OUT_OF_MEMORY, "%s: cannot allocate %d workers", fn, (int)nw);
   }
@@ -415,11 +475,16 @@ static int32_t threads_for(const struct pe_threadpool *p, int64_t n, int64_t gra
   int64_t t = p->n_threads;
   int64_t by_grain = (n + grain - 1) / grain;
   if (by_grain < t) t = by_grain;
-  if (p->min_bytes_per_thread > 0) {
+  if (t <= 1) return 1;
+  /* A sleeping first worker means the pool has been idle: waking costs more. */
+  int64_t min = atomic_load_explicit(&p->workers[0].asleep, memory_order_relaxed)
+                    ? p->min_bytes_cold
+                    : p->min_bytes_hot;
+  if (min > 0) {
     /* In double: n * bytes_per_unit may exceed int64, and only the order of
      * magnitude matters here. */
     double bpu = bytes_per_unit > 0 ? (double)bytes_per_unit : 1.0;
-    double by_bytes = (double)n * bpu / (double)p->min_bytes_per_thread;
+    double by_bytes = (double)n * bpu / (double)min;
     if (by_bytes < (double)t) t = (int64_t)by_bytes;
   }
   return t < 1 ? 1 : (int32_t)t;
@@ -438,22 +503,28 @@ void pe__pool_run(pe_threadpool *pool, int64_t n, int64_t grain, int64_t bytes_p
     if (pool) atomic_store_explicit(&pool->busy, 0, memory_order_release);
     return;
   }
-  /* Chunk c covers [cut(c), cut(c+1)), cut rounded to the grain: contiguous
-   * ranges, so a thread streams its part of the tensor. */
+  /* A few chunks per thread, so that a late worker's share can be taken by
+   * the others in pieces; each a multiple of the grain. */
   int64_t blocks = (n + grain - 1) / grain;
-#define CUT(c) ((c) == t ? n : (blocks * (int64_t)(c) / t) * grain)
-  atomic_store_explicit(&pool->pending, (uint32_t)(t - 1), memory_order_relaxed);
-  for (int32_t c = 1; c < t; c++) {
-    pool_worker *w = &pool->workers[c - 1];
-    w->fn = fn;
-    w->ctx = ctx;
-    w->begin = CUT(c);
-    w->end = CUT(c + 1);
-    command(pool, w);
+  int64_t chunks = (int64_t)t * PE_POOL_CHUNKS_PER_THREAD;
+  if (chunks > blocks) chunks = blocks;
+  if (chunks > PE_POOL_MAX_CHUNKS) chunks = PE_POOL_MAX_CHUNKS;
+  pool->fn = fn;
+  pool->ctx = ctx;
+  pool->n = n;
+  pool->grain = grain;
+  pool->blocks = blocks;
+  uint32_t number = ++pool->call_number;
+  atomic_store_explicit(&pool->done, 0, memory_order_relaxed);
+  for (int32_t i = 0; i < t; i++) {
+    uint64_t first = (uint64_t)(chunks * i / t), end = (uint64_t)(chunks * (i + 1) / t);
+    atomic_store_explicit(&pool->runs[i].claim, (uint64_t)number << 32 | end << 16 | first,
+                          memory_order_release);
   }
-  int64_t end0 = CUT(1);
-#undef CUT
-  if (end0 > 0) fn(ctx, 0, end0);
-  wait_workers(pool);
+  atomic_store_explicit(&pool->call, (uint64_t)number << 32 | (uint64_t)t << 16 | (uint64_t)chunks,
+                        memory_order_release);
+  for (int32_t w = 0; w < t - 1; w++) command(pool, &pool->workers[w]);
+  run_chunks(pool, 0);
+  wait_chunks(pool, (uint32_t)chunks);
   atomic_store_explicit(&pool->busy, 0, memory_order_release);
 }

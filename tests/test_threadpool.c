@@ -240,6 +240,79 @@ static void test_rope_same_bytes_any_pool_size(void **state) {
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) check_case(&cases[i]);
 }
 
+/* ---- the other in-place entry points ----------------------------------- */
+
+typedef struct enc_call {
+  int kind; /* 0 alibi, 1 t5, 2 sinusoidal, 3 learned */
+  const float *slopes, *t5_table;
+  const pe_tensor *table;
+  const int64_t *pos;
+  uint32_t flags;
+} enc_call;
+
+static pe_status run_enc(const enc_call *e, const pe_tensor *x, pe_threadpool *pool) {
+  switch (e->kind) {
+    case 0: return pe_alibi_add_bias(x, e->slopes, e->pos, e->flags, pool);
+    case 1: return pe_t5_add_bias(x, e->t5_table, 1, 32, 128, e->pos, e->flags, pool);
+    case 2: return pe_sinusoidal_add(x, e->pos, 10000.0, e->flags, pool);
+    case 3: return pe_learned_add(x, e->table, e->pos, pool);
+  }
+  return PE_ERR_INVALID_ARGUMENT;
+}
+
+/* x0 is never modified: each run works on a copy, compared with the
+ * calling thread's result byte for byte. */
+static void check_enc(const char *name, const enc_call *e, const view *x0) {
+  view ref = clone_view(x0);
+  pe_status st = run_enc(e, &ref.t, NULL);
+  if (st != PE_OK) fail_msg("%s: %s (%s)", name, pe_status_string(st), pe_last_error());
+  assert_memory_not_equal(ref.t.data, x0->t.data, x0->bytes);
+  for (int n = 1; n <= MAX_POOL; n++) {
+    view w = clone_view(x0);
+    st = run_enc(e, &w.t, pools[n]);
+    if (st != PE_OK) fail_msg("%s, %d threads: %s (%s)", name, n, pe_status_string(st), pe_last_error());
+    if (memcmp(w.t.data, ref.t.data, ref.bytes) != 0)
+      fail_msg("%s: result differs with a pool of %d threads", name, n);
+    free_view(&w);
+  }
+  free_view(&ref);
+}
+
+static void test_encodings_same_bytes_any_pool_size(void **state) {
+  (void)state;
+  enum { B = 2, H = 5, Q = 7, K = 37, T = 11, D = 18, MAXLEN = 64 };
+  float slopes[H], t5_table[32 * H];
+  for (int h = 0; h < H; h++) slopes[h] = 1.0f / (float)(h + 2);
+  for (int i = 0; i < 32 * H; i++) t5_table[i] = frand();
+  int64_t *qpos = random_positions(B, Q, K);
+  int64_t *tpos = random_positions(B, T, MAXLEN);
+  view table = make_view(PE_F32, 1, 1, MAXLEN, D, 0, 0);
+  static const pe_dtype dts[3] = {PE_F32, PE_F16, PE_BF16};
+  for (int d = 0; d < 3; d++) {
+    /* scores [B, H, Q, K], token-major storage with padding: strided rows */
+    view sc = make_view(dts[d], B, H, Q, K, d == 1, d == 2 ? 3 : 0);
+    enc_call alibi = {.kind = 0, .slopes = slopes, .pos = qpos, .flags = PE_MASK_CAUSAL};
+    enc_call alibi_default = {.kind = 0, .slopes = slopes};
+    enc_call t5 = {.kind = 1, .t5_table = t5_table, .pos = d ? NULL : qpos, .flags = d == 1 ? PE_MASK_CAUSAL : 0};
+    check_enc("alibi causal, q positions", &alibi, &sc);
+    check_enc("alibi default positions", &alibi_default, &sc);
+    check_enc("t5", &t5, &sc);
+    free_view(&sc);
+
+    view x = make_view(dts[d], B, 1, T, D, 0, d == 1 ? 2 : 0);
+    enc_call sin_pos = {.kind = 2, .pos = tpos};
+    enc_call sin_cat = {.kind = 2, .pos = NULL, .flags = PE_SINUSOIDAL_CONCAT};
+    enc_call learned = {.kind = 3, .table = &table.t, .pos = tpos};
+    check_enc("sinusoidal, positions", &sin_pos, &x);
+    check_enc("sinusoidal concat, no positions", &sin_cat, &x);
+    check_enc("learned, f32 table", &learned, &x);
+    free_view(&x);
+  }
+  free_view(&table);
+  free(qpos);
+  free(tpos);
+}
+
 /* With the default cut-over a decode-sized call stays on the caller and a
  * large one is split; both give the same bytes as no pool. */
 static void test_default_cutover_same_bytes(void **state) {
@@ -464,6 +537,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_create_destroy_and_size),
       cmocka_unit_test(test_rope_same_bytes_any_pool_size),
+      cmocka_unit_test(test_encodings_same_bytes_any_pool_size),
       cmocka_unit_test(test_default_cutover_same_bytes),
       cmocka_unit_test(test_separate_pools_share_one_cache),
       cmocka_unit_test(test_busy_pool_reports_instead_of_deadlocking),
