@@ -246,6 +246,9 @@ def recommend(train_context, target_context, budget="none", architecture="decode
             "input, while dynamic NTK raises the base only as far as the current length "
             "needs, (s*L/%d - s + 1)^(d/(d-2)), and leaves inputs <= %d exact." % (r, n, n),
             "Keep max_position_embeddings at %d: HF's dynamic rule scales from it." % n,
+            "Like NTK-aware scaling it divides the middle frequencies by less than the ratio, "
+            "so a few of them still reach angles unseen in training (the library check "
+            "counts them): part of why quality falls.",
             "Without training, quality falls past ~4-8x whatever the method; plan a finetune "
             "(rows F1-F3) for the best long-context results.",
         ]
@@ -296,6 +299,38 @@ def recommend(train_context, target_context, budget="none", architecture="decode
     return done("F3", "rope+yarn", "RoPE + YaRN, factor %g, original context %d" % (s, n))
 
 
+def library_check(rec, head_dim=128, rope_theta=10000.0, n_heads=None):
+    """Run the recommendation through libposenc (the binding): build the RoPE
+    cache its rope_scaling describes and report the library's attention
+    factor and how many frequencies reach, at the target, angles they never
+    reached in training; or compute the ALiBi slopes for n_heads. Returns a
+    dict (stored as rec["check"]); needs the library."""
+    import numpy as np
+    import posenc
+    n, m = rec["train_context"], rec["target_context"]
+    check = {"head_dim": int(head_dim), "rope_theta": float(rec["rope_theta"] or rope_theta)}
+    if rec["encoding"].startswith("rope"):
+        plain = posenc.RopeCache(head_dim=head_dim, rope_theta=check["rope_theta"],
+                                 max_positions=0)
+        cache = plain
+        if rec["rope_scaling"]:
+            cache = posenc.RopeCache(head_dim=head_dim, rope_theta=check["rope_theta"],
+                                     max_positions=0, rope_scaling=rec["rope_scaling"],
+                                     seq_len=m,
+                                     max_position_embeddings=rec["config"].get(
+                                         "max_position_embeddings", m))
+        trained = n * plain.inv_freq.astype(np.float64)      # max angle seen in training
+        served = m * cache.inv_freq.astype(np.float64)       # max angle at the target
+        # a frequency that completed a turn in training has seen every angle
+        new = (trained < 2 * math.pi) & (served > trained * (1 + 1e-6))
+        check.update(attention_factor=cache.attention_factor,
+                     frequencies=int(served.size), unseen_angle_frequencies=int(new.sum()))
+    elif rec["encoding"] == "alibi" and n_heads:
+        check["alibi_slopes"] = [float(v) for v in posenc.alibi_slopes(int(n_heads))]
+    rec["check"] = check
+    return check
+
+
 def format_text(rec):
     lines = ["Recommendation: %s" % rec["summary"],
              "  rule %s (%s); confidence %s" % (rec["rule"], rec["rule_text"], rec["confidence"]),
@@ -313,6 +348,15 @@ def format_text(rec):
     if rec["alternatives"]:
         lines.append("Alternatives:")
         lines += ["  - %s" % t for t in rec["alternatives"]]
+    c = rec.get("check")
+    if c and "unseen_angle_frequencies" in c:
+        lines.append("Library check (head_dim %d, base %g): attention factor %.6g; %d of %d "
+                     "frequencies reach angles at %d that they never reached in training"
+                     % (c["head_dim"], c["rope_theta"], c["attention_factor"],
+                        c["unseen_angle_frequencies"], c["frequencies"], rec["target_context"]))
+    elif c and "alibi_slopes" in c:
+        lines.append("Library check: ALiBi slopes for %d heads: %s" % (
+            len(c["alibi_slopes"]), ", ".join("%.6g" % v for v in c["alibi_slopes"])))
     return "\n".join(lines)
 
 
@@ -331,12 +375,28 @@ def main(argv=None):
     ap.add_argument("--architecture", choices=("decoder", "encoder"), default="decoder")
     ap.add_argument("--json", metavar="OUT", default=None,
                     help="write the recommendation (with rope_scaling) as JSON; - for stdout")
+    ap.add_argument("--head-dim", type=int, default=128,
+                    help="head size for the library check (128)")
+    ap.add_argument("--rope-theta", type=float, default=10000.0,
+                    help="the existing model's RoPE base, for the library check (10000)")
+    ap.add_argument("--n-heads", type=int, default=None,
+                    help="heads: print the ALiBi slopes when ALiBi is recommended")
+    ap.add_argument("--no-check", action="store_true",
+                    help="do not load libposenc to check the recommendation")
     args = ap.parse_args(argv)
     try:
         rec = recommend(args.train_context, args.target_context, args.budget, args.architecture)
     except ValueError as e:
         print("pick: %s" % e, file=sys.stderr)
         return 2
+    if not args.no_check:
+        try:
+            library_check(rec, args.head_dim, args.rope_theta, args.n_heads)
+        except ImportError as e:   # the recommendation stands without the library
+            print("pick: library check skipped: %s" % str(e).splitlines()[0], file=sys.stderr)
+        except (ValueError, RuntimeError) as e:
+            print("pick: library check failed: %s" % e, file=sys.stderr)
+            return 1
     if args.json == "-":
         print(json.dumps(rec, indent=2))
         return 0

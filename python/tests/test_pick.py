@@ -200,3 +200,51 @@ def test_cli_rejects_bad_input(tmp_path):
     assert r.returncode == 2
     r = _cli(["--train-context", "10", "--target-context", "10", "--budget", "x"], tmp_path)
     assert r.returncode == 2
+
+
+@pytest.mark.parametrize("theta", [10000.0, 500000.0])
+@pytest.mark.parametrize("n,m,b,a", [g for g in GRID if pick.recommend(*g)["rope_scaling"]])
+def test_library_check_unseen_angles(theta, n, m, b, a):
+    # PI, YaRN and Llama-3 keep, at the target, each slow frequency (one that
+    # never completed a turn in training) within its trained angles. NTK-style
+    # dynamic scaling divides the middle frequencies by less than r, so some
+    # still meet new angles (YaRN's criticism of NTK-aware), but fewer than
+    # with no scaling at all.
+    rec = pick.recommend(n, m, b, a)
+    c = pick.library_check(rec, head_dim=128, rope_theta=theta)
+    assert c["frequencies"] == 64
+    if rec["rope_scaling"]["rope_type"] == "dynamic":
+        plain = dict(rec, encoding="rope", rope_scaling=None)
+        unscaled = pick.library_check(plain, head_dim=128, rope_theta=theta)
+        assert c["unseen_angle_frequencies"] < unscaled["unseen_angle_frequencies"]
+    else:
+        assert c["unseen_angle_frequencies"] == 0
+    if rec["rope_scaling"]["rope_type"] == "yarn":
+        assert c["attention_factor"] == pytest.approx(0.1 * math.log(m / n) + 1, rel=1e-9)
+
+
+def test_library_check_counts_unseen_angles_without_scaling():
+    # Llama 2 (base 10000, head_dim 128) run at 4x with no scaling: the 18
+    # frequencies that never turned in 4k tokens all meet new angles
+    rec = pick.recommend(4096, 4096, "none")
+    rec["target_context"] = 16384
+    assert pick.library_check(rec)["unseen_angle_frequencies"] == 18
+
+
+def test_library_check_alibi_slopes():
+    rec = pick.recommend(1024, 4096, "pretrain")
+    c = pick.library_check(rec, n_heads=12)
+    assert c["alibi_slopes"] == [float(v) for v in posenc.alibi_slopes(12)]
+    assert c["alibi_slopes"][:8] == [2.0 ** -k for k in range(1, 9)]
+
+
+def test_cli_prints_library_check(tmp_path):
+    r = _cli(["--train-context", "8192", "--target-context", "65536", "--budget", "finetune",
+              "--rope-theta", "500000", "--json", "rec.json"], tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert "Library check (head_dim 128, base 500000)" in r.stdout
+    assert "0 of 64 frequencies" in r.stdout
+    rec = json.loads((tmp_path / "rec.json").read_text())
+    assert rec["check"]["unseen_angle_frequencies"] == 0
+    r = _cli(["--train-context", "8192", "--target-context", "65536", "--no-check"], tmp_path)
+    assert r.returncode == 0 and "Library check" not in r.stdout
