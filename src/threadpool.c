@@ -62,14 +62,30 @@
  * this many bytes (read + written). Below it, handing work over costs more
  * than the work. Two figures, because the hand-off costs two very different
  * amounts: a worker still spinning from the previous call answers after a
- * cache-line round trip (~1 us), a sleeping one after a futex wake and, on a
- * VM, the wake of an idle vCPU (tens of us). The caller looks at whether the
- * first worker it needs is asleep (one relaxed load) and picks the figure.
- * Provisional values; the measured figures and their pe-bench command
- * replace this comment. PE_POOL_MIN_BYTES in the environment overrides both
- * at pool creation (0: always split; for that measurement and the tests). */
-#define PE_POOL_MIN_BYTES_HOT (INT64_C(192) * 1024)
-#define PE_POOL_MIN_BYTES_COLD (INT64_C(1024) * 1024)
+ * cache-line round trip (~1 us on the KVM guest measured), a sleeping one
+ * after a futex wake and the wake of an idle vCPU (tens of us), which the
+ * caller pays in the wake system call before it starts its own part. The
+ * caller looks at whether the first worker is asleep (one relaxed load) and
+ * picks the figure. Consequence: after an idle spell, medium calls stay on
+ * the caller until a large call wakes the workers (an isolated medium call
+ * between other work loses when split; the figures below say by how much).
+ *
+ * Measured with
+ *     build/bench/pe-bench --suite cutover --reps 21
+ * (Llama-3-8B heads, f32, 40 KiB per token, 2-thread pool with the cut-over
+ * disabled by PE_POOL_MIN_BYTES=0, against the calling thread alone; hot =
+ * back-to-back calls, cold = 2 ms asleep before each call), on the 2-core
+ * Xeon (Sapphire/Emerald Rapids, KVM) shared with other jobs, load average
+ * 6-7, over 4 runs, median speed-ups (2 threads / 1):
+ *     tokens (total KiB)   2 (80)  8 (320)  16 (640)  24 (960)  32 (1280)  64 (2560)  128 (5120)
+ *     hot                  0.2-0.7 0.7-0.8  0.5-0.9   0.7-1.5   1.2-1.7    1.0-1.7    2.4-2.7
+ *     cold                 0.2-0.5 0.3-0.6  0.4-0.5   0.5-0.6   0.5-0.7    0.7-1.7    1.2-1.4
+ * Hot splitting pays from about 1 MiB per call, cold from 3-5 MiB: hence
+ * 512 KiB and 1.5 MiB per thread. A decode step (40 KiB) always stays on the
+ * caller. PE_POOL_MIN_BYTES in the environment overrides both at pool
+ * creation (0: always split; for that measurement and the tests). */
+#define PE_POOL_MIN_BYTES_HOT (INT64_C(512) * 1024)
+#define PE_POOL_MIN_BYTES_COLD (INT64_C(1536) * 1024)
 
 /* Spin budget before sleeping. A pause costs ~10 cycles on older x86 and
  * ~140 on Skylake and later, so 4096 of them are ~10-250 us: long enough to
