@@ -35,6 +35,7 @@ Figures
   naive RoPE fails beyond the training context.
 """
 import argparse
+import copy
 import json
 import math
 import os
@@ -323,6 +324,7 @@ METHOD_LABELS = {
     "yarn": "YaRN",
     "llama3": "Llama-3",
     "longrope": "LongRoPE",
+    "proportional": "proportional (Gemma-4)",
 }
 
 
@@ -372,8 +374,10 @@ def scaling_numbers(spec, target_context):
             res["skipped"][name] = str(e)
             continue
         inv = c.inv_freq.astype(np.float64)
+        with np.errstate(divide="ignore"):   # "proportional" zeroes some frequencies
+            wavelength, stretch = TWO_PI / inv, base_inv / inv
         res["methods"][name] = {
-            "inv_freq": inv, "wavelength": TWO_PI / inv, "stretch": base_inv / inv,
+            "inv_freq": inv, "wavelength": wavelength, "stretch": stretch,
             "attention_factor": c.attention_factor,
             "rope_scaling": spec.rope_scaling if native else rs, "native": native,
             "seq_len": seq_len,
@@ -393,6 +397,9 @@ def extrapolation_numbers(spec, target_context, train_context=None, scaling=None
     scaling: None, "native" (the model's own) or a method name of
     scaling_methods(): adds turns_scaled, the turns at the target under it."""
     train = int(train_context or spec.context)
+    if train != spec.context:   # the generic methods extend from the given context
+        spec = copy.copy(spec)
+        spec.context = train
     inv = spec.cache().inv_freq.astype(np.float64)
     out = {"spec": spec, "train_context": train, "target_context": int(target_context),
            "index": np.arange(inv.size), "inv_freq": inv,
@@ -492,9 +499,9 @@ def draw_heatmap(table, out, base=10000.0, concat=False):
 
 _COLORS = {"original": "black", "linear": "tab:blue", "ntk": "tab:orange",
            "dynamic": "tab:green", "yarn": "tab:red", "llama3": "tab:purple",
-           "longrope": "tab:brown"}
+           "longrope": "tab:brown", "proportional": "tab:olive"}
 _LINES = {"original": "-", "linear": "-", "ntk": "--", "dynamic": ":", "yarn": "-",
-          "llama3": "-.", "longrope": "--"}
+          "llama3": "-.", "longrope": "--", "proportional": "--"}
 
 
 def _method_label(name, m, factor):
@@ -534,7 +541,7 @@ def draw_scaling(res, out):
              "target context %s" % _fmt_tokens(res["target_context"]), fontsize=8, color="0.4")
     ax1.set_ylabel("wavelength 2\u03c0/\u03b8\u1d62 (tokens, log)")
     ax1.grid(alpha=0.3, which="both")
-    ax1.legend(fontsize=8, loc="upper left", bbox_to_anchor=(0.0, 0.93))
+    ax1.legend(fontsize=8, loc="lower right", framealpha=0.9)
     ax1.set_title("%s: what each scaling method does to each RoPE frequency\n"
                   "head_dim %d, rotary %d, base %s; target %s = %.3g\u00d7 the original %s"
                   % (spec.note or spec.name, spec.head_dim, spec.rotary_dim,
@@ -679,6 +686,11 @@ def main(argv=None):
                 args.model = "llama2-7b" if args.figure == "extrapolation" else "llama3-8b"
             spec = model_spec(args.model, args.hf_config)
             target = args.target_context or _default_target(spec)
+            train = getattr(args, "train_context", None) or spec.context
+            if target < train:
+                print("explore: --target-context %d is shorter than the original context %d: "
+                      "nothing to extend" % (target, train), file=sys.stderr)
+                return 1
             if args.figure == "scaling":
                 res = scaling_numbers(spec, target)
                 for name, why in res["skipped"].items():

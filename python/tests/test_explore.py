@@ -415,8 +415,24 @@ def test_extrapolation_scaling_brings_slow_frequencies_back(method):
         np.testing.assert_allclose(r["turns_scaled"][:10], r["turns_target"][:10], rtol=ULP)
 
 
+def test_extrapolation_train_context_override():
+    # a model trained at 2048 instead: the generic methods extend from 2048
+    spec = explore.model_spec("llama2-7b")
+    r = explore.extrapolation_numbers(spec, 16384, train_context=2048, scaling="linear")
+    np.testing.assert_allclose(r["turns_scaled"], r["turns_train"], rtol=ULP * 4)
+    np.testing.assert_allclose(r["turns_target"], 8 * r["turns_train"])
+    assert spec.context == 4096   # the caller's spec is not changed
+
+
 def test_extrapolation_rejects_unknown_scaling():
     with pytest.raises(ValueError):
         explore.extrapolation_numbers(explore.model_spec("llama2-7b"), 8192, scaling="magic")
     with pytest.raises(ValueError):
         explore.extrapolation_numbers(explore.model_spec("llama2-7b"), 8192, scaling="native")
+
+
+def test_target_shorter_than_context_is_an_error(tmp_path):
+    out = str(tmp_path / "x.png")
+    assert explore.main(["scaling", "--model", "llama3-8b", "--target-context", "4096",
+                         "-o", out]) == 1
+    assert not os.path.exists(out)
