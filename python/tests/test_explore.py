@@ -4,6 +4,7 @@ numbers behind each figure are what the figure claims they are.
 Run: POSENC_LIBRARY=<build>/libposenc.so PYTHONPATH=python /usr/bin/python3 -m pytest -q python/tests
 """
 import glob
+import importlib.util
 import json
 import math
 import os
@@ -27,11 +28,7 @@ ULP = 2.0 ** -23
 
 
 def _have_matplotlib():
-    try:
-        import matplotlib  # noqa: F401
-        return True
-    except ImportError:
-        return False
+    return importlib.util.find_spec("matplotlib") is not None
 
 
 needs_mpl = pytest.mark.skipif(not _have_matplotlib(),
