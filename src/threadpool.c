@@ -76,10 +76,10 @@
  * disabled by PE_POOL_MIN_BYTES=0, against the calling thread alone; hot =
  * back-to-back calls, cold = 2 ms asleep before each call), on the 2-core
  * Xeon (Sapphire/Emerald Rapids, KVM) shared with other jobs, load average
- * 6-7, over 4 runs, median speed-ups (2 threads / 1):
- *     tokens (total KiB)   2 (80)  8 (320)  16 (640)  24 (960)  32 (1280)  64 (2560)  128 (5120)
- *     hot                  0.2-0.7 0.7-0.8  0.5-0.9   0.7-1.5   1.2-1.7    1.0-1.7    2.4-2.7
- *     cold                 0.2-0.5 0.3-0.6  0.4-0.5   0.5-0.6   0.5-0.7    0.7-1.7    1.2-1.4
+ * 6-7, range over 4 runs of the median speed-up (2 threads / 1 thread):
+ *     tokens (total KiB)   2 (80)    8 (320)   16 (640)  24 (960)  32 (1280)  64 (2560)  128 (5120)
+ *     hot                  0.19-0.67 0.68-0.84 0.52-0.64 0.70-1.54 1.55-1.66  1.19-1.71  2.38-2.59
+ *     cold                 0.15-0.18 0.31-0.33 0.45-0.49 0.47-0.56 0.52-0.69  0.73-1.01  1.17-1.29
  * Hot splitting pays from about 1 MiB per call, cold from 3-5 MiB: hence
  * 512 KiB and 1.5 MiB per thread. A decode step (40 KiB) always stays on the
  * caller. PE_POOL_MIN_BYTES in the environment overrides both at pool
