@@ -451,7 +451,7 @@ def _fmt_base(b):
 def draw_decay(curves, out, alibi=None, title=None, log_x=False):
     """curves: [(label, distances, mean_qk)]; alibi: alibi_numbers() or None."""
     plt = _plt()
-    fig, ax = plt.subplots(figsize=(9, 5.2))
+    fig, ax = plt.subplots(figsize=(9, 6.2))
     if log_x:
         ax.set_xscale("symlog", linthresh=1.0)
     styles = ["-", "-", "-", "-"]
@@ -471,7 +471,9 @@ def draw_decay(curves, out, alibi=None, title=None, log_x=False):
             handles.append(line)
             labels.append("ALiBi bias, head %d (slope %.3g)" % (h + 1, slopes[h]))
         ax2.set_ylabel("ALiBi bias added to the logit (dashed)")
-    ax.legend(handles, labels, loc="lower left", fontsize=8, framealpha=0.9)
+    # below the axes: inside, it would cover a curve for some base or distance
+    ax.legend(handles, labels, loc="upper center", bbox_to_anchor=(0.5, -0.13), ncol=2,
+              fontsize=8, frameon=False)
     ax.set_title(title or "Long-term decay of q\u00b7k with distance")
     fig.tight_layout()
     fig.savefig(out)
