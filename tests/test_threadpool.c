@@ -516,6 +516,33 @@ static void test_destroy_while_idle(void **state) {
   fixture_free(&f);
 }
 
+/* hwloc failing at run time (no usable discovery component, as in some
+ * containers) must leave a working pool of unpinned threads, not an error.
+ * (hwloc itself prints a line about the missing component.) */
+static void test_hwloc_failure_degrades_to_unpinned(void **state) {
+  (void)state;
+  fixture f;
+  fixture_make(&f, 21);
+  setenv("HWLOC_COMPONENTS", "no-such-component,stop", 1);
+  pe_threadpool *p0 = NULL, *p3 = NULL;
+  assert_int_equal(pe_threadpool_create(0, &p0), PE_OK);
+  assert_int_equal(pe_threadpool_create(3, &p3), PE_OK);
+  unsetenv("HWLOC_COMPONENTS");
+  assert_true(pe_threadpool_size(p0) >= 1);
+  assert_int_equal(pe_threadpool_size(p3), 3);
+  pe_threadpool *both[2] = {p0, p3};
+  for (int i = 0; i < 2; i++) {
+    view q = clone_view(&f.q0), k = clone_view(&f.k0);
+    assert_int_equal(pe_apply_rope_qk(f.cache, &q.t, &k.t, f.pos, 0, both[i]), PE_OK);
+    assert_memory_equal(q.t.data, f.qr.t.data, q.bytes);
+    assert_memory_equal(k.t.data, f.kr.t.data, k.bytes);
+    free_view(&q);
+    free_view(&k);
+    pe_threadpool_destroy(both[i]);
+  }
+  fixture_free(&f);
+}
+
 /* Validation errors come before the pool is taken: the pool stays free. */
 static void test_error_leaves_pool_free(void **state) {
   (void)state;
@@ -542,6 +569,7 @@ int main(void) {
       cmocka_unit_test(test_separate_pools_share_one_cache),
       cmocka_unit_test(test_busy_pool_reports_instead_of_deadlocking),
       cmocka_unit_test(test_destroy_while_idle),
+      cmocka_unit_test(test_hwloc_failure_degrades_to_unpinned),
       cmocka_unit_test(test_error_leaves_pool_free),
   };
   return cmocka_run_group_tests(tests, setup_pools, teardown_pools);
