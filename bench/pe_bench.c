@@ -575,9 +575,10 @@ static result *measure(bench_case *c) {
   if (!k) abort();
   for (int rep = 0; rep < opt.reps; rep++) {
     /* Wake the pool's workers and leave the data where the previous sample
-     * did: half a millisecond of calls (a woken thread may take 0.3 ms to
-     * run on a loaded machine). */
-    time_kernel(c, c->threads > 1 ? (ik > 1 ? ik : 1) + (int64_t)(5e5 / (k0 > 0 ? k0 : 5e5)) : 1);
+     * did: at least two calls and 2 ms of them (a woken thread may take
+     * 0.3-0.4 ms to run on a loaded machine, and the pool splits a call
+     * only once its workers are awake). */
+    time_kernel(c, c->threads > 1 ? 2 + (int64_t)(2e6 / (k0 > 0 ? k0 : 2e6)) : 1);
     k[rep] = time_kernel(c, ik);
     if (c->textbook) t[rep] = time_textbook(c, it);
     if (c->threads > 1) sleep_us(300);
