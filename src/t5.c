@@ -5,8 +5,8 @@
 
 #include "kernels/enc_kernels.h"
 
-/* Keys handled per pass of a row: the bucket indices and the gathered bias
- * of one pass live on the stack (24 KiB). */
+/* Keys handled per pass of a row: the runs of buckets and the bias row of
+ * one pass live on the stack (24 KiB). */
 #define T5_CHUNK 2048
 
 /* Precomputed per call: everything of the bucket formula that does not depend
@@ -93,7 +93,10 @@ typedef struct t5_job {
  * serve every head. */
 static void t5_range(void *ctx, int64_t begin, int64_t end) {
   const t5_job *j = ctx;
-  int32_t bucket[T5_CHUNK];
+  /* A row's buckets come in runs (one per bucket on each side of the query,
+   * the far bucket covering most of a long row): they are found once per
+   * chunk, then each head's bias row is filled run by run, with no gather. */
+  int32_t run_start[T5_CHUNK + 1], run_bucket[T5_CHUNK];
   float bias[T5_CHUNK];
   for (int64_t u = begin; u < end; u++) {
     int64_t b = u / j->q_len, i = u % j->q_len;
@@ -101,10 +104,20 @@ static void t5_range(void *ctx, int64_t begin, int64_t end) {
     int64_t n = pe__biased_keys(qpos, j->k_len, j->causal);
     char *row0 = j->data + (b * j->s_batch + i * j->s_query) * (int64_t)j->esize;
     for (int64_t k0 = 0; k0 < n; k0 += T5_CHUNK) {
-      int64_t len = n - k0 < T5_CHUNK ? n - k0 : T5_CHUNK;
-      for (int64_t t = 0; t < len; t++) bucket[t] = t5_bucket(&j->g, k0 + t - qpos);
+      int32_t len = (int32_t)(n - k0 < T5_CHUNK ? n - k0 : T5_CHUNK), runs = 0;
+      for (int32_t t = 0; t < len; t++) {
+        int32_t bk = t5_bucket(&j->g, k0 + t - qpos);
+        if (runs == 0 || bk != run_bucket[runs - 1]) {
+          run_start[runs] = t;
+          run_bucket[runs++] = bk;
+        }
+      }
+      run_start[runs] = len;
       for (int64_t h = 0; h < j->heads; h++) {
-        for (int64_t t = 0; t < len; t++) bias[t] = j->table[bucket[t] * j->heads + h];
+        for (int32_t r = 0; r < runs; r++) {
+          float v = j->table[run_bucket[r] * j->heads + h];
+          for (int32_t t = run_start[r]; t < run_start[r + 1]; t++) bias[t] = v;
+        }
         char *row = row0 + (h * j->s_head + k0) * (int64_t)j->esize;
         j->k->add_row[j->dtype](row, bias, len);
       }
