@@ -152,6 +152,24 @@ static tbuf clone(const tbuf *src) {
 /* Every ISA path other than scalar that this build and CPU run. */
 static const char *const simd_isas[] = {"avx2", "avx512", "neon"};
 
+/* One 3-thread pool for the whole file (creating pools per case, with their
+ * hwloc topology and threads, is slow under qemu). PE_POOL_MIN_BYTES=0 makes
+ * even the small test tensors split across the threads. */
+static pe_threadpool *shared_pool;
+static pe_threadpool *test_pool(void) {
+  if (!shared_pool) {
+    setenv("PE_POOL_MIN_BYTES", "0", 1);
+    assert_int_equal(pe_threadpool_create(3, &shared_pool), PE_OK);
+  }
+  return shared_pool;
+}
+static int destroy_pool(void **state) {
+  (void)state;
+  pe_threadpool_destroy(shared_pool);
+  shared_pool = NULL;
+  return 0;
+}
+
 /* ---- slopes ---- */
 
 /* Press et al.'s reference construction (the ALiBi repository's get_slopes),
@@ -491,10 +509,8 @@ static void run_simd_case(const simd_case *c) {
   /* pool sizes: same bits */
   {
     tbuf p = clone(&orig);
-    pe_threadpool *pool = NULL;
-    assert_int_equal(pe_threadpool_create(3, &pool), PE_OK);
+    pe_threadpool *pool = test_pool();
     assert_int_equal(pe_alibi_add_bias(&p.t, slopes, qp, fl, pool), PE_OK);
-    pe_threadpool_destroy(pool);
     assert_memory_equal(p.mem, ref.mem, ref.bytes);
     free(p.mem);
   }
@@ -547,5 +563,5 @@ int main(void) {
       cmocka_unit_test(test_bias_errors_change_nothing),
       cmocka_unit_test(test_simd_matches_scalar),
   };
-  return cmocka_run_group_tests(tests, NULL, NULL);
+  return cmocka_run_group_tests(tests, NULL, destroy_pool);
 }
