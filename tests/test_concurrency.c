@@ -82,10 +82,12 @@ static void set_fail(work *w, const char *what, pe_status st) {
   } while (0)
 
 static void run_sequence(work *w) {
-  static float sq[B * HQ * T * D], sk[B * HK * T * D]; /* unused for NULL pools */
-  float *snap_q = w->pool ? malloc(sizeof w->q) : sq, *snap_k = w->pool ? malloc(sizeof w->k) : sk;
+  /* Per-thread snapshots (busy refusals are checked against them). */
+  float *snap_q = malloc(sizeof w->q), *snap_k = malloc(sizeof w->k);
   if (!snap_q || !snap_k) {
     set_fail(w, "malloc", PE_ERR_OUT_OF_MEMORY);
+    free(snap_q);
+    free(snap_k);
     return;
   }
   pe_tensor q = {w->q, PE_F32, {B, HQ, T, D}, {HQ * T * D, T * D, D, 1}};
@@ -119,10 +121,8 @@ static void run_sequence(work *w) {
       set_fail(w, "pe_last_error() of another thread", PE_OK);
     }
   }
-  if (w->pool) {
-    free(snap_q);
-    free(snap_k);
-  }
+  free(snap_q);
+  free(snap_k);
 }
 
 static void *thread_main(void *arg) {
