@@ -244,9 +244,15 @@ static long compare_case(const rcase *c) {
     if (memcmp(ref, got, in.bytes)) {
       size_t at = 0;
       while (ref[at] == got[at]) at++;
+      size_t es = esize(c->dtype), e = at / es * es;
+      uint32_t vi = 0, vr = 0, vg = 0;
+      memcpy(&vi, in.data + e, es);
+      memcpy(&vr, ref + e, es);
+      memcpy(&vg, got + e, es);
       char s[256];
       describe(c, s, sizeof s);
-      fail_msg("%s differs from scalar at byte %zu: %s", simd_isas[i], at, s);
+      fail_msg("%s differs from scalar at byte %zu (input %#x, scalar %#x, %s %#x): %s",
+               simd_isas[i], at, (unsigned)vi, (unsigned)vr, simd_isas[i], (unsigned)vg, s);
     }
   }
   free(ref);
@@ -531,5 +537,8 @@ int main(void) {
       cmocka_unit_test(test_table_accuracy),
       cmocka_unit_test(test_golden),
   };
+  /* e.g. PE_TEST_FILTER='test_differential_*' to rerun a part under qemu */
+  const char *filter = getenv("PE_TEST_FILTER");
+  if (filter && *filter) cmocka_set_test_filter(filter);
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -102,20 +102,21 @@ static inline void rotate16(__m512 x, __m512 y, __m512 c, __m512 s, __m512 *xo, 
   *yo = _mm512_fmadd_ps(y, c, _mm512_mul_ps(x, s));
 }
 
-static inline __m512 load_sin(const float *p, __mmask16 m, int32_t inverse) {
-  __m512 s = _mm512_maskz_loadu_ps(m, p);
-  return inverse ? _mm512_mul_ps(s, _mm512_set1_ps(-1.0f)) : s;
+/* sin times sign (+-1, see kernels.h: never a branch on a constant -1) */
+static inline __m512 load_sin(const float *p, __mmask16 m, __m512 sign) {
+  return _mm512_mul_ps(_mm512_maskz_loadu_ps(m, p), sign);
 }
 
 /* NeoX: x = row[j], y = row[half + j]. */
 #define DEFINE_ROW_NEOX(NAME, T, LOAD, STORE)                                                   \
   static void NAME(void *data, const float *cs, int32_t half, int32_t inverse) {                \
     T *row = data;                                                                              \
+    const __m512 sign = _mm512_set1_ps(inverse ? -1.0f : 1.0f);                                 \
     for (int32_t j = 0; j < half; j += 16) {                                                    \
       __mmask16 m = mask_first(half - j);                                                       \
       __m512 xn, yn;                                                                            \
       rotate16(LOAD(row + j, m), LOAD(row + half + j, m), _mm512_maskz_loadu_ps(m, cs + j),     \
-               load_sin(cs + half + j, m, inverse), &xn, &yn);                                  \
+               load_sin(cs + half + j, m, sign), &xn, &yn);                                  \
       STORE(row + j, m, xn);                                                                    \
       STORE(row + half + j, m, yn);                                                             \
     }                                                                                           \
@@ -131,6 +132,7 @@ static inline __m512 load_sin(const float *p, __mmask16 m, int32_t inverse) {
     const __m512i odd = _mm512_add_epi32(even, _mm512_set1_epi32(1));                           \
     const __m512i lo = _mm512_setr_epi32(0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6, 22, 7, 23); \
     const __m512i hi = _mm512_add_epi32(lo, _mm512_set1_epi32(8));                              \
+    const __m512 sign = _mm512_set1_ps(inverse ? -1.0f : 1.0f);                                 \
     for (int32_t j = 0; j < half; j += 16) {                                                    \
       int32_t n = 2 * (half - j); /* elements left in this row */                               \
       __mmask16 m = mask_first(half - j), m0 = mask_first(n);                                   \
@@ -138,7 +140,7 @@ static inline __m512 load_sin(const float *p, __mmask16 m, int32_t inverse) {
       __m512 v0 = LOAD(row + 2 * j, m0), v1 = LOAD(row + 2 * j + 16, m1);                       \
       __m512 xn, yn;                                                                            \
       rotate16(_mm512_permutex2var_ps(v0, even, v1), _mm512_permutex2var_ps(v0, odd, v1),       \
-               _mm512_maskz_loadu_ps(m, cs + j), load_sin(cs + half + j, m, inverse), &xn, &yn); \
+               _mm512_maskz_loadu_ps(m, cs + j), load_sin(cs + half + j, m, sign), &xn, &yn); \
       STORE(row + 2 * j, m0, _mm512_permutex2var_ps(xn, lo, yn));                               \
       STORE(row + 2 * j + 16, m1, _mm512_permutex2var_ps(xn, hi, yn));                          \
     }                                                                                           \

@@ -58,12 +58,20 @@ static inline void rotate_pair(float x, float y, float c, float s, float *xo, fl
   *yo = fmaf(y, c, x * s);
 }
 
+/* f16 widening as the hardware does it (F16C, FCVTL): a signaling NaN comes
+ * out quiet. It matters for which NaN an fma returns when x and y are both
+ * NaN: Arm prefers a signaling operand. */
+static inline float load_f16(uint16_t h) {
+  float f = pe_f16_to_f32(h);
+  return (h & 0x7c00u) == 0x7c00u && (h & 0x3ffu) ? pe_bits_f32(pe_f32_bits(f) | 0x400000u) : f;
+}
+
 /* One row: pairs (xo + j*step, yo + j*step), j < half. */
 #define DEFINE_ROPE_ROW(NAME, T, LOAD, STORE, XO, YO, STEP)                                      \
   static void NAME(void *data, const float *cs, int32_t half, int32_t inverse) {                 \
     T *row = data;                                                                               \
     const float *cosv = cs, *sinv = cs + half;                                                   \
-    float sign = inverse ? -1.0f : 1.0f;                                                         \
+    float sign = inverse ? -1.0f : 1.0f; /* multiplied always: see kernels.h */                  \
     for (int32_t j = 0; j < half; j++) {                                                         \
       T *px = row + (XO) + j * (STEP), *py = row + (YO) + j * (STEP);                            \
       float xn, yn;                                                                              \
@@ -86,7 +94,7 @@ static inline void rotate_pair(float x, float y, float c, float s, float *xo, fl
 #define LOAD_F32(v) (v)
 #define STORE_F32(v) (v)
 DEFINE_ROPE_ROWS(rope_rows_f32_scalar, float, LOAD_F32, STORE_F32)
-DEFINE_ROPE_ROWS(rope_rows_f16_scalar, uint16_t, pe_f16_to_f32, pe_f32_to_f16)
+DEFINE_ROPE_ROWS(rope_rows_f16_scalar, uint16_t, load_f16, pe_f32_to_f16)
 DEFINE_ROPE_ROWS(rope_rows_bf16_scalar, uint16_t, pe_bf16_to_f32, pe_f32_to_bf16)
 
 const pe_kernels pe__kernels_scalar = {
