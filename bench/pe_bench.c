@@ -1541,10 +1541,12 @@ int main(int argc, char **argv) {
   /* The caller stays on one core, so the pool (which places its workers on
    * the other cores) and the bound's team measure the same placement every
    * time. */
-  /* Placement: the caller is pinned to the CPU it runs on; the pools (which
-   * place their workers on the other cores, within the caller's CPU mask)
-   * are created before that, while the mask is still the whole machine; the
-   * bound's team members are pinned to the other CPUs too. */
+  /* Placement: the caller is pinned to the CPU it runs on, the bound's team
+   * members to the other CPUs, and the pools are created last: a pool puts
+   * its workers on cores other than the caller's, within the CPUs the
+   * process's threads may use (the team keeps those the whole machine).
+   * Creating the pools before pinning would race with the caller migrating
+   * and could put a worker on the caller's own CPU for the whole run. */
   int main_cpu = opt.no_pin ? -1 : sched_getcpu();
   if (main_cpu >= 0) {
     cpu_set_t all;
@@ -1553,15 +1555,17 @@ int main(int argc, char **argv) {
         if (CPU_ISSET(c, &all) && c != main_cpu) team_cpus[n_team_cpus++] = c;
   }
   for (int i = 0; i < opt.n_threads; i++)
-    if (opt.threads[i] > 1) pool_for(opt.threads[i]), team_get(opt.threads[i]);
-  if (suite_selected("cutover")) pool_for(cutover_threads()), cutover_prepare();
+    if (opt.threads[i] > 1) team_get(opt.threads[i]);
+  if (suite_selected("cutover")) team_get(cutover_threads());
   if (main_cpu >= 0) {
     cpu_set_t set;
     CPU_ZERO(&set);
     CPU_SET(main_cpu, &set);
     sched_setaffinity(0, sizeof set, &set);
   }
-  run_start = now_ns();
+  for (int i = 0; i < opt.n_threads; i++)
+    if (opt.threads[i] > 1) pool_for(opt.threads[i]);
+  if (suite_selected("cutover")) pool_for(cutover_threads()), cutover_prepare();
 
   if (opt.isa && !strcmp(opt.isa, "all")) {
     static const char *const isas[] = {"scalar", "avx2", "avx512", "neon"};

@@ -271,7 +271,11 @@ static void command(struct pe_threadpool *p, pool_worker *w) {
  * whatever was left, so only chunks other threads are running remain). */
 static void wait_chunks(struct pe_threadpool *p, uint32_t chunks) {
   uint32_t v;
-  for (int i = 0; i < PE_POOL_SPIN; i++) {
+  /* The caller is blocked in the call anyway, and what it waits for is a
+   * chunk another thread is running: it spins longer than an idle worker,
+   * because sleeping here would add a futex wake, and on a loaded machine a
+   * wait for a turn on the CPU, to the end of every call. */
+  for (int i = 0; i < PE_POOL_SPIN * 16; i++) {
     if (atomic_load_explicit(&p->done, memory_order_acquire) == chunks) return;
     cpu_relax();
   }
