@@ -24,6 +24,17 @@
  * - Every unit is computed by exactly one thread with the same kernel, and
  *   the kernels' results do not depend on how the range is cut, so results
  *   are bit-identical for any pool size and any interleaving.
+ * - Placement (hwloc): workers are bound one per physical core, the cores of
+ *   the caller's NUMA node first, starting after the caller's current core
+ *   (which is left to the caller), then the rest of the machine; more
+ *   threads than cores wrap around. Only CPUs the process may use count:
+ *   hwloc's process binding, the union of its threads' CPU masks, so
+ *   taskset and cgroup limits are respected. A single-threaded caller that
+ *   pinned itself to one CPU before creating the pool therefore gets its
+ *   workers on that CPU (as OpenMP runtimes do with the initial thread's
+ *   mask): pin after creating the pool. n_threads 0 counts those cores.
+ *   Without hwloc (build or run time), threads are not pinned and
+ *   n_threads 0 counts the CPUs in the caller's affinity mask.
  * - Calls whose n * bytes_per_unit is below a measured cut-over run on the
  *   calling thread alone (see PE_POOL_MIN_BYTES_HOT / _COLD).
  *
