@@ -458,7 +458,11 @@ PE_API pe_status pe_threadpool_create(int32_t n_threads, pe_threadpool **out) {
   for (int i = 0; i < n_cores; i++) hwloc_bitmap_free(cores[i]);
 #endif
   if (nw > 0 && (!p->workers || !p->runs)) {
-    pool_free(p);
+#if defined(PE_HAVE_HWLOC)
+    for (int32_t i = 0; p->workers && i < nw; i++)
+      if (p->workers[i].cpuset) hwloc_bitmap_free(p->workers[i].cpuset);
+#endif
+    pool_free(p); /* n_threads is still 1: no worker to stop */
     return pe__fail(PE_ERR_OUT_OF_MEMORY, "%s: cannot allocate %d workers", fn, (int)nw);
   }
   /* n_threads counts the started workers + 1, so that pool_free stops and
