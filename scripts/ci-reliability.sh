@@ -82,7 +82,7 @@ if configure "$adir" -DCMAKE_C_COMPILER=gcc -DCMAKE_BUILD_TYPE=RelWithDebInfo \
    cmake --build "$adir" -j"$JOBS" > "$adir/build.log" 2>&1; then
   (cd "$adir" && ASAN_OPTIONS=detect_leaks=1:allocator_may_return_null=1 \
      UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
-     ctest --output-on-failure -j"$JOBS" -E exported_symbols) > "$adir/ctest.log" 2>&1
+     ctest -V -j"$JOBS" -E exported_symbols) > "$adir/ctest.log" 2>&1
   rc=$?
   if [ $rc -ne 0 ]; then
     grep -E "Failed|\*\*\*|ERROR|runtime error|SUMMARY" "$adir/ctest.log" | head -20
@@ -126,28 +126,49 @@ vdir=build-rel-valgrind
 mkdir -p "$vdir"
 if configure "$vdir" -DCMAKE_C_COMPILER=gcc -DCMAKE_BUILD_TYPE=Debug &&
    cmake --build "$vdir" -j"$JOBS" > "$vdir/build.log" 2>&1; then
-  n=0; errs=0; defl=0; bad=0
-  for exe in "$vdir"/tests/test_*; do
-    [ -x "$exe" ] || continue
+  # test_isa compares every ISA path bit for bit over many random inputs:
+  # valgrind cannot execute AVX-512 (it hides it from cpuid), so under it the
+  # test is hours of repeated emulated runs. ASan+UBSan run it in full.
+  vg_skip="test_isa"
+  vg_one() { # one test program under memcheck; its logs are read afterwards
+    local exe=$1 t log
     t=$(basename "$exe")
-    n=$((n + 1))
     log="$vdir/$t.valgrind.log"
-    # hwloc reads /sys and sleef probes the CPU: their one-time internal
-    # allocations are listed, with reasons, in the suppressions file.
-    CMOCKA_MESSAGE_OUTPUT=stdout PE_VALGRIND=1 \
+    # hwloc reads /sys and sleef probes the CPU: one-time internal
+    # allocations of system libraries are listed, with reasons, in the
+    # suppressions file; libposenc's own code is never suppressed.
+    CMOCKA_MESSAGE_OUTPUT=stdout timeout 900 \
       valgrind --tool=memcheck --error-exitcode=99 --leak-check=full \
         --errors-for-leak-kinds=definite --show-leak-kinds=definite \
         --suppressions=scripts/valgrind.supp --log-file="$log" "$exe" > "$vdir/$t.out" 2>&1
-    rc=$?
+    echo $? > "$vdir/$t.rc"
+  }
+  export -f vg_one
+  export vdir
+  progs=()
+  for exe in "$vdir"/tests/test_*; do
+    [ -x "$exe" ] || continue
+    case " $vg_skip " in *" $(basename "$exe") "*) continue ;; esac
+    progs+=("$exe")
+  done
+  rm -f "$vdir"/*.rc
+  printf '%s\n' "${progs[@]}" | xargs -P "$JOBS" -I{} bash -c 'vg_one "$1"' _ {}
+  n=0; errs=0; defl=0; bad=0
+  for exe in "${progs[@]}"; do
+    t=$(basename "$exe")
+    n=$((n + 1))
+    log="$vdir/$t.valgrind.log"
+    rc=$(cat "$vdir/$t.rc" 2>/dev/null || echo 1)
     e=$(sed -n 's/.*ERROR SUMMARY: \([0-9]*\) errors.*/\1/p' "$log" | tail -1)
     d=$(sed -n 's/.*definitely lost: \([0-9,]*\) bytes.*/\1/p' "$log" | tail -1 | tr -d ,)
     errs=$((errs + ${e:-0})); defl=$((defl + ${d:-0}))
-    if [ $rc -ne 0 ]; then
+    if [ "$rc" -ne 0 ]; then
       bad=$((bad + 1)); failed+=("valgrind $t")
-      echo "valgrind $t: exit $rc"; grep -E "Invalid|uninitialised|definitely|FAILED" "$log" "$vdir/$t.out" | head -10
+      echo "valgrind $t: exit $rc (124 = timed out)"
+      grep -E "Invalid|uninitialised|definitely|FAILED" "$log" "$vdir/$t.out" | head -10
     fi
   done
-  say "valgrind: $n test programs, $errs errors, $defl bytes definitely lost, $bad failed"
+  say "valgrind: $n test programs, $errs errors, $defl bytes definitely lost, $bad failed (skipped: $vg_skip)"
 else
   tail -30 "$vdir/build.log"; say "valgrind: BUILD FAILED"; failed+=("valgrind build")
 fi
