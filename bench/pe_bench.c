@@ -104,7 +104,7 @@ static void usage(FILE *f) {
           "  --isa NAME|all     force scalar, avx2, avx512, neon; all = each this CPU runs\n"
           "  --threads LIST     thread counts, e.g. 1,2 (default 1,2; 1 = no pool)\n"
           "  --hf-config FILE   rope cache from a HuggingFace config.json (heads from it too)\n"
-          "  --reps N           timed repetitions (default 11)\n"
+          "  --reps N           timed repetitions (default 15)\n"
           "  --warmup N         untimed repetitions first (default 2)\n"
           "  --json | --csv     machine-readable output instead of the table\n"
           "  --no-pin           leave the calling thread unpinned (default: pinned to the\n"
@@ -150,7 +150,7 @@ static int parse_args(int argc, char **argv) {
   opt.dtype = -1;
   opt.batch = 1;
   opt.threads[0] = 1, opt.threads[1] = 2, opt.n_threads = 2;
-  opt.reps = 11;
+  opt.reps = 15;
   opt.warmup = 2;
   opt.sample_ns = 5e5;
   for (int i = 1; i < argc; i++) {
