@@ -75,23 +75,31 @@ class Cache {
   pe_rope_cache *c_ = nullptr;
 };
 
-void BM_Rope(benchmark::State &state, const std::string &isa, pe_dtype dt, int64_t tokens) {
+void BM_Rope(benchmark::State &state, const std::string &isa, pe_dtype dt, int64_t tokens,
+             int threads) {
   if (pe_force_isa(isa.c_str()) != PE_OK) {
     state.SkipWithError((isa + ": " + pe_last_error()).c_str());
+    return;
+  }
+  pe_threadpool *pool = nullptr;  // 1 thread: the caller alone, no pool
+  if (threads > 1 && pe_threadpool_create(threads, &pool) != PE_OK) {
+    state.SkipWithError(pe_last_error());
     return;
   }
   Cache cache(tokens > 8192 ? tokens : 8192);
   Tensor q(dt, kHeads, tokens), k(dt, kKvHeads, tokens);
   int64_t pos = 4000;  // decode: a token past a long context; prefill: 0..T-1
   const int64_t *positions = tokens == 1 ? &pos : nullptr;
-  if (!cache.get() || pe_apply_rope_qk(cache.get(), q.get(), k.get(), positions, 0, nullptr) != PE_OK) {
+  if (!cache.get() || pe_apply_rope_qk(cache.get(), q.get(), k.get(), positions, 0, pool) != PE_OK) {
     state.SkipWithError(pe_last_error());
+    pe_threadpool_destroy(pool);
     return;
   }
   for (auto _ : state) {
-    pe_apply_rope_qk(cache.get(), q.get(), k.get(), positions, 0, nullptr);
+    pe_apply_rope_qk(cache.get(), q.get(), k.get(), positions, 0, pool);
     benchmark::ClobberMemory();
   }
+  pe_threadpool_destroy(pool);
   state.SetBytesProcessed(int64_t(state.iterations()) * int64_t(2 * (q.bytes() + k.bytes())));
   state.SetLabel(pe_isa_name());
 }
@@ -135,7 +143,11 @@ int main(int argc, char **argv) {
     std::string s(isa);
     for (const auto &c : cases)
       benchmark::RegisterBenchmark(("rope/llama3-8b/" + std::string(c.name) + "/" + s).c_str(), BM_Rope,
-                                   s, c.dt, c.tokens);
+                                   s, c.dt, c.tokens, 1);
+    // The pool on the prefill shape: wall time is what a pool changes.
+    benchmark::RegisterBenchmark(("rope/llama3-8b/prefill512/f32/2threads/" + s).c_str(), BM_Rope, s,
+                                 PE_F32, int64_t(512), 2)
+        ->UseRealTime();
     benchmark::RegisterBenchmark(("table/131072x64/" + s).c_str(), BM_TableBuild, s)
         ->Unit(benchmark::kMillisecond);
   }
