@@ -112,12 +112,16 @@ static void usage(FILE *f) {
           "  -h, --help         this text\n"
           "\n"
           "Every figure is the median of --reps repetitions with its spread (min..max).\n"
-          "GB/s counts bytes read + written by the kernel (tables and caches it reads are\n"
-          "not counted); 'x bound' = bound time / kernel time with the same threads\n"
+          "GB/s counts bytes read + written in the tensors (the RoPE cos/sin table is not\n"
+          "counted; learned counts the table rows it gathers); 'x bound' = bound time /\n"
+          "kernel time with the same threads\n"
           "(1.0 = as fast as streaming the bytes once; with N threads the bound is the\n"
           "faster of an N-thread and a 1-thread stream); 'x textbook' = textbook loop time /\n"
           "kernel time (RoPE, f32, NeoX, one thread); 'x 1 thr' = the same case's\n"
-          "one-thread time / this time. The bound is compiled -O3 -march=native.\n");
+          "one-thread time / this time. The bound is compiled -O3 -march=native.\n"
+          "The cutover suite times RoPE calls of 1..512 tokens on the caller alone and on\n"
+          "a pool with its cut-over disabled (PE_POOL_MIN_BYTES=0), workers hot (calls\n"
+          "back to back) and cold (2 ms asleep between calls): where a pool starts to pay.\n");
 }
 
 static int parse_dtype(const char *s) {
