@@ -398,6 +398,105 @@ PE_API const char *pe_isa_name(void);
  * benchmarks, before concurrent use. */
 PE_API pe_status pe_force_isa(const char *name);
 
+/* ------------------------------------------------------------------------ */
+/* RoPE for serving engines                                                 */
+/* ------------------------------------------------------------------------ */
+
+/* Rotate q in place and write the rotated k straight into a (paged) KV cache,
+ * converting to the cache's dtype in the same pass: k is read once and each
+ * cache row written once, instead of rotate-k-in-place + copy (vLLM's
+ * rotary_embedding followed by reshape_and_cache).
+ *
+ * c: the RoPE cache (frequencies, table, style).
+ * q: [batch, q_heads, tokens, head_dim], rotated in place; may be NULL.
+ * k: [batch, kv_heads, tokens, head_dim], read only (not modified).
+ * k_cache: [num_blocks, kv_heads, block_size, head_dim], any strides with
+ *   stride[3] == 1 and any dtype (f32/f16/bf16, need not be k's): slot s is
+ *   block s / block_size, row s % block_size. A flat cache of num_slots rows
+ *   is num_blocks 1, block_size num_slots (or the reverse); vLLM/FlashInfer
+ *   "NHD" [num_blocks, block_size, kv_heads, head_dim] and "HND"
+ *   [num_blocks, kv_heads, block_size, head_dim] layouts are both strides.
+ *   Must not overlap q or k.
+ * slot_mapping: [batch][tokens] int64: the cache slot of each token's key,
+ *   in [0, num_blocks * block_size), or -1 to skip the token (padding; as
+ *   in vLLM): its cache rows are not touched (its q is still rotated). A slot
+ *   given to two tokens is an error, since the stored key would depend on
+ *   the order of the writes (and on the thread schedule).
+ * positions: [batch][tokens] or NULL (0..tokens-1), as pe_apply_rope_qk.
+ * flags: PE_ROPE_INVERSE.
+ * Stored value, per element: k widened exactly to float32, rotated exactly
+ * as pe_apply_rope_qk does, rounded once to k_cache's dtype; channels
+ * [rotary_dim, head_dim) converted (bits copied when the dtypes match). So
+ * for k_cache's dtype equal to k's, or k f32, the cache holds bit for bit
+ * what pe_apply_rope_qk on k followed by a converting copy would give; for a
+ * half-type k and a wider cache it keeps the float32 result instead of
+ * rounding it to k's dtype first. Bit-identical across ISAs and pool sizes.
+ * Errors (nothing written on any): PE_ERR_NULL_POINTER (c, k, k_cache,
+ * slot_mapping, data), PE_ERR_SHAPE (head_dim != the cache's, heads of k and
+ * k_cache differ, q/k batch or tokens differ, k_cache overlaps q or k,
+ * aliasing strides), PE_ERR_DTYPE, PE_ERR_OVERFLOW,
+ * PE_ERR_POSITION_OUT_OF_RANGE, PE_ERR_INVALID_ARGUMENT (a slot < -1 or
+ * >= num_blocks * block_size, a duplicate slot, unknown flags, busy pool).
+ * Thread-safety: as pe_apply_rope_qk; two concurrent calls must not write
+ * the same cache rows. */
+PE_API pe_status pe_apply_rope_qk_store(const pe_rope_cache *c, const pe_tensor *q,
+                                        const pe_tensor *k, const pe_tensor *k_cache,
+                                        const int64_t *slot_mapping, const int64_t *positions,
+                                        uint32_t flags, pe_threadpool *pool);
+
+/* pe_apply_mrope_qk: use Qwen3-VL's interleaved assignment of frequencies to
+ * axes instead of Qwen2-VL's contiguous sections. */
+#define PE_ROPE_MROPE_INTERLEAVED 2u
+
+/* Multi-axis RoPE (M-RoPE) of Qwen2-VL / Qwen2.5-VL / Qwen3-VL: each
+ * frequency is rotated by the position of one of three axes (temporal,
+ * height, width), in place on q and/or k.
+ * c: the cache (its frequencies, table, attention factor and style; for the
+ *   Qwen-VL models NeoX, default frequencies). Any cache works: M-RoPE only
+ *   changes which position each frequency uses.
+ * q, k: as pe_apply_rope_qk (either may be NULL, not both).
+ * positions: [3][batch][tokens] int64 (HF's position_ids of shape
+ *   (3, batch, tokens): t, h, w), each < max_positions with a table; NULL =
+ *   0..tokens-1 on every axis.
+ * mrope_section: 3 counts of frequencies (HF rope_scaling["mrope_section"]),
+ *   >= 0, summing to rotary_dim/2. Frequency i (0 <= i < rotary_dim/2) uses
+ *   - by default (Qwen2-VL): axis t for i < s0, h for s0 <= i < s0+s1, w
+ *     after (HF: cos.split(mrope_section * 2)[j] taken from axis j % 3);
+ *   - with PE_ROPE_MROPE_INTERLEAVED (Qwen3-VL): h when i % 3 == 1 and
+ *     i < 3*s1, w when i % 3 == 2 and i < 3*s2, t otherwise
+ *     (HF apply_interleaved_mrope).
+ *   Both halves of the NeoX pair (or the GPT-J pair) use frequency i's angle.
+ * flags: PE_ROPE_INVERSE, PE_ROPE_MROPE_INTERLEAVED.
+ * A token whose three positions are equal (text) is rotated bit for bit as
+ * pe_apply_rope_qk rotates it at that position.
+ * Errors (nothing written): PE_ERR_NULL_POINTER, PE_ERR_SHAPE, PE_ERR_DTYPE,
+ * PE_ERR_OVERFLOW, PE_ERR_POSITION_OUT_OF_RANGE (names the axis),
+ * PE_ERR_INVALID_ARGUMENT (mrope_section, flags, busy pool). Thread-safe as
+ * pe_apply_rope_qk. */
+PE_API pe_status pe_apply_mrope_qk(const pe_rope_cache *c, const pe_tensor *q, const pe_tensor *k,
+                                   const int64_t *positions, const int32_t *mrope_section,
+                                   uint32_t flags, pe_threadpool *pool);
+
+/* Rotate a batch whose sequences use different frequency sets, in one call:
+ * batch row b uses caches[cache_index[b]] (its table or on-the-fly
+ * frequencies and its attention factor). For per-request dynamic-NTK
+ * contexts, LongRoPE short/long factors per sequence, per-adapter scaling.
+ * caches: n_caches >= 1 non-NULL caches with the same head_dim, rotary_dim
+ *   and style.
+ * cache_index: [batch] int32 in [0, n_caches); NULL only when n_caches == 1.
+ * q, k, positions, flags: as pe_apply_rope_qk; each position is checked
+ *   against its own row's cache (max_positions when it has a table).
+ * Each batch row is rotated bit for bit as pe_apply_rope_qk with its cache
+ * would rotate it. Errors (nothing written): PE_ERR_NULL_POINTER,
+ * PE_ERR_SHAPE (caches or tensors differ in geometry), PE_ERR_DTYPE,
+ * PE_ERR_OVERFLOW, PE_ERR_POSITION_OUT_OF_RANGE, PE_ERR_INVALID_ARGUMENT
+ * (n_caches, a cache_index value, styles differ, flags, busy pool).
+ * Thread-safe as pe_apply_rope_qk. */
+PE_API pe_status pe_apply_rope_qk_multi(const pe_rope_cache *const *caches, int32_t n_caches,
+                                        const int32_t *cache_index, const pe_tensor *q,
+                                        const pe_tensor *k, const int64_t *positions,
+                                        uint32_t flags, pe_threadpool *pool);
+
 #ifdef __cplusplus
 }
 #endif

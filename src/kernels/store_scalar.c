@@ -1,0 +1,58 @@
+/* store_scalar.c - the reference of the fused rotate-and-store kernels:
+ * portable C with the arithmetic of scalar.c (explicit fmaf in the same
+ * order; the library is built with -ffp-contract=off). The vector files
+ * reproduce these bit for bit. */
+#include <math.h>
+
+#include "store_kernels.h"
+
+#define LOAD_F32(p) (*(const float *)(p))
+#define LOAD_F16(p) pe_f16_to_f32(*(const uint16_t *)(p))
+#define LOAD_BF16(p) pe_bf16_to_f32(*(const uint16_t *)(p))
+#define STORE_F32(p, v) (*(float *)(p) = (v))
+#define STORE_F16(p, v) (*(uint16_t *)(p) = pe_f32_to_f16(v))
+#define STORE_BF16(p, v) (*(uint16_t *)(p) = pe_f32_to_bf16(v))
+
+/* Pairs (XO + j*STEP, YO + j*STEP), j < half: scalar.c's DEFINE_ROPE_ROW with
+ * the load from src and the store into dst. */
+#define DEFINE_STORE_ROW(NAME, S, D, LOAD, STORE, XO, YO, STEP)                                  \
+  static void NAME(const void *src, void *dst, const float *cs, int32_t half, int32_t inverse) { \
+    const S *in = src;                                                                           \
+    D *out = dst;                                                                                \
+    const float *cosv = cs, *sinv = cs + half;                                                   \
+    float sign = inverse ? -1.0f : 1.0f;                                                         \
+    for (int32_t j = 0; j < half; j++) {                                                         \
+      int64_t ix = (XO) + (int64_t)j * (STEP), iy = (YO) + (int64_t)j * (STEP);                  \
+      float x = LOAD(in + ix), y = LOAD(in + iy), c = cosv[j], s = sign * sinv[j];               \
+      STORE(out + ix, fmaf(x, c, -(y * s)));                                                     \
+      STORE(out + iy, fmaf(y, c, x * s));                                                        \
+    }                                                                                            \
+  }
+
+#define DEFINE_STORE_ROWS(SN, S, SDT, LOAD, DN, D, DDT, STORE)                                   \
+  DEFINE_STORE_ROW(row_##SN##_##DN##_neox, S, D, LOAD, STORE, 0, half, 1)                        \
+  DEFINE_STORE_ROW(row_##SN##_##DN##_gptj, S, D, LOAD, STORE, 0, 1, 2)                           \
+  static void rows_##SN##_##DN(const void *const *src, int64_t shs, void *const *dst,            \
+                               int64_t dhs, int64_t n_heads, int64_t n_tokens,                   \
+                               const float *const *cs, int32_t half, int32_t head_dim,           \
+                               int32_t style, int32_t inverse) {                                 \
+    pe_rope_store_walk(src, SDT, shs, dst, DDT, dhs, n_heads, n_tokens, cs, half, head_dim,      \
+                       inverse,                                                                  \
+                       style == PE_ROPE_GPTJ ? row_##SN##_##DN##_gptj : row_##SN##_##DN##_neox); \
+  }
+
+#define DEFINE_FROM(SN, S, SDT, LOAD)                                                            \
+  DEFINE_STORE_ROWS(SN, S, SDT, LOAD, f32, float, PE_F32, STORE_F32)                             \
+  DEFINE_STORE_ROWS(SN, S, SDT, LOAD, f16, uint16_t, PE_F16, STORE_F16)                          \
+  DEFINE_STORE_ROWS(SN, S, SDT, LOAD, bf16, uint16_t, PE_BF16, STORE_BF16)
+
+DEFINE_FROM(f32, float, PE_F32, LOAD_F32)
+DEFINE_FROM(f16, uint16_t, PE_F16, LOAD_F16)
+DEFINE_FROM(bf16, uint16_t, PE_BF16, LOAD_BF16)
+
+const pe_store_kernels pe__store_kernels_scalar = {
+    .name = "scalar",
+    .rope_store_rows = {{rows_f32_f32, rows_f32_f16, rows_f32_bf16},
+                        {rows_f16_f32, rows_f16_f16, rows_f16_bf16},
+                        {rows_bf16_f32, rows_bf16_f16, rows_bf16_bf16}},
+};
