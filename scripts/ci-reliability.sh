@@ -12,6 +12,9 @@ set -uo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
 FUZZ_SECONDS=${FUZZ_SECONDS:-30}
+# STEPS picks a subset, e.g. STEPS="valgrind abi" (default: all five).
+STEPS=${STEPS:-fuzz asan tsan valgrind abi}
+want() { case " $STEPS " in *" $1 "*) return 0 ;; esac; return 1; }
 JOBS=${JOBS:-$(nproc 2>/dev/null || echo 2)}
 t0=$(date +%s)
 failed=()
@@ -28,6 +31,7 @@ configure() { # dir, cmake args...
 }
 
 # ---- 1. fuzzing --------------------------------------------------------------
+if want fuzz; then
 step "fuzzing, ${FUZZ_SECONDS} s per target"
 fdir=build-rel-fuzz
 mkdir -p "$fdir"
@@ -70,7 +74,10 @@ else
   failed+=("fuzz build")
 fi
 
+fi
+
 # ---- 2. ASan + UBSan -----------------------------------------------------------
+if want asan; then
 # gcc, not clang: clang 14 has no _Float16 on x86-64 and the reference tests
 # use it; and gcc links its sanitizer runtimes into libposenc.so, which is
 # linked with --no-undefined (clang leaves them to the executable).
@@ -94,7 +101,10 @@ else
   tail -30 "$adir/build.log"; say "asan+ubsan: BUILD FAILED"; failed+=("asan build")
 fi
 
+fi
+
 # ---- 3. TSan on the thread tests ----------------------------------------------
+if want tsan; then
 step "thread tests under TSan"
 tdir=build-rel-tsan
 mkdir -p "$tdir"
@@ -120,11 +130,16 @@ else
   tail -30 "$tdir/build.log"; say "tsan: BUILD FAILED"; failed+=("tsan build")
 fi
 
+fi
+
 # ---- 4. valgrind memcheck -----------------------------------------------------
+if want valgrind; then
 step "test suite under valgrind memcheck"
 vdir=build-rel-valgrind
 mkdir -p "$vdir"
-if configure "$vdir" -DCMAKE_C_COMPILER=gcc -DCMAKE_BUILD_TYPE=Debug &&
+# -O2 -g: memcheck needs the debug info, not -O0 (which some intrinsics
+# code does not compile at).
+if configure "$vdir" -DCMAKE_C_COMPILER=gcc -DCMAKE_BUILD_TYPE=RelWithDebInfo &&
    cmake --build "$vdir" -j"$JOBS" > "$vdir/build.log" 2>&1; then
   # test_isa compares every ISA path bit for bit over many random inputs:
   # valgrind cannot execute AVX-512 (it hides it from cpuid), so under it the
@@ -173,22 +188,28 @@ else
   tail -30 "$vdir/build.log"; say "valgrind: BUILD FAILED"; failed+=("valgrind build")
 fi
 
+fi
+
 # ---- figures printed by the tests themselves ------------------------------------
+if want asan; then
 faults=$(grep -ho "faults injected: [0-9]*" "$adir"/ctest.log 2>/dev/null | awk '{s+=$3} END {print s+0}')
 badin=$(grep -ho "bad inputs tried: [0-9]*" "$adir"/ctest.log 2>/dev/null | awk '{s+=$4} END {print s+0}')
 say "faults injected (allocation failures, ASan run): $faults"
 say "bad inputs tried by the limit and struct-size tests (ASan run): $badin"
 
+fi
+
 # ---- 5. ABI --------------------------------------------------------------------
+if want abi; then
 step "ABI against abi/libposenc.abi"
-if [ -f "$vdir/libposenc.so" ]; then
-  if out=$(scripts/abi-check.sh "$vdir/libposenc.so" 2>&1); then
-    say "$(echo "$out" | tail -1)"
-  else
-    echo "$out" | tail -40; say "$(echo "$out" | tail -1)"; failed+=("abi")
-  fi
+# The valgrind build is -O2 -g: reuse its library; otherwise abi-check builds one.
+vlib=""
+want valgrind && [ -f "$vdir/libposenc.so" ] && vlib="$vdir/libposenc.so"
+if out=$(scripts/abi-check.sh $vlib 2>&1); then
+  say "$(echo "$out" | tail -1)"
 else
-  say "abi: no library built"; failed+=("abi")
+  echo "$out" | tail -40; say "$(echo "$out" | tail -1)"; failed+=("abi")
+fi
 fi
 
 step "summary"
