@@ -43,28 +43,23 @@ static inline void rotate8(__m256 x, __m256 y, __m256 c, __m256 s, __m256 *xo, _
   *yo = _mm256_fmadd_ps(y, c, _mm256_mul_ps(x, s));
 }
 
-static inline __m256 sin_sign(__m256 s, int32_t inverse) {
-  return inverse ? _mm256_mul_ps(s, _mm256_set1_ps(-1.0f)) : s;
-}
-
 /* NeoX, 8 pairs: x at sx/dx[0..8), y at sy/dy[0..8). */
-#define NEOX8(LOAD, STORE, sx, sy, dx, dy, c, s, inverse)                                       \
+#define NEOX8(LOAD, STORE, sx, sy, dx, dy, c, s)                                                \
   do {                                                                                          \
     __m256 xn_, yn_;                                                                            \
-    rotate8(LOAD(sx), LOAD(sy), _mm256_loadu_ps(c), sin_sign(_mm256_loadu_ps(s), inverse),     \
-            &xn_, &yn_);                                                                        \
+    rotate8(LOAD(sx), LOAD(sy), _mm256_loadu_ps(c), _mm256_loadu_ps(s), &xn_,     \
+            &yn_);                                                                        \
     STORE(dx, xn_);                                                                             \
     STORE(dy, yn_);                                                                             \
   } while (0)
 
 #define DEFINE_ROW_NEOX(NAME, S, D, LOAD, STORE)                                                \
-  static void NAME(const void *src, void *dst, const float *cs, int32_t half, int32_t inverse) { \
+  static void NAME(const void *src, void *dst, const float *cs, int32_t half) { \
     const S *in = src;                                                                          \
     D *out = dst;                                                                               \
     int32_t j = 0;                                                                              \
     for (; j + 8 <= half; j += 8)                                                               \
-      NEOX8(LOAD, STORE, in + j, in + half + j, out + j, out + half + j, cs + j, cs + half + j, \
-            inverse);                                                                           \
+      NEOX8(LOAD, STORE, in + j, in + half + j, out + j, out + half + j, cs + j, cs + half + j);\
     if (j < half) {                                                                             \
       size_t m = (size_t)(half - j);                                                            \
       S x[8] = {0}, y[8] = {0};                                                                 \
@@ -74,7 +69,7 @@ static inline __m256 sin_sign(__m256 s, int32_t inverse) {
       memcpy(y, in + half + j, m * sizeof(S));                                                  \
       memcpy(c, cs + j, m * sizeof(float));                                                     \
       memcpy(s, cs + half + j, m * sizeof(float));                                              \
-      NEOX8(LOAD, STORE, x, y, xo, yo, c, s, inverse);                                          \
+      NEOX8(LOAD, STORE, x, y, xo, yo, c, s);                                                   \
       memcpy(out + j, xo, m * sizeof(D));                                                       \
       memcpy(out + half + j, yo, m * sizeof(D));                                                \
     }                                                                                           \
@@ -82,24 +77,24 @@ static inline __m256 sin_sign(__m256 s, int32_t inverse) {
 
 /* GPT-J, 8 interleaved pairs at sp/dp[0..16): avx2.c's shuffles (x and y in
  * pair order 0,1,4,5 | 2,3,6,7, cos/sin permuted to match, unpacks restore). */
-#define GPTJ8(LOAD, STORE, sp, dp, c, s, inverse)                                               \
+#define GPTJ8(LOAD, STORE, sp, dp, c, s)                                                        \
   do {                                                                                          \
     __m256 v0_ = LOAD(sp), v1_ = LOAD((sp) + 8), xn_, yn_;                                      \
     __m256 cc_ = _mm256_castpd_ps(_mm256_permute4x64_pd(_mm256_castps_pd(_mm256_loadu_ps(c)), 0xd8)); \
     __m256 ss_ = _mm256_castpd_ps(_mm256_permute4x64_pd(_mm256_castps_pd(_mm256_loadu_ps(s)), 0xd8)); \
     rotate8(_mm256_shuffle_ps(v0_, v1_, 0x88), _mm256_shuffle_ps(v0_, v1_, 0xdd), cc_,          \
-            sin_sign(ss_, inverse), &xn_, &yn_);                                                \
+            ss_, &xn_, &yn_);                                                                 \
     STORE(dp, _mm256_unpacklo_ps(xn_, yn_));                                                    \
     STORE((dp) + 8, _mm256_unpackhi_ps(xn_, yn_));                                              \
   } while (0)
 
 #define DEFINE_ROW_GPTJ(NAME, S, D, LOAD, STORE)                                                \
-  static void NAME(const void *src, void *dst, const float *cs, int32_t half, int32_t inverse) { \
+  static void NAME(const void *src, void *dst, const float *cs, int32_t half) { \
     const S *in = src;                                                                          \
     D *out = dst;                                                                               \
     int32_t j = 0;                                                                              \
     for (; j + 8 <= half; j += 8)                                                               \
-      GPTJ8(LOAD, STORE, in + 2 * j, out + 2 * j, cs + j, cs + half + j, inverse);              \
+      GPTJ8(LOAD, STORE, in + 2 * j, out + 2 * j, cs + j, cs + half + j);                       \
     if (j < half) {                                                                             \
       size_t m = (size_t)(half - j);                                                            \
       S v[16] = {0};                                                                            \
@@ -108,7 +103,7 @@ static inline __m256 sin_sign(__m256 s, int32_t inverse) {
       memcpy(v, in + 2 * j, 2 * m * sizeof(S));                                                 \
       memcpy(c, cs + j, m * sizeof(float));                                                     \
       memcpy(s, cs + half + j, m * sizeof(float));                                              \
-      GPTJ8(LOAD, STORE, v, o, c, s, inverse);                                                  \
+      GPTJ8(LOAD, STORE, v, o, c, s);                                                           \
       memcpy(out + 2 * j, o, 2 * m * sizeof(D));                                                \
     }                                                                                           \
   }
@@ -119,13 +114,13 @@ static inline __m256 sin_sign(__m256 s, int32_t inverse) {
   static void rows_##SN##_##DN(const void *const *src, int64_t shs, void *const *dst,           \
                                int64_t dhs, int64_t n_heads, int64_t n_tokens,                  \
                                const float *const *cs, int32_t half, int32_t head_dim,          \
-                               int32_t style, int32_t inverse) {                                \
+                               int32_t style) {                                \
     if (style == PE_ROPE_GPTJ)                                                                  \
       pe_rope_store_walk(src, SDT, shs, dst, DDT, dhs, n_heads, n_tokens, cs, half, head_dim,   \
-                         inverse, row_##SN##_##DN##_gptj);                                      \
+                         row_##SN##_##DN##_gptj);                                      \
     else                                                                                        \
       pe_rope_store_walk(src, SDT, shs, dst, DDT, dhs, n_heads, n_tokens, cs, half, head_dim,   \
-                         inverse, row_##SN##_##DN##_neox);                                      \
+                         row_##SN##_##DN##_neox);                                      \
   }
 
 #define DEFINE_FROM(SN, S, SDT)                                                                 \

@@ -7,7 +7,8 @@
  * The definition every ISA follows is "apply, then convert", computed once:
  * load the source element (its dtype) and widen it exactly to float32,
  * rotate exactly as kernels.h says (x' = fmaf(x, c, -(y*s)),
- * y' = fmaf(y, c, x*s), s = -1.0f * sin when inverse), and round once to the
+ * y' = fmaf(y, c, x*s); the inverse rotation arrives as rows with sin
+ * negated, as for rope_rows), and round once to the
  * destination dtype (convert.h). Channels [2*half, head_dim) are not rotated:
  * they are converted element by element with pe__store_pass below, which is
  * plain C shared by every ISA (identical by construction; partial-rotary
@@ -30,11 +31,10 @@
 typedef void (*pe_rope_store_rows_fn)(const void *const *src, int64_t src_head_stride,
                                       void *const *dst, int64_t dst_head_stride, int64_t n_heads,
                                       int64_t n_tokens, const float *const *cs, int32_t half,
-                                      int32_t head_dim, int32_t style, int32_t inverse);
+                                      int32_t head_dim, int32_t style);
 
 /* One row's rotated channels, as each ISA file writes it per dtype pair and style. */
-typedef void (*pe_rope_store_row_fn)(const void *src, void *dst, const float *cs, int32_t half,
-                                     int32_t inverse);
+typedef void (*pe_rope_store_row_fn)(const void *src, void *dst, const float *cs, int32_t half);
 
 typedef struct pe_store_kernels {
   const char *name;
@@ -83,7 +83,7 @@ static inline void pe__store_pass(const void *src, pe_dtype sd, void *dst, pe_dt
 static inline __attribute__((always_inline)) void pe_rope_store_walk(
     const void *const *src, pe_dtype sd, int64_t src_head_stride, void *const *dst, pe_dtype dd,
     int64_t dst_head_stride, int64_t n_heads, int64_t n_tokens, const float *const *cs,
-    int32_t half, int32_t head_dim, int32_t inverse, pe_rope_store_row_fn row) {
+    int32_t half, int32_t head_dim, pe_rope_store_row_fn row) {
   int64_t ses = sd == PE_F32 ? 4 : 2, des = dd == PE_F32 ? 4 : 2;
   int64_t shs = src_head_stride * ses, dhs = dst_head_stride * des;
   int64_t rot = 2 * (int64_t)half, rest = head_dim - rot;
@@ -91,7 +91,7 @@ static inline __attribute__((always_inline)) void pe_rope_store_walk(
     const char *s = src[t];
     char *d = dst[t];
     for (int64_t h = 0; h < n_heads; h++) {
-      row(s + h * shs, d + h * dhs, cs[t], half, inverse);
+      row(s + h * shs, d + h * dhs, cs[t], half);
       if (rest > 0) pe__store_pass(s + h * shs + rot * ses, sd, d + h * dhs + rot * des, dd, rest);
     }
   }

@@ -61,36 +61,31 @@ static inline void rotate4(float32x4_t x, float32x4_t y, float32x4_t c, float32x
   *yo = vfmaq_f32(vmulq_f32(x, s), y, c);
 }
 
-static inline float32x4_t load_sin(const float *p, int32_t inverse) {
-  float32x4_t s = vld1q_f32(p);
-  return inverse ? vmulq_n_f32(s, -1.0f) : s;
-}
+static inline float32x4_t load_sin(const float *p) { return vld1q_f32(p); }
 
-#define NEOX4(SN, DN, sx, sy, dx, dy, c, s, inverse)                                            \
+#define NEOX4(SN, DN, sx, sy, dx, dy, c, s)                                                     \
   do {                                                                                          \
     float32x4_t xn_, yn_;                                                                       \
-    rotate4(load_##SN(sx), load_##SN(sy), vld1q_f32(c), load_sin(s, inverse), &xn_, &yn_);      \
+    rotate4(load_##SN(sx), load_##SN(sy), vld1q_f32(c), load_sin(s), &xn_, &yn_);      \
     store_##DN(dx, xn_);                                                                        \
     store_##DN(dy, yn_);                                                                        \
   } while (0)
 
-#define GPTJ4(SN, DN, sp, dp, c, s, inverse)                                                    \
+#define GPTJ4(SN, DN, sp, dp, c, s)                                                             \
   do {                                                                                          \
     float32x4_t x_, y_, xn_, yn_;                                                               \
     load2_##SN(sp, &x_, &y_);                                                                   \
-    rotate4(x_, y_, vld1q_f32(c), load_sin(s, inverse), &xn_, &yn_);                            \
+    rotate4(x_, y_, vld1q_f32(c), load_sin(s), &xn_, &yn_);                            \
     store2_##DN(dp, xn_, yn_);                                                                  \
   } while (0)
 
 #define DEFINE_PAIR(SN, S, SDT, DN, D, DDT)                                                     \
-  static void row_##SN##_##DN##_neox(const void *src, void *dst, const float *cs, int32_t half, \
-                                     int32_t inverse) {                                         \
+  static void row_##SN##_##DN##_neox(const void *src, void *dst, const float *cs, int32_t half) { \
     const S *in = src;                                                                          \
     D *out = dst;                                                                               \
     int32_t j = 0;                                                                              \
     for (; j + 4 <= half; j += 4)                                                               \
-      NEOX4(SN, DN, in + j, in + half + j, out + j, out + half + j, cs + j, cs + half + j,      \
-            inverse);                                                                           \
+      NEOX4(SN, DN, in + j, in + half + j, out + j, out + half + j, cs + j, cs + half + j);     \
     if (j < half) {                                                                             \
       size_t m = (size_t)(half - j);                                                            \
       S x[4] = {0}, y[4] = {0};                                                                 \
@@ -100,18 +95,17 @@ static inline float32x4_t load_sin(const float *p, int32_t inverse) {
       memcpy(y, in + half + j, m * sizeof(S));                                                  \
       memcpy(c, cs + j, m * sizeof(float));                                                     \
       memcpy(s, cs + half + j, m * sizeof(float));                                              \
-      NEOX4(SN, DN, x, y, xo, yo, c, s, inverse);                                               \
+      NEOX4(SN, DN, x, y, xo, yo, c, s);                                               \
       memcpy(out + j, xo, m * sizeof(D));                                                       \
       memcpy(out + half + j, yo, m * sizeof(D));                                                \
     }                                                                                           \
   }                                                                                             \
-  static void row_##SN##_##DN##_gptj(const void *src, void *dst, const float *cs, int32_t half, \
-                                     int32_t inverse) {                                         \
+  static void row_##SN##_##DN##_gptj(const void *src, void *dst, const float *cs, int32_t half) { \
     const S *in = src;                                                                          \
     D *out = dst;                                                                               \
     int32_t j = 0;                                                                              \
     for (; j + 4 <= half; j += 4)                                                               \
-      GPTJ4(SN, DN, in + 2 * j, out + 2 * j, cs + j, cs + half + j, inverse);                   \
+      GPTJ4(SN, DN, in + 2 * j, out + 2 * j, cs + j, cs + half + j);                   \
     if (j < half) {                                                                             \
       size_t m = (size_t)(half - j);                                                            \
       S v[8] = {0};                                                                             \
@@ -120,20 +114,20 @@ static inline float32x4_t load_sin(const float *p, int32_t inverse) {
       memcpy(v, in + 2 * j, 2 * m * sizeof(S));                                                 \
       memcpy(c, cs + j, m * sizeof(float));                                                     \
       memcpy(s, cs + half + j, m * sizeof(float));                                              \
-      GPTJ4(SN, DN, v, o, c, s, inverse);                                                       \
+      GPTJ4(SN, DN, v, o, c, s);                                                       \
       memcpy(out + 2 * j, o, 2 * m * sizeof(D));                                                \
     }                                                                                           \
   }                                                                                             \
   static void rows_##SN##_##DN(const void *const *src, int64_t shs, void *const *dst,           \
                                int64_t dhs, int64_t n_heads, int64_t n_tokens,                  \
                                const float *const *cs, int32_t half, int32_t head_dim,          \
-                               int32_t style, int32_t inverse) {                                \
+                               int32_t style) {                                \
     if (style == PE_ROPE_GPTJ)                                                                  \
       pe_rope_store_walk(src, SDT, shs, dst, DDT, dhs, n_heads, n_tokens, cs, half, head_dim,   \
-                         inverse, row_##SN##_##DN##_gptj);                                      \
+                         row_##SN##_##DN##_gptj);                                      \
     else                                                                                        \
       pe_rope_store_walk(src, SDT, shs, dst, DDT, dhs, n_heads, n_tokens, cs, half, head_dim,   \
-                         inverse, row_##SN##_##DN##_neox);                                      \
+                         row_##SN##_##DN##_neox);                                      \
   }
 
 #define DEFINE_FROM(SN, S, SDT)                                                                 \

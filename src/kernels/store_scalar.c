@@ -16,14 +16,13 @@
 /* Pairs (XO + j*STEP, YO + j*STEP), j < half: scalar.c's DEFINE_ROPE_ROW with
  * the load from src and the store into dst. */
 #define DEFINE_STORE_ROW(NAME, S, D, LOAD, STORE, XO, YO, STEP)                                  \
-  static void NAME(const void *src, void *dst, const float *cs, int32_t half, int32_t inverse) { \
+  static void NAME(const void *src, void *dst, const float *cs, int32_t half) { \
     const S *in = src;                                                                           \
     D *out = dst;                                                                                \
     const float *cosv = cs, *sinv = cs + half;                                                   \
-    float sign = inverse ? -1.0f : 1.0f;                                                         \
     for (int32_t j = 0; j < half; j++) {                                                         \
       int64_t ix = (XO) + (int64_t)j * (STEP), iy = (YO) + (int64_t)j * (STEP);                  \
-      float x = LOAD(in + ix), y = LOAD(in + iy), c = cosv[j], s = sign * sinv[j];               \
+      float x = LOAD(in + ix), y = LOAD(in + iy), c = cosv[j], s = sinv[j];               \
       STORE(out + ix, fmaf(x, c, -(y * s)));                                                     \
       STORE(out + iy, fmaf(y, c, x * s));                                                        \
     }                                                                                            \
@@ -35,9 +34,8 @@
   static void rows_##SN##_##DN(const void *const *src, int64_t shs, void *const *dst,            \
                                int64_t dhs, int64_t n_heads, int64_t n_tokens,                   \
                                const float *const *cs, int32_t half, int32_t head_dim,           \
-                               int32_t style, int32_t inverse) {                                 \
+                               int32_t style) {                                 \
     pe_rope_store_walk(src, SDT, shs, dst, DDT, dhs, n_heads, n_tokens, cs, half, head_dim,      \
-                       inverse,                                                                  \
                        style == PE_ROPE_GPTJ ? row_##SN##_##DN##_gptj : row_##SN##_##DN##_neox); \
   }
 
