@@ -477,6 +477,17 @@ PE_API pe_status pe_apply_mrope_qk(const pe_rope_cache *c, const pe_tensor *q, c
                                    const int64_t *positions, const int32_t *mrope_section,
                                    uint32_t flags, pe_threadpool *pool);
 
+/* The M-RoPE arguments of a HuggingFace config.json (len bytes, need not be
+ * NUL-terminated): mrope_section[3] from rope_parameters or rope_scaling,
+ * at the top level (Qwen2-VL, Qwen2.5-VL) or in text_config (Qwen3-VL), and
+ * *flags = PE_ROPE_MROPE_INTERLEAVED when "mrope_interleaved" is true, else
+ * 0 (OR in PE_ROPE_INVERSE yourself when needed). The outputs are written
+ * only on success. The sum is checked by pe_apply_mrope_qk against the
+ * cache. Errors: PE_ERR_NULL_POINTER, PE_ERR_PARSE (invalid JSON, no
+ * mrope_section, not 3 non-negative integers). Thread-safe. */
+PE_API pe_status pe_mrope_section_from_hf_config(const char *json, size_t len,
+                                                 int32_t *mrope_section, uint32_t *flags);
+
 /* Rotate a batch whose sequences use different frequency sets, in one call:
  * batch row b uses caches[cache_index[b]] (its table or on-the-fly
  * frequencies and its attention factor). For per-request dynamic-NTK

@@ -420,6 +420,38 @@ static void test_mrope_errors_change_nothing(void **state) {
   pe_rope_cache_destroy(c);
 }
 
+/* ---- mrope_section from config.json (excerpts of the published configs) ---- */
+
+static void test_mrope_section_from_hf_config(void **state) {
+  (void)state;
+  static const char qwen2_vl[] =
+      "{\"model_type\": \"qwen2_vl\", \"hidden_size\": 3584, \"num_attention_heads\": 28,"
+      " \"rope_theta\": 1000000.0, \"rope_scaling\": {\"type\": \"mrope\","
+      " \"mrope_section\": [16, 24, 24]}}";
+  static const char qwen3_vl[] =
+      "{\"model_type\": \"qwen3_vl\", \"text_config\": {\"head_dim\": 128, \"rope_scaling\":"
+      " {\"mrope_interleaved\": true, \"mrope_section\": [24, 20, 20], \"rope_type\": \"default\"},"
+      " \"rope_theta\": 5000000}}";
+  static const char llama[] = "{\"rope_theta\": 500000.0, \"rope_scaling\": {\"rope_type\": \"llama3\"}}";
+  static const char bad[] = "{\"rope_scaling\": {\"mrope_section\": [16, 24.5, 24]}}";
+  int32_t s[3] = {-1, -1, -1};
+  uint32_t fl = 99;
+  assert_int_equal(pe_mrope_section_from_hf_config(qwen2_vl, sizeof qwen2_vl - 1, s, &fl), PE_OK);
+  assert_int_equal(s[0], 16), assert_int_equal(s[1], 24), assert_int_equal(s[2], 24);
+  assert_int_equal(fl, 0);
+  assert_int_equal(pe_mrope_section_from_hf_config(qwen3_vl, sizeof qwen3_vl - 1, s, &fl), PE_OK);
+  assert_int_equal(s[0], 24), assert_int_equal(s[1], 20), assert_int_equal(s[2], 20);
+  assert_int_equal(fl, PE_ROPE_MROPE_INTERLEAVED);
+  assert_int_equal(pe_mrope_section_from_hf_config(llama, sizeof llama - 1, s, &fl), PE_ERR_PARSE);
+  assert_non_null(strstr(pe_last_error(), "no mrope_section"));
+  assert_int_equal(pe_mrope_section_from_hf_config(bad, sizeof bad - 1, s, &fl), PE_ERR_PARSE);
+  assert_non_null(strstr(pe_last_error(), "rope_scaling.mrope_section[1] must be an integer"));
+  assert_int_equal(pe_mrope_section_from_hf_config("{", 1, s, &fl), PE_ERR_PARSE);
+  assert_int_equal(pe_mrope_section_from_hf_config(NULL, 0, s, &fl), PE_ERR_NULL_POINTER);
+  /* the outputs are untouched by the failures */
+  assert_int_equal(s[0], 24), assert_int_equal(fl, PE_ROPE_MROPE_INTERLEAVED);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_mrope_qwen2_vl_hf_formula),
@@ -429,6 +461,7 @@ int main(void) {
       cmocka_unit_test(test_mrope_table_equals_on_the_fly),
       cmocka_unit_test(test_mrope_bit_identical_across_isas_and_pools),
       cmocka_unit_test(test_mrope_errors_change_nothing),
+      cmocka_unit_test(test_mrope_section_from_hf_config),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
