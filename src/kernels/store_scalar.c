@@ -7,7 +7,14 @@
 #include "store_kernels.h"
 
 #define LOAD_F32(p) (*(const float *)(p))
-#define LOAD_F16(p) pe_f16_to_f32(*(const uint16_t *)(p))
+/* f16 widening as the vector units do it (F16C, FCVTL): a signaling NaN
+ * comes out quiet. It decides which NaN an fma returns when two operands are
+ * NaN, since Arm prefers a signaling one (scalar.c's load_f16, same rule). */
+static inline float widen_f16_quiet(uint16_t h) {
+  float f = pe_f16_to_f32(h);
+  return (h & 0x7c00u) == 0x7c00u && (h & 0x3ffu) ? pe_bits_f32(pe_f32_bits(f) | 0x400000u) : f;
+}
+#define LOAD_F16(p) widen_f16_quiet(*(const uint16_t *)(p))
 #define LOAD_BF16(p) pe_bf16_to_f32(*(const uint16_t *)(p))
 #define STORE_F32(p, v) (*(float *)(p) = (v))
 #define STORE_F16(p, v) (*(uint16_t *)(p) = pe_f32_to_f16(v))
