@@ -13,11 +13,17 @@ static inline __mmask16 mask_first(int32_t n) { /* lanes [0, n), n in [0, 16] */
   return n >= 16 ? FULL16 : (__mmask16)((1u << n) - 1u);
 }
 
-static inline __m512 load_f32(const void *p, __mmask16 m) { return _mm512_maskz_loadu_ps(m, p); }
+/* The main loops pass the constant FULL16, which selects plain loads. */
+static inline __m512 load_f32(const void *p, __mmask16 m) {
+  return m == FULL16 ? _mm512_loadu_ps(p) : _mm512_maskz_loadu_ps(m, p);
+}
+static inline __m256i load_16bit(const void *p, __mmask16 m) {
+  return m == FULL16 ? _mm256_loadu_si256(p) : _mm256_maskz_loadu_epi16(m, p);
+}
 static inline void store_f32(void *p, __mmask16 m, __m512 v) { _mm512_mask_storeu_ps(p, m, v); }
 
 static inline __m512 load_f16(const void *p, __mmask16 m) {
-  return _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, p));
+  return _mm512_cvtph_ps(load_16bit(p, m));
 }
 static inline __m256i narrow_f16(__m512 v) {
   return _mm512_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
@@ -27,11 +33,12 @@ static inline void store_f16(void *p, __mmask16 m, __m512 v) {
 }
 
 static inline __m512 load_bf16(const void *p, __mmask16 m) {
-  __m512i w = _mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(m, p));
+  __m512i w = _mm512_cvtepu16_epi32(load_16bit(p, m));
   return _mm512_castsi512_ps(_mm512_slli_epi32(w, 16));
 }
 /* convert.h's integer rounding (not vcvtneps2bf16, which flushes subnormals). */
-static inline __m256i narrow_bf16(__m512 v) {
+/* The rounded bf16 bits of v in the low half of each 32-bit lane. */
+static inline __m512i bf16_lanes(__m512 v) {
   __m512i u = _mm512_castps_si512(v);
   __m512i hi = _mm512_srli_epi32(u, 16);
   __m512i bias = _mm512_add_epi32(_mm512_set1_epi32(0x7fff),
@@ -39,9 +46,9 @@ static inline __m256i narrow_bf16(__m512 v) {
   __m512i r = _mm512_srli_epi32(_mm512_add_epi32(u, bias), 16);
   __mmask16 nan = _mm512_cmpgt_epu32_mask(_mm512_and_si512(u, _mm512_set1_epi32(0x7fffffff)),
                                           _mm512_set1_epi32(0x7f800000));
-  r = _mm512_mask_or_epi32(r, nan, hi, _mm512_set1_epi32(0x40));
-  return _mm512_cvtepi32_epi16(r);
+  return _mm512_mask_or_epi32(r, nan, hi, _mm512_set1_epi32(0x40));
 }
+static inline __m256i narrow_bf16(__m512 v) { return _mm512_cvtepi32_epi16(bf16_lanes(v)); }
 static inline void store_bf16(void *p, __mmask16 m, __m512 v) {
   _mm256_mask_storeu_epi16(p, m, narrow_bf16(v));
 }
@@ -57,8 +64,13 @@ static inline void store32_f32(void *p, __m512 a, __m512 b) {
 static inline void store32_f16(void *p, __m512 a, __m512 b) {
   _mm512_storeu_si512(p, _mm512_inserti64x4(_mm512_castsi256_si512(narrow_f16(a)), narrow_f16(b), 1));
 }
+/* vpackusdw works within 128-bit lanes, leaving 64-bit chunks of a and b
+ * alternating; one vpermq puts a's 16 halves before b's. Two cheap shuffles
+ * instead of two vpmovdw (each two uops on the shuffle port). Every lane is
+ * <= 0xffff, so the unsigned saturation never bites. */
 static inline void store32_bf16(void *p, __m512 a, __m512 b) {
-  _mm512_storeu_si512(p, _mm512_inserti64x4(_mm512_castsi256_si512(narrow_bf16(a)), narrow_bf16(b), 1));
+  __m512i w = _mm512_packus_epi32(bf16_lanes(a), bf16_lanes(b));
+  _mm512_storeu_si512(p, _mm512_permutexvar_epi64(_mm512_setr_epi64(0, 2, 4, 6, 1, 3, 5, 7), w));
 }
 
 static inline void rotate16(__m512 x, __m512 y, __m512 c, __m512 s, __m512 *xo, __m512 *yo) {
