@@ -156,6 +156,8 @@ static const char *const simd_isas[] = {"avx2", "avx512", "neon"};
  * hwloc topology and threads, is slow under qemu). PE_POOL_MIN_BYTES=0 makes
  * even the small test tensors split across the threads. */
 static pe_threadpool *shared_pool;
+/* 1: the bit-identity cases compare pool against no pool instead of ISAs. */
+static int pool_mode;
 static pe_threadpool *test_pool(void) {
   if (!shared_pool) {
     setenv("PE_POOL_MIN_BYTES", "0", 1);
@@ -330,14 +332,14 @@ static void run_simd_case(pe_dtype xd, pe_dtype td, int64_t D) {
   int64_t pos[6] = {7, 1, 2, 0, 7, 5};
   assert_int_equal(pe_force_isa("scalar"), PE_OK);
   assert_int_equal(pe_learned_add(&ref.t, &table.t, pos, NULL), PE_OK);
-  {
+  if (pool_mode) {
     tbuf p = clone(&orig);
     pe_threadpool *pool = test_pool();
     assert_int_equal(pe_learned_add(&p.t, &table.t, pos, pool), PE_OK);
     assert_memory_equal(p.mem, ref.mem, ref.bytes);
     free(p.mem);
   }
-  for (size_t k = 0; k < sizeof simd_isas / sizeof simd_isas[0]; k++) {
+  for (size_t k = 0; !pool_mode && k < sizeof simd_isas / sizeof simd_isas[0]; k++) {
     pe_status st = pe_force_isa(simd_isas[k]);
     if (st == PE_ERR_UNSUPPORTED) continue;
     assert_int_equal(st, PE_OK);
@@ -353,11 +355,25 @@ static void run_simd_case(pe_dtype xd, pe_dtype td, int64_t D) {
   free(table.mem);
 }
 
-static void test_simd_matches_scalar(void **state) {
-  (void)state;
+static void all_identity_cases(void) {
   for (int xd = 0; xd < 3; xd++)
     for (int td = 0; td < 3; td++)
       for (int64_t D = 1; D <= 80; D += (D < 40 ? 1 : 9)) run_simd_case((pe_dtype)xd, (pe_dtype)td, D);
+}
+
+static void test_simd_matches_scalar(void **state) {
+  (void)state;
+  pool_mode = 0;
+  all_identity_cases();
+}
+
+/* Kept apart from the ISA checks so PE_TEST_FILTER can leave it out where
+ * threads are slow (qemu). */
+static void test_pool_matches_single_thread(void **state) {
+  (void)state;
+  pool_mode = 1;
+  all_identity_cases();
+  pool_mode = 0;
 }
 
 int main(void) {
@@ -366,6 +382,9 @@ int main(void) {
       cmocka_unit_test(test_exact_f32_sum),
       cmocka_unit_test(test_errors_change_nothing),
       cmocka_unit_test(test_simd_matches_scalar),
+      cmocka_unit_test(test_pool_matches_single_thread),
   };
+  /* e.g. PE_TEST_FILTER='*scalar*' to run a part (under qemu) */
+  if (getenv("PE_TEST_FILTER")) cmocka_set_test_filter(getenv("PE_TEST_FILTER"));
   return cmocka_run_group_tests(tests, NULL, destroy_pool);
 }

@@ -158,6 +158,8 @@ static const char *const simd_isas[] = {"avx2", "avx512", "neon"};
  * hwloc topology and threads, is slow under qemu). PE_POOL_MIN_BYTES=0 makes
  * even the small test tensors split across the threads. */
 static pe_threadpool *shared_pool;
+/* 1: the bit-identity cases compare pool against no pool instead of ISAs. */
+static int pool_mode;
 static pe_threadpool *test_pool(void) {
   if (!shared_pool) {
     setenv("PE_POOL_MIN_BYTES", "0", 1);
@@ -441,14 +443,14 @@ static void run_simd_case(pe_dtype d, int64_t D, int concat) {
   uint32_t fl = concat ? PE_SINUSOIDAL_CONCAT : 0;
   assert_int_equal(pe_force_isa("scalar"), PE_OK);
   assert_int_equal(pe_sinusoidal_add(&ref.t, pos, 10000.0, fl, NULL), PE_OK);
-  {
+  if (pool_mode) {
     tbuf p = clone(&orig);
     pe_threadpool *pool = test_pool();
     assert_int_equal(pe_sinusoidal_add(&p.t, pos, 10000.0, fl, pool), PE_OK);
     assert_memory_equal(p.mem, ref.mem, ref.bytes);
     free(p.mem);
   }
-  for (size_t k = 0; k < sizeof simd_isas / sizeof simd_isas[0]; k++) {
+  for (size_t k = 0; !pool_mode && k < sizeof simd_isas / sizeof simd_isas[0]; k++) {
     pe_status st = pe_force_isa(simd_isas[k]);
     if (st == PE_ERR_UNSUPPORTED) continue;
     assert_int_equal(st, PE_OK);
@@ -462,11 +464,25 @@ static void run_simd_case(pe_dtype d, int64_t D, int concat) {
   free(orig.mem);
 }
 
-static void test_simd_matches_scalar(void **state) {
-  (void)state;
+static void all_identity_cases(void) {
   for (int d = 0; d < 3; d++)
     for (int64_t D = 4; D <= 80; D += (D < 40 ? 1 : 9))
       for (int concat = 0; concat < 2; concat++) run_simd_case((pe_dtype)d, D, concat);
+}
+
+static void test_simd_matches_scalar(void **state) {
+  (void)state;
+  pool_mode = 0;
+  all_identity_cases();
+}
+
+/* Kept apart from the ISA checks so PE_TEST_FILTER can leave it out where
+ * threads are slow (qemu). */
+static void test_pool_matches_single_thread(void **state) {
+  (void)state;
+  pool_mode = 1;
+  all_identity_cases();
+  pool_mode = 0;
 }
 
 int main(void) {
@@ -477,6 +493,9 @@ int main(void) {
       cmocka_unit_test(test_add_dtypes_layouts),
       cmocka_unit_test(test_errors_change_nothing),
       cmocka_unit_test(test_simd_matches_scalar),
+      cmocka_unit_test(test_pool_matches_single_thread),
   };
+  /* e.g. PE_TEST_FILTER='*scalar*' to run a part (under qemu) */
+  if (getenv("PE_TEST_FILTER")) cmocka_set_test_filter(getenv("PE_TEST_FILTER"));
   return cmocka_run_group_tests(tests, NULL, destroy_pool);
 }
