@@ -191,12 +191,14 @@ fi
 fi
 
 # ---- figures printed by the tests themselves ------------------------------------
-if want asan; then
-faults=$(grep -ho "faults injected: [0-9]*" "$adir"/ctest.log 2>/dev/null | awk '{s+=$3} END {print s+0}')
-badin=$(grep -ho "bad inputs tried: [0-9]*" "$adir"/ctest.log 2>/dev/null | awk '{s+=$4} END {print s+0}')
-say "faults injected (allocation failures, ASan run): $faults"
-say "bad inputs tried by the limit and struct-size tests (ASan run): $badin"
-
+# From the valgrind run when there is one (UBSan stops a test at its first
+# report, memcheck lets it finish), else from the ASan+UBSan log.
+if want valgrind || want asan; then
+  if want valgrind; then src=("$vdir"/*.out); run="valgrind run"; else src=("$adir/ctest.log"); run="ASan run"; fi
+  faults=$(cat "${src[@]}" 2>/dev/null | grep -o "faults injected: [0-9]*" | awk '{s+=$3} END {print s+0}')
+  badin=$(cat "${src[@]}" 2>/dev/null | grep -o "bad inputs tried: [0-9]*" | awk '{s+=$4} END {print s+0}')
+  say "faults injected: $faults allocation failures, each PE_ERR_OUT_OF_MEMORY, no leak ($run)"
+  say "bad inputs tried: $badin edge-case calls refused with nothing written ($run; plus every fuzz exec)"
 fi
 
 # ---- 5. ABI --------------------------------------------------------------------
