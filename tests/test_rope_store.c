@@ -364,6 +364,45 @@ static void test_store_all_padding(void **state) {
   pe_rope_cache_destroy(c);
 }
 
+/* Decode: many sequences of one token each, each to its own slot. */
+static void test_store_decode_shape(void **state) {
+  (void)state;
+  const pe_dtype dts[3] = {PE_F32, PE_F16, PE_BF16};
+  for (int d = 0; d < 3; d++) {
+    scen s = {.head_dim = 128, .style = PE_ROPE_NEOX, .max_positions = 8192, .kd = PE_BF16,
+              .cd = dts[d], .hnd = d & 1, .batch = 8, .tokens = 1, .hq = 32, .hk = 8, .nb = 9,
+              .bs = 16};
+    run_definition_case(&s);
+  }
+}
+
+/* A reversed view of k (negative token stride) with reversed slots and
+ * positions writes the same cache as the forward view. */
+static void test_store_negative_stride(void **state) {
+  (void)state;
+  scen s = {.head_dim = 64, .style = PE_ROPE_GPTJ, .max_positions = 256, .kd = PE_F32,
+            .cd = PE_F16, .batch = 1, .tokens = 20, .hq = 1, .hk = 2, .nb = 3, .bs = 8};
+  pe_rope_cache *c = make_cache(64, 0, PE_ROPE_GPTJ, 256, 0.0);
+  bufs b;
+  bufs_make(&s, &b);
+  void *c0 = malloc(b.cb);
+  memcpy(c0, b.cache, b.cb);
+  assert_int_equal(pe_apply_rope_qk_store(c, NULL, &b.tk, &b.tc, b.slots, b.pos, 0, NULL), PE_OK);
+  void *fwd = malloc(b.cb);
+  memcpy(fwd, b.cache, b.cb);
+  memcpy(b.cache, c0, b.cb);
+  pe_tensor rev = b.tk;
+  rev.data = (float *)b.k + (s.tokens - 1) * b.tk.stride[2];
+  rev.stride[2] = -b.tk.stride[2];
+  int64_t rs[20], rp[20];
+  for (int i = 0; i < 20; i++) rs[i] = b.slots[19 - i], rp[i] = b.pos[19 - i];
+  assert_int_equal(pe_apply_rope_qk_store(c, NULL, &rev, &b.tc, rs, rp, 0, NULL), PE_OK);
+  assert_memory_equal(b.cache, fwd, b.cb);
+  free(c0), free(fwd);
+  bufs_free(&b);
+  pe_rope_cache_destroy(c);
+}
+
 /* ---- errors ---- */
 
 static void expect_unchanged_error(pe_status got, pe_status want, const char *needle,
@@ -589,6 +628,8 @@ int main(void) {
       cmocka_unit_test(test_store_same_dtype_is_apply_plus_copy),
       cmocka_unit_test(test_store_float64_reference),
       cmocka_unit_test(test_store_all_padding),
+      cmocka_unit_test(test_store_decode_shape),
+      cmocka_unit_test(test_store_negative_stride),
       cmocka_unit_test(test_store_errors_change_nothing),
       cmocka_unit_test(test_store_duplicate_far_apart),
       cmocka_unit_test(test_store_bit_identical_across_isas),
