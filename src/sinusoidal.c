@@ -50,22 +50,34 @@ static pe_status sin_geometry_init(const char *fn, int32_t d_model, double base,
   return PE_OK;
 }
 
+/* sin and cos of one double angle. glibc's sincos shares its argument
+ * reduction between the two (about twice as fast as sin + cos) and returns
+ * the same values as sin and cos. */
+static inline void sin_cos(double a, double *s, double *c) {
+#if defined(__GLIBC__)
+  sincos(a, s, c);
+#else
+  *s = sin(a);
+  *c = cos(a);
+#endif
+}
+
 /* The table row of position pos (exact in double: pos < 2^53). */
 static void sin_row(const sin_geometry *g, int64_t pos, float *out) {
-  double p = (double)pos;
+  double p = (double)pos, s, c;
   if (g->concat) {
     int32_t half = g->n_freq;
     for (int32_t k = 0; k < half; k++) {
-      double a = p * g->freq[k];
-      out[k] = (float)sin(a);
-      out[half + k] = (float)cos(a);
+      sin_cos(p * g->freq[k], &s, &c);
+      out[k] = (float)s;
+      out[half + k] = (float)c;
     }
     if (g->d_model & 1) out[g->d_model - 1] = 0.0f;
   } else {
     for (int32_t k = 0; k < g->n_freq; k++) {
-      double a = p / g->freq[k];
-      out[2 * k] = (float)sin(a);
-      if (2 * k + 1 < g->d_model) out[2 * k + 1] = (float)cos(a);
+      sin_cos(p / g->freq[k], &s, &c);
+      out[2 * k] = (float)s;
+      if (2 * k + 1 < g->d_model) out[2 * k + 1] = (float)c;
     }
   }
 }
