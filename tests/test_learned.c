@@ -355,6 +355,47 @@ static void run_simd_case(pe_dtype xd, pe_dtype td, int64_t D) {
   free(table.mem);
 }
 
+/* Every f16 and every bf16 bit pattern as x, plus table values with random
+ * exponents (small ones land the sums on half-type rounding boundaries,
+ * subnormals and overflow): each ISA's conversions against scalar's. */
+static void test_simd_every_half_pattern(void **state) {
+  (void)state;
+  enum { T = 64, D = 1024 };
+  float *table = malloc(sizeof(float) * T * D);
+  for (int e = 0; e < T * D; e++) {
+    uint32_t u = (uint32_t)rng_next();
+    int exp = 127 - 30 + (int)((u >> 23) % 48); /* 2^-30 .. 2^17 */
+    uint32_t bits = (u & 0x807fffffu) | ((uint32_t)exp << 23);
+    memcpy(&table[e], &bits, 4);
+    if (e % 7 == 0) table[e] = 0.0f;
+  }
+  pe_tensor tt = {table, PE_F32, {1, 1, T, D}, {T * D, T * D, D, 1}};
+  uint16_t *ref = malloc(2 * T * D), *v = malloc(2 * T * D);
+  for (int d = 1; d <= 2; d++) {
+    for (int e = 0; e < T * D; e++) ref[e] = (uint16_t)e;
+    pe_tensor xt = {ref, (pe_dtype)d, {1, 1, T, D}, {T * D, T * D, D, 1}};
+    assert_int_equal(pe_force_isa("scalar"), PE_OK);
+    assert_int_equal(pe_learned_add(&xt, &tt, NULL, NULL), PE_OK);
+    for (size_t k = 0; k < sizeof simd_isas / sizeof simd_isas[0]; k++) {
+      pe_status st = pe_force_isa(simd_isas[k]);
+      if (st == PE_ERR_UNSUPPORTED) continue;
+      assert_int_equal(st, PE_OK);
+      for (int e = 0; e < T * D; e++) v[e] = (uint16_t)e;
+      xt.data = v;
+      assert_int_equal(pe_learned_add(&xt, &tt, NULL, NULL), PE_OK);
+      xt.data = ref;
+      for (int e = 0; e < T * D; e++)
+        if (v[e] != ref[e])
+          fail_msg("%s dtype %d: x bits 0x%04x + %a -> 0x%04x, scalar 0x%04x", simd_isas[k], d, e,
+                   (double)table[e], v[e], ref[e]);
+    }
+  }
+  assert_int_equal(pe_force_isa("auto"), PE_OK);
+  free(ref);
+  free(v);
+  free(table);
+}
+
 static void all_identity_cases(void) {
   for (int xd = 0; xd < 3; xd++)
     for (int td = 0; td < 3; td++)
@@ -382,6 +423,7 @@ int main(void) {
       cmocka_unit_test(test_exact_f32_sum),
       cmocka_unit_test(test_errors_change_nothing),
       cmocka_unit_test(test_simd_matches_scalar),
+      cmocka_unit_test(test_simd_every_half_pattern),
       cmocka_unit_test(test_pool_matches_single_thread),
   };
   /* e.g. PE_TEST_FILTER='*scalar*' to run a part (under qemu) */
