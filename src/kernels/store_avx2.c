@@ -58,6 +58,19 @@ static inline void rotate8(__m256 x, __m256 y, __m256 c, __m256 s, __m256 *xo, _
     const S *in = src;                                                                          \
     D *out = dst;                                                                               \
     int32_t j = 0;                                                                              \
+    /* 16 pairs a step: each 64-byte line of the cache row is written by two \
+     * adjacent stores (a row is written, not updated). */                  \
+    for (; j + 16 <= half; j += 16) {                                                           \
+      __m256 xa_, ya_, xb_, yb_;                                                                \
+      rotate8(LOAD(in + j), LOAD(in + half + j), _mm256_loadu_ps(cs + j),                       \
+              _mm256_loadu_ps(cs + half + j), &xa_, &ya_);                                      \
+      rotate8(LOAD(in + j + 8), LOAD(in + half + j + 8), _mm256_loadu_ps(cs + j + 8),           \
+              _mm256_loadu_ps(cs + half + j + 8), &xb_, &yb_);                                  \
+      STORE(out + j, xa_);                                                                      \
+      STORE(out + j + 8, xb_);                                                                  \
+      STORE(out + half + j, ya_);                                                               \
+      STORE(out + half + j + 8, yb_);                                                           \
+    }                                                                                           \
     for (; j + 8 <= half; j += 8)                                                               \
       NEOX8(LOAD, STORE, in + j, in + half + j, out + j, out + half + j, cs + j, cs + half + j);\
     if (j < half) {                                                                             \
