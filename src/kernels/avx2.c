@@ -105,14 +105,23 @@ static inline void rotate8(__m256 x, __m256 y, __m256 c, __m256 s, __m256 *xo, _
   *yo = _mm256_fmadd_ps(y, c, _mm256_mul_ps(x, s));
 }
 
-/* sin times sign (+-1, see kernels.h: never a branch on a constant -1) */
-static inline __m256 sin_sign(__m256 s, __m256 sign) { return _mm256_mul_ps(s, sign); }
+
+/* sin, negated for the inverse rotation by a -1 hidden from the compiler
+ * (kernels.h); the branch is uniform over a row. */
+static inline __m256 sin_sign(__m256 s, int32_t inverse) {
+  if (inverse) {
+    __m256 minus_one = _mm256_set1_ps(-1.0f);
+    __asm__("" : "+x"(minus_one));
+    s = _mm256_mul_ps(s, minus_one);
+  }
+  return s;
+}
 
 /* NeoX, 8 pairs: x at px[0..8), y at py[0..8). */
-#define NEOX8(LOAD, STORE, px, py, c, s, sign)                                               \
+#define NEOX8(LOAD, STORE, px, py, c, s)                                               \
   do {                                                                                          \
     __m256 xn_, yn_;                                                                            \
-    rotate8(LOAD(px), LOAD(py), _mm256_loadu_ps(c), sin_sign(_mm256_loadu_ps(s), sign),     \
+    rotate8(LOAD(px), LOAD(py), _mm256_loadu_ps(c), sin_sign(_mm256_loadu_ps(s), inverse),     \
             &xn_, &yn_);                                                                        \
     STORE(px, xn_);                                                                             \
     STORE(py, yn_);                                                                             \
@@ -121,10 +130,9 @@ static inline __m256 sin_sign(__m256 s, __m256 sign) { return _mm256_mul_ps(s, s
 #define DEFINE_ROW_NEOX(NAME, T, LOAD, STORE)                                                   \
   static void NAME(void *data, const float *cs, int32_t half, int32_t inverse) {                \
     T *row = data;                                                                              \
-    const __m256 sign = _mm256_set1_ps(inverse ? -1.0f : 1.0f);                                 \
     int32_t j = 0;                                                                              \
     for (; j + 8 <= half; j += 8)                                                               \
-      NEOX8(LOAD, STORE, row + j, row + half + j, cs + j, cs + half + j, sign);              \
+      NEOX8(LOAD, STORE, row + j, row + half + j, cs + j, cs + half + j);              \
     if (j < half) {                                                                             \
       size_t m = (size_t)(half - j);                                                            \
       T x[8] = {0}, y[8] = {0};                                                                 \
@@ -133,7 +141,7 @@ static inline __m256 sin_sign(__m256 s, __m256 sign) { return _mm256_mul_ps(s, s
       memcpy(y, row + half + j, m * sizeof(T));                                                 \
       memcpy(c, cs + j, m * sizeof(float));                                                     \
       memcpy(s, cs + half + j, m * sizeof(float));                                              \
-      NEOX8(LOAD, STORE, x, y, c, s, sign);                                                  \
+      NEOX8(LOAD, STORE, x, y, c, s);                                                  \
       memcpy(row + j, x, m * sizeof(T));                                                        \
       memcpy(row + half + j, y, m * sizeof(T));                                                 \
     }                                                                                           \
@@ -142,13 +150,13 @@ static inline __m256 sin_sign(__m256 s, __m256 sign) { return _mm256_mul_ps(s, s
 /* GPT-J, 8 interleaved pairs at p[0..16). The in-lane shuffles leave x and y
  * in pair order 0,1,4,5 | 2,3,6,7; cos/sin are permuted to match, and the
  * unpacks restore memory order. */
-#define GPTJ8(LOAD, STORE, p, c, s, sign)                                                    \
+#define GPTJ8(LOAD, STORE, p, c, s)                                                    \
   do {                                                                                          \
     __m256 v0_ = LOAD(p), v1_ = LOAD((p) + 8), xn_, yn_;                                        \
     __m256 cc_ = _mm256_castpd_ps(_mm256_permute4x64_pd(_mm256_castps_pd(_mm256_loadu_ps(c)), 0xd8)); \
     __m256 ss_ = _mm256_castpd_ps(_mm256_permute4x64_pd(_mm256_castps_pd(_mm256_loadu_ps(s)), 0xd8)); \
     rotate8(_mm256_shuffle_ps(v0_, v1_, 0x88), _mm256_shuffle_ps(v0_, v1_, 0xdd), cc_,          \
-            sin_sign(ss_, sign), &xn_, &yn_);                                                \
+            sin_sign(ss_, inverse), &xn_, &yn_);                                                \
     STORE(p, _mm256_unpacklo_ps(xn_, yn_));                                                     \
     STORE((p) + 8, _mm256_unpackhi_ps(xn_, yn_));                                               \
   } while (0)
@@ -156,9 +164,8 @@ static inline __m256 sin_sign(__m256 s, __m256 sign) { return _mm256_mul_ps(s, s
 #define DEFINE_ROW_GPTJ(NAME, T, LOAD, STORE)                                                   \
   static void NAME(void *data, const float *cs, int32_t half, int32_t inverse) {                \
     T *row = data;                                                                              \
-    const __m256 sign = _mm256_set1_ps(inverse ? -1.0f : 1.0f);                                 \
     int32_t j = 0;                                                                              \
-    for (; j + 8 <= half; j += 8) GPTJ8(LOAD, STORE, row + 2 * j, cs + j, cs + half + j, sign); \
+    for (; j + 8 <= half; j += 8) GPTJ8(LOAD, STORE, row + 2 * j, cs + j, cs + half + j); \
     if (j < half) {                                                                             \
       size_t m = (size_t)(half - j);                                                            \
       T v[16] = {0};                                                                            \
@@ -166,7 +173,7 @@ static inline __m256 sin_sign(__m256 s, __m256 sign) { return _mm256_mul_ps(s, s
       memcpy(v, row + 2 * j, 2 * m * sizeof(T));                                                \
       memcpy(c, cs + j, m * sizeof(float));                                                     \
       memcpy(s, cs + half + j, m * sizeof(float));                                              \
-      GPTJ8(LOAD, STORE, v, c, s, sign);                                                     \
+      GPTJ8(LOAD, STORE, v, c, s);                                                     \
       memcpy(row + 2 * j, v, 2 * m * sizeof(T));                                                \
     }                                                                                           \
   }

@@ -6,6 +6,7 @@
 #include <sleef.h>
 
 #include "kernels.h"
+#include "../cpu.h"
 #include "sincos_consts.h"
 
 #define FULL16 ((__mmask16)0xffff)
@@ -60,27 +61,47 @@ static void rope_sincos_avx512(int64_t pos0, int64_t n, const double *freq, int3
   }
 }
 
-/* ---- dtype loads and stores (16 lanes, masked) ---- */
+/* ---- dtype loads and stores ----
+ * Loads widen 16 lanes; stores narrow two vectors at once (the pair's x and
+ * y, or a GPT-J row's two halves) and write each to its own address. The
+ * main loops pass the constant FULL16 so the masks fold away: masked
+ * narrowing stores to memory (vpmovdw m{k}, vcvtps2ph m{k}) are slow. */
 
-static inline __m512 load_f32(const void *p, __mmask16 m) { return _mm512_maskz_loadu_ps(m, p); }
-static inline void store_f32(void *p, __mmask16 m, __m512 v) { _mm512_mask_storeu_ps(p, m, v); }
+static inline __m512 load_f32(const void *p, __mmask16 m) {
+  return m == FULL16 ? _mm512_loadu_ps(p) : _mm512_maskz_loadu_ps(m, p);
+}
+static inline void store2_f32(void *pa, __mmask16 ma, __m512 a, void *pb, __mmask16 mb, __m512 b) {
+  if (ma == FULL16) _mm512_storeu_ps(pa, a); else _mm512_mask_storeu_ps(pa, ma, a);
+  if (mb == FULL16) _mm512_storeu_ps(pb, b); else _mm512_mask_storeu_ps(pb, mb, b);
+}
+
+static inline __m256i load_16bit(const void *p, __mmask16 m) {
+  return m == FULL16 ? _mm256_loadu_si256(p) : _mm256_maskz_loadu_epi16(m, p);
+}
+/* w = [a's 16 halves | b's 16 halves] */
+static inline void store2_16bit(void *pa, __mmask16 ma, void *pb, __mmask16 mb, __m512i w) {
+  __m256i lo = _mm512_castsi512_si256(w), hi = _mm512_extracti64x4_epi64(w, 1);
+  if (ma == FULL16) _mm256_storeu_si256(pa, lo); else _mm256_mask_storeu_epi16(pa, ma, lo);
+  if (mb == FULL16) _mm256_storeu_si256(pb, hi); else _mm256_mask_storeu_epi16(pb, mb, hi);
+}
 
 /* vcvtph2ps/vcvtps2ph are exact widening and RNE narrowing with subnormals
  * kept and NaN quieted, which is what convert.h spells out. */
-static inline __m512 load_f16(const void *p, __mmask16 m) {
-  return _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, p));
-}
-static inline void store_f16(void *p, __mmask16 m, __m512 v) {
-  _mm256_mask_storeu_epi16(p, m, _mm512_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+static inline __m512 load_f16(const void *p, __mmask16 m) { return _mm512_cvtph_ps(load_16bit(p, m)); }
+static inline void store2_f16(void *pa, __mmask16 ma, __m512 a, void *pb, __mmask16 mb, __m512 b) {
+  const int rne = _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC;
+  __m512i w = _mm512_inserti64x4(_mm512_castsi256_si512(_mm512_cvtps_ph(a, rne)),
+                                 _mm512_cvtps_ph(b, rne), 1);
+  store2_16bit(pa, ma, pb, mb, w);
 }
 
 static inline __m512 load_bf16(const void *p, __mmask16 m) {
-  __m512i w = _mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(m, p));
+  __m512i w = _mm512_cvtepu16_epi32(load_16bit(p, m));
   return _mm512_castsi512_ps(_mm512_slli_epi32(w, 16));
 }
 /* Integer round-to-nearest-even with NaN quieted, as pe_f32_to_bf16; not
- * vcvtneps2bf16, which flushes subnormals to zero. */
-static inline void store_bf16(void *p, __mmask16 m, __m512 v) {
+ * vcvtneps2bf16, which flushes subnormals to zero. Lanes end in [0, 0xffff]. */
+static inline __m512i bf16_bits(__m512 v) {
   __m512i u = _mm512_castps_si512(v);
   __m512i hi = _mm512_srli_epi32(u, 16);
   __m512i bias = _mm512_add_epi32(_mm512_set1_epi32(0x7fff),
@@ -88,8 +109,37 @@ static inline void store_bf16(void *p, __mmask16 m, __m512 v) {
   __m512i r = _mm512_srli_epi32(_mm512_add_epi32(u, bias), 16);
   __mmask16 nan = _mm512_cmpgt_epu32_mask(_mm512_and_si512(u, _mm512_set1_epi32(0x7fffffff)),
                                           _mm512_set1_epi32(0x7f800000));
-  r = _mm512_mask_or_epi32(r, nan, hi, _mm512_set1_epi32(0x40));
-  _mm256_mask_storeu_epi16(p, m, _mm512_cvtepi32_epi16(r));
+  return _mm512_mask_or_epi32(r, nan, hi, _mm512_set1_epi32(0x40));
+}
+/* [a's 16 bf16 | b's 16 bf16] by the integer rounding. vpackusdw is in-lane:
+ * 64-bit chunks alternate a, b; one vpermq sorts them (two shuffles for 32
+ * halves instead of two slow vpmovdw). */
+static inline __m512i bf16_pack_int(__m512 a, __m512 b) {
+  __m512i w = _mm512_packus_epi32(bf16_bits(a), bf16_bits(b));
+  return _mm512_permutexvar_epi64(_mm512_setr_epi64(0, 2, 4, 6, 1, 3, 5, 7), w);
+}
+static inline __m512 load_bf16int(const void *p, __mmask16 m) { return load_bf16(p, m); }
+static inline void store2_bf16int(void *pa, __mmask16 ma, __m512 a, void *pb, __mmask16 mb,
+                                  __m512 b) {
+  store2_16bit(pa, ma, pb, mb, bf16_pack_int(a, b));
+}
+
+/* vcvtne2ps2bf16 rounds exactly as bf16_bits (RNE, NaN | 0x40) except that
+ * it reads subnormal inputs as zero. Those are rare: lanes with a zero
+ * exponent and a non-zero mantissa send the 32 values to the integer path. */
+#define BF16_TARGET __attribute__((target("avx512bf16")))
+BF16_TARGET static inline __m512i bf16_pack_cvt(__m512 a, __m512 b) {
+  const __m512i exp = _mm512_set1_epi32(0x7f800000), mant = _mm512_set1_epi32(0x007fffff);
+  __m512i ua = _mm512_castps_si512(a), ub = _mm512_castps_si512(b);
+  __mmask16 sa = _mm512_mask_test_epi32_mask(_mm512_testn_epi32_mask(ua, exp), ua, mant);
+  __mmask16 sb = _mm512_mask_test_epi32_mask(_mm512_testn_epi32_mask(ub, exp), ub, mant);
+  if (__builtin_expect((sa | sb) != 0, 0)) return bf16_pack_int(a, b);
+  return _mm512_castps_si512((__m512)_mm512_cvtne2ps_pbh(b, a)); /* b high, a low */
+}
+static inline __m512 load_bf16cvt(const void *p, __mmask16 m) { return load_bf16(p, m); }
+BF16_TARGET static inline void store2_bf16cvt(void *pa, __mmask16 ma, __m512 a, void *pb,
+                                              __mmask16 mb, __m512 b) {
+  store2_16bit(pa, ma, pb, mb, bf16_pack_cvt(a, b));
 }
 
 /* ---- rotation ---- */
@@ -102,54 +152,71 @@ static inline void rotate16(__m512 x, __m512 y, __m512 c, __m512 s, __m512 *xo, 
   *yo = _mm512_fmadd_ps(y, c, _mm512_mul_ps(x, s));
 }
 
-/* sin times sign (+-1, see kernels.h: never a branch on a constant -1) */
-static inline __m512 load_sin(const float *p, __mmask16 m, __m512 sign) {
-  return _mm512_mul_ps(_mm512_maskz_loadu_ps(m, p), sign);
+
+/* NeoX, 16 pairs: x = row[j..], y = row[half + j..]; lanes outside m are
+ * neither read nor written. */
+/* sin, negated for the inverse rotation by a -1 hidden from the compiler
+ * (kernels.h); the branch is uniform over a row. */
+static inline __m512 load_sin(const float *p, __mmask16 m, int32_t inverse) {
+  __m512 s = load_f32(p, m);
+  if (inverse) {
+    __m512 minus_one = _mm512_set1_ps(-1.0f);
+    __asm__("" : "+v"(minus_one));
+    s = _mm512_mul_ps(s, minus_one);
+  }
+  return s;
 }
 
-/* NeoX: x = row[j], y = row[half + j]. */
-#define DEFINE_ROW_NEOX(NAME, T, LOAD, STORE)                                                   \
-  static void NAME(void *data, const float *cs, int32_t half, int32_t inverse) {                \
+#define NEOX16(DT, row, cs, half, j, m)                                                   \
+  do {                                                                                          \
+    __m512 xn_, yn_;                                                                            \
+    rotate16(load_##DT((row) + (j), m), load_##DT((row) + (half) + (j), m),                     \
+             load_f32((cs) + (j), m), load_sin((cs) + (half) + (j), m, inverse), &xn_, &yn_);      \
+    store2_##DT((row) + (j), m, xn_, (row) + (half) + (j), m, yn_);                             \
+  } while (0)
+
+/* GPT-J, 16 interleaved pairs = two vectors: split into x (even lanes) and y
+ * (odd lanes), rotate, interleave back. m: pairs, m0/m1: the two vectors. */
+#define GPTJ16(DT, row, cs, half, j, m, m0, m1)                                           \
+  do {                                                                                          \
+    const __m512i even_ = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26,  \
+                                            28, 30);                                            \
+    const __m512i odd_ = _mm512_add_epi32(even_, _mm512_set1_epi32(1));                         \
+    const __m512i lo_ = _mm512_setr_epi32(0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6, 22, 7,   \
+                                          23);                                                  \
+    const __m512i hi_ = _mm512_add_epi32(lo_, _mm512_set1_epi32(8));                            \
+    __m512 v0_ = load_##DT((row) + 2 * (j), m0), v1_ = load_##DT((row) + 2 * (j) + 16, m1);    \
+    __m512 xn_, yn_;                                                                            \
+    rotate16(_mm512_permutex2var_ps(v0_, even_, v1_), _mm512_permutex2var_ps(v0_, odd_, v1_),   \
+             load_f32((cs) + (j), m), load_sin((cs) + (half) + (j), m, inverse), &xn_, &yn_);      \
+    store2_##DT((row) + 2 * (j), m0, _mm512_permutex2var_ps(xn_, lo_, yn_),                     \
+                (row) + 2 * (j) + 16, m1, _mm512_permutex2var_ps(xn_, hi_, yn_));               \
+  } while (0)
+
+#define DEFINE_ROW_NEOX(DT, T, ATTR)                                                            \
+  ATTR static void row_##DT##_neox(void *data, const float *cs, int32_t half, int32_t inverse) {     \
     T *row = data;                                                                              \
-    const __m512 sign = _mm512_set1_ps(inverse ? -1.0f : 1.0f);                                 \
-    for (int32_t j = 0; j < half; j += 16) {                                                    \
-      __mmask16 m = mask_first(half - j);                                                       \
-      __m512 xn, yn;                                                                            \
-      rotate16(LOAD(row + j, m), LOAD(row + half + j, m), _mm512_maskz_loadu_ps(m, cs + j),     \
-               load_sin(cs + half + j, m, sign), &xn, &yn);                                  \
-      STORE(row + j, m, xn);                                                                    \
-      STORE(row + half + j, m, yn);                                                             \
-    }                                                                                           \
+    int32_t j = 0;                                                                              \
+    for (; j + 16 <= half; j += 16) NEOX16(DT, row, cs, half, j, FULL16);                 \
+    if (j < half) NEOX16(DT, row, cs, half, j, mask_first(half - j));                     \
   }
 
-/* GPT-J: 16 interleaved pairs are two vectors; split them into x (even
- * lanes) and y (odd lanes), rotate, and interleave back. */
-#define DEFINE_ROW_GPTJ(NAME, T, LOAD, STORE)                                                   \
-  static void NAME(void *data, const float *cs, int32_t half, int32_t inverse) {                \
+#define DEFINE_ROW_GPTJ(DT, T, ATTR)                                                            \
+  ATTR static void row_##DT##_gptj(void *data, const float *cs, int32_t half, int32_t inverse) {     \
     T *row = data;                                                                              \
-    const __m512i even = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26,   \
-                                           28, 30);                                             \
-    const __m512i odd = _mm512_add_epi32(even, _mm512_set1_epi32(1));                           \
-    const __m512i lo = _mm512_setr_epi32(0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6, 22, 7, 23); \
-    const __m512i hi = _mm512_add_epi32(lo, _mm512_set1_epi32(8));                              \
-    const __m512 sign = _mm512_set1_ps(inverse ? -1.0f : 1.0f);                                 \
-    for (int32_t j = 0; j < half; j += 16) {                                                    \
-      int32_t n = 2 * (half - j); /* elements left in this row */                               \
-      __mmask16 m = mask_first(half - j), m0 = mask_first(n);                                   \
+    int32_t j = 0;                                                                              \
+    for (; j + 16 <= half; j += 16) GPTJ16(DT, row, cs, half, j, FULL16, FULL16, FULL16); \
+    if (j < half) {                                                                             \
+      int32_t n = 2 * (half - j); /* elements left in this row, < 32 */                         \
       __mmask16 m1 = n > 16 ? mask_first(n - 16) : (__mmask16)0;                                \
-      __m512 v0 = LOAD(row + 2 * j, m0), v1 = LOAD(row + 2 * j + 16, m1);                       \
-      __m512 xn, yn;                                                                            \
-      rotate16(_mm512_permutex2var_ps(v0, even, v1), _mm512_permutex2var_ps(v0, odd, v1),       \
-               _mm512_maskz_loadu_ps(m, cs + j), load_sin(cs + half + j, m, sign), &xn, &yn); \
-      STORE(row + 2 * j, m0, _mm512_permutex2var_ps(xn, lo, yn));                               \
-      STORE(row + 2 * j + 16, m1, _mm512_permutex2var_ps(xn, hi, yn));                          \
+      GPTJ16(DT, row, cs, half, j, mask_first(half - j), mask_first(n), m1);              \
     }                                                                                           \
   }
 
-#define DEFINE_ROWS(DT, T)                                                                      \
-  DEFINE_ROW_NEOX(row_##DT##_neox, T, load_##DT, store_##DT)                                    \
-  DEFINE_ROW_GPTJ(row_##DT##_gptj, T, load_##DT, store_##DT)                                    \
-  static void rope_rows_##DT##_avx512(void *data, int64_t head_stride, int64_t n_heads,         \
+#define DEFINE_ROWS(DT, T, ATTR)                                                                \
+  DEFINE_ROW_NEOX(DT, T, ATTR)                                                                  \
+  DEFINE_ROW_GPTJ(DT, T, ATTR)                                                                  \
+  ATTR static void rope_rows_##DT##_avx512(void *data, int64_t head_stride, int64_t n_heads,         \
                                       int64_t token_stride, int64_t n_tokens,                   \
                                       const float *const *cs, int32_t half, int32_t style,      \
                                       int32_t inverse) {                                        \
@@ -161,9 +228,24 @@ static inline __m512 load_sin(const float *p, __mmask16 m, __m512 sign) {
                         cs, half, inverse, row_##DT##_neox);                                    \
   }
 
-DEFINE_ROWS(f32, float)
-DEFINE_ROWS(f16, uint16_t)
-DEFINE_ROWS(bf16, uint16_t)
+#define NO_ATTR
+DEFINE_ROWS(f32, float, NO_ATTR)
+DEFINE_ROWS(f16, uint16_t, NO_ATTR)
+DEFINE_ROWS(bf16int, uint16_t, NO_ATTR)
+DEFINE_ROWS(bf16cvt, uint16_t, BF16_TARGET)
+
+/* The bf16 rows: AVX512-BF16's conversion when the CPU has it (probed apart
+ * from the base AVX-512 set), the integer rounding otherwise. */
+static void rope_rows_bf16_avx512(void *data, int64_t head_stride, int64_t n_heads,
+                                  int64_t token_stride, int64_t n_tokens, const float *const *cs,
+                                  int32_t half, int32_t style, int32_t inverse) {
+  if (pe__cpu_features() & PE_CPU_AVX512BF16)
+    rope_rows_bf16cvt_avx512(data, head_stride, n_heads, token_stride, n_tokens, cs, half, style,
+                             inverse);
+  else
+    rope_rows_bf16int_avx512(data, head_stride, n_heads, token_stride, n_tokens, cs, half, style,
+                             inverse);
+}
 
 const pe_kernels pe__kernels_avx512 = {
     .name = "avx512",

@@ -29,9 +29,10 @@ typedef void (*pe_rope_sincos_fn)(int64_t pos0, int64_t n, const double *freq, i
  * one row) lets the kernel walk the rows in memory order whatever the layout
  * ([B,T,H,D] or [B,H,T,D]) while the block's cos/sin stay in L1.
  * style: PE_ROPE_NEOX pairs (j, j+half), PE_ROPE_GPTJ pairs (2j, 2j+1).
- * inverse: s = sign * sin with sign = -1.0f (1.0f otherwise), multiplied
- * always, by a value the compiler cannot see: a constant -1 lets it fold
- * -(y*(-s)) into y*s, which differs in the sign of a NaN y.
+ * inverse: s = -1.0f * sin, a multiply by a -1 the compiler cannot see
+ * (an empty asm in the SIMD files): a visible constant lets it fold
+ * -(y*(-s)) into y*s, which differs in the sign of a NaN y. The forward
+ * rotation skips the multiply.
  * Per pair (x, y):
  *   x' = fmaf(x, c, -(y*s)); y' = fmaf(y, c, x*s)
  * Half types are widened exactly and rounded once on store (convert.h).

@@ -129,33 +129,40 @@ static inline void rotate4(float32x4_t x, float32x4_t y, float32x4_t c, float32x
   *yo = vfmaq_f32(vmulq_f32(x, s), y, c);
 }
 
-/* sin times sign (+-1, see kernels.h: never a branch on a constant -1) */
-static inline float32x4_t load_sin(const float *p, float32x4_t sign) {
-  return vmulq_f32(vld1q_f32(p), sign);
+
+/* sin, negated for the inverse rotation by a -1 hidden from the compiler
+ * (kernels.h); the branch is uniform over a row. */
+static inline float32x4_t load_sin(const float *p, int32_t inverse) {
+  float32x4_t s = vld1q_f32(p);
+  if (inverse) {
+    float32x4_t minus_one = vdupq_n_f32(-1.0f);
+    __asm__("" : "+w"(minus_one));
+    s = vmulq_f32(s, minus_one);
+  }
+  return s;
 }
 
-#define NEOX4(DT, px, py, c, s, sign)                                                        \
+#define NEOX4(DT, px, py, c, s)                                                        \
   do {                                                                                          \
     float32x4_t xn_, yn_;                                                                       \
-    rotate4(load_##DT(px), load_##DT(py), vld1q_f32(c), load_sin(s, sign), &xn_, &yn_);      \
+    rotate4(load_##DT(px), load_##DT(py), vld1q_f32(c), load_sin(s, inverse), &xn_, &yn_);      \
     store_##DT(px, xn_);                                                                        \
     store_##DT(py, yn_);                                                                        \
   } while (0)
 
-#define GPTJ4(DT, p, c, s, sign)                                                             \
+#define GPTJ4(DT, p, c, s)                                                             \
   do {                                                                                          \
     float32x4_t x_, y_, xn_, yn_;                                                               \
     load2_##DT(p, &x_, &y_);                                                                    \
-    rotate4(x_, y_, vld1q_f32(c), load_sin(s, sign), &xn_, &yn_);                            \
+    rotate4(x_, y_, vld1q_f32(c), load_sin(s, inverse), &xn_, &yn_);                            \
     store2_##DT(p, xn_, yn_);                                                                   \
   } while (0)
 
 #define DEFINE_ROWS(DT, T)                                                                      \
   static void row_##DT##_neox(void *data, const float *cs, int32_t half, int32_t inverse) {     \
     T *row = data;                                                                              \
-    const float32x4_t sign = vdupq_n_f32(inverse ? -1.0f : 1.0f);                               \
     int32_t j = 0;                                                                              \
-    for (; j + 4 <= half; j += 4) NEOX4(DT, row + j, row + half + j, cs + j, cs + half + j, sign); \
+    for (; j + 4 <= half; j += 4) NEOX4(DT, row + j, row + half + j, cs + j, cs + half + j); \
     if (j < half) {                                                                             \
       size_t m = (size_t)(half - j);                                                            \
       T x[4] = {0}, y[4] = {0};                                                                 \
@@ -164,16 +171,15 @@ static inline float32x4_t load_sin(const float *p, float32x4_t sign) {
       memcpy(y, row + half + j, m * sizeof(T));                                                 \
       memcpy(c, cs + j, m * sizeof(float));                                                     \
       memcpy(s, cs + half + j, m * sizeof(float));                                              \
-      NEOX4(DT, x, y, c, s, sign);                                                           \
+      NEOX4(DT, x, y, c, s);                                                           \
       memcpy(row + j, x, m * sizeof(T));                                                        \
       memcpy(row + half + j, y, m * sizeof(T));                                                 \
     }                                                                                           \
   }                                                                                             \
   static void row_##DT##_gptj(void *data, const float *cs, int32_t half, int32_t inverse) {     \
     T *row = data;                                                                              \
-    const float32x4_t sign = vdupq_n_f32(inverse ? -1.0f : 1.0f);                               \
     int32_t j = 0;                                                                              \
-    for (; j + 4 <= half; j += 4) GPTJ4(DT, row + 2 * j, cs + j, cs + half + j, sign);       \
+    for (; j + 4 <= half; j += 4) GPTJ4(DT, row + 2 * j, cs + j, cs + half + j);       \
     if (j < half) {                                                                             \
       size_t m = (size_t)(half - j);                                                            \
       T v[8] = {0};                                                                             \
@@ -181,7 +187,7 @@ static inline float32x4_t load_sin(const float *p, float32x4_t sign) {
       memcpy(v, row + 2 * j, 2 * m * sizeof(T));                                                \
       memcpy(c, cs + j, m * sizeof(float));                                                     \
       memcpy(s, cs + half + j, m * sizeof(float));                                              \
-      GPTJ4(DT, v, c, s, sign);                                                              \
+      GPTJ4(DT, v, c, s);                                                              \
       memcpy(row + 2 * j, v, 2 * m * sizeof(T));                                                \
     }                                                                                           \
   }                                                                                             \
