@@ -129,10 +129,8 @@ static inline void store2_bf16int(void *pa, __mmask16 ma, __m512 a, void *pb, __
  * exponent and a non-zero mantissa send the 32 values to the integer path. */
 #define BF16_TARGET __attribute__((target("avx512bf16")))
 BF16_TARGET static inline __m512i bf16_pack_cvt(__m512 a, __m512 b) {
-  const __m512i exp = _mm512_set1_epi32(0x7f800000), mant = _mm512_set1_epi32(0x007fffff);
-  __m512i ua = _mm512_castps_si512(a), ub = _mm512_castps_si512(b);
-  __mmask16 sa = _mm512_mask_test_epi32_mask(_mm512_testn_epi32_mask(ua, exp), ua, mant);
-  __mmask16 sb = _mm512_mask_test_epi32_mask(_mm512_testn_epi32_mask(ub, exp), ub, mant);
+  /* vfpclassps class 0x20: denormal */
+  __mmask16 sa = _mm512_fpclass_ps_mask(a, 0x20), sb = _mm512_fpclass_ps_mask(b, 0x20);
   if (__builtin_expect((sa | sb) != 0, 0)) return bf16_pack_int(a, b);
   return _mm512_castps_si512((__m512)_mm512_cvtne2ps_pbh(b, a)); /* b high, a low */
 }
