@@ -1,7 +1,7 @@
 /* test_rope.c - the RoPE core against a float64 reference written here,
  * independently of the library: frequencies from the formula, angles and
- * rotations in double, half types converted with the compiler's _Float16 and
- * a bit-level bf16 rounding written below.
+ * rotations in double, half types converted by reference conversions written
+ * below (f16 from the format's definition, bf16 by bit-level rounding).
  *
  * Tolerances (f32 outputs): the library's cos/sin are within ~1.2e-7 of the
  * exact values (float rounding of the reduced angle is corrected to first
@@ -41,16 +41,35 @@ static float rng_uniform(void) { /* [-2, 2) */
   return (float)((double)(rng_next() >> 11) * 0x1p-53 * 4.0 - 2.0);
 }
 
+/* Reference IEEE binary16 conversions, written from the format's definition
+ * (clang 14 has no _Float16 on x86-64). Decoding is exact; encoding rounds
+ * the exact value to nearest even by comparing against the two neighbours
+ * in double, a different method from the library's bit manipulation. */
 static float h2f(uint16_t h) {
-  _Float16 v;
-  memcpy(&v, &h, 2);
-  return (float)v;
+  int sign = h >> 15, e = (h >> 10) & 31, m = h & 1023;
+  double v;
+  if (e == 31) return m ? NAN : (sign ? -INFINITY : INFINITY);
+  v = e ? ldexp(1024 + m, e - 25) : ldexp(m, -24);
+  return (float)(sign ? -v : v);
 }
 static uint16_t f2h(float f) {
-  _Float16 v = (_Float16)f;
-  uint16_t h;
-  memcpy(&h, &v, 2);
-  return h;
+  if (isnan(f)) return 0x7e00;
+  uint16_t sign = signbit(f) ? 0x8000 : 0;
+  double a = fabs((double)f);
+  if (a >= 65520.0) return sign | 0x7c00; /* halfway to 2^16 and beyond: Inf */
+  /* the spacing of binary16 around a */
+  int e;
+  frexp(a, &e); /* a = m 2^e, m in [0.5, 1) */
+  double q = ldexp(1.0, (e - 1 < -14 ? -14 : e - 1) - 10);
+  double lo = floor(a / q) * q, hi = lo + q;
+  double r = (a - lo < hi - a) ? lo : (a - lo > hi - a) ? hi : (fmod(lo / q, 2.0) == 0 ? lo : hi);
+  /* encode r exactly */
+  if (r == 0) return sign;
+  frexp(r, &e);
+  if (e - 1 < -14) return sign | (uint16_t)(r / ldexp(1.0, -24)); /* subnormal */
+  int m = (int)(ldexp(r, -(e - 1)) * 1024.0) - 1024;
+  if (m == 1024) { m = 0; e++; }
+  return sign | (uint16_t)((e - 1 + 15) << 10) | (uint16_t)m;
 }
 static float b2f(uint16_t b) {
   uint32_t u = (uint32_t)b << 16;
