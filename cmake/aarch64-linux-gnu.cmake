@@ -22,5 +22,10 @@ set(ENV{PKG_CONFIG_LIBDIR} "/usr/lib/aarch64-linux-gnu/pkgconfig:/usr/share/pkgc
 set(ENV{PKG_CONFIG_PATH} "")
 set(ENV{PKG_CONFIG_SYSROOT_DIR} "")
 
-# ctest runs every test binary through qemu with the arm64 loader and libc.
-set(CMAKE_CROSSCOMPILING_EMULATOR qemu-aarch64 -L /usr/aarch64-linux-gnu)
+# ctest runs every test binary through qemu with the arm64 loader and libc of
+# Debian's multiarch packages (libc6:arm64, under /), where the arm64 SLEEF,
+# hwloc and cmocka live too. Not the cross toolchain's own libc
+# (-L /usr/aarch64-linux-gnu): its older glibc (2.36-8cross1) hangs in the
+# first pthread_create under qemu-user 7.2 on this kernel, so every test that
+# starts a thread pool never returned.
+set(CMAKE_CROSSCOMPILING_EMULATOR qemu-aarch64 -L /)
