@@ -1,0 +1,209 @@
+/* enc_test_util.h - helpers shared by the tests of the non-RoPE encodings
+ * (test_alibi.c, test_t5.c, test_sinusoidal.c, test_learned.c): a PRNG,
+ * reference half-type conversions written independently of the library,
+ * strided test tensors, the ISA list, one shared pool. Include after
+ * <cmocka.h> and "posenc.h". */
+#ifndef PE_ENC_TEST_UTIL_H
+#define PE_ENC_TEST_UTIL_H
+
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ---- helpers: rng, half types, tensors ---- */
+
+static uint64_t rng_state = 0x9e3779b97f4a7c15u;
+static inline uint64_t rng_next(void) {
+  uint64_t z = (rng_state += 0x9e3779b97f4a7c15u);
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9u;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebu;
+  return z ^ (z >> 31);
+}
+static inline float rng_uniform(float lo, float hi) {
+  return lo + (hi - lo) * (float)((rng_next() >> 40) * (1.0 / 16777216.0));
+}
+
+/* Independent of the library's convert.h: binary16 decoded and encoded with
+ * ldexp/nearbyint in double (exact scalings, the default round-to-nearest-
+ * even), and bf16 as the float32 rounded to 8 significant bits by comparing
+ * the two neighbours in double. */
+static inline float h2f(uint16_t h) {
+  int e = (h >> 10) & 31, m = h & 1023;
+  double v = e == 0 ? ldexp(m, -24) : e == 31 ? (m ? NAN : INFINITY) : ldexp(1024 + m, e - 25);
+  return (float)((h & 0x8000) ? -v : v);
+}
+static inline uint16_t f2h(float f) {
+  uint16_t sign = signbit(f) ? 0x8000 : 0;
+  double a = fabs((double)f);
+  if (isnan(f)) return (uint16_t)(sign | 0x7e00);
+  if (a < 0x1p-14) return (uint16_t)(sign | (uint16_t)nearbyint(a * 0x1p24)); /* 1024 = min normal */
+  int e = ilogb(a);
+  double m = nearbyint(ldexp(a, 10 - e));
+  if (m == 2048) m = 1024, e++;
+  if (e > 15) return (uint16_t)(sign | 0x7c00);
+  return (uint16_t)(sign | ((e + 15) << 10) | ((int)m - 1024));
+}
+static inline float b2f(uint16_t b) {
+  uint32_t u = (uint32_t)b << 16;
+  float f;
+  memcpy(&f, &u, 4);
+  return f;
+}
+static inline uint16_t f2b(float f) {
+  uint32_t u;
+  memcpy(&u, &f, 4);
+  if (isnan(f)) return (uint16_t)((u >> 16) | 0x40);
+  uint32_t lo = u & 0xffff0000u, hi = lo + 0x10000u;
+  float flo, fhi;
+  memcpy(&flo, &lo, 4);
+  memcpy(&fhi, &hi, 4);
+  double dl = fabs((double)f - (double)flo), dh = fabs((double)fhi - (double)f);
+  if (isinf(f)) return (uint16_t)(u >> 16);
+  if (dh < dl || (dh == dl && ((lo >> 16) & 1))) return (uint16_t)(hi >> 16);
+  return (uint16_t)(lo >> 16);
+}
+
+static inline size_t esize(pe_dtype d) { return d == PE_F32 ? 4 : 2; }
+static inline double get_elem(const pe_tensor *t, int64_t off) {
+  const char *p = (const char *)t->data + off * (int64_t)esize(t->dtype);
+  if (t->dtype == PE_F32) {
+    float f;
+    memcpy(&f, p, 4);
+    return f;
+  }
+  uint16_t h;
+  memcpy(&h, p, 2);
+  return t->dtype == PE_F16 ? h2f(h) : b2f(h);
+}
+static inline void set_elem(pe_tensor *t, int64_t off, float v) {
+  char *p = (char *)t->data + off * (int64_t)esize(t->dtype);
+  if (t->dtype == PE_F32) {
+    memcpy(p, &v, 4);
+  } else {
+    uint16_t h = t->dtype == PE_F16 ? f2h(v) : f2b(v);
+    memcpy(p, &h, 2);
+  }
+}
+/* Relative rounding unit of a dtype. */
+static inline double dtype_eps(pe_dtype d) {
+  return d == PE_F32 ? 0x1p-23 : d == PE_F16 ? 0x1p-10 : 0x1p-7;
+}
+
+/* A tensor of logical shape s with dimensions 0..2 laid out in the physical
+ * order perm (outermost first), rows padded by pad elements, and dimension
+ * `reversed` (or -1) walked backwards through a negative stride. */
+typedef struct tbuf {
+  pe_tensor t;
+  void *mem;
+  size_t bytes;
+} tbuf;
+static inline tbuf make_tensor(pe_dtype d, const int64_t s[4], const int perm[3], int64_t pad,
+                        int reversed) {
+  tbuf b;
+  memset(&b, 0, sizeof b);
+  b.t.dtype = d;
+  memcpy(b.t.shape, s, sizeof b.t.shape);
+  int64_t st[4];
+  st[3] = 1;
+  int64_t span = s[3] + pad;
+  for (int k = 2; k >= 0; k--) {
+    st[perm[k]] = span;
+    span *= s[perm[k]];
+  }
+  b.bytes = (size_t)span * esize(d);
+  b.mem = malloc(b.bytes);
+  assert_non_null(b.mem);
+  for (size_t i = 0; i < b.bytes; i++) ((unsigned char *)b.mem)[i] = (unsigned char)rng_next();
+  char *base = b.mem;
+  if (reversed >= 0) {
+    base += (s[reversed] - 1) * st[reversed] * (int64_t)esize(d);
+    st[reversed] = -st[reversed];
+  }
+  memcpy(b.t.stride, st, sizeof st);
+  b.t.data = base;
+  return b;
+}
+static inline int64_t offset_of(const pe_tensor *t, int64_t a, int64_t b, int64_t c, int64_t e) {
+  return a * t->stride[0] + b * t->stride[1] + c * t->stride[2] + e * t->stride[3];
+}
+/* Fill every logical element with uniform values in [lo, hi). */
+static inline void fill_uniform(tbuf *b, float lo, float hi) {
+  const pe_tensor *t = &b->t;
+  for (int64_t a = 0; a < t->shape[0]; a++)
+    for (int64_t h = 0; h < t->shape[1]; h++)
+      for (int64_t i = 0; i < t->shape[2]; i++)
+        for (int64_t j = 0; j < t->shape[3]; j++)
+          set_elem(&b->t, offset_of(t, a, h, i, j), rng_uniform(lo, hi));
+}
+static inline tbuf clone(const tbuf *src) {
+  tbuf b = *src;
+  b.mem = malloc(src->bytes);
+  assert_non_null(b.mem);
+  memcpy(b.mem, src->mem, src->bytes);
+  b.t.data = (char *)b.mem + ((char *)src->t.data - (char *)src->mem);
+  return b;
+}
+
+/* Every ISA path other than scalar that this build and CPU run. */
+static const char *const simd_isas[] = {"avx2", "avx512", "neon"};
+
+/* Back to the path the environment asked for (CI runs every PE_ISA), or
+ * the best one. */
+static inline void restore_isa(void) {
+  const char *env = getenv("PE_ISA");
+  if (!env || pe_force_isa(env) != PE_OK) assert_int_equal(pe_force_isa("auto"), PE_OK);
+}
+
+/* One 3-thread pool for the whole file (creating pools per case, with their
+ * hwloc topology and threads, is slow under qemu). PE_POOL_MIN_BYTES=0 makes
+ * even the small test tensors split across the threads. */
+static pe_threadpool *shared_pool;
+/* 1: the bit-identity cases compare pool against no pool instead of ISAs. */
+static int pool_mode;
+static inline pe_threadpool *test_pool(void) {
+  if (!shared_pool) {
+    setenv("PE_POOL_MIN_BYTES", "0", 1);
+    assert_int_equal(pe_threadpool_create(3, &shared_pool), PE_OK);
+  }
+  return shared_pool;
+}
+static inline int destroy_pool(void **state) {
+(void)state;
+  pe_threadpool_destroy(shared_pool);
+  shared_pool = NULL;
+  return 0;
+}
+
+
+static inline void expect_error(pe_status got, pe_status want, const char *needle) {
+  assert_int_equal(got, want);
+  const char *msg = pe_last_error();
+  if (!strstr(msg, needle)) fail_msg("error \"%s\" does not mention \"%s\"", msg, needle);
+}
+
+/* Random scores with NaN, +-Inf, subnormals, zeros of both signs. */
+static inline void fill_special(tbuf *b) {
+  const pe_tensor *t = &b->t;
+  static const float specials[] = {NAN, -NAN, INFINITY, -INFINITY, 0x1p-140f, -0x1p-149f,
+                                   0.0f, -0.0f, 65504.0f, 1e-7f, 3e38f, -6e-5f};
+  for (int64_t a = 0; a < t->shape[0]; a++)
+    for (int64_t h = 0; h < t->shape[1]; h++)
+      for (int64_t i = 0; i < t->shape[2]; i++)
+        for (int64_t j = 0; j < t->shape[3]; j++) {
+          uint64_t r = rng_next();
+          float v = (r & 7) == 0 ? specials[(r >> 8) % 12] : rng_uniform(-100.0f, 100.0f);
+          set_elem(&b->t, offset_of(t, a, h, i, j), v);
+        }
+  /* Signalling NaNs straight into the storage too. */
+  if (t->dtype == PE_F32) {
+    uint32_t snan = 0x7f800001u;
+    memcpy(t->data, &snan, 4);
+  } else {
+    uint16_t snan = t->dtype == PE_F16 ? 0x7c01u : 0x7f81u;
+    memcpy(t->data, &snan, 2);
+  }
+}
+
+#endif
