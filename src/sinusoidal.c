@@ -11,7 +11,7 @@
  * position. Angles are formed in double precision exactly as the reference
  * codebases write them (a division by base^(2k/d) for the paper's layout, a
  * multiplication by exp(-k ln(base)/(half-1)) for fairseq's), then sin/cos in
- * double, rounded once to float32. */
+ * double (SLEEF, vectorized), rounded once to float32. */
 typedef struct sin_geometry {
   int32_t d_model;
   int32_t concat;  /* PE_SINUSOIDAL_CONCAT */
@@ -50,36 +50,33 @@ static pe_status sin_geometry_init(const char *fn, int32_t d_model, double base,
   return PE_OK;
 }
 
-/* sin and cos of one double angle. glibc's sincos shares its argument
- * reduction between the two (about twice as fast as sin + cos) and returns
- * the same values as sin and cos. */
-static inline void sin_cos(double a, double *s, double *c) {
-#if defined(__GLIBC__)
-  sincos(a, s, c);
-#else
-  *s = sin(a);
-  *c = cos(a);
-#endif
-}
-
-/* The table row of position pos (exact in double: pos < 2^53). */
-static void sin_row(const sin_geometry *g, int64_t pos, float *out) {
-  double p = (double)pos, s, c;
-  if (g->concat) {
-    int32_t half = g->n_freq;
-    for (int32_t k = 0; k < half; k++) {
-      sin_cos(p * g->freq[k], &s, &c);
-      out[k] = (float)s;
-      out[half + k] = (float)c;
-    }
-    if (g->d_model & 1) out[g->d_model - 1] = 0.0f;
-  } else {
-    for (int32_t k = 0; k < g->n_freq; k++) {
-      sin_cos(p / g->freq[k], &s, &c);
-      out[2 * k] = (float)s;
-      if (2 * k + 1 < g->d_model) out[2 * k + 1] = (float)c;
+/* The table row of position pos (exact in double: pos < 2^53). The angles
+ * are formed here in double; sin and cos come from the ISA's vector kernel
+ * (SLEEF double sincos, rounded once: the same bits on every ISA), in chunks
+ * that keep the scratch small. */
+#define SIN_CHUNK 256
+static void sin_row(const pe_enc_kernels *k, const sin_geometry *g, int64_t pos, float *out) {
+  double p = (double)pos, angle[SIN_CHUNK];
+  float sv[SIN_CHUNK], cv[SIN_CHUNK];
+  for (int32_t k0 = 0; k0 < g->n_freq; k0 += SIN_CHUNK) {
+    int32_t n = g->n_freq - k0 < SIN_CHUNK ? g->n_freq - k0 : SIN_CHUNK;
+    if (g->concat)
+      for (int32_t i = 0; i < n; i++) angle[i] = p * g->freq[k0 + i];
+    else
+      for (int32_t i = 0; i < n; i++) angle[i] = p / g->freq[k0 + i];
+    k->sincos(angle, n, sv, cv);
+    if (g->concat) {
+      memcpy(out + k0, sv, (size_t)n * sizeof(float));
+      memcpy(out + g->n_freq + k0, cv, (size_t)n * sizeof(float));
+    } else {
+      for (int32_t i = 0; i < n; i++) {
+        int32_t col = 2 * (k0 + i);
+        out[col] = sv[i];
+        if (col + 1 < g->d_model) out[col + 1] = cv[i]; /* odd d ends in a sin */
+      }
     }
   }
+  if (g->concat && (g->d_model & 1)) out[g->d_model - 1] = 0.0f;
 }
 
 PE_API pe_status pe_sinusoidal_table(int64_t n_positions, int32_t d_model, double base,
@@ -95,7 +92,8 @@ PE_API pe_status pe_sinusoidal_table(int64_t n_positions, int32_t d_model, doubl
   if ((uint64_t)n_positions > SIZE_MAX / sizeof(float) / (uint64_t)d_model)
     return pe__fail(PE_ERR_OVERFLOW, "%s: %" PRId64 " x %d floats overflow size_t", fn, n_positions,
                     (int)d_model);
-  for (int64_t p = 0; p < n_positions; p++) sin_row(&g, p, out + p * d_model);
+  const pe_enc_kernels *k = pe__enc_kernels();
+  for (int64_t p = 0; p < n_positions; p++) sin_row(k, &g, p, out + p * d_model);
   return PE_OK;
 }
 
@@ -134,11 +132,11 @@ static void sinusoidal_range(void *ctx, int64_t begin, int64_t end) {
   for (int64_t u = begin; u < end; u++) {
     if (j->positions) {
       int64_t b = u / j->tokens, t = u % j->tokens;
-      sin_row(j->g, j->positions[u], pe_row);
+      sin_row(j->k, j->g, j->positions[u], pe_row);
       j->k->add_row[j->dtype](j->data + (b * j->s_batch + t * j->s_token) * (int64_t)j->esize,
                               pe_row, j->d_model);
     } else {
-      sin_row(j->g, u, pe_row);
+      sin_row(j->k, j->g, u, pe_row);
       for (int64_t b = 0; b < j->batch; b++)
         j->k->add_row[j->dtype](j->data + (b * j->s_batch + u * j->s_token) * (int64_t)j->esize,
                                 pe_row, j->d_model);

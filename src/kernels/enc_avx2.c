@@ -4,6 +4,7 @@
  * exactly like convert.h, and the scalar helpers of enc_kernels.h for tails.
  * Compiled with -mavx2 -mfma -mf16c. */
 #include <immintrin.h>
+#include <sleef.h>
 #include <string.h>
 
 #include "enc_kernels.h"
@@ -103,7 +104,18 @@ static void load_row_f32(float *out, const void *src, int64_t n) {
 LOAD_ROW(f16)
 LOAD_ROW(bf16)
 
+static void sincos_avx2(const double *angle, int32_t n, float *s, float *c) {
+  int32_t i = 0;
+  for (; i + 4 <= n; i += 4) {
+    Sleef___m256d_2 r = Sleef_sincosd4_u35avx2(_mm256_loadu_pd(angle + i));
+    _mm_storeu_ps(s + i, _mm256_cvtpd_ps(r.x)); /* rounds to nearest even, as (float) */
+    _mm_storeu_ps(c + i, _mm256_cvtpd_ps(r.y));
+  }
+  for (; i < n; i++) pe__sincos_f64_one(angle[i], &s[i], &c[i]);
+}
+
 const pe_enc_kernels pe__enc_kernels_avx2 = {
+    .sincos = sincos_avx2,
     .name = "avx2",
     .add_row = {add_row_f32, add_row_f16, add_row_bf16},
     .alibi_row = {alibi_row_f32, alibi_row_f16, alibi_row_bf16},

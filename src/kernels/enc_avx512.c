@@ -4,6 +4,7 @@
  * round exactly like convert.h, and the scalar helpers of enc_kernels.h for
  * tails. Compiled with -mavx512f -mavx512bw -mavx512dq -mavx512vl. */
 #include <immintrin.h>
+#include <sleef.h>
 #include <string.h>
 
 #include "enc_kernels.h"
@@ -102,7 +103,18 @@ static void load_row_f32(float *out, const void *src, int64_t n) {
 LOAD_ROW(f16)
 LOAD_ROW(bf16)
 
+static void sincos_avx512(const double *angle, int32_t n, float *s, float *c) {
+  int32_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    Sleef___m512d_2 r = Sleef_sincosd8_u35avx512f(_mm512_loadu_pd(angle + i));
+    _mm256_storeu_ps(s + i, _mm512_cvtpd_ps(r.x)); /* rounds to nearest even, as (float) */
+    _mm256_storeu_ps(c + i, _mm512_cvtpd_ps(r.y));
+  }
+  for (; i < n; i++) pe__sincos_f64_one(angle[i], &s[i], &c[i]);
+}
+
 const pe_enc_kernels pe__enc_kernels_avx512 = {
+    .sincos = sincos_avx512,
     .name = "avx512",
     .add_row = {add_row_f32, add_row_f16, add_row_bf16},
     .alibi_row = {alibi_row_f32, alibi_row_f16, alibi_row_bf16},

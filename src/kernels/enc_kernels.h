@@ -15,6 +15,7 @@
 #ifndef PE_ENC_KERNELS_H
 #define PE_ENC_KERNELS_H
 
+#include <sleef.h>
 #include <stdint.h>
 
 #include "../internal.h"
@@ -38,8 +39,24 @@ typedef void (*pe_enc_alibi_row_fn)(void *row, int64_t n, int64_t qpos, float ne
  * the kernel's dtype (learned embeddings whose table dtype differs from x). */
 typedef void (*pe_enc_load_row_fn)(float *out, const void *src, int64_t n);
 
+/* sin and cos of n double angles: SLEEF's double-precision sincos (u35, the
+ * FMA variant, which gives the same bits on every ISA), each rounded once to
+ * float32 - correctly rounded but for results within ~4e-16 of a float tie.
+ * The sinusoidal tables use it: DistilBERT computes them in float64 and casts. */
+typedef void (*pe_enc_sincos_fn)(const double *angle, int32_t n, float *sin_out, float *cos_out);
+
+/* The one-angle step every ISA's tail uses (declared here because sleef.h
+ * shows the FMA variant only to files compiled with FMA). */
+Sleef_double_2 Sleef_sincosd1_u35purecfma(double);
+static inline void pe__sincos_f64_one(double a, float *s, float *c) {
+  Sleef_double_2 r = Sleef_sincosd1_u35purecfma(a);
+  *s = (float)r.x;
+  *c = (float)r.y;
+}
+
 typedef struct pe_enc_kernels {
   const char *name;
+  pe_enc_sincos_fn sincos;
   pe_enc_add_row_fn add_row[3];     /* indexed by pe_dtype of row */
   pe_enc_alibi_row_fn alibi_row[3]; /* indexed by pe_dtype of row */
   pe_enc_load_row_fn load_row[3];   /* indexed by pe_dtype of src */

@@ -5,6 +5,7 @@
  * (FPCR is left at its default: round to nearest even, no flush-to-zero, no
  * default-NaN), and the scalar helpers of enc_kernels.h for tails. */
 #include <arm_neon.h>
+#include <sleef.h>
 #include <string.h>
 
 #include "enc_kernels.h"
@@ -98,7 +99,18 @@ static void load_row_f32(float *out, const void *src, int64_t n) {
 LOAD_ROW(f16)
 LOAD_ROW(bf16)
 
+static void sincos_neon(const double *angle, int32_t n, float *s, float *c) {
+  int32_t i = 0;
+  for (; i + 2 <= n; i += 2) {
+    Sleef_float64x2_t_2 r = Sleef_sincosd2_u35advsimd(vld1q_f64(angle + i));
+    vst1_f32(s + i, vcvt_f32_f64(r.x)); /* rounds to nearest even, as (float) */
+    vst1_f32(c + i, vcvt_f32_f64(r.y));
+  }
+  for (; i < n; i++) pe__sincos_f64_one(angle[i], &s[i], &c[i]);
+}
+
 const pe_enc_kernels pe__enc_kernels_neon = {
+    .sincos = sincos_neon,
     .name = "neon",
     .add_row = {add_row_f32, add_row_f16, add_row_bf16},
     .alibi_row = {alibi_row_f32, alibi_row_f16, alibi_row_bf16},
