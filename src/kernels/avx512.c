@@ -89,9 +89,10 @@ static inline void store2_16bit(void *pa, __mmask16 ma, void *pb, __mmask16 mb, 
  * kept and NaN quieted, which is what convert.h spells out. */
 static inline __m512 load_f16(const void *p, __mmask16 m) { return _mm512_cvtph_ps(load_16bit(p, m)); }
 static inline void store2_f16(void *pa, __mmask16 ma, __m512 a, void *pb, __mmask16 mb, __m512 b) {
-  const int rne = _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC;
-  __m512i w = _mm512_inserti64x4(_mm512_castsi256_si512(_mm512_cvtps_ph(a, rne)),
-                                 _mm512_cvtps_ph(b, rne), 1);
+  /* the rounding immediate spelled out: clang needs a constant expression */
+  __m512i w = _mm512_inserti64x4(
+      _mm512_castsi256_si512(_mm512_cvtps_ph(a, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC)),
+      _mm512_cvtps_ph(b, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC), 1);
   store2_16bit(pa, ma, pb, mb, w);
 }
 
