@@ -105,8 +105,8 @@ PE_API pe_status pe_alibi_add_bias(const pe_tensor *scores, const float *slopes,
   alibi_job j = {.k = pe__enc_kernels(), .data = scores->data,
                  .esize = pe__dtype_size(scores->dtype), .dtype = scores->dtype, .heads = heads,
                  .q_len = scores->shape[2], .k_len = scores->shape[3],
-                 .s_batch = scores->stride[0], .s_head = scores->stride[1],
-                 .s_query = scores->stride[2], .slopes = slopes, .q_positions = q_positions,
+                 .s_batch = pe__stride(scores, 0), .s_head = pe__stride(scores, 1),
+                 .s_query = pe__stride(scores, 2), .slopes = slopes, .q_positions = q_positions,
                  .causal = (flags & PE_MASK_CAUSAL) != 0};
   int64_t rows = scores->shape[0] * heads * j.q_len;
   /* read + written per row */

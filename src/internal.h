@@ -40,6 +40,12 @@ PE_HIDDEN const char *pe__dtype_name(pe_dtype d);
  * fn and name are used in the error sentence. */
 PE_HIDDEN pe_status pe__check_tensor(const char *fn, const char *name, const pe_tensor *t,
                                      int writable);
+/* The stride of dimension d as kernels may use it: 0 for a size-1 dimension,
+ * whose stride is never stepped and so may be anything (NumPy and PyTorch
+ * produce arbitrary ones), even a value that overflows when scaled to bytes. */
+static inline int64_t pe__stride(const pe_tensor *t, int d) {
+  return t->shape[d] == 1 ? 0 : t->stride[d];
+}
 /* Check a [batch][tokens] positions array: every entry in [0, limit) (limit
  * <= 0: in [0, PE_MAX_POSITION)). limit_what names the limit in messages. */
 PE_HIDDEN pe_status pe__check_positions(const char *fn, const char *name, const int64_t *pos,

@@ -289,9 +289,9 @@ static void operand_from(rope_operand *op, const pe_tensor *t) {
   op->dtype = t->dtype;
   op->esize = pe__dtype_size(t->dtype);
   op->heads = t->shape[1];
-  op->s_batch = t->stride[0];
-  op->s_head = t->stride[1];
-  op->s_token = t->stride[2];
+  op->s_batch = pe__stride(t, 0);
+  op->s_head = pe__stride(t, 1);
+  op->s_token = pe__stride(t, 2);
 }
 
 static pe_status check_operand(const char *fn, const char *name, const pe_tensor *t,

@@ -160,7 +160,7 @@ PE_API pe_status pe_sinusoidal_add(const pe_tensor *x, const int64_t *positions,
   if ((st = pe__pool_acquire(fn, pool)) != PE_OK) return st;
   embed_job j = {.k = pe__enc_kernels(), .data = x->data, .esize = pe__dtype_size(x->dtype),
                  .dtype = x->dtype, .batch = batch, .tokens = tokens, .d_model = x->shape[3],
-                 .s_batch = x->stride[0], .s_token = x->stride[2], .positions = positions,
+                 .s_batch = pe__stride(x, 0), .s_token = pe__stride(x, 2), .positions = positions,
                  .g = &g};
   int64_t units = positions ? batch * tokens : tokens;
   int64_t rows_per_unit = positions ? 1 : batch;
@@ -222,9 +222,9 @@ PE_API pe_status pe_learned_add(const pe_tensor *x, const pe_tensor *table,
   if ((st = pe__pool_acquire(fn, pool)) != PE_OK) return st;
   embed_job j = {.k = pe__enc_kernels(), .data = x->data, .esize = pe__dtype_size(x->dtype),
                  .dtype = x->dtype, .batch = batch, .tokens = tokens, .d_model = x->shape[3],
-                 .s_batch = x->stride[0], .s_token = x->stride[2], .positions = positions,
+                 .s_batch = pe__stride(x, 0), .s_token = pe__stride(x, 2), .positions = positions,
                  .table = table->data, .t_esize = pe__dtype_size(table->dtype),
-                 .t_dtype = table->dtype, .t_stride = table->stride[2]};
+                 .t_dtype = table->dtype, .t_stride = pe__stride(table, 2)};
   pe__pool_run(pool, batch * tokens, 1,
                j.d_model * (int64_t)(2 * j.esize + j.t_esize), learned_range, &j);
   return PE_OK;

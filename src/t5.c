@@ -160,9 +160,9 @@ PE_API pe_status pe_t5_add_bias(const pe_tensor *scores, const float *table,
   j.heads = heads;
   j.q_len = scores->shape[2];
   j.k_len = scores->shape[3];
-  j.s_batch = scores->stride[0];
-  j.s_head = scores->stride[1];
-  j.s_query = scores->stride[2];
+  j.s_batch = pe__stride(scores, 0);
+  j.s_head = pe__stride(scores, 1);
+  j.s_query = pe__stride(scores, 2);
   j.table = table;
   j.q_positions = q_positions;
   j.causal = (flags & PE_MASK_CAUSAL) != 0;

@@ -58,7 +58,8 @@ pe_status pe__check_tensor(const char *fn, const char *name, const pe_tensor *t,
       return pe__fail(PE_ERR_OVERFLOW, "%s: %s extent overflows int64", fn, name);
   }
   int64_t blo, bhi;
-  if (__builtin_mul_overflow(lo, (int64_t)es, &blo) || __builtin_mul_overflow(hi + 1, (int64_t)es, &bhi))
+  if (hi == INT64_MAX || __builtin_mul_overflow(lo, (int64_t)es, &blo) ||
+      __builtin_mul_overflow(hi + 1, (int64_t)es, &bhi))
     return pe__fail(PE_ERR_OVERFLOW, "%s: %s byte extent overflows int64", fn, name);
   uintptr_t base = (uintptr_t)t->data, end;
   if ((uintptr_t)(-blo) > base || __builtin_add_overflow(base, (uintptr_t)bhi, &end))

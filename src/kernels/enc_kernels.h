@@ -15,6 +15,7 @@
 #ifndef PE_ENC_KERNELS_H
 #define PE_ENC_KERNELS_H
 
+#include <math.h> /* FP_FAST_FMA, read by sleef.h too */
 #include <sleef.h>
 #include <stdint.h>
 
@@ -45,9 +46,11 @@ typedef void (*pe_enc_load_row_fn)(float *out, const void *src, int64_t n);
  * The sinusoidal tables use it: DistilBERT computes them in float64 and casts. */
 typedef void (*pe_enc_sincos_fn)(const double *angle, int32_t n, float *sin_out, float *cos_out);
 
-/* The one-angle step every ISA's tail uses (declared here because sleef.h
- * shows the FMA variant only to files compiled with FMA). */
+/* The one-angle step every ISA's tail uses. sleef.h declares the FMA variant
+ * only to files compiled with FMA (FP_FAST_FMA); declare it for the others. */
+#if !defined(FP_FAST_FMA)
 Sleef_double_2 Sleef_sincosd1_u35purecfma(double);
+#endif
 static inline void pe__sincos_f64_one(double a, float *s, float *c) {
   Sleef_double_2 r = Sleef_sincosd1_u35purecfma(a);
   *s = (float)r.x;
