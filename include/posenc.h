@@ -110,7 +110,8 @@ typedef enum pe_dtype {
 } pe_dtype;
 
 typedef struct pe_tensor {
-  void *data;          /* element [0,0,0,0] */
+  void *data;          /* element [0,0,0,0], aligned to the element size
+                          (4 bytes f32, 2 bytes f16/bf16): else PE_ERR_INVALID_ARGUMENT */
   pe_dtype dtype;
   int64_t shape[4];    /* [batch, heads, tokens, head_dim] for Q/K/X;
                           [batch, heads, q_len, k_len] for attention scores */

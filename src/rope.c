@@ -11,6 +11,24 @@
 /* Oldest struct_size accepted: everything up to and including max_positions. */
 #define ROPE_PARAMS_MIN_SIZE (offsetof(pe_rope_params, max_positions) + sizeof(int64_t))
 
+/* A smaller struct_size is an older caller's sizeof: it ends on a field
+ * boundary (or in the padding after one). A size that cuts a field - half a
+ * pointer - would copy a meaningless value, so it is refused. */
+#define FIELD_SPAN(f) {offsetof(pe_rope_params, f), offsetof(pe_rope_params, f) + sizeof(((pe_rope_params *)0)->f)}
+static int rope_params_size_whole(size_t n) {
+  static const size_t spans[][2] = {
+      FIELD_SPAN(struct_size), FIELD_SPAN(head_dim), FIELD_SPAN(rotary_dim), FIELD_SPAN(style),
+      FIELD_SPAN(base), FIELD_SPAN(max_positions), FIELD_SPAN(scaling), FIELD_SPAN(factor),
+      FIELD_SPAN(original_max_positions), FIELD_SPAN(seq_len), FIELD_SPAN(attention_factor),
+      FIELD_SPAN(beta_fast), FIELD_SPAN(beta_slow), FIELD_SPAN(mscale), FIELD_SPAN(mscale_all_dim),
+      FIELD_SPAN(truncate), FIELD_SPAN(low_freq_factor), FIELD_SPAN(high_freq_factor),
+      FIELD_SPAN(short_factor), FIELD_SPAN(long_factor), FIELD_SPAN(inv_freq)};
+  for (size_t i = 0; i < sizeof spans / sizeof spans[0]; i++)
+    if (n > spans[i][0] && n < spans[i][1]) return 0;
+  return 1;
+}
+#undef FIELD_SPAN
+
 PE_API void pe_rope_params_init(pe_rope_params *p) {
   if (!p) return;
   memset(p, 0, sizeof *p);
@@ -87,6 +105,11 @@ PE_API pe_status pe_rope_cache_create(const pe_rope_params *user, pe_rope_cache 
                     "%s: params struct_size %u is smaller than the oldest layout (%zu bytes): call "
                     "pe_rope_params_init()",
                     fn, (unsigned)user->struct_size, ROPE_PARAMS_MIN_SIZE);
+  if (user->struct_size < sizeof(pe_rope_params) && !rope_params_size_whole(user->struct_size))
+    return pe__fail(PE_ERR_INVALID_ARGUMENT,
+                    "%s: params struct_size %u ends inside a field: no layout of pe_rope_params "
+                    "has that size",
+                    fn, (unsigned)user->struct_size);
   pe_rope_params p;
   pe_rope_params_init(&p);
   pe_status st = pe__copy_sized(fn, &p, sizeof p, user, user->struct_size);

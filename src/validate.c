@@ -34,6 +34,9 @@ pe_status pe__check_tensor(const char *fn, const char *name, const pe_tensor *t,
   if (!es)
     return pe__fail(PE_ERR_DTYPE, "%s: %s->dtype %d is not PE_F32, PE_F16 or PE_BF16", fn, name,
                     (int)t->dtype);
+  if ((uintptr_t)t->data % es)
+    return pe__fail(PE_ERR_INVALID_ARGUMENT,
+                    "%s: %s->data %p is not aligned to its %zu-byte elements", fn, name, t->data, es);
   for (int i = 0; i < 4; i++)
     if (t->shape[i] <= 0)
       return pe__fail(PE_ERR_SHAPE, "%s: %s->shape[%s] = %" PRId64 " must be > 0", fn, name,

@@ -716,6 +716,11 @@ static void test_create_errors(void **state) {
   CASE(p.scaling = PE_ROPE_SCALING_LINEAR; p.factor = NAN, PE_ERR_INVALID_ARGUMENT, "factor");
   CASE(p.attention_factor = -1, PE_ERR_INVALID_ARGUMENT, "attention_factor -1");
   CASE(p.struct_size = 8, PE_ERR_INVALID_ARGUMENT, "struct_size 8");
+  /* a size that ends inside a pointer would copy half a pointer */
+  float sf[64], lf[64];
+  CASE(p.scaling = PE_ROPE_SCALING_LONGROPE; p.short_factor = sf; p.long_factor = lf;
+       p.struct_size = (uint32_t)(offsetof(pe_rope_params, short_factor) + 2),
+       PE_ERR_INVALID_ARGUMENT, "ends inside a field");
 #undef CASE
   expect_error(pe_rope_cache_create(NULL, &out), PE_ERR_NULL_POINTER, "params");
   pe_rope_params_init(&p);
@@ -761,6 +766,8 @@ static void test_apply_errors_change_nothing(void **state) {
   CASE(bq.stride[1] = 8, APPLY, PE_ERR_SHAPE, "alias");      /* heads overlap */
   CASE(bq.stride[2] = 0, APPLY, PE_ERR_SHAPE, "alias");      /* tokens broadcast */
   CASE(bk = bq, APPLY, PE_ERR_SHAPE, "same address");        /* rotated twice */
+  CASE(bq.data = (char *)q.mem + 2, APPLY, PE_ERR_INVALID_ARGUMENT, "not aligned");
+  CASE(bk.data = (char *)k.mem + 1, APPLY, PE_ERR_INVALID_ARGUMENT, "not aligned");
   CASE(bq.stride[0] = INT64_MAX / 2, APPLY, PE_ERR_OVERFLOW, "q");
   CASE(bq.shape[0] = INT64_MAX; bk.shape[0] = INT64_MAX, APPLY, PE_ERR_OVERFLOW, "q");
   CASE(bq.stride[0] = -(INT64_MAX / 4), APPLY, PE_ERR_OVERFLOW, "q");
