@@ -9,6 +9,20 @@
 
 #include "../internal.h"
 
+/* PE_OPAQUE(v): an empty asm that claims to change v. Every ISA computes
+ * x' = fmaf(x, c, -(y*s)) with the negation applied to the product as
+ * written; clang (LLVM treats a NaN's sign as unspecified) would otherwise
+ * fold the negation into the FMA (vfmsub/fmls), which propagates y*s's NaN
+ * without the sign flip, so the paths would disagree on the sign bit of a
+ * NaN. gcc does not fold it; the barrier costs nothing there. */
+#if defined(__x86_64__) || defined(__i386__)
+#define PE_OPAQUE(v) __asm__("" : "+v"(v))
+#elif defined(__aarch64__)
+#define PE_OPAQUE(v) __asm__("" : "+w"(v))
+#else
+#define PE_OPAQUE(v) ((void)0)
+#endif
+
 /* Rows of cos/sin for positions pos0, pos0+1, ..., pos0+n-1. Row r is
  * out[r*2*half .. +half) = cos, out[r*2*half+half .. +half) = sin of the angle
  * (double)(pos0 + r) * freq[i] (double product), times scale (float multiply,

@@ -54,7 +54,11 @@ static void rope_sincos_scalar(int64_t pos0, int64_t n, const double *freq, int3
 
 /* One rotation of a pair; the definition every ISA follows. */
 static inline void rotate_pair(float x, float y, float c, float s, float *xo, float *yo) {
-  *xo = fmaf(x, c, -(y * s));
+  float ys = y * s;
+  PE_OPAQUE(ys); /* clang would move the sign onto s */
+  float nys = -ys;
+  PE_OPAQUE(nys);
+  *xo = fmaf(x, c, nys);
   *yo = fmaf(y, c, x * s);
 }
 
@@ -72,6 +76,7 @@ static inline float load_f16(uint16_t h) {
     T *row = data;                                                                               \
     const float *cosv = cs, *sinv = cs + half;                                                   \
     float sign = inverse ? -1.0f : 1.0f; /* multiplied always: see kernels.h */                  \
+    PE_OPAQUE(sign); /* a -1 the compiler cannot fold into -(y*s) (kernels.h) */                \
     for (int32_t j = 0; j < half; j++) {                                                         \
       T *px = row + (XO) + j * (STEP), *py = row + (YO) + j * (STEP);                            \
       float xn, yn;                                                                              \

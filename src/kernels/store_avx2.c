@@ -38,7 +38,10 @@ static inline void store_bf16(void *p, __m256 v) {
 
 /* x' = fmaf(x, c, -(y*s)); y' = fmaf(y, c, x*s); the negation a sign flip. */
 static inline void rotate8(__m256 x, __m256 y, __m256 c, __m256 s, __m256 *xo, __m256 *yo) {
-  __m256 nys = _mm256_xor_ps(_mm256_mul_ps(y, s), _mm256_set1_ps(-0.0f));
+  __m256 ys = _mm256_mul_ps(y, s);
+  PE_OPAQUE(ys); /* clang would move the sign onto s */
+  __m256 nys = _mm256_xor_ps(ys, _mm256_set1_ps(-0.0f));
+  PE_OPAQUE(nys); /* kernels.h: the negation stays a negation */
   *xo = _mm256_fmadd_ps(x, c, nys);
   *yo = _mm256_fmadd_ps(y, c, _mm256_mul_ps(x, s));
 }

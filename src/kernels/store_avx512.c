@@ -74,7 +74,10 @@ static inline void store32_bf16(void *p, __m512 a, __m512 b) {
 }
 
 static inline void rotate16(__m512 x, __m512 y, __m512 c, __m512 s, __m512 *xo, __m512 *yo) {
-  __m512 nys = _mm512_xor_ps(_mm512_mul_ps(y, s), _mm512_set1_ps(-0.0f));
+  __m512 ys = _mm512_mul_ps(y, s);
+  PE_OPAQUE(ys); /* clang would move the sign onto s */
+  __m512 nys = _mm512_xor_ps(ys, _mm512_set1_ps(-0.0f));
+  PE_OPAQUE(nys); /* kernels.h: the negation stays a negation */
   *xo = _mm512_fmadd_ps(x, c, nys);
   *yo = _mm512_fmadd_ps(y, c, _mm512_mul_ps(x, s));
 }

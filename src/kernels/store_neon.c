@@ -57,7 +57,11 @@ static inline void store2_bf16(void *p, float32x4_t x, float32x4_t y) {
 /* x' = fmaf(x, c, -(y*s)); y' = fmaf(y, c, x*s), as neon.c. */
 static inline void rotate4(float32x4_t x, float32x4_t y, float32x4_t c, float32x4_t s,
                            float32x4_t *xo, float32x4_t *yo) {
-  *xo = vfmaq_f32(vnegq_f32(vmulq_f32(y, s)), x, c);
+  float32x4_t ys = vmulq_f32(y, s);
+  PE_OPAQUE(ys); /* clang would move the sign onto s */
+  float32x4_t nys = vnegq_f32(ys);
+  PE_OPAQUE(nys); /* kernels.h: the negation stays a negation */
+  *xo = vfmaq_f32(nys, x, c);
   *yo = vfmaq_f32(vmulq_f32(x, s), y, c);
 }
 

@@ -4,6 +4,7 @@
  * reproduce these bit for bit. */
 #include <math.h>
 
+#include "kernels.h"
 #include "store_kernels.h"
 
 #define LOAD_F32(p) (*(const float *)(p))
@@ -30,7 +31,11 @@ static inline float widen_f16_quiet(uint16_t h) {
     for (int32_t j = 0; j < half; j++) {                                                         \
       int64_t ix = (XO) + (int64_t)j * (STEP), iy = (YO) + (int64_t)j * (STEP);                  \
       float x = LOAD(in + ix), y = LOAD(in + iy), c = cosv[j], s = sinv[j];               \
-      STORE(out + ix, fmaf(x, c, -(y * s)));                                                     \
+      float ys = y * s;                                                                          \
+      PE_OPAQUE(ys);                                                                             \
+      float nys = -ys;                                                                           \
+      PE_OPAQUE(nys);                                                                            \
+      STORE(out + ix, fmaf(x, c, nys));                                                          \
       STORE(out + iy, fmaf(y, c, x * s));                                                        \
     }                                                                                            \
   }
