@@ -190,9 +190,9 @@ static void operand_from(ext_operand *op, const pe_tensor *t) {
   op->dtype = t->dtype;
   op->esize = (int64_t)pe__dtype_size(t->dtype);
   op->heads = t->shape[1];
-  op->s_batch = t->stride[0];
-  op->s_head = t->stride[1];
-  op->s_token = t->stride[2];
+  op->s_batch = pe__stride(t, 0);
+  op->s_head = pe__stride(t, 1);
+  op->s_token = pe__stride(t, 2);
 }
 
 static void run_job(ext_job *j, pe_threadpool *pool) {
@@ -430,8 +430,8 @@ PE_API pe_status pe_apply_rope_qk_store(const pe_rope_cache *c, const pe_tensor 
                .inverse = (flags & PE_ROPE_INVERSE) != 0, .batch = batch, .tokens = tokens,
                .pos = positions, .slots = slot_mapping, .dst = k_cache->data,
                .dst_dtype = k_cache->dtype, .dst_esize = (int64_t)pe__dtype_size(k_cache->dtype),
-               .dst_block = k_cache->shape[2], .dst_s_block = k_cache->stride[0],
-               .dst_s_head = k_cache->stride[1], .dst_s_slot = k_cache->stride[2]};
+               .dst_block = k_cache->shape[2], .dst_s_block = pe__stride(k_cache, 0),
+               .dst_s_head = pe__stride(k_cache, 1), .dst_s_slot = pe__stride(k_cache, 2)};
   operand_from(&j.q, q);
   operand_from(&j.k, k);
   run_job(&j, pool);
