@@ -87,7 +87,9 @@ static void usage(FILE *f) {
           "Times libposenc's entry points against an in-place streaming read-modify-write\n"
           "over the same bytes (the bound), measured in the same run.\n"
           "\n"
-          "  --suite LIST       comma list of rope,table,alibi,t5,sinusoidal,learned,cutover\n"
+          "  --suite LIST       comma list of rope,table,alibi,t5,sinusoidal,learned,cutover,\n"
+          "                     fused (serving entry points against their unfused\n"
+          "                     equivalent: the 'x textbook' column)\n"
           "                     or all (default: rope,table,alibi,t5,sinusoidal,learned)\n"
           "  --model NAME       llama3-8b (default), llama3-70b, qwen2.5-7b, mistral-7b,\n"
           "                     phi3-mini, gpt-j, neox-20b: heads, kv heads, head_dim,\n"
@@ -193,7 +195,7 @@ static int parse_args(int argc, char **argv) {
     long x;
     if (!strcmp(key, "--suite") || !strcmp(key, "--suites")) {
       if (!strcmp(val, "all"))
-        snprintf(opt.suites, sizeof opt.suites, "rope,table,alibi,t5,sinusoidal,learned,cutover");
+        snprintf(opt.suites, sizeof opt.suites, "rope,table,alibi,t5,sinusoidal,learned,cutover,fused");
       else
         snprintf(opt.suites, sizeof opt.suites, "%s", val);
     } else if (!strcmp(key, "--model")) {
@@ -1272,6 +1274,230 @@ static void suite_cutover(void) {
 }
 
 /* ------------------------------------------------------------------------ */
+/* fused: RoPE for serving engines (issue 10)                               */
+/* ------------------------------------------------------------------------ */
+
+/* Each case's baseline is what an engine does without the fused entry
+ * point, timed interleaved with it in the same run; its ratio is the
+ * "x textbook" column (baseline ns / kernel ns):
+ *   store   pe_apply_rope_qk_store  vs  pe_apply_rope_qk + copying k's rows
+ *           into their cache slots (vLLM's rotary_embedding + reshape_and_cache);
+ *   mrope   pe_apply_mrope_qk       vs  pe_apply_rope_qk (plain RoPE, same shape);
+ *   multi   pe_apply_rope_qk_multi  vs  one pe_apply_rope_qk per batch row. */
+typedef pe_status (*store_fn)(const pe_rope_cache *, const pe_tensor *, const pe_tensor *,
+                              const pe_tensor *, const int64_t *, const int64_t *, uint32_t,
+                              pe_threadpool *);
+typedef pe_status (*mrope_fn)(const pe_rope_cache *, const pe_tensor *, const pe_tensor *,
+                              const int64_t *, const int32_t *, uint32_t, pe_threadpool *);
+typedef pe_status (*multi_fn)(const pe_rope_cache *const *, int32_t, const int32_t *,
+                              const pe_tensor *, const pe_tensor *, const int64_t *, uint32_t,
+                              pe_threadpool *);
+
+#define FUSED_BLOCK 16 /* cache block size (tokens), vLLM's default */
+#define FUSED_CACHES 4
+
+typedef struct fused_state {
+  pe_rope_cache *cache, *caches[FUSED_CACHES];
+  pe_tensor q, k, kv;  /* kv: [blocks, kv_heads, FUSED_BLOCK, head_dim], NHD storage */
+  pe_tensor *qp;       /* &q or NULL (k only) */
+  int64_t *slots, *pos, *pos3;
+  int32_t *index;
+  int32_t section[3];
+  store_fn store;
+  mrope_fn mrope;
+  multi_fn multi;
+} fused_state;
+
+static pe_status fused_store_call(bench_case *c) {
+  fused_state *s = c->st;
+  return s->store(s->cache, s->qp, &s->k, &s->kv, s->slots, s->pos, 0, c->pool);
+}
+
+/* The unfused pair: rotate k (and q) in place, then copy each token's rows
+ * to its slot (same dtype: memcpy per head row). */
+static void fused_store_baseline(bench_case *c) {
+  fused_state *s = c->st;
+  pe_apply_rope_qk(s->cache, s->qp, &s->k, s->pos, 0, c->pool);
+  size_t es = dtype_size(s->k.dtype), row = (size_t)s->k.shape[3] * es;
+  for (int64_t b = 0; b < s->k.shape[0]; b++)
+    for (int64_t t = 0; t < s->k.shape[2]; t++) {
+      int64_t slot = s->slots[b * s->k.shape[2] + t];
+      if (slot < 0) continue;
+      const char *src = (const char *)s->k.data + (b * s->k.stride[0] + t * s->k.stride[2]) * (int64_t)es;
+      char *dst = (char *)s->kv.data +
+                  ((slot / FUSED_BLOCK) * s->kv.stride[0] + (slot % FUSED_BLOCK) * s->kv.stride[2]) * (int64_t)es;
+      for (int64_t h = 0; h < s->k.shape[1]; h++)
+        memcpy(dst + h * s->kv.stride[1] * (int64_t)es, src + h * s->k.stride[1] * (int64_t)es, row);
+    }
+}
+
+static pe_status fused_mrope_call(bench_case *c) {
+  fused_state *s = c->st;
+  return s->mrope(s->cache, &s->q, &s->k, s->pos3, s->section, 0, c->pool);
+}
+static void fused_mrope_baseline(bench_case *c) {
+  fused_state *s = c->st;
+  pe_apply_rope_qk(s->cache, &s->q, &s->k, s->pos, 0, c->pool);
+}
+
+static pe_status fused_multi_call(bench_case *c) {
+  fused_state *s = c->st;
+  return s->multi((const pe_rope_cache *const *)s->caches, FUSED_CACHES, s->index, &s->q, &s->k,
+                  s->pos, 0, c->pool);
+}
+static void fused_multi_baseline(bench_case *c) {
+  fused_state *s = c->st;
+  for (int64_t b = 0; b < s->q.shape[0]; b++) {
+    pe_tensor q = s->q, k = s->k;
+    q.data = (char *)q.data + b * q.stride[0] * (int64_t)dtype_size(q.dtype);
+    k.data = (char *)k.data + b * k.stride[0] * (int64_t)dtype_size(k.dtype);
+    q.shape[0] = k.shape[0] = 1;
+    pe_apply_rope_qk(s->caches[s->index[b]], &q, &k, s->pos + b * q.shape[2], 0, c->pool);
+  }
+}
+
+static void fused_free(fused_state *s) {
+  free(s->q.data);
+  free(s->k.data);
+  free(s->kv.data);
+  free(s->slots);
+  free(s->pos);
+  free(s->pos3);
+  free(s->index);
+  pe_rope_cache_destroy(s->cache);
+  for (int i = 0; i < FUSED_CACHES; i++) pe_rope_cache_destroy(s->caches[i]);
+}
+
+/* kind: 0 store k, 1 store q+k, 2 mrope, 3 multi. */
+static void fused_case(int kind, int64_t batch, int64_t tokens, int dt, int threads) {
+  static const char *const kinds[4] = {"store k", "store q+k", "mrope", "multi"};
+  fused_state s;
+  memset(&s, 0, sizeof s);
+  s.store = (store_fn)optional_symbol("pe_apply_rope_qk_store");
+  s.mrope = (mrope_fn)optional_symbol("pe_apply_mrope_qk");
+  s.multi = (multi_fn)optional_symbol("pe_apply_rope_qk_multi");
+  if ((kind <= 1 && !s.store) || (kind == 2 && !s.mrope) || (kind == 3 && !s.multi)) {
+    not_available("fused", kind <= 1 ? "pe_apply_rope_qk_store is not in this library"
+                           : kind == 2 ? "pe_apply_mrope_qk is not in this library"
+                                       : "pe_apply_rope_qk_multi is not in this library");
+    return;
+  }
+  rope_geom g = geometry();
+  if (kind == 2) { /* Qwen2-VL-7B's text model: 28q/4kv x 128, theta 1e6, sections 16/24/24 */
+    g.heads = 28, g.kv_heads = 4, g.head_dim = 128, g.rotary_dim = 128, g.style = PE_ROPE_NEOX;
+    g.base = 1000000.0;
+  }
+  int64_t max_pos = tokens + 64 > 8192 ? tokens + 64 : 8192;
+  char why[200] = "";
+  if (rope_cache_for(&g, max_pos, &s.cache, why, sizeof why) != PE_OK) {
+    not_available("fused", why);
+    return;
+  }
+  s.q = make_tensor(dt, batch, g.heads, tokens, g.head_dim, 1);
+  s.k = make_tensor(dt, batch, g.kv_heads, tokens, g.head_dim, 1);
+  s.pos = xalloc((size_t)(batch * tokens) * sizeof *s.pos);
+  for (int64_t b = 0; b < batch; b++)
+    for (int64_t t = 0; t < tokens; t++) s.pos[b * tokens + t] = (tokens == 1 ? 4000 + 7 * b : 0) + t;
+  bench_case c;
+  memset(&c, 0, sizeof c);
+  c.suite = "fused";
+  snprintf(c.name, sizeof c.name, "%s %s %" PRId64 "x%" PRId64, kinds[kind],
+           kind == 2 ? "qwen2-vl-7b" : model_label(), batch, tokens);
+  c.dtype = dt;
+  c.threads = threads;
+  c.pool = pool_for(threads);
+  c.st = &s;
+  double es = (double)dtype_size(dt), qb = (double)(batch * g.heads * tokens) * g.head_dim * es,
+         kb = (double)(batch * g.kv_heads * tokens) * g.head_dim * es;
+  if (kind <= 1) {
+    int64_t blocks = (batch * tokens + FUSED_BLOCK - 1) / FUSED_BLOCK + 2;
+    s.kv.data = xalloc((size_t)(blocks * FUSED_BLOCK * g.kv_heads * g.head_dim) * dtype_size(dt));
+    memset(s.kv.data, 0, (size_t)(blocks * FUSED_BLOCK * g.kv_heads * g.head_dim) * dtype_size(dt));
+    s.kv.dtype = (pe_dtype)dt;
+    s.kv.shape[0] = blocks, s.kv.shape[1] = g.kv_heads, s.kv.shape[2] = FUSED_BLOCK;
+    s.kv.shape[3] = g.head_dim;
+    s.kv.stride[0] = FUSED_BLOCK * g.kv_heads * g.head_dim, s.kv.stride[1] = g.head_dim;
+    s.kv.stride[2] = g.kv_heads * g.head_dim, s.kv.stride[3] = 1;
+    s.slots = xalloc((size_t)(batch * tokens) * sizeof *s.slots);
+    for (int64_t i = 0; i < batch * tokens; i++) s.slots[i] = FUSED_BLOCK + i; /* block 0 unused */
+    s.qp = kind == 1 ? &s.q : NULL;
+    c.call = fused_store_call;
+    c.textbook = fused_store_baseline;
+    c.bytes = 2.0 * kb + (kind == 1 ? 2.0 * qb : 0.0); /* k read + cache written (+ q r/w) */
+    c.probe[0] = probe_like(&s.k, g.head_dim);
+    c.n_probe = 1;
+    if (kind == 1) c.probe[c.n_probe++] = probe_like(&s.q, g.head_dim);
+    snprintf(c.note, sizeof c.note, "x textbook = vs apply + copy to the cache; %dq/%dkv x %d",
+             g.heads, g.kv_heads, g.head_dim);
+  } else if (kind == 2) {
+    s.section[0] = 16, s.section[1] = 24, s.section[2] = 24;
+    s.pos3 = xalloc((size_t)(3 * batch * tokens) * sizeof *s.pos3);
+    /* a 32x32 image grid after a text prefix, then text */
+    for (int64_t b = 0; b < batch; b++)
+      for (int64_t t = 0; t < tokens; t++) {
+        int64_t i = b * tokens + t, img = t >= 16 && t < 16 + 1024 ? t - 16 : -1;
+        s.pos3[i] = img >= 0 ? 16 : t < 16 ? t : t - 1024 + 32;
+        s.pos3[batch * tokens + i] = img >= 0 ? 16 + img / 32 : s.pos3[i];
+        s.pos3[2 * batch * tokens + i] = img >= 0 ? 16 + img % 32 : s.pos3[i];
+      }
+    c.call = fused_mrope_call;
+    c.textbook = fused_mrope_baseline;
+    c.bytes = 2.0 * (qb + kb);
+    c.probe[0] = probe_like(&s.q, g.head_dim);
+    c.probe[1] = probe_like(&s.k, g.head_dim);
+    c.n_probe = 2;
+    snprintf(c.note, sizeof c.note, "x textbook = vs plain RoPE; Qwen2-VL 28q/4kv x 128, 32x32 image");
+  } else {
+    static const double factors[FUSED_CACHES] = {1.0, 2.0, 4.0, 8.0};
+    for (int i = 0; i < FUSED_CACHES; i++) {
+      pe_rope_params p;
+      pe_rope_params_init(&p);
+      p.head_dim = g.head_dim, p.rotary_dim = g.rotary_dim, p.style = g.style, p.base = g.base;
+      p.max_positions = max_pos;
+      p.scaling = i ? PE_ROPE_SCALING_DYNAMIC : PE_ROPE_SCALING_NONE;
+      p.factor = factors[i];
+      p.original_max_positions = 8192;
+      p.seq_len = (int64_t)(8192 * factors[i]);
+      if (pe_rope_cache_create(&p, &s.caches[i]) != PE_OK) {
+        not_available("fused", pe_last_error());
+        fused_free(&s);
+        return;
+      }
+    }
+    s.index = xalloc((size_t)batch * sizeof *s.index);
+    for (int64_t b = 0; b < batch; b++) s.index[b] = (int32_t)(b % FUSED_CACHES);
+    c.call = fused_multi_call;
+    c.textbook = fused_multi_baseline;
+    c.bytes = 2.0 * (qb + kb);
+    c.probe[0] = probe_like(&s.q, g.head_dim);
+    c.probe[1] = probe_like(&s.k, g.head_dim);
+    c.n_probe = 2;
+    snprintf(c.note, sizeof c.note, "x textbook = vs one call per row; %d dynamic-NTK caches", FUSED_CACHES);
+  }
+  progress("[%.0fs] fused %s %s %d thr", (now_ns() - run_start) / 1e9, c.name, dtype_name(dt), threads);
+  measure(&c);
+  free_probes(&c);
+  fused_free(&s);
+}
+
+static void suite_fused(void) {
+  for (int ti = 0; ti < opt.n_threads; ti++) {
+    int th = opt.threads[ti];
+    int64_t T = opt.tokens ? opt.tokens : 4096;
+    for (int d = 0; d < 2; d++) {
+      int dt = opt.dtype >= 0 ? opt.dtype : d ? PE_BF16 : PE_F32;
+      fused_case(0, opt.batch, T, dt, th);
+      fused_case(1, opt.batch, T, dt, th);
+      if (opt.dtype >= 0) break;
+    }
+    int dt = opt.dtype >= 0 ? opt.dtype : PE_BF16;
+    fused_case(2, 1, opt.tokens ? opt.tokens : 2048, dt, th);
+    fused_case(3, 8, 1, dt, th);     /* decode: 8 sequences, 4 frequency sets */
+    fused_case(3, 4, 512, dt, th);   /* prefill chunks of 4 sequences */
+  }
+}
+
+/* ------------------------------------------------------------------------ */
 /* output                                                                   */
 /* ------------------------------------------------------------------------ */
 
@@ -1512,11 +1738,13 @@ static void run_suites(void) {
   if (suite_selected("sinusoidal")) embed_suite("sinusoidal");
   if (suite_selected("learned")) embed_suite("learned");
   if (suite_selected("cutover")) suite_cutover();
+  if (suite_selected("fused")) suite_fused();
 }
 
 int main(int argc, char **argv) {
   if (parse_args(argc, argv) != 0) return 2;
-  static const char *const known[] = {"rope", "table", "alibi", "t5", "sinusoidal", "learned", "cutover"};
+  static const char *const known[] = {"rope", "table", "alibi", "t5", "sinusoidal", "learned", "cutover",
+                                      "fused"};
   {
     char buf[256];
     snprintf(buf, sizeof buf, "%s", opt.suites);
