@@ -474,7 +474,13 @@ PE_API pe_status pe_rope_cache_create_from_hf_config(const char *json, size_t le
     st = pe__fail(PE_ERR_PARSE, "%s: config.json must be a JSON object, got %s", FN, json_type(root));
     goto done;
   }
-  const cJSON *mt = get(root, "model_type");
+  /* Vision-language configs (Qwen3-VL) keep the language model's keys in
+   * text_config: read them there when the top level has none. */
+  const cJSON *tc = get(root, "text_config");
+  if (tc && cJSON_IsObject(tc) && !get(root, "rope_parameters") && !get(root, "rope_scaling") &&
+      !get(root, "rope_theta") && !get(root, "hidden_size") && !get(root, "head_dim"))
+    h.root = tc;
+  const cJSON *mt = get(h.root, "model_type");
   if (mt && cJSON_IsString(mt)) h.model_type = mt->valuestring;
   if ((st = read_dict(&h)) != PE_OK) goto done;
   if ((st = read_type(&h)) != PE_OK) goto done;

@@ -463,6 +463,43 @@ static void test_mrope_section_from_hf_config(void **state) {
   assert_int_equal(s[0], 24), assert_int_equal(fl, PE_ROPE_MROPE_INTERLEAVED);
 }
 
+/* End to end from config.json: the cache and the sections of the same file. */
+static void test_mrope_cache_from_hf_config(void **state) {
+  (void)state;
+  static const char qwen2_vl[] =
+      "{\"model_type\": \"qwen2_vl\", \"hidden_size\": 3584, \"num_attention_heads\": 28,"
+      " \"max_position_embeddings\": 32768, \"rope_theta\": 1000000.0,"
+      " \"rope_scaling\": {\"type\": \"mrope\", \"rope_type\": \"default\","
+      " \"mrope_section\": [16, 24, 24]}}"; /* as transformers saves it */
+  static const char qwen3_vl[] =
+      "{\"model_type\": \"qwen3_vl\", \"text_config\": {\"model_type\": \"qwen3_vl_text\","
+      " \"head_dim\": 128, \"hidden_size\": 4096, \"num_attention_heads\": 32,"
+      " \"max_position_embeddings\": 262144, \"rope_theta\": 5000000, \"rope_scaling\":"
+      " {\"mrope_interleaved\": true, \"mrope_section\": [24, 20, 20], \"rope_type\": \"default\"}}}";
+  const char *cfg[2] = {qwen2_vl, qwen3_vl};
+  const double base[2] = {1000000.0, 5000000.0};
+  for (int i = 0; i < 2; i++) {
+    pe_rope_cache *c = NULL;
+    assert_int_equal(pe_rope_cache_create_from_hf_config(cfg[i], strlen(cfg[i]), 512, 0, &c), PE_OK);
+    pe_rope_params p;
+    pe_rope_params_init(&p);
+    assert_int_equal(pe_rope_cache_params(c, &p), PE_OK);
+    assert_int_equal(p.head_dim, 128);
+    assert_int_equal(p.rotary_dim, 128);
+    assert_true(p.base == base[i]);
+    assert_int_equal(p.scaling, PE_ROPE_SCALING_NONE);
+    int32_t s[3];
+    uint32_t fl;
+    assert_int_equal(pe_mrope_section_from_hf_config(cfg[i], strlen(cfg[i]), s, &fl), PE_OK);
+    float *x = random_f32(2 * 4 * 128);
+    pe_tensor t = tensor4(x, PE_F32, 1, 2, 4, 128);
+    int64_t pos[12] = {0, 1, 2, 2, 0, 1, 3, 4, 0, 1, 5, 6};
+    assert_int_equal(pe_apply_mrope_qk(c, &t, NULL, pos, s, fl, NULL), PE_OK);
+    free(x);
+    pe_rope_cache_destroy(c);
+  }
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_mrope_qwen2_vl_hf_formula),
@@ -474,6 +511,7 @@ int main(void) {
       cmocka_unit_test(test_mrope_pool_sizes),
       cmocka_unit_test(test_mrope_errors_change_nothing),
       cmocka_unit_test(test_mrope_section_from_hf_config),
+      cmocka_unit_test(test_mrope_cache_from_hf_config),
   };
   /* PE_TEST_FILTER="*isas*": a subset, e.g. without the pool tests under
    * a slow emulator. */
