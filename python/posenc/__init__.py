@@ -26,12 +26,16 @@ from .rope import RopeCache, rerotate_k_
 from .threads import ThreadPool, isa_name, force_isa
 from .encodings import (alibi_slopes, alibi_add_bias_, t5_bucket, t5_add_bias_,
                         sinusoidal_table, sinusoidal_add_, learned_add_)
+from .rope_ext import (apply_rope_qk_store_, apply_mrope_, apply_rope_qk_multi_,
+                       mrope_section_from_hf_config)
 
 __all__ = [
     "version", "library_path", "PosencError", "Status",
     "RopeCache", "rerotate_k_", "ThreadPool", "isa_name", "force_isa",
     "alibi_slopes", "alibi_add_bias_", "t5_bucket", "t5_add_bias_",
     "sinusoidal_table", "sinusoidal_add_", "learned_add_",
+    "apply_rope_qk_store_", "apply_mrope_", "apply_rope_qk_multi_",
+    "mrope_section_from_hf_config",
 ]
 
 __version__ = "0.1.0"  # of the binding; version() is the loaded library's
