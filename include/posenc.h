@@ -334,14 +334,20 @@ PE_API pe_status pe_alibi_add_bias(const pe_tensor *scores, const float *slopes,
 /* T5's relative_position_bucket for relative_position = key - query:
  * exact buckets for small distances, log-spaced up to max_distance, one far
  * bucket beyond; half the buckets per direction when bidirectional (non-zero).
- * Returns the bucket in [0, num_buckets), or -1 for invalid arguments
- * (num_buckets < 2 or odd when bidirectional... see pe_last_error()). */
+ * Valid arguments: num_buckets even and >= 4 when bidirectional, >= 2
+ * otherwise; max_distance > max_exact (a quarter of num_buckets when
+ * bidirectional, half otherwise). Returns the bucket in [0, num_buckets),
+ * or -1 for invalid arguments (the reason in pe_last_error()). Thread-safe. */
 PE_API int32_t pe_t5_bucket(int64_t relative_position, int32_t bidirectional,
                             int32_t num_buckets, int32_t max_distance);
 
 /* scores[b,h,i,j] += table[bucket(j - qpos(b,i))][h], in place.
- * table: [num_buckets][heads] float32 (the layout of T5's nn.Embedding weight).
- * q_positions and flags as for pe_alibi_add_bias. */
+ * table: [num_buckets][heads] float32 (the layout of T5's nn.Embedding
+ * weight), every entry finite (PE_ERR_INVALID_ARGUMENT otherwise). Its row
+ * stride is the full head count, so heads cannot be sharded by offsetting
+ * the pointer: pass the slice's own [num_buckets][heads_slice] table.
+ * q_positions and flags as for pe_alibi_add_bias (with q_positions NULL,
+ * q_len > k_len is PE_ERR_SHAPE). */
 PE_API pe_status pe_t5_add_bias(const pe_tensor *scores, const float *table,
                                 int32_t bidirectional, int32_t num_buckets,
                                 int32_t max_distance, const int64_t *q_positions,
