@@ -89,9 +89,12 @@ PE_API pe_status pe_sinusoidal_table(int64_t n_positions, int32_t d_model, doubl
   sin_geometry g;
   pe_status st = sin_geometry_init(fn, d_model, base, flags, &g);
   if (st != PE_OK) return st;
-  if ((uint64_t)n_positions > SIZE_MAX / sizeof(float) / (uint64_t)d_model)
-    return pe__fail(PE_ERR_OVERFLOW, "%s: %" PRId64 " x %d floats overflow size_t", fn, n_positions,
-                    (int)d_model);
+  /* No object is larger than PTRDIFF_MAX bytes: a larger table cannot be
+   * the caller's buffer (the fuzzer found 2^53 x 256, 2^63 bytes). */
+  if ((uint64_t)n_positions > (uint64_t)PTRDIFF_MAX / sizeof(float) / (uint64_t)d_model)
+    return pe__fail(PE_ERR_OVERFLOW,
+                    "%s: %" PRId64 " x %d floats exceed the largest possible object (PTRDIFF_MAX bytes)",
+                    fn, n_positions, (int)d_model);
   const pe_enc_kernels *k = pe__enc_kernels();
   for (int64_t p = 0; p < n_positions; p++) sin_row(k, &g, p, out + p * d_model);
   return PE_OK;

@@ -255,7 +255,11 @@ static inline int fz_describe(const pe_tensor *t, int64_t *lo, int64_t *hi) {
   }
   for (int i = 0; i < 3; i++) {
     __int128 span = (__int128)(t->shape[i] - 1) * t->stride[i];
+    /* each span and running sum stays within int64 (the library refuses
+     * more), so the sums below cannot overflow even __int128 */
+    if (span > INT64_MAX || span < -(__int128)INT64_MAX) return 0;
     if (span < 0) l += span; else h += span;
+    if (l < INT64_MIN || h > INT64_MAX) return 0;
   }
   if (l * (__int128)es < INT64_MIN || (h + 1) * (__int128)es > INT64_MAX) return 0;
   *lo = (int64_t)l;
