@@ -1,0 +1,165 @@
+/* isa.h - every kernel of one instruction set, in one struct.
+ *
+ * src/kernels/<isa>.c (scalar, avx2, avx512, neon) each define one
+ * `const pe_isa pe__isa_<isa>`; dispatch.c selects one of them for the
+ * process (pe__isa()). The portable code (the RoPE engine, the encodings)
+ * calls kernels only through that struct.
+ *
+ * Contract every ISA follows: results bit-identical to the scalar struct for
+ * every input (NaN payloads and signs, Inf, subnormals included). The
+ * arithmetic each kernel must perform is spelled out below; the scalar file
+ * is its readable reference.
+ *
+ * What is not a kernel: anything that depends on positions, shapes or
+ * validation. Kernels never fail, never allocate and never read or write an
+ * element outside the ranges described here. */
+#ifndef PE_KERNELS_ISA_H
+#define PE_KERNELS_ISA_H
+
+#include <stdint.h>
+
+#include "../internal.h"
+
+/* PE_OPAQUE(v): an empty asm that claims to change v. Every ISA computes
+ * x' = fmaf(x, c, -(y*s)) with the negation applied to the product as
+ * written; clang (LLVM treats a NaN's sign as unspecified) would otherwise
+ * fold the negation into the FMA (vfmsub/fmls), which propagates y*s's NaN
+ * without the sign flip, so the paths would disagree on the sign bit of a
+ * NaN. gcc does not fold it; the barrier costs nothing there. */
+#if defined(__x86_64__) || defined(__i386__)
+#define PE_OPAQUE(v) __asm__("" : "+v"(v))
+#elif defined(__aarch64__)
+#define PE_OPAQUE(v) __asm__("" : "+w"(v))
+#else
+#define PE_OPAQUE(v) ((void)0)
+#endif
+
+/* ------------------------------------------------------------------------ */
+/* RoPE                                                                     */
+/* ------------------------------------------------------------------------ */
+
+/* Rows of cos/sin for positions pos0, pos0+1, ..., pos0+n-1 and the
+ * frequencies freq[0..n_freq). Row r is out[r*2*n_freq .. +n_freq) = cos,
+ * out[r*2*n_freq + n_freq .. +n_freq) = sin of the angle
+ * (double)(pos0 + r) * freq[i] (double product), times scale (float
+ * multiply, skipped when scale == 1). Algorithm, identical on every ISA:
+ *   theta = p * freq[i]                       (double)
+ *   k = nearbyint(theta / 2pi); r = theta - k*2pi (hi/lo split, fma, double)
+ *   if !(|r| <= PE_REDUCED_MAX) r = 0 (see sincos_consts.h)
+ *   rf = (float)r; dr = (float)(r - rf)
+ *   (s, c) = SLEEF sincosf u10 (FMA variant) of rf
+ *   c' = fmaf(-s, dr, c); s' = fmaf(c, dr, s) (first-order fix of rf's rounding)
+ * Every value depends only on (p, freq[i], scale): a row computed in chunks
+ * of frequencies equals the row computed whole. pos0 may be negative (shift
+ * by a negative delta). n_freq >= 1. */
+typedef void (*pe_rope_sincos_fn)(int64_t pos0, int64_t n, const double *freq, int32_t n_freq,
+                                  float scale, float *out);
+
+/* A block of rows that one kernel call rotates: n_tokens tokens x n_heads
+ * heads, and the first n_pairs pairs of each row (the engine passes a row
+ * pointer already advanced to the first pair of a frequency chunk).
+ *   Pair j of a row r (element pointer) is
+ *     NEOX: x = r[j], y = r[pair_dist + j]   (pair_dist = rotary_dim/2)
+ *     GPTJ: x = r[2j], y = r[2j + 1]         (pair_dist unused)
+ *   Its cos is cos[t][j] and its sin sin[t][j] for token t of the block.
+ * Rotation, the definition every ISA follows (no other form; the inverse
+ * rotation arrives as rows whose sin is negated, never as a flag):
+ *   ys = y*s; nys = -ys;  x' = fmaf(x, c, nys);  y' = fmaf(y, c, x*s)
+ * (PE_OPAQUE on ys and nys in every ISA, see above.) Half types are widened
+ * exactly to float32 (f16: a signaling NaN comes out quiet, as F16C and
+ * FCVTL do) and rounded once on store (convert.h). Elements outside the
+ * pairs are neither read nor written. */
+typedef struct pe_rope_block {
+  const float *const *cos; /* [n_tokens] */
+  const float *const *sin; /* [n_tokens] */
+  int64_t n_tokens, n_heads;
+  int32_t n_pairs;         /* >= 1 */
+  int32_t pair_dist;       /* NEOX: offset of y from x, in elements */
+  int32_t style;           /* PE_ROPE_NEOX or PE_ROPE_GPTJ */
+} pe_rope_block;
+
+/* In place: the row of token t, head h starts at (element) data +
+ * t*token_stride + h*head_stride (strides in elements of the kernel's dtype,
+ * either sign; a stride may be 0 when its count is 1). The kernel chooses the
+ * walk order (rows never alias: the entry points check it). */
+typedef void (*pe_rope_rows_fn)(const pe_rope_block *b, void *data, int64_t head_stride,
+                                int64_t token_stride);
+
+/* Rotate from src into dst (the fused KV-cache write). Token t's head-0 row
+ * is src[t] (source dtype: first index of the table) and dst[t] (destination
+ * dtype: second index); head h adds h*src_head_stride / h*dst_head_stride
+ * elements of the respective dtype. Only the pairs are written; src is only
+ * read; src and dst never overlap. Same arithmetic as pe_rope_rows_fn, the
+ * result rounded once to the destination dtype. */
+typedef void (*pe_rope_store_rows_fn)(const pe_rope_block *b, const void *const *src,
+                                      int64_t src_head_stride, void *const *dst,
+                                      int64_t dst_head_stride);
+
+/* dst[i] = src[i] for i in [0, n), converting: same dtype copies the bits
+ * (memcpy semantics, signaling NaNs kept); otherwise widen exactly to float32
+ * (convert.h, no quieting) and round once to the destination (convert.h).
+ * Used for channels a rotation does not touch when they go to another buffer
+ * (partial rotary in the cache write; V into the cache). */
+typedef void (*pe_convert_fn)(const void *src, void *dst, int64_t n);
+
+/* ------------------------------------------------------------------------ */
+/* The other encodings (ALiBi, T5, sinusoidal, learned)                      */
+/* ------------------------------------------------------------------------ */
+
+/* row[j] = round(load(row[j]) + v[j]) for j in [0, n). row is of the
+ * kernel's dtype (the table index), v is float32. The add is `x + v` with x
+ * the tensor element as the first operand. Used by T5 (v = gathered bias),
+ * sinusoidal (v = PE row) and learned (v = table row). */
+typedef void (*pe_add_row_fn)(void *row, const float *v, int64_t n);
+
+/* ALiBi on one row of scores, j in [0, n):
+ *   d    = (float)|qpos - j|         (one rounding from the exact integer)
+ *   bias = neg_slope * d             (float multiply; neg_slope = -slope)
+ *   row[j] = round(load(row[j]) + bias)   (float add, then one rounding)
+ * qpos in [0, 2^53), n <= 2^53. The causal mask (-inf for j > qpos) is not
+ * the kernel's business: the caller passes n <= qpos + 1 and fills the rest. */
+typedef void (*pe_alibi_row_fn)(void *row, int64_t n, int64_t qpos, float neg_slope);
+
+/* out[j] = (float)src[j] for j in [0, n): exact widening of a row of the
+ * kernel's dtype (learned embeddings whose table dtype differs from x). */
+typedef void (*pe_load_row_fn)(float *out, const void *src, int64_t n);
+
+/* sin and cos of n double angles: SLEEF's double-precision sincos (u35, the
+ * FMA variant, which gives the same bits on every ISA), each rounded once to
+ * float32. The sinusoidal tables use it (DistilBERT computes them in
+ * float64 and casts). */
+typedef void (*pe_sincos_f64_fn)(const double *angle, int32_t n, float *sin_out,
+                                 float *cos_out);
+
+/* ------------------------------------------------------------------------ */
+/* The struct                                                               */
+/* ------------------------------------------------------------------------ */
+
+typedef struct pe_isa {
+  const char *name;                         /* "scalar", "avx2", "avx512", "neon" */
+  pe_rope_sincos_fn rope_sincos;
+  pe_rope_rows_fn rope_rows[3];             /* [pe_dtype] */
+  pe_rope_store_rows_fn rope_store_rows[3][3]; /* [src pe_dtype][dst pe_dtype] */
+  pe_convert_fn convert[3][3];              /* [src pe_dtype][dst pe_dtype] */
+  pe_sincos_f64_fn sincos;
+  pe_add_row_fn add_row[3];                 /* [pe_dtype of row] */
+  pe_alibi_row_fn alibi_row[3];             /* [pe_dtype of row] */
+  pe_load_row_fn load_row[3];               /* [pe_dtype of src] */
+} pe_isa;
+
+extern PE_HIDDEN const pe_isa pe__isa_scalar;
+#if defined(PE_HAVE_AVX2)
+extern PE_HIDDEN const pe_isa pe__isa_avx2;
+#endif
+#if defined(PE_HAVE_AVX512)
+extern PE_HIDDEN const pe_isa pe__isa_avx512;
+#endif
+#if defined(PE_HAVE_NEON)
+extern PE_HIDDEN const pe_isa pe__isa_neon;
+#endif
+
+/* The selected struct: probed once (cpu.c), or named by PE_ISA /
+ * pe_force_isa(). Never NULL. */
+PE_HIDDEN const pe_isa *pe__isa(void);
+
+#endif
