@@ -1,11 +1,12 @@
-/* rope.c - the RoPE cache and the in-place rotations: validate everything,
- * then hand rows to the selected kernel table. */
+/* rope_cache.c - the RoPE cache: parameters, frequencies (rope_scaling.c),
+ * the cos/sin table, and the accessors. The rotations are in
+ * rope_engine.c and the entry points rope_apply.c, rope_store.c, mrope.c. */
 #include <inttypes.h>
 #include <math.h>
 #include <stddef.h>
 #include <string.h>
 
-#include "kernels/kernels.h"
+#include "kernels/isa.h"
 #include "rope_internal.h"
 
 /* Oldest struct_size accepted: everything up to and including max_positions. */
@@ -63,6 +64,11 @@ static pe_status validate_geometry(const char *fn, const pe_rope_params *p, int3
     return pe__fail(PE_ERR_SHAPE, "%s: head_dim %d must be in [2, %d]", fn, (int)p->head_dim,
                     PE_MAX_HEAD_DIM);
   int32_t rd = p->rotary_dim ? p->rotary_dim : p->head_dim;
+  if (!p->rotary_dim && (rd & 1))
+    return pe__fail(PE_ERR_SHAPE,
+                    "%s: head_dim %d is odd, so it cannot be rotated whole (rotary_dim 0 means "
+                    "head_dim): set rotary_dim to an even value < head_dim",
+                    fn, (int)p->head_dim);
   if (rd < 2 || rd > p->head_dim || (rd & 1))
     return pe__fail(PE_ERR_SHAPE,
                     "%s: rotary_dim %d must be even and in [2, head_dim %d] (0 = head_dim)", fn,
@@ -182,7 +188,7 @@ PE_API pe_status pe_rope_cache_create(const pe_rope_params *user, pe_rope_cache 
                       "%s: cannot allocate the %zu-byte cos/sin table (max_positions %" PRId64 ")",
                       fn, table_bytes, p.max_positions);
     }
-    pe__kernels()->rope_sincos(0, p.max_positions, c->inv_freq, half, (float)c->attention_factor,
+    pe__isa()->rope_sincos(0, p.max_positions, c->inv_freq, half, (float)c->attention_factor,
                                c->table);
   }
   *out = c;
@@ -228,192 +234,22 @@ PE_API pe_status pe_rope_cache_cos_sin(const pe_rope_cache *c, int64_t pos, floa
   if (c->table && pos >= c->p.max_positions)
     return pe__fail(PE_ERR_POSITION_OUT_OF_RANGE, "%s: position %" PRId64 " >= cache max_positions %" PRId64,
                     fn, pos, c->p.max_positions);
-  int32_t half = c->half;
-  float row[PE_MAX_HEAD_DIM];
-  const float *src = row;
-  if (c->table)
-    src = c->table + pos * 2 * half;
-  else
-    pe__kernels()->rope_sincos(pos, 1, c->inv_freq, half, (float)c->attention_factor, row);
-  memcpy(cos_out, src, (size_t)half * sizeof(float));
-  memcpy(sin_out, src + half, (size_t)half * sizeof(float));
-  return PE_OK;
-}
-
-/* ---- in-place rotation ---- */
-
-typedef enum rope_mode { MODE_APPLY, MODE_SHIFT, MODE_REROTATE } rope_mode;
-
-typedef struct rope_operand {
-  char *data;         /* NULL: absent */
-  size_t esize;
-  pe_dtype dtype;
-  int64_t heads;
-  int64_t s_batch, s_head, s_token; /* strides in elements */
-} rope_operand;
-
-typedef struct rope_job {
-  const pe_kernels *k;
-  rope_mode mode;
-  int32_t half, style, inverse;
-  int64_t tokens;
-  const int64_t *pos;      /* positions or deltas; NULL = token index */
-  const float *table;      /* MODE_APPLY with a table */
-  const double *freq;      /* frequencies for on-the-fly rows */
-  float scale;             /* multiplier of on-the-fly rows */
-  rope_operand ops[2];
-} rope_job;
-
-/* Tokens per kernel call. Their cos/sin rows (2*half floats each) are
- * reused by every head of q and k, so a block is sized to stay in L1 (<= 16
- * KiB), and the kernel walks rows in address order within it. */
-#define ROPE_BLOCK_TOKENS 32
-#define ROPE_BLOCK_FLOATS 4096
-
-static void rope_range(void *ctx, int64_t begin, int64_t end) {
-  const rope_job *j = ctx;
-  const int32_t half = j->half;
-  const int64_t row_floats = 2 * (int64_t)half;
-  float rows[PE_MAX_HEAD_DIM]; /* on-the-fly [cos | sin] rows: 2*half <= head_dim */
-  const float *cs[ROPE_BLOCK_TOKENS];
-  int64_t block = ROPE_BLOCK_FLOATS / row_floats;
-  if (block > ROPE_BLOCK_TOKENS) block = ROPE_BLOCK_TOKENS;
-  if (block < 1) block = 1; /* a row alone is larger than the L1 budget */
-  for (int64_t u = begin; u < end;) {
-    int64_t b = u / j->tokens, t0 = u % j->tokens;
-    int64_t n = block;
-    if (n > j->tokens - t0) n = j->tokens - t0; /* a block never crosses a sequence */
-    if (n > end - u) n = end - u;
-    for (int64_t i = 0; i < n; i++) {
-      int64_t p = j->pos ? j->pos[u + i] : t0 + i;
-      if (j->table) {
-        cs[i] = j->table + p * row_floats;
-      } else {
-        float *r = rows + i * row_floats;
-        j->k->rope_sincos(p, 1, j->freq, half, j->scale, r);
-        cs[i] = r;
-      }
-    }
-    for (int o = 0; o < 2; o++) {
-      const rope_operand *op = &j->ops[o];
-      if (!op->data) continue;
-      char *base = op->data + (b * op->s_batch + t0 * op->s_token) * (int64_t)op->esize;
-      j->k->rope_rows[op->dtype](base, op->s_head, op->heads, op->s_token, n, cs, half, j->style,
-                                 j->inverse);
-    }
-    u += n;
+  /* On the fly in pieces (bounded stack): the values are elementwise, so a
+   * piece equals the whole row's. */
+  const int32_t half = c->half;
+  if (c->table) {
+    const float *r = c->table + pos * 2 * (int64_t)half;
+    memcpy(cos_out, r, (size_t)half * sizeof(float));
+    memcpy(sin_out, r + half, (size_t)half * sizeof(float));
+    return PE_OK;
   }
-}
-
-static void operand_from(rope_operand *op, const pe_tensor *t) {
-  memset(op, 0, sizeof *op);
-  if (!t) return;
-  op->data = t->data;
-  op->dtype = t->dtype;
-  op->esize = pe__dtype_size(t->dtype);
-  op->heads = t->shape[1];
-  op->s_batch = pe__stride(t, 0);
-  op->s_head = pe__stride(t, 1);
-  op->s_token = pe__stride(t, 2);
-}
-
-static pe_status check_operand(const char *fn, const char *name, const pe_tensor *t,
-                               const pe_rope_cache *c) {
-  pe_status st = pe__check_tensor(fn, name, t, 1);
-  if (st != PE_OK) return st;
-  if (t->shape[3] != c->p.head_dim)
-    return pe__fail(PE_ERR_SHAPE, "%s: %s head_dim (shape[3]) %" PRId64 " != cache head_dim %d", fn,
-                    name, t->shape[3], (int)c->p.head_dim);
-  return PE_OK;
-}
-
-static void run_job(rope_job *j, pe_threadpool *pool, int64_t batch) {
-  int64_t units = batch * j->tokens;
-  int64_t bytes = 0;
-  for (int o = 0; o < 2; o++)
-    if (j->ops[o].data) bytes += j->ops[o].heads * 2 * j->half * (int64_t)j->ops[o].esize * 2;
-  pe__pool_run(pool, units, 1, bytes, rope_range, j);
-}
-
-PE_API pe_status pe_apply_rope_qk(const pe_rope_cache *c, const pe_tensor *q, const pe_tensor *k,
-                                  const int64_t *positions, uint32_t flags, pe_threadpool *pool) {
-  static const char fn[] = "pe_apply_rope_qk";
-  pe_status st;
-  if (!c) return pe__fail(PE_ERR_NULL_POINTER, "%s: cache is NULL", fn);
-  if (!q && !k) return pe__fail(PE_ERR_NULL_POINTER, "%s: q and k are both NULL", fn);
-  if (q && (st = check_operand(fn, "q", q, c)) != PE_OK) return st;
-  if (k && (st = check_operand(fn, "k", k, c)) != PE_OK) return st;
-  if (q && k) {
-    if (q->shape[0] != k->shape[0] || q->shape[2] != k->shape[2])
-      return pe__fail(PE_ERR_SHAPE,
-                      "%s: q [batch %" PRId64 ", tokens %" PRId64 "] and k [batch %" PRId64
-                      ", tokens %" PRId64 "] must match",
-                      fn, q->shape[0], q->shape[2], k->shape[0], k->shape[2]);
-    if (pe__same_storage(q, k))
-      return pe__fail(PE_ERR_SHAPE, "%s: q and k start at the same address: they would be rotated twice", fn);
+  enum { PIECE = 128 };
+  float tmp[2 * PIECE];
+  for (int32_t i = 0; i < half; i += PIECE) {
+    int32_t n = half - i < PIECE ? half - i : PIECE;
+    pe__isa()->rope_sincos(pos, 1, c->inv_freq + i, n, (float)c->attention_factor, tmp);
+    memcpy(cos_out + i, tmp, (size_t)n * sizeof(float));
+    memcpy(sin_out + i, tmp + n, (size_t)n * sizeof(float));
   }
-  if ((st = pe__check_flags(fn, flags, PE_ROPE_INVERSE)) != PE_OK) return st;
-  const pe_tensor *any = q ? q : k;
-  int64_t batch = any->shape[0], tokens = any->shape[2];
-  if (!positions && c->table && tokens > c->p.max_positions)
-    return pe__fail(PE_ERR_POSITION_OUT_OF_RANGE,
-                    "%s: positions NULL means 0..%" PRId64 ", past cache max_positions %" PRId64, fn,
-                    tokens - 1, c->p.max_positions);
-  if ((st = pe__check_positions(fn, "position", positions, batch, tokens,
-                                c->table ? c->p.max_positions : 0, "cache max_positions")) != PE_OK)
-    return st;
-  if ((st = pe__pool_acquire(fn, pool)) != PE_OK) return st;
-  rope_job j = {.k = pe__kernels(), .mode = MODE_APPLY, .half = c->half, .style = c->p.style,
-                .inverse = (flags & PE_ROPE_INVERSE) != 0, .tokens = tokens, .pos = positions,
-                .table = c->table, .freq = c->inv_freq, .scale = (float)c->attention_factor};
-  operand_from(&j.ops[0], q);
-  operand_from(&j.ops[1], k);
-  run_job(&j, pool, batch);
-  return PE_OK;
-}
-
-PE_API pe_status pe_rope_shift_k(const pe_rope_cache *c, const pe_tensor *k, const int64_t *deltas,
-                                 pe_threadpool *pool) {
-  static const char fn[] = "pe_rope_shift_k";
-  pe_status st;
-  if (!c) return pe__fail(PE_ERR_NULL_POINTER, "%s: cache is NULL", fn);
-  if ((st = check_operand(fn, "k", k, c)) != PE_OK) return st;
-  if ((st = pe__check_deltas(fn, deltas, k->shape[0], k->shape[2])) != PE_OK) return st;
-  if ((st = pe__pool_acquire(fn, pool)) != PE_OK) return st;
-  rope_job j = {.k = pe__kernels(), .mode = MODE_SHIFT, .half = c->half, .style = c->p.style,
-                .tokens = k->shape[2], .pos = deltas, .freq = c->inv_freq, .scale = 1.0f};
-  operand_from(&j.ops[0], k);
-  run_job(&j, pool, k->shape[0]);
-  return PE_OK;
-}
-
-PE_API pe_status pe_rope_rerotate_k(const pe_rope_cache *from, const pe_rope_cache *to,
-                                    const pe_tensor *k, const int64_t *positions,
-                                    pe_threadpool *pool) {
-  static const char fn[] = "pe_rope_rerotate_k";
-  pe_status st;
-  if (!from || !to) return pe__fail(PE_ERR_NULL_POINTER, "%s: %s cache is NULL", fn, from ? "to" : "from");
-  if (from->p.head_dim != to->p.head_dim || from->p.rotary_dim != to->p.rotary_dim)
-    return pe__fail(PE_ERR_SHAPE,
-                    "%s: caches differ in geometry: from head_dim %d rotary_dim %d, to head_dim %d "
-                    "rotary_dim %d",
-                    fn, (int)from->p.head_dim, (int)from->p.rotary_dim, (int)to->p.head_dim,
-                    (int)to->p.rotary_dim);
-  if (from->p.style != to->p.style)
-    return pe__fail(PE_ERR_INVALID_ARGUMENT, "%s: caches differ in style (%d vs %d)", fn,
-                    (int)from->p.style, (int)to->p.style);
-  if ((st = check_operand(fn, "k", k, from)) != PE_OK) return st;
-  if ((st = pe__check_positions(fn, "position", positions, k->shape[0], k->shape[2], 0, "")) != PE_OK)
-    return st;
-  if ((st = pe__pool_acquire(fn, pool)) != PE_OK) return st;
-  /* One rotation by p*(f_to - f_from), scaled by a_to/a_from: undoes `from`
-   * and applies `to` with a single rounding of the data. */
-  double diff[PE_MAX_HEAD_DIM / 2];
-  for (int32_t i = 0; i < from->half; i++) diff[i] = to->inv_freq[i] - from->inv_freq[i];
-  rope_job j = {.k = pe__kernels(), .mode = MODE_REROTATE, .half = from->half,
-                .style = from->p.style, .tokens = k->shape[2], .pos = positions, .freq = diff,
-                .scale = (float)(to->attention_factor / from->attention_factor)};
-  operand_from(&j.ops[0], k);
-  run_job(&j, pool, k->shape[0]);
   return PE_OK;
 }
