@@ -15,7 +15,13 @@
  *   stride[3] must be 1, the other strides are arbitrary (any dimension order,
  *   rows of a packed QKV buffer, negative strides for reversed views), in
  *   elements. A tensor that is written must not have two indices naming the
- *   same element (checked: PE_ERR_SHAPE).
+ *   same element, and must share no element with any other tensor of the
+ *   call (checked exactly, so disjoint interleaved views of one packed QKV
+ *   buffer are fine and partly overlapping ones are refused: PE_ERR_SHAPE).
+ * - A zero batch, head or token count (shape[0..2] == 0: an empty chunk of a
+ *   continuously batched step) is valid: the call returns PE_OK and touches
+ *   nothing. shape[3] (head_dim, d_model, k_len) must be > 0, and data must
+ *   not be NULL even then.
  * - f16 and bf16 tensors are converted to float32, computed in float32 and
  *   rounded once to nearest-even on store; NaN stays NaN (quiet), Inf stays
  *   Inf, subnormals are kept (never flushed).
@@ -26,6 +32,10 @@
  *   0..tokens-1 in every batch row. Negative positions are an error.
  * - Apply/add functions take a pe_threadpool *: NULL runs on the calling
  *   thread. They never allocate, lock or make system calls on their hot path.
+ * - Stack: a call uses at most about 40 KiB of the calling thread's stack
+ *   whatever head_dim or d_model (rows too long for that are processed in
+ *   chunks), so threads with small stacks (musl's 128 KiB default, 64 KiB
+ *   tested) can call every function.
  * - Parameter structs are size-prefixed: call the *_init() function first.
  *
  * Thread-safety
@@ -135,7 +145,7 @@ typedef enum pe_rope_style {
 
 /* Frequency schemes; the HF transformers rope_type name is in quotes. d is
  * rotary_dim, M0 original_max_positions, s factor. Every scheme is computed
- * as transformers computes it (../shared/ROPE_SCALING.md), in double.
+ * as transformers computes it (modeling_rope_utils.py; docs/rope_scaling.md), in double.
  * Stricter than HF, which only warns: factor < 1 (linear, ntk, dynamic, yarn,
  * longrope, llama3), beta_fast <= beta_slow, missing M0 are errors. */
 typedef enum pe_rope_scaling {
@@ -269,7 +279,8 @@ PE_API pe_status pe_rope_cache_cos_sin(const pe_rope_cache *c, int64_t pos,
  * q, k: [batch, heads, tokens, head_dim] (any strides, stride[3] == 1); either
  * may be NULL, not both. Batch and token counts of q and k must match; head
  * counts may differ (GQA/MQA); head_dim must equal the cache's. Channels
- * [rotary_dim, head_dim) are left untouched. q and k must not share elements.
+ * [rotary_dim, head_dim) are left untouched. q and k must not share elements
+ * (PE_ERR_SHAPE, nothing written); views of one packed QKV buffer are fine.
  * positions: [batch][tokens] or NULL (0..tokens-1). flags: PE_ROPE_INVERSE.
  * NEOX: o_j = x_j c_j - x_{j+h} s_j, o_{j+h} = x_{j+h} c_j + x_j s_j (h = rotary_dim/2);
  * GPTJ: the same on pairs (2j, 2j+1). Computed as fmaf(x, c, -(y*s)) and
