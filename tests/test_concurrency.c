@@ -4,7 +4,7 @@
  *     rerotate, accessors), each on its own tensors: results bit-identical to
  *     a serial run;
  *   - one pool shared by many threads: a call either runs or is refused with
- *     PE_ERR_INVALID_ARGUMENT (busy) having written nothing - never a
+ *     PE_ERR_BUSY having written nothing - never a
  *     deadlock, never a mixed result;
  *   - pe_last_error() is per thread. */
 #include <pthread.h>
@@ -70,7 +70,7 @@ static void set_fail(work *w, const char *what, pe_status st) {
     for (;;) {                                                                          \
       pe_status st_ = (expr);                                                           \
       if (st_ == PE_OK) break;                                                          \
-      if (st_ == PE_ERR_INVALID_ARGUMENT && (w)->pool &&                                 \
+      if (st_ == PE_ERR_BUSY && (w)->pool &&                                            \
           !memcmp((w)->q, snapshot_a, sizeof (w)->q) &&                                 \
           !memcmp((w)->k, snapshot_b, sizeof (w)->k)) {                                 \
         (w)->busy++;                                                                    \

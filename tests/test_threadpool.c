@@ -364,7 +364,7 @@ static void *hammer(void *arg) {
     if (st == PE_OK) {
       j->ok++;
       if (memcmp(q.t.data, j->qr->t.data, q.bytes) || memcmp(k.t.data, j->kr->t.data, k.bytes)) j->wrong++;
-    } else if (st == PE_ERR_INVALID_ARGUMENT && strstr(pe_last_error(), "busy")) {
+    } else if (st == PE_ERR_BUSY && strstr(pe_last_error(), "busy")) {
       j->busy++;
       if (memcmp(q.t.data, j->q0->t.data, q.bytes) || memcmp(k.t.data, j->k0->t.data, k.bytes)) j->wrong++;
     } else {
