@@ -43,4 +43,22 @@ __attribute__((constructor)) static void pe_test_check_env(void) {
   fflush(stdout);
 }
 
+/* 1 if this build and CPU run a SIMD path (avx2, avx512 or neon) besides
+ * scalar, else 0; the path in use is left as it was. A test comparing SIMD
+ * paths with scalar calls skip() when it is 0: nothing to compare is a
+ * reported skip, never a pass. */
+static inline int pe_test_any_simd_path(void) {
+  static const char *const simd[] = {"avx2", "avx512", "neon"};
+  char was[32];
+  snprintf(was, sizeof was, "%s", pe_isa_name());
+  int any = 0;
+  for (size_t i = 0; i < sizeof simd / sizeof simd[0]; i++)
+    if (pe_force_isa(simd[i]) == PE_OK) any = 1;
+  if (pe_force_isa(was) != PE_OK) {
+    fprintf(stderr, "FATAL: cannot restore ISA path %s\n", was);
+    exit(2);
+  }
+  return any;
+}
+
 #endif /* PE_TEST_ENV_H */
