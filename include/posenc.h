@@ -44,8 +44,8 @@
  *   one cache concurrently (apply, accessors) as long as none destroys it.
  * - Two calls may run concurrently when the tensors they write do not overlap.
  * - A pe_threadpool runs one call at a time: a second thread entering a pool
- *   that is busy gets PE_ERR_INVALID_ARGUMENT (never a deadlock). Several
- *   pools may coexist.
+ *   that is busy gets PE_ERR_BUSY with nothing written (never a deadlock);
+ *   it may retry, or use its own pool. Several pools may coexist.
  * - pe_force_isa() changes process-wide state: call it before other threads
  *   use the library (tests and benchmarks only).
  */
@@ -89,14 +89,15 @@ PE_API const char *pe_version_string(void);
 typedef enum pe_status {
   PE_OK = 0,
   PE_ERR_NULL_POINTER = 1,        /* a required pointer is NULL */
-  PE_ERR_INVALID_ARGUMENT = 2,    /* a value out of its domain, or a busy pool */
+  PE_ERR_INVALID_ARGUMENT = 2,    /* a value out of its domain (or a flag of another family) */
   PE_ERR_SHAPE = 3,               /* shapes, strides or head_dim do not fit */
   PE_ERR_DTYPE = 4,               /* unknown or unsupported dtype */
   PE_ERR_POSITION_OUT_OF_RANGE = 5, /* negative, or >= a table's length */
   PE_ERR_OUT_OF_MEMORY = 6,       /* an allocation in a create call failed */
   PE_ERR_OVERFLOW = 7,            /* a size or byte count overflows int64/size_t */
   PE_ERR_UNSUPPORTED = 8,         /* not available on this CPU/build, unknown type */
-  PE_ERR_PARSE = 9                /* malformed or incomplete config.json */
+  PE_ERR_PARSE = 9,               /* malformed or incomplete config.json */
+  PE_ERR_BUSY = 10                /* the pool is running another call: retry (nothing written) */
 } pe_status;
 
 /* A static string "PE_ERR_SHAPE: shapes or strides do not fit" for every
@@ -270,6 +271,13 @@ PE_API double pe_rope_cache_softmax_scale(const pe_rope_cache *c);
 PE_API pe_status pe_rope_cache_cos_sin(const pe_rope_cache *c, int64_t pos,
                                        float *cos_out, float *sin_out);
 
+/* Flags: each family has its own bits, and every call refuses bits that are
+ * not its own (PE_ERR_INVALID_ARGUMENT, nothing written), so a flag passed to
+ * the wrong family is an error, never a different meaning:
+ *   RoPE (PE_ROPE_*)   bits 0-7     PE_ROPE_INVERSE, PE_ROPE_MROPE_INTERLEAVED
+ *   masks (PE_MASK_*)  bits 8-15    PE_MASK_CAUSAL (ALiBi, T5)
+ *   sinusoidal         bits 16-23   PE_SINUSOIDAL_CONCAT */
+
 /* Rotate by -angle instead of +angle: undoes pe_apply_rope_qk up to the
  * attention factor squared, which is applied again (use pe_rope_shift_k to
  * move keys without it). */
@@ -287,7 +295,8 @@ PE_API pe_status pe_rope_cache_cos_sin(const pe_rope_cache *c, int64_t pos,
  * fmaf(y, c, x*s) on every ISA.
  * Errors: PE_ERR_NULL_POINTER, PE_ERR_SHAPE, PE_ERR_DTYPE, PE_ERR_OVERFLOW,
  * PE_ERR_POSITION_OUT_OF_RANGE (negative, or >= max_positions with a table),
- * PE_ERR_INVALID_ARGUMENT (unknown flag, busy pool). Thread-safe as above. */
+ * PE_ERR_INVALID_ARGUMENT (unknown flag), PE_ERR_BUSY (busy pool). Thread-safe
+ * as above. */
 PE_API pe_status pe_apply_rope_qk(const pe_rope_cache *c, const pe_tensor *q,
                                   const pe_tensor *k, const int64_t *positions,
                                   uint32_t flags, pe_threadpool *pool);
@@ -323,7 +332,7 @@ PE_API pe_status pe_alibi_slopes(int32_t n_heads, double max_bias, float *out);
 
 /* Also set the score to -inf where the key position is after the query
  * position (a fused causal mask). */
-#define PE_MASK_CAUSAL 1u
+#define PE_MASK_CAUSAL 0x100u
 
 /* scores[b,h,i,j] += -slopes[h] * |qpos(b,i) - j|, in place.
  * scores: [batch, heads, q_len, k_len], any strides with stride[3] == 1.
@@ -371,7 +380,7 @@ PE_API pe_status pe_t5_add_bias(const pe_tensor *scores, const float *table,
 /* [sin | cos] halves with frequencies exp(-i*ln(base)/(half-1)) and a zero
  * column for odd d_model (fairseq, tensor2tensor, M2M100). The default is the
  * paper's interleaving: PE[p,2i] = sin(p*base^(-2i/d)), PE[p,2i+1] = cos(...). */
-#define PE_SINUSOIDAL_CONCAT 1u
+#define PE_SINUSOIDAL_CONCAT 0x10000u
 
 /* Write the table for positions 0..n_positions-1 into out
  * ([n_positions][d_model] float32). Angles in double precision.
@@ -413,7 +422,11 @@ PE_API const char *pe_isa_name(void);
  * for the best the CPU runs). The environment variable PE_ISA does the same at
  * first use. PE_ERR_UNSUPPORTED if the CPU or build lacks it,
  * PE_ERR_INVALID_ARGUMENT for an unknown name. Not thread-safe: for tests and
- * benchmarks, before concurrent use. */
+ * benchmarks, before concurrent use. A PE_ISA naming a path this CPU or build
+ * cannot run (or an unknown name) is ignored and the best path is used: a
+ * library must not fail every call because of an environment variable. The
+ * test programs check instead: each compares PE_ISA with pe_isa_name() at
+ * start and exits non-zero when they differ. */
 PE_API pe_status pe_force_isa(const char *name);
 
 /* ------------------------------------------------------------------------ */
@@ -454,7 +467,8 @@ PE_API pe_status pe_force_isa(const char *name);
  * k_cache differ, q/k batch or tokens differ, k_cache overlaps q or k,
  * aliasing strides), PE_ERR_DTYPE, PE_ERR_OVERFLOW,
  * PE_ERR_POSITION_OUT_OF_RANGE, PE_ERR_INVALID_ARGUMENT (a slot < -1 or
- * >= num_blocks * block_size, a duplicate slot, unknown flags, busy pool).
+ * >= num_blocks * block_size, a duplicate slot, unknown flags), PE_ERR_BUSY
+ * (busy pool).
  * Thread-safety: as pe_apply_rope_qk; two concurrent calls must not write
  * the same cache rows. */
 PE_API pe_status pe_apply_rope_qk_store(const pe_rope_cache *c, const pe_tensor *q,
@@ -489,8 +503,8 @@ PE_API pe_status pe_apply_rope_qk_store(const pe_rope_cache *c, const pe_tensor 
  * pe_apply_rope_qk rotates it at that position.
  * Errors (nothing written): PE_ERR_NULL_POINTER, PE_ERR_SHAPE, PE_ERR_DTYPE,
  * PE_ERR_OVERFLOW, PE_ERR_POSITION_OUT_OF_RANGE (names the axis),
- * PE_ERR_INVALID_ARGUMENT (mrope_section, flags, busy pool). Thread-safe as
- * pe_apply_rope_qk. */
+ * PE_ERR_INVALID_ARGUMENT (mrope_section, flags), PE_ERR_BUSY (busy pool).
+ * Thread-safe as pe_apply_rope_qk. */
 PE_API pe_status pe_apply_mrope_qk(const pe_rope_cache *c, const pe_tensor *q, const pe_tensor *k,
                                    const int64_t *positions, const int32_t *mrope_section,
                                    uint32_t flags, pe_threadpool *pool);
@@ -519,7 +533,8 @@ PE_API pe_status pe_mrope_section_from_hf_config(const char *json, size_t len,
  * would rotate it. Errors (nothing written): PE_ERR_NULL_POINTER,
  * PE_ERR_SHAPE (caches or tensors differ in geometry), PE_ERR_DTYPE,
  * PE_ERR_OVERFLOW, PE_ERR_POSITION_OUT_OF_RANGE, PE_ERR_INVALID_ARGUMENT
- * (n_caches, a cache_index value, styles differ, flags, busy pool).
+ * (n_caches, a cache_index value, styles differ, flags), PE_ERR_BUSY (busy
+ * pool).
  * Thread-safe as pe_apply_rope_qk. */
 PE_API pe_status pe_apply_rope_qk_multi(const pe_rope_cache *const *caches, int32_t n_caches,
                                         const int32_t *cache_index, const pe_tensor *q,

@@ -37,6 +37,7 @@ class Status(enum.IntEnum):
     ERR_OVERFLOW = 7
     ERR_UNSUPPORTED = 8
     ERR_PARSE = 9
+    ERR_BUSY = 10
 
 
 class PosencError(RuntimeError):
@@ -141,8 +142,8 @@ _PROTOTYPES = {
 
 # Flags and enum values of the header.
 PE_ROPE_INVERSE = 1
-PE_MASK_CAUSAL = 1
-PE_SINUSOIDAL_CONCAT = 1
+PE_MASK_CAUSAL = 0x100        # flag families have distinct bits (posenc.h)
+PE_SINUSOIDAL_CONCAT = 0x10000
 PE_F32, PE_F16, PE_BF16 = 0, 1, 2
 
 
