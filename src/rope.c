@@ -5,7 +5,7 @@
 #include <stddef.h>
 #include <string.h>
 
-#include "kernels/kernels.h"
+#include "kernels/isa.h"
 #include "rope_internal.h"
 
 /* Oldest struct_size accepted: everything up to and including max_positions. */
@@ -182,7 +182,7 @@ PE_API pe_status pe_rope_cache_create(const pe_rope_params *user, pe_rope_cache 
                       "%s: cannot allocate the %zu-byte cos/sin table (max_positions %" PRId64 ")",
                       fn, table_bytes, p.max_positions);
     }
-    pe__kernels()->rope_sincos(0, p.max_positions, c->inv_freq, half, (float)c->attention_factor,
+    pe__isa()->rope_sincos(0, p.max_positions, c->inv_freq, half, (float)c->attention_factor,
                                c->table);
   }
   *out = c;
@@ -234,7 +234,7 @@ PE_API pe_status pe_rope_cache_cos_sin(const pe_rope_cache *c, int64_t pos, floa
   if (c->table)
     src = c->table + pos * 2 * half;
   else
-    pe__kernels()->rope_sincos(pos, 1, c->inv_freq, half, (float)c->attention_factor, row);
+    pe__isa()->rope_sincos(pos, 1, c->inv_freq, half, (float)c->attention_factor, row);
   memcpy(cos_out, src, (size_t)half * sizeof(float));
   memcpy(sin_out, src + half, (size_t)half * sizeof(float));
   return PE_OK;
@@ -253,7 +253,7 @@ typedef struct rope_operand {
 } rope_operand;
 
 typedef struct rope_job {
-  const pe_kernels *k;
+  const pe_isa *k;
   rope_mode mode;
   int32_t half, style, inverse;
   int64_t tokens;
@@ -275,7 +275,7 @@ static void rope_range(void *ctx, int64_t begin, int64_t end) {
   const int32_t half = j->half;
   const int64_t row_floats = 2 * (int64_t)half;
   float rows[PE_MAX_HEAD_DIM]; /* on-the-fly [cos | sin] rows: 2*half <= head_dim */
-  const float *cs[ROPE_BLOCK_TOKENS];
+  const float *cs[ROPE_BLOCK_TOKENS], *sn[ROPE_BLOCK_TOKENS];
   int64_t block = ROPE_BLOCK_FLOATS / row_floats;
   if (block > ROPE_BLOCK_TOKENS) block = ROPE_BLOCK_TOKENS;
   if (block < 1) block = 1; /* a row alone is larger than the L1 budget */
@@ -286,20 +286,28 @@ static void rope_range(void *ctx, int64_t begin, int64_t end) {
     if (n > end - u) n = end - u;
     for (int64_t i = 0; i < n; i++) {
       int64_t p = j->pos ? j->pos[u + i] : t0 + i;
+      float *r = rows + i * row_floats;
       if (j->table) {
         cs[i] = j->table + p * row_floats;
       } else {
-        float *r = rows + i * row_floats;
         j->k->rope_sincos(p, 1, j->freq, half, j->scale, r);
         cs[i] = r;
       }
+      /* Inverse: the rows' sin negated (isa.h: the kernels have no flag). */
+      if (j->inverse) {
+        if (cs[i] != r) memcpy(r, cs[i], (size_t)row_floats * sizeof(float));
+        for (int64_t q = half; q < row_floats; q++) r[q] = -r[q];
+        cs[i] = r;
+      }
+      sn[i] = cs[i] + half;
     }
     for (int o = 0; o < 2; o++) {
       const rope_operand *op = &j->ops[o];
       if (!op->data) continue;
       char *base = op->data + (b * op->s_batch + t0 * op->s_token) * (int64_t)op->esize;
-      j->k->rope_rows[op->dtype](base, op->s_head, op->heads, op->s_token, n, cs, half, j->style,
-                                 j->inverse);
+      pe_rope_block blk = {.cos = cs, .sin = sn, .n_tokens = n, .n_heads = op->heads,
+                           .n_pairs = half, .pair_dist = half, .style = j->style};
+      j->k->rope_rows[op->dtype](&blk, base, op->s_head, op->s_token);
     }
     u += n;
   }
@@ -363,7 +371,7 @@ PE_API pe_status pe_apply_rope_qk(const pe_rope_cache *c, const pe_tensor *q, co
                                 c->table ? c->p.max_positions : 0, "cache max_positions")) != PE_OK)
     return st;
   if ((st = pe__pool_acquire(fn, pool)) != PE_OK) return st;
-  rope_job j = {.k = pe__kernels(), .mode = MODE_APPLY, .half = c->half, .style = c->p.style,
+  rope_job j = {.k = pe__isa(), .mode = MODE_APPLY, .half = c->half, .style = c->p.style,
                 .inverse = (flags & PE_ROPE_INVERSE) != 0, .tokens = tokens, .pos = positions,
                 .table = c->table, .freq = c->inv_freq, .scale = (float)c->attention_factor};
   operand_from(&j.ops[0], q);
@@ -380,7 +388,7 @@ PE_API pe_status pe_rope_shift_k(const pe_rope_cache *c, const pe_tensor *k, con
   if ((st = check_operand(fn, "k", k, c)) != PE_OK) return st;
   if ((st = pe__check_deltas(fn, deltas, k->shape[0], k->shape[2])) != PE_OK) return st;
   if ((st = pe__pool_acquire(fn, pool)) != PE_OK) return st;
-  rope_job j = {.k = pe__kernels(), .mode = MODE_SHIFT, .half = c->half, .style = c->p.style,
+  rope_job j = {.k = pe__isa(), .mode = MODE_SHIFT, .half = c->half, .style = c->p.style,
                 .tokens = k->shape[2], .pos = deltas, .freq = c->inv_freq, .scale = 1.0f};
   operand_from(&j.ops[0], k);
   run_job(&j, pool, k->shape[0]);
@@ -410,7 +418,7 @@ PE_API pe_status pe_rope_rerotate_k(const pe_rope_cache *from, const pe_rope_cac
    * and applies `to` with a single rounding of the data. */
   double diff[PE_MAX_HEAD_DIM / 2];
   for (int32_t i = 0; i < from->half; i++) diff[i] = to->inv_freq[i] - from->inv_freq[i];
-  rope_job j = {.k = pe__kernels(), .mode = MODE_REROTATE, .half = from->half,
+  rope_job j = {.k = pe__isa(), .mode = MODE_REROTATE, .half = from->half,
                 .style = from->p.style, .tokens = k->shape[2], .pos = positions, .freq = diff,
                 .scale = (float)(to->attention_factor / from->attention_factor)};
   operand_from(&j.ops[0], k);

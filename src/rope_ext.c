@@ -6,8 +6,8 @@
  * each token's [cos | sin] row (a table row of the sequence's cache, a row
  * computed on the fly, or, for M-RoPE, a row gathered frequency by frequency
  * from the rows of the three axis positions), then hand the block to the
- * existing rotation kernels (kernels.h) or, for the cache write, to the
- * rotate-and-store kernels (store_kernels.h). The rows are exact copies of
+ * rotation kernels or, for the cache write, to the rotate-and-store kernels
+ * (kernels/isa.h). The rows are exact copies of
  * what pe_apply_rope_qk uses, so results are bit-identical to it wherever the
  * operations coincide, and across ISAs because every kernel is. */
 #include <cjson/cJSON.h>
@@ -16,27 +16,8 @@
 #include <stdint.h>
 #include <string.h>
 
-#include "kernels/kernels.h"
-#include "kernels/store_kernels.h"
+#include "kernels/isa.h"
 #include "rope_internal.h"
-
-/* ---- the store kernel table of the selected ISA ---- */
-
-const pe_store_kernels *pe__store_kernels(void) {
-  const pe_kernels *k = pe__kernels();
-  const pe_store_kernels *s = NULL;
-  (void)k;
-#if defined(PE_HAVE_AVX512)
-  if (k == &pe__kernels_avx512) s = &pe__store_kernels_avx512;
-#endif
-#if defined(PE_HAVE_AVX2)
-  if (k == &pe__kernels_avx2) s = &pe__store_kernels_avx2;
-#endif
-#if defined(PE_HAVE_NEON)
-  if (k == &pe__kernels_neon) s = &pe__store_kernels_neon;
-#endif
-  return s ? s : &pe__store_kernels_scalar; /* weak symbol absent: scalar */
-}
 
 /* ---- the engine ---- */
 
@@ -55,8 +36,7 @@ typedef struct ext_operand {
 } ext_operand;
 
 typedef struct ext_job {
-  const pe_kernels *kern;
-  const pe_store_kernels *sk;
+  const pe_isa *kern;
   const pe_rope_cache *const *caches; /* caches[cache_index[b]] (index NULL: caches[0]) */
   const int32_t *cache_index;
   int32_t half, head_dim, style, inverse;
@@ -124,7 +104,7 @@ static void ext_range(void *ctx, int64_t begin, int64_t end) {
   const float *cs[EXT_BLOCK_TOKENS];
   const void *src[EXT_BLOCK_TOKENS];
   void *dst[EXT_BLOCK_TOKENS];
-  const float *dcs[EXT_BLOCK_TOKENS];
+  const float *dcs[EXT_BLOCK_TOKENS], *sn[EXT_BLOCK_TOKENS], *dsn[EXT_BLOCK_TOKENS];
   int64_t block = EXT_BLOCK_FLOATS / row_floats;
   if (block > EXT_BLOCK_TOKENS) block = EXT_BLOCK_TOKENS;
   if (block < 1) block = 1;
@@ -153,16 +133,18 @@ static void ext_range(void *ctx, int64_t begin, int64_t end) {
       }
     }
     const ext_operand *q = &j->q, *k = &j->k;
+    for (int64_t i = 0; i < n; i++) sn[i] = cs[i] + j->half;
+    pe_rope_block rb = {.cos = cs, .sin = sn, .n_tokens = n, .n_pairs = j->half,
+                         .pair_dist = j->half, .style = j->style};
     if (q->data) {
       char *base = q->data + (b * q->s_batch + t0 * q->s_token) * q->esize;
-      /* inverse 0: the rows already carry -sin (see above) */
-      j->kern->rope_rows[q->dtype](base, q->s_head, q->heads, q->s_token, n, cs, j->half, j->style,
-                                   0);
+      rb.n_heads = q->heads;
+      j->kern->rope_rows[q->dtype](&rb, base, q->s_head, q->s_token);
     }
     if (k->data && !j->slots) {
       char *base = k->data + (b * k->s_batch + t0 * k->s_token) * k->esize;
-      j->kern->rope_rows[k->dtype](base, k->s_head, k->heads, k->s_token, n, cs, j->half, j->style,
-                                   0);
+      rb.n_heads = k->heads;
+      j->kern->rope_rows[k->dtype](&rb, base, k->s_head, k->s_token);
     } else if (k->data) {
       int64_t m = 0;
       for (int64_t i = 0; i < n; i++) {
@@ -172,12 +154,21 @@ static void ext_range(void *ctx, int64_t begin, int64_t end) {
         src[m] = k->data + (b * k->s_batch + (t0 + i) * k->s_token) * k->esize;
         dst[m] = j->dst + (blk * j->dst_s_block + off * j->dst_s_slot) * j->dst_esize;
         dcs[m] = cs[i];
+        dsn[m] = sn[i];
         m++;
       }
-      if (m)
-        j->sk->rope_store_rows[k->dtype][j->dst_dtype](src, k->s_head, dst, j->dst_s_head,
-                                                       k->heads, m, dcs, j->half, j->head_dim,
-                                                       j->style);
+      if (m) {
+        pe_rope_block sb = {.cos = dcs, .sin = dsn, .n_tokens = m, .n_heads = k->heads,
+                            .n_pairs = j->half, .pair_dist = j->half, .style = j->style};
+        j->kern->rope_store_rows[k->dtype][j->dst_dtype](&sb, src, k->s_head, dst, j->dst_s_head);
+        /* channels past the rotation: converted (a same-dtype copy keeps the bits) */
+        int64_t rot = 2 * (int64_t)j->half, rest = j->head_dim - rot;
+        for (int64_t t = 0; rest > 0 && t < m; t++)
+          for (int64_t h = 0; h < k->heads; h++)
+            j->kern->convert[k->dtype][j->dst_dtype](
+                (const char *)src[t] + (h * k->s_head + rot) * k->esize,
+                (char *)dst[t] + (h * j->dst_s_head + rot) * j->dst_esize, rest);
+      }
     }
     u += n;
   }
@@ -425,7 +416,7 @@ PE_API pe_status pe_apply_rope_qk_store(const pe_rope_cache *c, const pe_tensor 
       PE_OK)
     return st;
   if ((st = pe__pool_acquire(fn, pool)) != PE_OK) return st;
-  ext_job j = {.kern = pe__kernels(), .sk = pe__store_kernels(), .caches = caches,
+  ext_job j = {.kern = pe__isa(), .caches = caches,
                .half = c->half, .head_dim = hd, .style = c->p.style,
                .inverse = (flags & PE_ROPE_INVERSE) != 0, .batch = batch, .tokens = tokens,
                .pos = positions, .slots = slot_mapping, .dst = k_cache->data,
@@ -480,7 +471,7 @@ PE_API pe_status pe_apply_mrope_qk(const pe_rope_cache *c, const pe_tensor *q, c
   if ((st = pe__pool_acquire(fn, pool)) != PE_OK) return st;
   uint8_t axis[PE_MAX_HEAD_DIM / 2];
   mrope_axes(s, (flags & PE_ROPE_MROPE_INTERLEAVED) != 0, half, axis);
-  ext_job j = {.kern = pe__kernels(), .caches = caches, .half = half, .head_dim = hd,
+  ext_job j = {.kern = pe__isa(), .caches = caches, .half = half, .head_dim = hd,
                .style = c->p.style, .inverse = (flags & PE_ROPE_INVERSE) != 0, .batch = batch,
                .tokens = tokens, .pos = positions, .axis = axis};
   operand_from(&j.q, q);
@@ -529,7 +520,7 @@ PE_API pe_status pe_apply_rope_qk_multi(const pe_rope_cache *const *caches, int3
   if ((st = check_positions(fn, "", positions, batch, tokens, caches, cache_index)) != PE_OK)
     return st;
   if ((st = pe__pool_acquire(fn, pool)) != PE_OK) return st;
-  ext_job j = {.kern = pe__kernels(), .caches = caches, .cache_index = cache_index,
+  ext_job j = {.kern = pe__isa(), .caches = caches, .cache_index = cache_index,
                .half = c0->half, .head_dim = c0->p.head_dim, .style = c0->p.style,
                .inverse = (flags & PE_ROPE_INVERSE) != 0, .batch = batch, .tokens = tokens,
                .pos = positions};

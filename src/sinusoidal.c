@@ -5,7 +5,8 @@
 #include <math.h>
 #include <string.h>
 
-#include "kernels/enc_kernels.h"
+#include "kernels/enc_common.h"
+#include "kernels/isa.h"
 
 /* Frequencies of one call: what a row of the table needs besides the
  * position. Angles are formed in double precision exactly as the reference
@@ -55,7 +56,7 @@ static pe_status sin_geometry_init(const char *fn, int32_t d_model, double base,
  * (SLEEF double sincos, rounded once: the same bits on every ISA), in chunks
  * that keep the scratch small. */
 #define SIN_CHUNK 256
-static void sin_row(const pe_enc_kernels *k, const sin_geometry *g, int64_t pos, float *out) {
+static void sin_row(const pe_isa *k, const sin_geometry *g, int64_t pos, float *out) {
   double p = (double)pos, angle[SIN_CHUNK];
   float sv[SIN_CHUNK], cv[SIN_CHUNK];
   for (int32_t k0 = 0; k0 < g->n_freq; k0 += SIN_CHUNK) {
@@ -95,7 +96,7 @@ PE_API pe_status pe_sinusoidal_table(int64_t n_positions, int32_t d_model, doubl
     return pe__fail(PE_ERR_OVERFLOW,
                     "%s: %" PRId64 " x %d floats exceed the largest possible object (PTRDIFF_MAX bytes)",
                     fn, n_positions, (int)d_model);
-  const pe_enc_kernels *k = pe__enc_kernels();
+  const pe_isa *k = pe__isa();
   for (int64_t p = 0; p < n_positions; p++) sin_row(k, &g, p, out + p * d_model);
   return PE_OK;
 }
@@ -111,7 +112,7 @@ static pe_status check_embeddings(const char *fn, const pe_tensor *x) {
 }
 
 typedef struct embed_job {
-  const pe_enc_kernels *k;
+  const pe_isa *k;
   char *data;
   size_t esize;
   pe_dtype dtype;
@@ -161,7 +162,7 @@ PE_API pe_status pe_sinusoidal_add(const pe_tensor *x, const int64_t *positions,
   if ((st = pe__check_positions(fn, "position", positions, batch, tokens, 0, "")) != PE_OK)
     return st;
   if ((st = pe__pool_acquire(fn, pool)) != PE_OK) return st;
-  embed_job j = {.k = pe__enc_kernels(), .data = x->data, .esize = pe__dtype_size(x->dtype),
+  embed_job j = {.k = pe__isa(), .data = x->data, .esize = pe__dtype_size(x->dtype),
                  .dtype = x->dtype, .batch = batch, .tokens = tokens, .d_model = x->shape[3],
                  .s_batch = pe__stride(x, 0), .s_token = pe__stride(x, 2), .positions = positions,
                  .g = &g};
@@ -223,7 +224,7 @@ PE_API pe_status pe_learned_add(const pe_tensor *x, const pe_tensor *table,
                                 "table max_len")) != PE_OK)
     return st;
   if ((st = pe__pool_acquire(fn, pool)) != PE_OK) return st;
-  embed_job j = {.k = pe__enc_kernels(), .data = x->data, .esize = pe__dtype_size(x->dtype),
+  embed_job j = {.k = pe__isa(), .data = x->data, .esize = pe__dtype_size(x->dtype),
                  .dtype = x->dtype, .batch = batch, .tokens = tokens, .d_model = x->shape[3],
                  .s_batch = pe__stride(x, 0), .s_token = pe__stride(x, 2), .positions = positions,
                  .table = table->data, .t_esize = pe__dtype_size(table->dtype),
