@@ -46,6 +46,10 @@ PE_AI void load_row_gen(int dt, float *out, const void *src, int64_t n) {
 /* SLEEF's double sincos, VDL angles a step, each rounded once to float. */
 static void FN(sincos)(const double *angle, int32_t n, float *s, float *c) {
   int32_t i = 0;
-  for (; i + VDL <= n; i += VDL) vd_sincos_narrow(angle + i, s + i, c + i);
+  for (; i + VDL <= n; i += VDL) {
+    __typeof__(VEC_SINCOSD(vd_load(angle))) r = VEC_SINCOSD(vd_load(angle + i));
+    vd_store_f32(s + i, r.x);
+    vd_store_f32(c + i, r.y);
+  }
   for (; i < n; i++) pe__sincos_f64_one(angle[i], &s[i], &c[i]);
 }

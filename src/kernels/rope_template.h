@@ -28,10 +28,9 @@ PE_AI void sincos_step(vd p, const double *freq, int32_t m, float scale, float *
   vd r1 = reduce_2pi(vd_mul(p, vd_loadn(freq + VDL, m - VDL)));
   vf rf = vf_from_vd2(r0, r1);
   vf dr = vf_from_vd2(vd_sub(r0, vd_widen_lo(rf)), vd_sub(r1, vd_widen_hi(rf)));
-  vf s, c;
-  vf_sincos(rf, &s, &c);
-  vf cf = vf_fnma(s, dr, c); /* fmaf(-s, dr, c) */
-  vf sf = vf_fma(c, dr, s);  /* fmaf(c, dr, s) */
+  __typeof__(VEC_SINCOSF(rf)) sc = VEC_SINCOSF(rf); /* .x = sin, .y = cos */
+  vf cf = vf_fnma(sc.x, dr, sc.y);                    /* fmaf(-s, dr, c) */
+  vf sf = vf_fma(sc.y, dr, sc.x);                     /* fmaf(c, dr, s) */
   if (scale != 1.0f) {
     cf = vf_mul(cf, vf_set1(scale));
     sf = vf_mul(sf, vf_set1(scale));

@@ -47,18 +47,11 @@ PE_AI vf vf_from_vd2(vd lo, vd hi) { return _mm256_set_m128(_mm256_cvtpd_ps(hi),
 PE_AI vd vd_widen_lo(vf v) { return _mm256_cvtps_pd(_mm256_castps256_ps128(v)); }
 PE_AI vd vd_widen_hi(vf v) { return _mm256_cvtps_pd(_mm256_extractf128_ps(v, 1)); }
 
-/* SLEEF: float sincos u10 of VL lanes; double sincos u35 of VDL angles,
- * rounded to float (cvtpd2ps rounds to nearest even, as (float)). */
-PE_AI void vf_sincos(vf x, vf *s, vf *c) {
-  Sleef___m256_2 r = Sleef_sincosf8_u10avx2(x);
-  *s = r.x;
-  *c = r.y;
-}
-PE_AI void vd_sincos_narrow(const double *a, float *s, float *c) {
-  Sleef___m256d_2 r = Sleef_sincosd4_u35avx2(_mm256_loadu_pd(a));
-  _mm_storeu_ps(s, _mm256_cvtpd_ps(r.x));
-  _mm_storeu_ps(c, _mm256_cvtpd_ps(r.y));
-}
+/* SLEEF: float sincos u10 of VL lanes, double sincos u35 of VDL lanes (.x
+ * sin, .y cos); VDL doubles rounded to float (to nearest even, as (float)). */
+#define VEC_SINCOSF Sleef_sincosf8_u10avx2
+#define VEC_SINCOSD Sleef_sincosd4_u35avx2
+PE_AI void vd_store_f32(float *p, vd v) { _mm_storeu_ps(p, _mm256_cvtpd_ps(v)); }
 
 /* (float)|q - (j + lane)| from int32 lanes: exact when q and j + 7 fit in
  * int32, and vcvtdq2ps rounds to nearest even as (float) of the int64 does. */

@@ -46,6 +46,7 @@ PE_AI void vf_storen(float *p, int32_t n, vf v) {
 }
 #define vf_store _mm512_storeu_ps
 
+#define vd_load _mm512_loadu_pd
 #define vd_set1 _mm512_set1_pd
 #define vd_mul _mm512_mul_pd
 #define vd_sub _mm512_sub_pd
@@ -67,16 +68,9 @@ PE_AI vf vf_from_vd2(vd lo, vd hi) {
 PE_AI vd vd_widen_lo(vf v) { return _mm512_cvtps_pd(_mm512_castps512_ps256(v)); }
 PE_AI vd vd_widen_hi(vf v) { return _mm512_cvtps_pd(_mm512_extractf32x8_ps(v, 1)); }
 
-PE_AI void vf_sincos(vf x, vf *s, vf *c) {
-  Sleef___m512_2 r = Sleef_sincosf16_u10avx512f(x);
-  *s = r.x;
-  *c = r.y;
-}
-PE_AI void vd_sincos_narrow(const double *a, float *s, float *c) {
-  Sleef___m512d_2 r = Sleef_sincosd8_u35avx512f(_mm512_loadu_pd(a));
-  _mm256_storeu_ps(s, _mm512_cvtpd_ps(r.x)); /* rounds to nearest even, as (float) */
-  _mm256_storeu_ps(c, _mm512_cvtpd_ps(r.y));
-}
+#define VEC_SINCOSF Sleef_sincosf16_u10avx512f
+#define VEC_SINCOSD Sleef_sincosd8_u35avx512f
+PE_AI void vd_store_f32(float *p, vd v) { _mm256_storeu_ps(p, _mm512_cvtpd_ps(v)); }
 
 PE_AI vf vf_alibi_dist(int32_t q, int32_t j) {
   const __m512i lane = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);

@@ -45,16 +45,9 @@ PE_AI vf vf_from_vd2(vd lo, vd hi) { return vcvt_high_f32_f64(vcvt_f32_f64(lo), 
 PE_AI vd vd_widen_lo(vf v) { return vcvt_f64_f32(vget_low_f32(v)); }
 PE_AI vd vd_widen_hi(vf v) { return vcvt_high_f64_f32(v); }
 
-PE_AI void vf_sincos(vf x, vf *s, vf *c) {
-  Sleef_float32x4_t_2 r = Sleef_sincosf4_u10advsimd(x);
-  *s = r.x;
-  *c = r.y;
-}
-PE_AI void vd_sincos_narrow(const double *a, float *s, float *c) {
-  Sleef_float64x2_t_2 r = Sleef_sincosd2_u35advsimd(vld1q_f64(a));
-  vst1_f32(s, vcvt_f32_f64(r.x)); /* rounds to nearest even, as (float) */
-  vst1_f32(c, vcvt_f32_f64(r.y));
-}
+#define VEC_SINCOSF Sleef_sincosf4_u10advsimd
+#define VEC_SINCOSD Sleef_sincosd2_u35advsimd
+PE_AI void vd_store_f32(float *p, vd v) { vst1_f32(p, vcvt_f32_f64(v)); }
 
 /* (float)|q - (j + lane)|: exact in int32 lanes, scvtf rounds as (float). */
 PE_AI vf vf_alibi_dist(int32_t q, int32_t j) {
