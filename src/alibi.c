@@ -4,7 +4,7 @@
 #include <inttypes.h>
 #include <math.h>
 
-#include "kernels/enc_kernels.h"
+#include "kernels/enc_common.h"
 #include "kernels/isa.h"
 
 #define ALIBI_MAX_HEADS 65536

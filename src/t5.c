@@ -3,7 +3,7 @@
 #include <inttypes.h>
 #include <math.h>
 
-#include "kernels/enc_kernels.h"
+#include "kernels/enc_common.h"
 #include "kernels/isa.h"
 
 /* Keys handled per pass of a row: the runs of buckets and the bias row of

@@ -765,7 +765,7 @@ static void test_apply_errors_change_nothing(void **state) {
   CASE((void)0, pe_apply_rope_qk(c, &bq, &bk, bpos, 4u, NULL), PE_ERR_INVALID_ARGUMENT, "flags");
   CASE(bq.stride[1] = 8, APPLY, PE_ERR_SHAPE, "alias");      /* heads overlap */
   CASE(bq.stride[2] = 0, APPLY, PE_ERR_SHAPE, "alias");      /* tokens broadcast */
-  CASE(bk = bq, APPLY, PE_ERR_SHAPE, "same address");        /* rotated twice */
+  CASE(bk = bq, APPLY, PE_ERR_SHAPE, "overlap in memory");        /* rotated twice */
   CASE(bq.data = (char *)q.mem + 2, APPLY, PE_ERR_INVALID_ARGUMENT, "not aligned");
   CASE(bk.data = (char *)k.mem + 1, APPLY, PE_ERR_INVALID_ARGUMENT, "not aligned");
   CASE(bq.stride[0] = INT64_MAX / 2, APPLY, PE_ERR_OVERFLOW, "q");
