@@ -33,21 +33,11 @@ PE_API pe_status pe_apply_mrope_qk(const pe_rope_cache *c, const pe_tensor *q, c
       return st;
   if ((st = pe__pool_acquire(fn, pool)) != PE_OK) return st;
   pe__rope_plan p;
-  memset(&p, 0, sizeof p);
-  p.isa = pe__isa();
-  p.half = half;
-  p.head_dim = c->p.head_dim;
-  p.style = c->p.style;
-  p.inverse = (flags & PE_ROPE_INVERSE) != 0;
-  p.batch = batch;
-  p.tokens = tokens;
-  p.source = PE_SOURCE_AXES;
+  pe__rope_plan_init(&p, c, q, k, flags, PE_SOURCE_AXES);
   p.caches = caches;
   p.pos = positions;
   memcpy(p.mrope_section, s, sizeof p.mrope_section);
   p.mrope_interleaved = (flags & PE_ROPE_MROPE_INTERLEAVED) != 0;
-  pe__rope_operand_from(&p.q, q);
-  pe__rope_operand_from(&p.k, k);
   pe__rope_run(&p, pool);
   return PE_OK;
 }

@@ -7,22 +7,6 @@
 
 #include "rope_engine.h"
 
-/* A plan over q and k with the geometry of cache c. */
-static void plan_init(pe__rope_plan *p, const pe_rope_cache *c, const pe_tensor *q,
-                      const pe_tensor *k, uint32_t flags) {
-  const pe_tensor *any = q ? q : k;
-  memset(p, 0, sizeof *p);
-  p->isa = pe__isa();
-  p->half = c->half;
-  p->head_dim = c->p.head_dim;
-  p->style = c->p.style;
-  p->inverse = (flags & PE_ROPE_INVERSE) != 0;
-  p->batch = any->shape[0];
-  p->tokens = any->shape[2];
-  pe__rope_operand_from(&p->q, q);
-  pe__rope_operand_from(&p->k, k);
-}
-
 static int nothing_to_do(const pe_tensor *q, const pe_tensor *k) {
   return (!q || pe__tensor_empty(q)) && (!k || pe__tensor_empty(k));
 }
@@ -52,8 +36,7 @@ static pe_status apply_rope(const char *fn, const pe_rope_cache *const *caches, 
     return st;
   if ((st = pe__pool_acquire(fn, pool)) != PE_OK) return st;
   pe__rope_plan p;
-  plan_init(&p, c0, q, k, flags);
-  p.source = PE_SOURCE_POSITIONS;
+  pe__rope_plan_init(&p, c0, q, k, flags, PE_SOURCE_POSITIONS);
   p.caches = caches;
   p.cache_index = cache_index;
   p.pos = positions;
@@ -99,8 +82,7 @@ PE_API pe_status pe_rope_shift_k(const pe_rope_cache *c, const pe_tensor *k, con
   if ((st = pe__pool_acquire(fn, pool)) != PE_OK) return st;
   const pe_rope_cache *const caches[1] = {c};
   pe__rope_plan p;
-  plan_init(&p, c, NULL, k, 0);
-  p.source = PE_SOURCE_SHIFT;
+  pe__rope_plan_init(&p, c, NULL, k, 0, PE_SOURCE_SHIFT);
   p.caches = caches;
   p.pos = deltas;
   pe__rope_run(&p, pool);
@@ -124,8 +106,7 @@ PE_API pe_status pe_rope_rerotate_k(const pe_rope_cache *from, const pe_rope_cac
     return st;
   if ((st = pe__pool_acquire(fn, pool)) != PE_OK) return st;
   pe__rope_plan p;
-  plan_init(&p, from, NULL, k, 0);
-  p.source = PE_SOURCE_REROTATE;
+  pe__rope_plan_init(&p, from, NULL, k, 0, PE_SOURCE_REROTATE);
   p.from = from;
   p.to = to;
   p.pos = positions;

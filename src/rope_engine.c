@@ -248,6 +248,22 @@ void pe__rope_run(const pe__rope_plan *plan, pe_threadpool *pool) {
                (void *)plan);
 }
 
+void pe__rope_plan_init(pe__rope_plan *p, const pe_rope_cache *c, const pe_tensor *q,
+                        const pe_tensor *k, uint32_t flags, pe__rope_source source) {
+  const pe_tensor *any = q ? q : k;
+  memset(p, 0, sizeof *p);
+  p->isa = pe__isa();
+  p->half = c->half;
+  p->head_dim = c->p.head_dim;
+  p->style = c->p.style;
+  p->inverse = (flags & PE_ROPE_INVERSE) != 0;
+  p->batch = any->shape[0];
+  p->tokens = any->shape[2];
+  p->source = source;
+  pe__rope_operand_from(&p->q, q);
+  pe__rope_operand_from(&p->k, k);
+}
+
 /* ---- validation shared by the entry points ---- */
 
 void pe__rope_operand_from(pe__rope_operand *op, const pe_tensor *t) {

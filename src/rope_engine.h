@@ -64,6 +64,12 @@ typedef struct pe__rope_plan {
   int64_t dst_esize, dst_block, dst_s_block, dst_s_head, dst_s_slot;
 } pe__rope_plan;
 
+/* A plan over q and/or k with the geometry of cache c (batch and tokens
+ * from q, else k), flags' PE_ROPE_INVERSE, and the given source; the
+ * caller fills in the source's and the sinks' other fields. */
+PE_HIDDEN void pe__rope_plan_init(pe__rope_plan *p, const pe_rope_cache *c, const pe_tensor *q,
+                                  const pe_tensor *k, uint32_t flags, pe__rope_source source);
+
 /* Run a validated plan (pool acquired with pe__pool_acquire, released here). */
 PE_HIDDEN void pe__rope_run(const pe__rope_plan *plan, pe_threadpool *pool);
 
