@@ -130,12 +130,13 @@ static pe_status need(int found, const char *where, const char *key, const char 
  * file has none; 0 = not checked here, and a config of that type without
  * rope_theta is refused rather than given a guessed base. head_dim, heads,
  * hidden, layers, max_pos: the class defaults (0 = none: the key is
- * required, or head_dim is hidden_size / num_attention_heads). */
+ * required, or head_dim is hidden_size / num_attention_heads; kv_heads 0 =
+ * the query heads). */
 typedef struct model_info {
   const char *type;
   pe_rope_style style;
   double theta;
-  int32_t head_dim, heads;
+  int32_t head_dim, heads, kv_heads;
   int64_t hidden, layers, max_pos;
 } model_info;
 
@@ -143,62 +144,62 @@ typedef struct model_info {
 #define N PE_ROPE_NEOX
 static const model_info models[] = {
     /* interleaved pairs */
-    {"gptj", G, 10000.0, 0, 0, 0, 0, 0},        /* GPTJAttention: base 10000 */
-    {"codegen", G, 10000.0, 0, 0, 0, 0, 0},     /* CodeGenAttention: base 10000 */
-    {"cohere", G, 10000.0, 0, 0, 0, 0, 0},      /* CohereConfig */
-    {"cohere2", G, 10000.0, 0, 64, 8192, 40, 8192}, /* Cohere2Config */
-    {"glm", G, 10000.0, 0, 0, 0, 0, 0},         /* GlmConfig */
-    {"glm4", G, 10000.0, 0, 0, 0, 0, 0},        /* Glm4Config */
-    {"helium", G, 0.0, 0, 0, 0, 0, 0},
-    {"ernie4_5", G, 0.0, 0, 0, 0, 0, 0},
-    {"ernie4_5_moe", G, 0.0, 0, 0, 0, 0, 0},
-    {"llama4_text", G, 500000.0, 128, 40, 5120, 48, 131072}, /* Llama4TextConfig */
-    {"llama4", G, 500000.0, 128, 40, 5120, 48, 131072},
-    {"deepseek_v2", G, 10000.0, 0, 0, 0, 0, 0}, /* DeepseekV2Config */
-    {"deepseek_v3", G, 10000.0, 0, 0, 0, 0, 0}, /* DeepseekV3Config */
+    {"gptj", G, 10000.0, 0, 0, 0, 0, 0, 0},        /* GPTJAttention: base 10000 */
+    {"codegen", G, 10000.0, 0, 0, 0, 0, 0, 0},     /* CodeGenAttention: base 10000 */
+    {"cohere", G, 10000.0, 0, 0, 0, 0, 0, 0},      /* CohereConfig */
+    {"cohere2", G, 10000.0, 0, 64, 0, 8192, 40, 8192}, /* Cohere2Config */
+    {"glm", G, 10000.0, 0, 0, 0, 0, 0, 0},         /* GlmConfig */
+    {"glm4", G, 10000.0, 0, 0, 0, 0, 0, 0},        /* Glm4Config */
+    {"helium", G, 0.0, 0, 0, 0, 0, 0, 0},
+    {"ernie4_5", G, 0.0, 0, 0, 0, 0, 0, 0},
+    {"ernie4_5_moe", G, 0.0, 0, 0, 0, 0, 0, 0},
+    {"llama4_text", G, 500000.0, 128, 40, 8, 5120, 48, 131072}, /* Llama4TextConfig */
+    {"llama4", G, 500000.0, 128, 40, 8, 5120, 48, 131072},
+    {"deepseek_v2", G, 10000.0, 0, 0, 0, 0, 0, 0}, /* DeepseekV2Config */
+    {"deepseek_v3", G, 10000.0, 0, 0, 0, 0, 0, 0}, /* DeepseekV3Config */
     /* halves */
-    {"llama", N, 10000.0, 0, 0, 0, 0, 0},       /* LlamaConfig */
-    {"mistral", N, 10000.0, 0, 0, 0, 0, 0},     /* MistralConfig */
-    {"mixtral", N, 0.0, 0, 0, 0, 0, 0},
-    {"qwen2", N, 10000.0, 0, 0, 0, 0, 0},       /* Qwen2Config */
-    {"qwen2_moe", N, 0.0, 0, 0, 0, 0, 0},
-    {"qwen3", N, 0.0, 0, 0, 0, 0, 0},
-    {"qwen3_moe", N, 0.0, 0, 0, 0, 0, 0},
-    {"qwen3_next", N, 0.0, 0, 0, 0, 0, 0},
-    {"qwen3_5", N, 0.0, 0, 0, 0, 0, 0},
-    {"qwen3_5_text", N, 0.0, 0, 0, 0, 0, 0},
-    {"qwen3_5_moe", N, 0.0, 0, 0, 0, 0, 0},
-    {"qwen3_5_moe_text", N, 0.0, 0, 0, 0, 0, 0},
-    {"qwen2_vl", N, 0.0, 0, 0, 0, 0, 0},
-    {"qwen2_vl_text", N, 0.0, 0, 0, 0, 0, 0},
-    {"qwen2_5_vl", N, 0.0, 0, 0, 0, 0, 0},
-    {"qwen2_5_vl_text", N, 0.0, 0, 0, 0, 0, 0},
-    {"qwen3_vl", N, 0.0, 0, 0, 0, 0, 0},
-    {"qwen3_vl_text", N, 0.0, 0, 0, 0, 0, 0},
-    {"gemma", N, 10000.0, 0, 0, 0, 0, 0},       /* GemmaConfig */
-    {"gemma2", N, 10000.0, 0, 0, 0, 0, 0},      /* Gemma2Config */
-    {"gemma3_text", N, 1000000.0, 256, 8, 2304, 26, 131072}, /* Gemma3TextConfig */
-    {"gemma3", N, 1000000.0, 256, 8, 2304, 26, 131072},
-    {"gemma3n_text", N, 0.0, 0, 0, 0, 0, 0},
-    {"gemma3n", N, 0.0, 0, 0, 0, 0, 0},
-    {"gemma4_text", N, 0.0, 0, 0, 0, 0, 0},
-    {"gemma4", N, 0.0, 0, 0, 0, 0, 0},
-    {"gpt_neox", N, 10000.0, 0, 0, 0, 0, 0},    /* GPTNeoXConfig: rotary_emb_base */
-    {"phi", N, 10000.0, 0, 0, 0, 0, 0},         /* PhiConfig */
-    {"phi3", N, 10000.0, 0, 0, 0, 0, 0},        /* Phi3Config */
-    {"phimoe", N, 1000000.0, 0, 0, 0, 0, 0},    /* PhimoeConfig default_theta */
-    {"stablelm", N, 10000.0, 0, 0, 0, 0, 0},    /* StableLmConfig */
-    {"persimmon", N, 0.0, 0, 0, 0, 0, 0},
-    {"falcon", N, 10000.0, 0, 0, 0, 0, 0},      /* FalconConfig */
-    {"starcoder2", N, 0.0, 0, 0, 0, 0, 0},
-    {"olmo", N, 10000.0, 0, 0, 0, 0, 0},        /* OlmoConfig */
-    {"olmo2", N, 0.0, 0, 0, 0, 0, 0},
-    {"olmo3", N, 500000.0, 0, 0, 0, 0, 0},      /* Olmo3Config default_theta */
-    {"granite", N, 10000.0, 0, 0, 0, 0, 0},     /* GraniteConfig */
-    {"smollm3", N, 0.0, 0, 0, 0, 0, 0},
-    {"exaone4", N, 10000.0, 0, 32, 4096, 32, 2048}, /* Exaone4Config */
-    {"gpt_oss", N, 150000.0, 64, 64, 2880, 36, 131072}, /* GptOssConfig */
-    {"modernbert", N, 0.0, 0, 12, 768, 22, 8192}, /* ModernBertConfig (thetas per layer type) */
+    {"llama", N, 10000.0, 0, 0, 0, 0, 0, 0},       /* LlamaConfig */
+    {"mistral", N, 10000.0, 0, 0, 0, 0, 0, 0},     /* MistralConfig */
+    {"mixtral", N, 0.0, 0, 0, 0, 0, 0, 0},
+    {"qwen2", N, 10000.0, 0, 0, 0, 0, 0, 0},       /* Qwen2Config */
+    {"qwen2_moe", N, 0.0, 0, 0, 0, 0, 0, 0},
+    {"qwen3", N, 0.0, 0, 0, 0, 0, 0, 0},
+    {"qwen3_moe", N, 0.0, 0, 0, 0, 0, 0, 0},
+    {"qwen3_next", N, 0.0, 0, 0, 0, 0, 0, 0},
+    {"qwen3_5", N, 0.0, 0, 0, 0, 0, 0, 0},
+    {"qwen3_5_text", N, 0.0, 0, 0, 0, 0, 0, 0},
+    {"qwen3_5_moe", N, 0.0, 0, 0, 0, 0, 0, 0},
+    {"qwen3_5_moe_text", N, 0.0, 0, 0, 0, 0, 0, 0},
+    {"qwen2_vl", N, 0.0, 0, 0, 0, 0, 0, 0},
+    {"qwen2_vl_text", N, 0.0, 0, 0, 0, 0, 0, 0},
+    {"qwen2_5_vl", N, 0.0, 0, 0, 0, 0, 0, 0},
+    {"qwen2_5_vl_text", N, 0.0, 0, 0, 0, 0, 0, 0},
+    {"qwen3_vl", N, 0.0, 0, 0, 0, 0, 0, 0},
+    {"qwen3_vl_text", N, 0.0, 0, 0, 0, 0, 0, 0},
+    {"gemma", N, 10000.0, 0, 0, 0, 0, 0, 0},       /* GemmaConfig */
+    {"gemma2", N, 10000.0, 0, 0, 0, 0, 0, 0},      /* Gemma2Config */
+    {"gemma3_text", N, 1000000.0, 256, 8, 4, 2304, 26, 131072}, /* Gemma3TextConfig */
+    {"gemma3", N, 1000000.0, 256, 8, 4, 2304, 26, 131072},
+    {"gemma3n_text", N, 0.0, 0, 0, 0, 0, 0, 0},
+    {"gemma3n", N, 0.0, 0, 0, 0, 0, 0, 0},
+    {"gemma4_text", N, 0.0, 0, 0, 0, 0, 0, 0},
+    {"gemma4", N, 0.0, 0, 0, 0, 0, 0, 0},
+    {"gpt_neox", N, 10000.0, 0, 0, 0, 0, 0, 0},    /* GPTNeoXConfig: rotary_emb_base */
+    {"phi", N, 10000.0, 0, 0, 0, 0, 0, 0},         /* PhiConfig */
+    {"phi3", N, 10000.0, 0, 0, 0, 0, 0, 0},        /* Phi3Config */
+    {"phimoe", N, 1000000.0, 0, 0, 0, 0, 0, 0},    /* PhimoeConfig default_theta */
+    {"stablelm", N, 10000.0, 0, 0, 0, 0, 0, 0},    /* StableLmConfig */
+    {"persimmon", N, 0.0, 0, 0, 0, 0, 0, 0},
+    {"falcon", N, 10000.0, 0, 0, 0, 0, 0, 0},      /* FalconConfig */
+    {"starcoder2", N, 0.0, 0, 0, 0, 0, 0, 0},
+    {"olmo", N, 10000.0, 0, 0, 0, 0, 0, 0},        /* OlmoConfig */
+    {"olmo2", N, 0.0, 0, 0, 0, 0, 0, 0},
+    {"olmo3", N, 500000.0, 0, 0, 0, 0, 0, 0},      /* Olmo3Config default_theta */
+    {"granite", N, 10000.0, 0, 0, 0, 0, 0, 0},     /* GraniteConfig */
+    {"smollm3", N, 0.0, 0, 0, 0, 0, 0, 0},
+    {"exaone4", N, 10000.0, 0, 32, 32, 4096, 32, 2048}, /* Exaone4Config */
+    {"gpt_oss", N, 150000.0, 64, 64, 8, 2880, 36, 131072}, /* GptOssConfig */
+    {"modernbert", N, 0.0, 0, 12, 0, 768, 22, 8192}, /* ModernBertConfig (thetas per layer type) */
 };
 #undef G
 #undef N
@@ -951,6 +952,7 @@ static pe_status model_build(const char *json, size_t len, int64_t max_positions
   if (!found && mi && mi->heads > 0) v = mi->heads, found = 1;
   m->heads = found && v <= INT32_MAX ? (int32_t)v : 0;
   if ((st = get_count(tr, "", "num_key_value_heads", &v, &found)) != PE_OK) goto done;
+  if (!found && mi && mi->kv_heads > 0) v = mi->kv_heads, found = 1;
   m->kv_heads = found && v <= INT32_MAX ? (int32_t)v : m->heads;
   /* Llama 4: attn_temperature_tuning (Llama4TextConfig default true), floor_scale 8192, attn_scale 0.1. */
   int tuning = type_is(mt, nope_interval) && strncmp(mt, "llama4", 6) == 0 &&
