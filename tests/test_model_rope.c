@@ -203,15 +203,15 @@ static void check_gemma3(const char *name, int layers, int head_dim, int scaled)
 
 static void test_gemma3(void **state) {
   (void)state;
-  check_gemma3("gemma-3-1b-it.json", 26, 256, 0);
+  check_gemma3("per_layer/gemma-3-1b-it.json", 26, 256, 0);
   /* 4b: minimal text_config - head_dim, heads and rope_theta from
    * Gemma3TextConfig's defaults (256, 8, 1e6). */
-  check_gemma3("gemma-3-4b-it.json", 34, 256, 1);
+  check_gemma3("per_layer/gemma-3-4b-it.json", 34, 256, 1);
   /* 12b: hidden 3840 / 16 heads would be 240; the class default head_dim 256 wins. */
-  check_gemma3("gemma-3-12b-it.json", 48, 256, 1);
-  check_gemma3("gemma-3-27b-it.json", 62, 128, 1);
+  check_gemma3("per_layer/gemma-3-12b-it.json", 48, 256, 1);
+  check_gemma3("per_layer/gemma-3-27b-it.json", 62, 128, 1);
   size_t len;
-  char *buf = read_fixture("gemma-3-4b-it.json", &len);
+  char *buf = read_fixture("per_layer/gemma-3-4b-it.json", &len);
   pe_model_rope *m = NULL;
   assert_int_equal(pe_model_rope_from_hf_config(buf, len, 0, 0, &m), PE_OK);
   int32_t h = 0, kv = 0;
@@ -230,7 +230,7 @@ static void test_gemma3(void **state) {
 static void test_gemma3n(void **state) {
   (void)state;
   /* layer_types as shipped: full every 5th layer (i = 4, 9, ...). */
-  pe_model_rope *m = load_model("gemma-3n-e4b-it.json");
+  pe_model_rope *m = load_model("per_layer/gemma-3n-e4b-it.json");
   assert_int_equal(pe_model_rope_num_layers(m), 35);
   want local = {256, 256, PE_ROPE_NEOX, PE_ROPE_SCALING_NONE, 1, 1, {R_DEFAULT, 10000.0, 256, 1, 0, 0, 0}};
   want global = {256, 256, PE_ROPE_NEOX, PE_ROPE_SCALING_NONE, 1, 1, {R_DEFAULT, 1e6, 256, 1, 0, 0, 0}};
@@ -261,7 +261,7 @@ static void test_v5_per_layer_type(void **state) {
 static void test_modernbert(void **state) {
   (void)state;
   /* ModernBertConfig: global iff i % global_attn_every_n_layers == 0 (3). */
-  pe_model_rope *m = load_model("modernbert-base.json");
+  pe_model_rope *m = load_model("per_layer/modernbert-base.json");
   assert_int_equal(pe_model_rope_num_layers(m), 22);
   want local = {64, 64, PE_ROPE_NEOX, PE_ROPE_SCALING_NONE, 1, 1, {R_DEFAULT, 10000.0, 64, 1, 0, 0, 0}};
   want global = {64, 64, PE_ROPE_NEOX, PE_ROPE_SCALING_NONE, 1, 1, {R_DEFAULT, 160000.0, 64, 1, 0, 0, 0}};
@@ -274,7 +274,7 @@ static void test_cohere2(void **state) {
   (void)state;
   /* Cohere2Attention rotates only on sliding layers (sliding iff
    * (i+1) % 4 != 0), interleaved pairs (rotate_half on x[..., ::2]). */
-  pe_model_rope *m = load_model("c4ai-command-r7b-12-2024.json");
+  pe_model_rope *m = load_model("per_layer/c4ai-command-r7b-12-2024.json");
   assert_int_equal(pe_model_rope_num_layers(m), 32);
   want w = {128, 128, PE_ROPE_GPTJ, PE_ROPE_SCALING_NONE, 1, 1, {R_DEFAULT, 50000.0, 128, 1, 0, 0, 0}};
   for (int i = 0; i < 32; i++) {
@@ -294,7 +294,7 @@ static void test_llama4(void **state) {
   (void)state;
   /* no_rope_layers[i] == 1: RoPE (Llama4TextAttention.use_rope); llama3 with
    * low_freq_factor == high_freq_factor == 1: no band. */
-  pe_model_rope *m = load_model("llama-4-scout-17b-16e-instruct.json");
+  pe_model_rope *m = load_model("per_layer/llama-4-scout-17b-16e-instruct.json");
   assert_int_equal(pe_model_rope_num_layers(m), 48);
   want w = {128, 128, PE_ROPE_GPTJ, PE_ROPE_SCALING_LLAMA3, 16, 1,
             {R_LLAMA3, 500000.0, 128, 16.0, 8192.0, 1.0, 1.0}};
@@ -332,7 +332,7 @@ static void test_llama4(void **state) {
 static void test_exaone4(void **state) {
   (void)state;
   /* Exaone4Attention: rope iff sliding_window is None or the layer slides. */
-  pe_model_rope *m = load_model("exaone-4.0-32b.json");
+  pe_model_rope *m = load_model("per_layer/exaone-4.0-32b.json");
   assert_int_equal(pe_model_rope_num_layers(m), 64);
   want w = {128, 128, PE_ROPE_NEOX, PE_ROPE_SCALING_LLAMA3, 16, 1,
             {R_LLAMA3, 1e6, 128, 16.0, 8192.0, 1.0, 4.0}};
