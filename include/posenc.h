@@ -237,7 +237,7 @@ PE_API pe_status pe_rope_cache_create(const pe_rope_params *p, pe_rope_cache **o
  * GPT-NeoX rotary_pct and rotary_emb_base; GPT-J rotary_dim; DeepSeek
  * qk_rope_head_dim; the keys of text_config for vision-language models.
  * Pairing (style) and the defaults of omitted keys come from model_type, per
- * transformers' modeling and config classes (table in docs/models.md); a
+ * transformers' modeling and config classes (table in docs/pages/models.md); a
  * model_type not in that table gets NEOX (see pe_model_rope_pairing_guessed),
  * and a config without rope_theta of a type whose default libposenc has not
  * checked is PE_ERR_PARSE naming rope_theta - never a silent 10000.
@@ -608,7 +608,7 @@ PE_API int32_t pe_model_rope_num_layers(const pe_model_rope *m);
 PE_API const pe_rope_cache *pe_model_rope_layer(const pe_model_rope *m, int32_t layer);
 
 /* 1 when the config's model_type is not in libposenc's table
- * (docs/models.md) and the pairing was guessed (PE_ROPE_NEOX, the half-split
+ * (docs/pages/models.md) and the pairing was guessed (PE_ROPE_NEOX, the half-split
  * of transformers' rotate_half: check the model's modeling file); 0 when it
  * comes from the table; -1 for NULL. Thread-safe. */
 PE_API int32_t pe_model_rope_pairing_guessed(const pe_model_rope *m);

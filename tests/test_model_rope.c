@@ -288,6 +288,26 @@ static void test_cohere2(void **state) {
   assert_int_equal(pe_model_rope_nope_temperature(m, 3, &fs, &as), PE_OK);
   assert_true(as == 0.0); /* no temperature tuning outside Llama 4 */
   pe_model_rope_destroy(m);
+  /* Cohere (Command-R): one rope, interleaved, from the one-cache loader too. */
+  const char *cr = "{\"model_type\":\"cohere\",\"hidden_size\":8192,\"num_attention_heads\":64,"
+                   "\"num_hidden_layers\":40,\"rope_theta\":8000000.0}";
+  pe_rope_cache *c = NULL;
+  assert_int_equal(pe_rope_cache_create_from_hf_config(cr, strlen(cr), 0, 0, &c), PE_OK);
+  pe_rope_params p;
+  pe_rope_params_init(&p);
+  assert_int_equal(pe_rope_cache_params(c, &p), PE_OK);
+  assert_int_equal(p.style, PE_ROPE_GPTJ);
+  assert_int_equal(p.head_dim, 128);
+  pe_rope_cache_destroy(c);
+  /* The one-cache loader refuses Cohere2's NoPE layers by name. */
+  size_t len;
+  char *buf = read_fixture("per_layer/c4ai-command-r7b-12-2024.json", &len);
+  c = NULL;
+  assert_int_equal(pe_rope_cache_create_from_hf_config(buf, len, 0, 0, &c), PE_ERR_UNSUPPORTED);
+  assert_null(c);
+  assert_non_null(strstr(pe_last_error(), "attention layers without RoPE"));
+  assert_non_null(strstr(pe_last_error(), "pe_model_rope_from_hf_config"));
+  free(buf);
 }
 
 static void test_llama4(void **state) {
