@@ -606,6 +606,18 @@ static void test_proportional_gemma4(void **state) {
   }
   pe_rope_cache_destroy(c);
 
+  /* With a cos/sin table: the zero-frequency channels are still untouched. */
+  p.max_positions = 64;
+  assert_int_equal(pe_rope_cache_create(&p, &c), PE_OK);
+  memcpy(q, q0, sizeof q);
+  assert_int_equal(pe_apply_rope_qk(c, &tq, NULL, NULL, 0, NULL), PE_OK);
+  for (int t = 0; t < T; t++)
+    for (int j = ANG; j < HALF; j++)
+      if (bits(q[t * HD + j]) != bits(q0[t * HD + j]) ||
+          bits(q[t * HD + j + HALF]) != bits(q0[t * HD + j + HALF]))
+        fail_msg("table: token %d pair %d changed", t, j);
+  pe_rope_cache_destroy(c);
+
   /* The same from a Gemma-4 config (v5 rope_parameters per layer type). */
   pe_model_rope *m = load_text(
       "{\"model_type\":\"gemma4_text\",\"head_dim\":256,\"num_hidden_layers\":2,"
