@@ -135,7 +135,7 @@ typedef enum pe_rope_style {
 
 /* Frequency schemes; the HF transformers rope_type name is in quotes. d is
  * rotary_dim, M0 original_max_positions, s factor. Every scheme is computed
- * as transformers computes it (../shared/ROPE_SCALING.md), in double.
+ * as transformers computes it (modeling_rope_utils.py), in double.
  * Stricter than HF, which only warns: factor < 1 (linear, ntk, dynamic, yarn,
  * longrope, llama3), beta_fast <= beta_slow, missing M0 are errors. */
 typedef enum pe_rope_scaling {
