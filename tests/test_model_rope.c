@@ -634,6 +634,30 @@ static void test_proportional_gemma4(void **state) {
   want sl = {256, 256, PE_ROPE_NEOX, PE_ROPE_SCALING_NONE, 1, 1, {R_DEFAULT, 10000.0, 256, 1, 0, 0, 0}};
   expect_layer("gemma4 sliding", m, 0, &sl);
   pe_model_rope_destroy(m);
+
+  /* Gemma 4's global layers use global_head_dim (Gemma4 rotary embedding's
+   * head_dim_key): 512 channels, int(0.25 * 512 // 2) = 64 rotated angles of
+   * B^(-2j/512). */
+  m = load_text("{\"model_type\":\"gemma4_text\",\"head_dim\":256,\"global_head_dim\":512,"
+                "\"num_hidden_layers\":2,\"layer_types\":[\"sliding_attention\",\"full_attention\"],"
+                "\"rope_parameters\":{\"full_attention\":{\"rope_type\":\"proportional\","
+                "\"partial_rotary_factor\":0.25,\"rope_theta\":1000000.0},\"sliding_attention\":{"
+                "\"rope_type\":\"default\",\"rope_theta\":10000.0}}}");
+  expect_layer("gemma4 sliding", m, 0, &sl);
+  g = pe_model_rope_layer(m, 1);
+  assert_non_null(g);
+  pe_rope_params_init(&r);
+  assert_int_equal(pe_rope_cache_params(g, &r), PE_OK);
+  assert_int_equal(r.head_dim, 512);
+  assert_int_equal(r.rotary_dim, 512);
+  float f512[256];
+  assert_int_equal(pe_rope_cache_inv_freq(g, f512), PE_OK);
+  for (int j = 0; j < 256; j++) {
+    double ref = j < 64 ? pow(1e6, -(2.0 * j) / 512) : 0.0;
+    if (fabs((double)f512[j] - ref) > ulp_f32(ref))
+      fail_msg("global_head_dim: inv_freq[%d] = %.9g, transformers %.17g", j, (double)f512[j], ref);
+  }
+  pe_model_rope_destroy(m);
 }
 
 /* LLAMA3 with low == high from the enum: wavelengths above M0/low divided by
