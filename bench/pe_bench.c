@@ -736,7 +736,6 @@ typedef pe_status (*t5_fn)(const pe_tensor *, const float *, int32_t, int32_t, i
 typedef pe_status (*sin_fn)(const pe_tensor *, const int64_t *, double, uint32_t, pe_threadpool *);
 typedef pe_status (*learned_fn)(const pe_tensor *, const pe_tensor *, const int64_t *,
                                 pe_threadpool *);
-typedef pe_status (*hf_fn)(const char *, size_t, int64_t, int64_t, pe_rope_cache **);
 
 static void *optional_symbol(const char *name) { return dlsym(RTLD_DEFAULT, name); }
 
@@ -798,17 +797,6 @@ static char *read_file(const char *path, size_t *len) {
   return buf;
 }
 
-/* An integer "key": N in a JSON text (the bench needs only head counts). */
-static int json_int(const char *json, const char *key, int dflt) {
-  char pat[80];
-  snprintf(pat, sizeof pat, "\"%s\"", key);
-  const char *p = strstr(json, pat);
-  if (!p) return dflt;
-  p += strlen(pat);
-  while (*p && (isspace((unsigned char)*p) || *p == ':')) p++;
-  return isdigit((unsigned char)*p) ? atoi(p) : dflt;
-}
-
 static rope_geom geometry(void) {
   const model_preset *m = opt.model;
   rope_geom g = {m->heads, m->kv_heads, m->head_dim, m->rotary_dim, m->style, m->base};
@@ -820,38 +808,153 @@ static rope_geom geometry(void) {
   return g;
 }
 
-/* The rope cache for the run: from --hf-config, or from the geometry. */
+/* --hf-config: the model the library loads from the file, kept for the run
+ * (hf_load, before any suite). */
+static pe_model_rope *hf_model;
+
+static const char *scaling_name(pe_rope_scaling s) {
+  static const char *const names[] = {"default", "linear", "ntk", "dynamic", "yarn",
+                                      "longrope", "llama3", "proportional", "custom"};
+  return (unsigned)s < sizeof names / sizeof names[0] ? names[s] : "?";
+}
+
+/* Layers [0, n) for which pick(i) holds, as "0-4,6,8-10". */
+static void layer_list(const pe_model_rope *m, const pe_rope_cache *which, int nope, char *out,
+                       size_t len) {
+  int32_t n = pe_model_rope_num_layers(m);
+  size_t at = 0;
+  out[0] = 0;
+  for (int32_t i = 0; i < n;) {
+    const pe_rope_cache *c = pe_model_rope_layer(m, i);
+    if (nope ? c != NULL : c != which) {
+      i++;
+      continue;
+    }
+    int32_t j = i;
+    while (j + 1 < n && (nope ? pe_model_rope_layer(m, j + 1) == NULL
+                              : pe_model_rope_layer(m, j + 1) == which))
+      j++;
+    int k = j > i ? snprintf(out + at, len - at, "%s%d-%d", at ? "," : "", (int)i, (int)j)
+                  : snprintf(out + at, len - at, "%s%d", at ? "," : "", (int)i);
+    if (k < 0 || (size_t)k >= len - at) {
+      if (len > 4) snprintf(out + len - 4, 4, "...");
+      return;
+    }
+    at += (size_t)k;
+    i = j + 1;
+  }
+}
+
+/* Load --hf-config with the library and print what it loaded, per cache:
+ * type, base, factor, attention factor, how many layers use it (and which),
+ * then the NoPE layers. On stdout with the table output, on stderr with
+ * --json/--csv (their stdout is the machine-readable result). Returns 0, or
+ * 1 after one error line when the file cannot be read or used. */
+static int hf_load(void) {
+  FILE *f = fopen(opt.hf_config, "rb");
+  if (!f) {
+    fprintf(stderr, "pe-bench: --hf-config %s: %s\n", opt.hf_config, strerror(errno));
+    return 1;
+  }
+  fclose(f);
+  size_t len = 0;
+  char *json = read_file(opt.hf_config, &len);
+  if (!json) {
+    fprintf(stderr, "pe-bench: --hf-config %s: cannot read the file\n", opt.hf_config);
+    return 1;
+  }
+  pe_status st = pe_model_rope_from_hf_config(json, len, 0, 0, &hf_model);
+  free(json);
+  if (st != PE_OK) {
+    fprintf(stderr, "pe-bench: --hf-config %s: %s\n", opt.hf_config, pe_last_error());
+    return 1;
+  }
+  FILE *o = opt.fmt == FMT_TABLE ? stdout : stderr;
+  int32_t n = pe_model_rope_num_layers(hf_model), heads = 0, kv = 0;
+  pe_model_rope_heads(hf_model, &heads, &kv);
+  fprintf(o, "hf-config %s: %d layers, %d query heads, %d kv heads%s\n", opt.hf_config, (int)n,
+          (int)heads, (int)kv,
+          pe_model_rope_pairing_guessed(hf_model) == 1 ? " (model_type unknown: pairing guessed)" : "");
+  const pe_rope_cache *seen[64];
+  int n_seen = 0, nope = 0;
+  char list[160];
+  for (int32_t i = 0; i < n; i++) {
+    const pe_rope_cache *c = pe_model_rope_layer(hf_model, i);
+    if (!c) {
+      nope++;
+      continue;
+    }
+    int k;
+    for (k = 0; k < n_seen; k++)
+      if (seen[k] == c) break;
+    if (k < n_seen || n_seen == 64) continue;
+    seen[n_seen++] = c;
+    int uses = 0;
+    for (int32_t j = 0; j < n; j++) uses += pe_model_rope_layer(hf_model, j) == c;
+    pe_rope_params p;
+    pe_rope_params_init(&p);
+    pe_rope_cache_params(c, &p);
+    layer_list(hf_model, c, 0, list, sizeof list);
+    fprintf(o, "  rope %d: %s, base %g, factor %g, attention factor %.9g, head_dim %d, rotary_dim "
+               "%d, %s pairs; %d layer%s (%s)\n",
+            n_seen, scaling_name(p.scaling), p.base, p.factor, pe_rope_cache_attention_factor(c),
+            (int)p.head_dim, (int)p.rotary_dim, p.style == PE_ROPE_GPTJ ? "interleaved" : "half-split",
+            uses, uses == 1 ? "" : "s", list);
+  }
+  if (nope) {
+    layer_list(hf_model, NULL, 1, list, sizeof list);
+    fprintf(o, "  no RoPE: %d layer%s (%s)\n", nope, nope == 1 ? "" : "s", list);
+  } else {
+    fprintf(o, "  no RoPE: none\n");
+  }
+  return 0;
+}
+
+/* The rope cache for the run: from --hf-config (the cache most of the
+ * model's layers use, with this case's table size), or from the geometry. */
 static pe_status rope_cache_for(rope_geom *g, int64_t max_positions, pe_rope_cache **out,
                                 char *why, size_t why_len) {
   if (opt.hf_config) {
-    hf_fn f = (hf_fn)optional_symbol("pe_rope_cache_create_from_hf_config");
-    size_t len = 0;
-    char *json = read_file(opt.hf_config, &len);
-    if (!json) {
-      snprintf(why, why_len, "cannot read %s", opt.hf_config);
-      return PE_ERR_INVALID_ARGUMENT;
+    const pe_rope_cache *best = NULL;
+    int best_uses = 0;
+    int32_t n = pe_model_rope_num_layers(hf_model);
+    for (int32_t i = 0; i < n; i++) {
+      const pe_rope_cache *c = pe_model_rope_layer(hf_model, i);
+      int uses = 0;
+      for (int32_t j = 0; c && j < n; j++) uses += pe_model_rope_layer(hf_model, j) == c;
+      if (uses > best_uses) best = c, best_uses = uses;
     }
-    if (!f) {
-      free(json);
-      snprintf(why, why_len, "pe_rope_cache_create_from_hf_config is not in this library");
+    if (!best) {
+      snprintf(why, why_len, "no layer of %s uses RoPE", opt.hf_config);
       return PE_ERR_UNSUPPORTED;
     }
-    pe_status st = f(json, len, max_positions, 0, out);
-    if (st == PE_OK) {
-      pe_rope_params p;
-      pe_rope_params_init(&p);
-      pe_rope_cache_params(*out, &p);
-      int heads = json_int(json, "num_attention_heads", g->heads);
-      if (!opt.heads) g->heads = heads;
-      if (!opt.kv_heads) g->kv_heads = json_int(json, "num_key_value_heads", heads);
-      g->head_dim = p.head_dim;
-      g->rotary_dim = p.rotary_dim;
-      g->style = p.style;
-    } else {
-      snprintf(why, why_len, "%s", pe_last_error());
+    pe_rope_params p;
+    pe_rope_params_init(&p);
+    pe_rope_cache_params(best, &p);
+    /* A PROPORTIONAL cache reports its head_dim layout, not the rotated
+     * count: rebuild it from its frequencies (exact zeros) instead. */
+    double inv[4096];
+    if (p.scaling == PE_ROPE_SCALING_PROPORTIONAL && p.rotary_dim / 2 <= 4096) {
+      float f[4096];
+      pe_rope_cache_inv_freq(best, f);
+      for (int32_t i = 0; i < p.rotary_dim / 2; i++) inv[i] = f[i];
+      p.scaling = PE_ROPE_SCALING_CUSTOM;
+      p.inv_freq = inv;
     }
-    free(json);
-    return st;
+    p.max_positions = max_positions;
+    pe_status st = pe_rope_cache_create(&p, out);
+    if (st != PE_OK) {
+      snprintf(why, why_len, "%s", pe_last_error());
+      return st;
+    }
+    int32_t heads = 0, kv = 0;
+    pe_model_rope_heads(hf_model, &heads, &kv);
+    if (!opt.heads && heads > 0) g->heads = heads;
+    if (!opt.kv_heads && kv > 0) g->kv_heads = kv;
+    g->head_dim = p.head_dim;
+    g->rotary_dim = p.rotary_dim;
+    g->style = p.style;
+    return PE_OK;
   }
   pe_rope_params p;
   pe_rope_params_init(&p);
@@ -1743,6 +1846,7 @@ static void run_suites(void) {
 
 int main(int argc, char **argv) {
   if (parse_args(argc, argv) != 0) return 2;
+  if (opt.hf_config && hf_load() != 0) return 1;
   static const char *const known[] = {"rope", "table", "alibi", "t5", "sinusoidal", "learned", "cutover",
                                       "fused"};
   {
@@ -1822,5 +1926,6 @@ int main(int argc, char **argv) {
   for (int i = 0; i <= MAX_THREADS; i++) pe_threadpool_destroy(pools[i]);
   pe_threadpool_destroy(cutover_raw);
   free(results);
+  pe_model_rope_destroy(hf_model);
   return 0;
 }

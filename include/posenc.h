@@ -146,7 +146,7 @@ typedef enum pe_rope_style {
 
 /* Frequency schemes; the HF transformers rope_type name is in quotes. d is
  * rotary_dim, M0 original_max_positions, s factor. Every scheme is computed
- * as transformers computes it (modeling_rope_utils.py; docs/rope_scaling.md), in double.
+ * as transformers computes it (modeling_rope_utils.py), in double.
  * Stricter than HF, which only warns: factor < 1 (linear, ntk, dynamic, yarn,
  * longrope, llama3), beta_fast <= beta_slow, missing M0 are errors. */
 typedef enum pe_rope_scaling {
@@ -165,9 +165,22 @@ typedef enum pe_rope_scaling {
                                    (strictly), else short_factor; attention factor
                                    sqrt(1 + ln s / ln M0) unless given */
   PE_ROPE_SCALING_LLAMA3 = 6,   /* "llama3": wavelengths > M0/low_freq_factor divided by s,
-                                   < M0/high_freq_factor kept, smooth band between (inclusive) */
-  PE_ROPE_SCALING_PROPORTIONAL = 7, /* "proportional" (Gemma-4 family): base^(-2i/head_dim) -
-                                   note head_dim, not rotary_dim - for i < rotary_dim/2, / s */
+                                   < M0/high_freq_factor kept, smooth band between (inclusive);
+                                   low_freq_factor == high_freq_factor (Llama-4-Scout) is
+                                   accepted: no band, as in transformers */
+  PE_ROPE_SCALING_PROPORTIONAL = 7, /* "proportional" (Gemma-4 family), transformers' and vLLM's
+                                   numbers: the cache is laid out on ALL head_dim channels,
+                                   pairs (j, j + head_dim/2) (NEOX), with frequency
+                                   base^(-2j/head_dim) / s for j < rotary_dim/2 and exactly 0
+                                   for rotary_dim/2 <= j < head_dim/2. Set rotary_dim to
+                                   2 * int(partial_rotary_factor * head_dim / 2) (HF's
+                                   2 * rope_angles; 0 = head_dim). pe_rope_cache_params then
+                                   reports rotary_dim = head_dim (the channels the cache
+                                   pairs). A zero frequency gives cos = attention factor and
+                                   sin = 0, so with attention factor 1 those channels come out
+                                   bit for bit as they went in (x*1 - y*0 = x), except that -0
+                                   may become +0 and an inf/NaN partner makes them NaN - as in
+                                   transformers, which rotates them the same way. */
   PE_ROPE_SCALING_CUSTOM = 8    /* the caller supplies inv_freq[rotary_dim/2] (finite, >= 0) */
 } pe_rope_scaling;
 
@@ -228,15 +241,26 @@ PE_API pe_status pe_rope_cache_create(const pe_rope_params *p, pe_rope_cache **o
 
 /* Build a cache from the text of a HuggingFace config.json (need not be
  * NUL-terminated; len bytes are read), as transformers derives it:
- * rope_parameters (v5) or legacy rope_scaling, with rope_type or type;
- * rope_theta; max_position_embeddings; original_max_position_embeddings
- * (inside the dict or top level as in Phi-3); head_dim or
- * hidden_size/num_attention_heads; partial_rotary_factor; GPT-NeoX rotary_pct
- * and rotary_emb_base; GPT-J rotary_dim; DeepSeek qk_rope_head_dim; style
- * from model_type (gptj and deepseek_v2/v3 interleaved, others NeoX).
- * max_positions: table rows (0 = on the fly); seq_len 0 = max_position_embeddings.
- * PE_ERR_PARSE for malformed JSON or missing keys, PE_ERR_UNSUPPORTED for an
- * unknown rope type (the key is named in pe_last_error()). Thread-safe. */
+ * rope_parameters (v5) or legacy rope_scaling, with rope_type or type
+ * ("mrope" reads as "default"); rope_theta; max_position_embeddings;
+ * original_max_position_embeddings (inside the dict or top level as in
+ * Phi-3); head_dim or hidden_size/num_attention_heads; partial_rotary_factor;
+ * GPT-NeoX rotary_pct and rotary_emb_base; GPT-J rotary_dim; DeepSeek
+ * qk_rope_head_dim; the keys of text_config for vision-language models.
+ * Pairing (style) and the defaults of omitted keys come from model_type, per
+ * transformers' modeling and config classes (table in docs/pages/models.md); a
+ * model_type not in that table gets NEOX (see pe_model_rope_pairing_guessed),
+ * and a config without rope_theta of a type whose default libposenc has not
+ * checked is PE_ERR_PARSE naming rope_theta - never a silent 10000.
+ * For ONE-cache models only: a model whose layers use different ropes
+ * (Gemma 3, ModernBERT) or whose attention layers include NoPE ones
+ * (Cohere2, Llama 4, EXAONE 4) is PE_ERR_UNSUPPORTED with a message naming
+ * pe_model_rope_from_hf_config. Layers that are not softmax attention
+ * (Qwen3-Next's linear attention) do not count: their one cache is returned.
+ * max_positions: table rows, >= 0 (0 = on the fly); seq_len 0 =
+ * max_position_embeddings. PE_ERR_PARSE for malformed JSON or missing keys,
+ * PE_ERR_UNSUPPORTED for an unknown rope type (the key is named in
+ * pe_last_error()). Thread-safe. */
 PE_API pe_status pe_rope_cache_create_from_hf_config(const char *json, size_t len,
                                                      int64_t max_positions, int64_t seq_len,
                                                      pe_rope_cache **out);
@@ -540,6 +564,106 @@ PE_API pe_status pe_apply_rope_qk_multi(const pe_rope_cache *const *caches, int3
                                         const int32_t *cache_index, const pe_tensor *q,
                                         const pe_tensor *k, const int64_t *positions,
                                         uint32_t flags, pe_threadpool *pool);
+
+/* ------------------------------------------------------------------------ */
+/* RoPE per layer (model configs)                                           */
+/* ------------------------------------------------------------------------ */
+
+/* max_positions for pe_model_rope_from_hf_config: one table row per
+ * position up to the config's max_position_embeddings. */
+#define PE_MAX_POSITIONS_FROM_CONFIG (-1)
+
+/* The RoPE of every layer of a model, from its config.json. Immutable after
+ * creation: any number of threads may use one model and its caches
+ * concurrently, as long as none destroys it. */
+typedef struct pe_model_rope pe_model_rope;
+
+/* Read a HuggingFace config.json (len bytes, need not be NUL-terminated) and
+ * build the cache of every layer, as transformers builds that model:
+ * - v5 rope_parameters keyed by layer type ({"full_attention": {...},
+ *   "sliding_attention": {...}}) with layer_types;
+ * - Gemma 2/3/3n: local (sliding) layers default rope at
+ *   rope_local_base_freq (10000), global layers rope_theta with rope_scaling
+ *   (linear x8 for Gemma 3 4b-27b); pattern from layer_types,
+ *   sliding_window_pattern or _sliding_window_pattern (Gemma3TextConfig: 6);
+ * - ModernBERT: global layers (i % global_attn_every_n_layers == 0) at
+ *   global_rope_theta (160000), the others at local_rope_theta (10000);
+ * - Cohere2 / Command-R7B / Command-A: interleaved pairs, NO RoPE on the
+ *   full_attention layers (every sliding_window_pattern-th, 4);
+ * - Llama 4: no_rope_layers (1 = RoPE; empty = every
+ *   no_rope_layer_interval-th layer, 4, is NoPE), interleaved pairs, llama3
+ *   scaling; see pe_model_rope_nope_temperature for the NoPE layers;
+ * - EXAONE 4: NoPE on the full_attention layers unless sliding_window is
+ *   null (Exaone4Attention);
+ * - Qwen3-Next / Qwen3.5: partial_rotary_factor; linear_attention layers
+ *   have no RoPE (NULL) - and no attention to rotate;
+ * - gpt-oss: layer_types, one cache for every layer;
+ * - vision-language configs: the keys of text_config when the top level has
+ *   none (Gemma 3 4b+, Llama 4, Qwen3-VL); Qwen2-VL's "type": "mrope" is
+ *   default frequencies (pe_mrope_section_from_hf_config gives the sections);
+ * - any other model: every layer the one rope that
+ *   pe_rope_cache_create_from_hf_config derives (same keys and defaults).
+ * Layers whose parameters are equal share one cache (Gemma 3 has two: local
+ * and global; gpt-oss one), so comparing the pointers pe_model_rope_layer
+ * returns tells which layers share.
+ * json, len: the text. max_positions: table rows of every cache, >= 0 (0 =
+ *   cos/sin on the fly), or PE_MAX_POSITIONS_FROM_CONFIG for
+ *   max_position_embeddings (PE_ERR_PARSE if the config has none; beware
+ *   10485760 for Llama-4-Scout: 5 GiB of table per cache).
+ * seq_len: context for dynamic/longrope frequencies, >= 0 (0 =
+ *   max_position_embeddings).
+ * out: receives the model; untouched on error.
+ * Errors: PE_ERR_NULL_POINTER (json, out), PE_ERR_INVALID_ARGUMENT
+ * (max_positions, seq_len), PE_ERR_PARSE (malformed JSON, a missing key -
+ * num_hidden_layers, rope_theta of a model type whose default is not known,
+ * layer_types of the wrong length -: the message names it),
+ * PE_ERR_UNSUPPORTED (unknown rope type), PE_ERR_OUT_OF_MEMORY, and the
+ * errors of pe_rope_cache_create. Thread-safe. */
+PE_API pe_status pe_model_rope_from_hf_config(const char *json, size_t len, int64_t max_positions,
+                                              int64_t seq_len, pe_model_rope **out);
+
+/* The number of layers (num_hidden_layers, or the config class's default);
+ * -1 for NULL. Thread-safe. */
+PE_API int32_t pe_model_rope_num_layers(const pe_model_rope *m);
+
+/* The cache layer `layer` (0-based) rotates q and k with, owned by m (valid
+ * until pe_model_rope_destroy; do not destroy it), or NULL for a layer
+ * without RoPE (NoPE attention, linear attention). Also NULL, with the
+ * reason in pe_last_error(), for m NULL or layer outside
+ * [0, num_layers). Thread-safe. */
+PE_API const pe_rope_cache *pe_model_rope_layer(const pe_model_rope *m, int32_t layer);
+
+/* 1 when the config's model_type is not in libposenc's table
+ * (docs/pages/models.md) and the pairing was guessed (PE_ROPE_NEOX, the half-split
+ * of transformers' rotate_half: check the model's modeling file); 0 when it
+ * comes from the table; -1 for NULL. Thread-safe. */
+PE_API int32_t pe_model_rope_pairing_guessed(const pe_model_rope *m);
+
+/* The query and key/value head counts of the config (num_attention_heads or
+ * the config class's default; num_key_value_heads, default the query heads);
+ * 0 when the config has none. Both outputs are written on success.
+ * PE_ERR_NULL_POINTER. Thread-safe. */
+PE_API pe_status pe_model_rope_heads(const pe_model_rope *m, int32_t *num_attention_heads,
+                                     int32_t *num_key_value_heads);
+
+/* Llama 4's attention temperature tuning, which applies to the NoPE layers
+ * when attn_temperature_tuning is set (Llama4TextConfig default true; the
+ * published Scout config has 4, which counts as true): the engine multiplies
+ * each query of such a layer, at position p, by
+ *     log1p(floor((p + 1) / floor_scale)) * attn_scale + 1
+ * before the attention scores (transformers' Llama4TextAttention; vLLM
+ * applies it only with attn_temperature_tuning in the generation config or
+ * long contexts). libposenc does not apply it: the layer has no cache. For
+ * such a layer *floor_scale and *attn_scale get the config's values
+ * (defaults 8192 and 0.1); for every other layer 1 and 0 (the multiplier is
+ * 1). PE_ERR_NULL_POINTER, PE_ERR_INVALID_ARGUMENT (layer out of range).
+ * Thread-safe. */
+PE_API pe_status pe_model_rope_nope_temperature(const pe_model_rope *m, int32_t layer,
+                                                double *floor_scale, double *attn_scale);
+
+/* Free the model and its caches. NULL is a no-op. Not concurrently with the
+ * use of the model or of any cache it returned. */
+PE_API void pe_model_rope_destroy(pe_model_rope *m);
 
 #ifdef __cplusplus
 }

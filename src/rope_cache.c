@@ -123,8 +123,10 @@ PE_API pe_status pe_rope_cache_create(const pe_rope_params *user, pe_rope_cache 
   p.struct_size = (uint32_t)sizeof p;
   int32_t rd = 0;
   if ((st = validate_geometry(fn, &p, &rd)) != PE_OK) return st;
+  /* PROPORTIONAL (Gemma-4) is laid out on head_dim channels; p.rotary_dim
+   * keeps the caller's value until the frequencies are computed. */
+  rd = pe__rope_proportional_rotary_dim(&p, rd);
   int32_t half = rd / 2;
-  p.rotary_dim = rd;
 
   size_t table_bytes = 0;
   if (p.max_positions > 0) {
@@ -161,6 +163,7 @@ PE_API pe_status pe_rope_cache_create(const pe_rope_params *user, pe_rope_cache 
     cache_free(c);
     return st;
   }
+  p.rotary_dim = rd;
   for (int32_t i = 0; i < half; i++) {
     if (!isfinite(c->inv_freq[i])) {
       double bad = c->inv_freq[i];

@@ -1,5 +1,5 @@
 /* rope_scaling.c - RoPE frequencies and attention factors for every scaling
- * type, as HuggingFace transformers computes them (../shared/ROPE_SCALING.md,
+ * type, as HuggingFace transformers computes them (modeling_rope_utils.py,
  * transformers 5.16.0.dev0), but in double precision: HF rounds every step to
  * float32, we round once, when the caller asks for float32 frequencies.
  *
@@ -198,10 +198,13 @@ static pe_status llama3_validate(const char *fn, const pe_rope_params *p) {
   if (!isfinite(p->low_freq_factor) || !(p->low_freq_factor > 0.0))
     return pe__fail(PE_ERR_INVALID_ARGUMENT, "%s: llama3 low_freq_factor %g must be finite and > 0",
                     fn, p->low_freq_factor);
-  if (!isfinite(p->high_freq_factor) || !(p->high_freq_factor > p->low_freq_factor))
+  /* Equal factors are accepted, as transformers does (Llama-4-Scout ships
+   * low_freq_factor == high_freq_factor == 1): the smoothing band
+   * [M0/high, M0/low] is then one wavelength wide and the division by
+   * high - low is never reached (see llama3_frequencies). */
+  if (!isfinite(p->high_freq_factor) || !(p->high_freq_factor >= p->low_freq_factor))
     return pe__fail(PE_ERR_INVALID_ARGUMENT,
-                    "%s: llama3 high_freq_factor %g must be finite and > low_freq_factor %g (the "
-                    "smoothing divides by their difference)",
+                    "%s: llama3 high_freq_factor %g must be finite and >= low_freq_factor %g",
                     fn, p->high_freq_factor, p->low_freq_factor);
   return PE_OK;
 }
@@ -217,7 +220,11 @@ static void llama3_frequencies(const pe_rope_params *p, int32_t d, int32_t half,
     double lam = 2.0 * PE_PI / f;
     if (lam > lam_lo) {
       f /= s;
-    } else if (lam >= lam_hi) {
+    } else if (lam >= lam_hi && high != low) {
+      /* HF: is_medium_freq = ~(wavelen < high_wavelen) * ~(wavelen > low_wavelen);
+       * with high == low it holds only for lam == M0/low exactly, where HF's
+       * smooth factor is 0/0 = NaN. No power of a finite base lands there in
+       * practice; the band is empty here and such a wavelength is kept. */
       double smooth = (m0 / lam - low) / (high - low);
       f = (1.0 - smooth) * f / s + smooth * f;
     }
@@ -309,11 +316,19 @@ pe_status pe__rope_frequencies(const char *fn, const pe_rope_params *p, int32_t 
     case PE_ROPE_SCALING_LLAMA3:
       llama3_frequencies(p, d, half, inv_freq);
       break;
-    case PE_ROPE_SCALING_PROPORTIONAL:
-      /* Gemma-4: the exponent's denominator is head_dim, not rotary_dim. */
-      default_frequencies(p->base, p->head_dim, half, inv_freq);
-      for (int32_t i = 0; i < half; i++) inv_freq[i] /= p->factor;
+    case PE_ROPE_SCALING_PROPORTIONAL: {
+      /* Gemma-4 (HF _compute_proportional_rope_parameters): the exponent's
+       * denominator is head_dim, not rotary_dim; the first p->rotary_dim/2
+       * angles rotate (0 = all), the rest of the `half` frequencies are 0.
+       * pe_rope_cache_create passes half = head_dim/2 (see
+       * pe__rope_proportional_rotary_dim). */
+      int32_t angles = p->rotary_dim ? p->rotary_dim / 2 : half;
+      if (angles > half) angles = half;
+      default_frequencies(p->base, p->head_dim, angles, inv_freq);
+      for (int32_t i = 0; i < angles; i++) inv_freq[i] /= p->factor;
+      for (int32_t i = angles; i < half; i++) inv_freq[i] = 0.0;
       break;
+    }
     case PE_ROPE_SCALING_CUSTOM:
       for (int32_t i = 0; i < half; i++) inv_freq[i] = p->inv_freq[i];
       break;
@@ -323,4 +338,17 @@ pe_status pe__rope_frequencies(const char *fn, const pe_rope_params *p, int32_t 
   *attention_factor = attn;
   *softmax_scale = smax;
   return PE_OK;
+}
+
+int32_t pe__rope_proportional_rotary_dim(const pe_rope_params *p, int32_t rotary_dim) {
+  /* Gemma-4 in transformers and vLLM keeps every head_dim channel in the
+   * rotation, pairing (j, j + head_dim/2), and gives the pairs past
+   * int(prf*head_dim/2) frequency 0. So a PROPORTIONAL cache with
+   * rotary_dim r < head_dim is laid out on head_dim channels: r/2 rotated
+   * angles, head_dim/2 - r/2 angles of frequency exactly 0 (cos 1, sin 0
+   * before the attention factor). The caller computes the frequencies with
+   * p->rotary_dim still r (pe__rope_frequencies reads the count from it),
+   * and only then stores this widened value in the cache's params. */
+  if (p->scaling == PE_ROPE_SCALING_PROPORTIONAL && rotary_dim < p->head_dim) return p->head_dim;
+  return rotary_dim;
 }

@@ -2,10 +2,8 @@
  * of real models (tests/data/configs) and on small configs written here.
  *
  * Every expected value comes from the config's numbers and the formulas of
- * transformers' modeling_rope_utils.py (_compute_default_rope_parameters,
- * _compute_yarn_parameters, _compute_longrope_parameters,
- * _compute_llama3_parameters, ...), evaluated in float64 in this file
- * (independent of src/), or from published constants: Phi-3's attention factor 1.190238,
+ * transformers' modeling_rope_utils, evaluated in float64 in this file (independent of
+ * src/), or from published constants: Phi-3's attention factor 1.190238,
  * DeepSeek-V3's softmax factor 1.87385, YaRN's 0.1 ln s + 1.
  *
  * Fixture provenance: written from the public config.json of each model on
@@ -407,7 +405,8 @@ static void test_proportional(void **state) {
                                "\"rope_theta\":1000000.0,\"partial_rotary_factor\":0.25,"
                                "\"factor\":8.0}}",
                                0);
-  expect_geometry(c, 256, 256, PE_ROPE_NEOX, PE_ROPE_SCALING_CUSTOM, 1e6, "proportional partial");
+  expect_geometry(c, 256, 256, PE_ROPE_NEOX, PE_ROPE_SCALING_PROPORTIONAL, 1e6,
+                  "proportional partial");
   double ref[128];
   for (int i = 0; i < 128; i++) ref[i] = i < 32 ? ref_default(1e6, i, 256) / 8.0 : 0.0;
   expect_inv(c, ref, 128, "proportional partial");
@@ -448,7 +447,7 @@ static void test_style_and_legacy_names(void **state) {
                "phi3 yarn attention");
   pe_rope_cache_destroy(c);
   /* A top-level original_max_position_embeddings wins over the dict's. */
-  c = load_text("{\"head_dim\":64,\"max_position_embeddings\":32768,"
+  c = load_text("{\"rope_theta\":10000.0,\"head_dim\":64,\"max_position_embeddings\":32768,"
                 "\"original_max_position_embeddings\":4096,\"rope_scaling\":{\"rope_type\":"
                 "\"yarn\",\"factor\":8,\"original_max_position_embeddings\":2048}}",
                 0);
@@ -458,7 +457,7 @@ static void test_style_and_legacy_names(void **state) {
   expect_inv(c, yref, 32, "yarn top-level M0");
   pe_rope_cache_destroy(c);
   /* Explicit attention_factor in a yarn dict wins; null keys are "not set". */
-  c = load_text("{\"head_dim\":64,\"max_position_embeddings\":8192,\"rope_scaling\":"
+  c = load_text("{\"rope_theta\":10000.0,\"head_dim\":64,\"max_position_embeddings\":8192,\"rope_scaling\":"
                 "{\"rope_type\":\"yarn\",\"factor\":null,\"attention_factor\":0.8,"
                 "\"beta_fast\":null,\"original_max_position_embeddings\":2048}}",
                 0);
@@ -503,62 +502,74 @@ static void expect_error(const char *json, size_t len, int64_t seq_len, pe_statu
 
 static void test_errors(void **state) {
   (void)state;
-  EXPECT("{\"head_dim\": 64, ", PE_ERR_PARSE, "not valid JSON");
+  EXPECT("{\"rope_theta\":10000.0,\"head_dim\": 64, ", PE_ERR_PARSE, "not valid JSON");
   EXPECT("", PE_ERR_PARSE, "not valid JSON");
   EXPECT("[1, 2]", PE_ERR_PARSE, "must be a JSON object");
-  EXPECT("{\"head_dim\":64} {", PE_ERR_PARSE, "trailing characters");
+  EXPECT("{\"rope_theta\":10000.0,\"head_dim\":64} {", PE_ERR_PARSE, "trailing characters");
   EXPECT("{\"model_type\":\"llama\"}", PE_ERR_PARSE, "hidden_size");
-  EXPECT("{\"hidden_size\":4096}", PE_ERR_PARSE, "num_attention_heads");
-  EXPECT("{\"head_dim\":\"128\"}", PE_ERR_PARSE, "head_dim must be a number, got a string");
-  EXPECT("{\"head_dim\":64.5}", PE_ERR_PARSE, "head_dim must be a positive integer");
-  EXPECT("{\"head_dim\":64,\"rope_scaling\":{\"type\":\"mrope\"}}", PE_ERR_UNSUPPORTED,
-         "rope_scaling.type \"mrope\"");
-  EXPECT("{\"head_dim\":64,\"rope_parameters\":{\"rope_type\":\"ntk-by-parts\"}}", PE_ERR_UNSUPPORTED,
+  EXPECT("{\"rope_theta\":10000.0,\"hidden_size\":4096}", PE_ERR_PARSE, "num_attention_heads");
+  EXPECT("{\"rope_theta\":10000.0,\"head_dim\":\"128\"}", PE_ERR_PARSE, "head_dim must be a number, got a string");
+  EXPECT("{\"rope_theta\":10000.0,\"head_dim\":64.5}", PE_ERR_PARSE, "head_dim must be a positive integer");
+  /* No silent 10000: a config of no known model type without rope_theta. */
+  EXPECT("{\"head_dim\":64,\"rope_scaling\":{\"type\":\"mrope\"}}", PE_ERR_PARSE,
+         "config.json lacks rope_theta");
+  EXPECT("{\"model_type\":\"my_new_model\",\"head_dim\":64}", PE_ERR_PARSE,
+         "lacks rope_theta, and its model_type \"my_new_model\" is not one libposenc knows");
+  /* A known type whose default libposenc has not checked is refused too. */
+  EXPECT("{\"model_type\":\"qwen3\",\"head_dim\":64}", PE_ERR_PARSE,
+         "lacks rope_theta, and libposenc has not checked the default of model_type \"qwen3\"");
+  EXPECT("{\"rope_theta\":10000.0,\"head_dim\":64,\"rope_parameters\":{\"rope_type\":\"ntk-by-parts\"}}", PE_ERR_UNSUPPORTED,
          "rope_parameters.rope_type \"ntk-by-parts\"");
-  EXPECT("{\"head_dim\":64,\"rope_scaling\":{\"type\":7}}", PE_ERR_PARSE,
+  EXPECT("{\"rope_theta\":10000.0,\"head_dim\":64,\"rope_scaling\":{\"type\":7}}", PE_ERR_PARSE,
          "rope_scaling.type must be a string");
-  EXPECT("{\"head_dim\":64,\"rope_scaling\":[1]}", PE_ERR_PARSE, "rope_scaling must be an object");
-  EXPECT("{\"head_dim\":64,\"rope_parameters\":{\"full_attention\":{\"rope_type\":\"default\"},"
-         "\"sliding_attention\":{\"rope_type\":\"default\"}}}",
-         PE_ERR_UNSUPPORTED, "per layer type");
-  EXPECT("{\"head_dim\":64,\"rope_scaling\":{\"type\":\"linear\"}}", PE_ERR_PARSE,
+  EXPECT("{\"rope_theta\":10000.0,\"head_dim\":64,\"rope_scaling\":[1]}", PE_ERR_PARSE, "rope_scaling must be an object");
+  /* Per layer type, but this (one full-attention) layer's type is missing. */
+  EXPECT("{\"rope_theta\":10000.0,\"head_dim\":64,\"rope_parameters\":"
+         "{\"sliding_attention\":{\"rope_type\":\"default\"}}}",
+         PE_ERR_PARSE, "lacks rope_parameters.full_attention");
+  EXPECT("{\"rope_theta\":10000.0,\"head_dim\":64,\"num_hidden_layers\":2,\"layer_types\":"
+         "[\"sliding_attention\",\"full_attention\"],\"rope_parameters\":{\"full_attention\":"
+         "{\"rope_type\":\"default\",\"rope_theta\":1e6},\"sliding_attention\":{\"rope_type\":"
+         "\"default\",\"rope_theta\":1e4}}}",
+         PE_ERR_UNSUPPORTED, "use pe_model_rope_from_hf_config");
+  EXPECT("{\"rope_theta\":10000.0,\"head_dim\":64,\"rope_scaling\":{\"type\":\"linear\"}}", PE_ERR_PARSE,
          "rope_scaling.factor");
-  EXPECT("{\"head_dim\":64,\"rope_scaling\":{\"type\":\"linear\",\"factor\":\"2\"}}", PE_ERR_PARSE,
+  EXPECT("{\"rope_theta\":10000.0,\"head_dim\":64,\"rope_scaling\":{\"type\":\"linear\",\"factor\":\"2\"}}", PE_ERR_PARSE,
          "rope_scaling.factor must be a number");
-  EXPECT("{\"head_dim\":64,\"rope_scaling\":{\"type\":\"dynamic\",\"factor\":2}}", PE_ERR_PARSE,
+  EXPECT("{\"rope_theta\":10000.0,\"head_dim\":64,\"rope_scaling\":{\"type\":\"dynamic\",\"factor\":2}}", PE_ERR_PARSE,
          "max_position_embeddings");
-  EXPECT("{\"head_dim\":64,\"max_position_embeddings\":8192,\"rope_scaling\":{\"rope_type\":"
+  EXPECT("{\"rope_theta\":10000.0,\"head_dim\":64,\"max_position_embeddings\":8192,\"rope_scaling\":{\"rope_type\":"
          "\"llama3\",\"factor\":8,\"high_freq_factor\":4,\"original_max_position_embeddings\":8192}}",
          PE_ERR_PARSE, "rope_scaling.low_freq_factor");
-  EXPECT("{\"head_dim\":64,\"rope_scaling\":{\"rope_type\":\"yarn\",\"factor\":4}}", PE_ERR_PARSE,
+  EXPECT("{\"rope_theta\":10000.0,\"head_dim\":64,\"rope_scaling\":{\"rope_type\":\"yarn\",\"factor\":4}}", PE_ERR_PARSE,
          "original_max_position_embeddings");
-  EXPECT("{\"head_dim\":8,\"max_position_embeddings\":1024,\"original_max_position_embeddings\":"
+  EXPECT("{\"rope_theta\":10000.0,\"head_dim\":8,\"max_position_embeddings\":1024,\"original_max_position_embeddings\":"
          "256,\"rope_scaling\":{\"type\":\"longrope\",\"short_factor\":[1,1,1,1],"
          "\"long_factor\":[1,2,3]}}",
          PE_ERR_PARSE, "rope_scaling.long_factor has 3 entries");
-  EXPECT("{\"head_dim\":8,\"max_position_embeddings\":1024,\"original_max_position_embeddings\":"
+  EXPECT("{\"rope_theta\":10000.0,\"head_dim\":8,\"max_position_embeddings\":1024,\"original_max_position_embeddings\":"
          "256,\"rope_scaling\":{\"type\":\"longrope\",\"long_factor\":[1,1,1,1]}}",
          PE_ERR_PARSE, "rope_scaling.short_factor");
-  EXPECT("{\"head_dim\":8,\"max_position_embeddings\":1024,\"original_max_position_embeddings\":"
+  EXPECT("{\"rope_theta\":10000.0,\"head_dim\":8,\"max_position_embeddings\":1024,\"original_max_position_embeddings\":"
          "256,\"rope_scaling\":{\"type\":\"longrope\",\"short_factor\":[1,1,\"x\",1],"
          "\"long_factor\":[1,1,1,1]}}",
          PE_ERR_PARSE, "rope_scaling.short_factor[2] must be a number");
-  EXPECT("{\"head_dim\":64,\"partial_rotary_factor\":1.5}", PE_ERR_PARSE,
+  EXPECT("{\"rope_theta\":10000.0,\"head_dim\":64,\"partial_rotary_factor\":1.5}", PE_ERR_PARSE,
          "partial_rotary_factor 1.5");
   EXPECT("{\"model_type\":\"phi\",\"head_dim\":64,\"partial_rotary_factor\":0.01}", PE_ERR_PARSE,
          "rotary dim 0");
-  EXPECT("{\"head_dim\":64,\"rotary_pct\":0.3,\"max_position_embeddings\":4096,"
+  EXPECT("{\"rope_theta\":10000.0,\"head_dim\":64,\"rotary_pct\":0.3,\"max_position_embeddings\":4096,"
          "\"rope_scaling\":{\"type\":\"yarn\",\"factor\":4}}",
          PE_ERR_UNSUPPORTED, "odd rotary dim 19");
-  EXPECT("{\"head_dim\":64,\"rope_scaling\":{\"type\":\"yarn\",\"factor\":4,\"truncate\":\"no\","
+  EXPECT("{\"rope_theta\":10000.0,\"head_dim\":64,\"rope_scaling\":{\"type\":\"yarn\",\"factor\":4,\"truncate\":\"no\","
          "\"original_max_position_embeddings\":4096}}",
          PE_ERR_PARSE, "rope_scaling.truncate must be a boolean");
   /* Values the config carries but the method rejects: the library's checks. */
-  EXPECT("{\"head_dim\":64,\"max_position_embeddings\":8192,\"rope_scaling\":{\"rope_type\":"
+  EXPECT("{\"rope_theta\":10000.0,\"head_dim\":64,\"max_position_embeddings\":8192,\"rope_scaling\":{\"rope_type\":"
          "\"llama3\",\"factor\":8,\"low_freq_factor\":4,\"high_freq_factor\":1,"
          "\"original_max_position_embeddings\":8192}}",
          PE_ERR_INVALID_ARGUMENT, "high_freq_factor 1");
-  EXPECT("{\"head_dim\":64,\"rope_scaling\":{\"type\":\"linear\",\"factor\":0.5}}",
+  EXPECT("{\"rope_theta\":10000.0,\"head_dim\":64,\"rope_scaling\":{\"type\":\"linear\",\"factor\":0.5}}",
          PE_ERR_INVALID_ARGUMENT, "factor >= 1, got 0.5");
   /* Arguments. */
   expect_error(NULL, 10, 0, PE_ERR_NULL_POINTER, "json is NULL");

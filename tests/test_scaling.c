@@ -562,7 +562,7 @@ M(lr_neg_seq, p->scaling = PE_ROPE_SCALING_LONGROPE; p->factor = 32; p->original
 M(l3_factor_small, p->scaling = PE_ROPE_SCALING_LLAMA3; p->factor = 0.5; p->original_max_positions = 8192)
 M(l3_no_m0, p->scaling = PE_ROPE_SCALING_LLAMA3; p->factor = 8)
 M(l3_low_zero, p->scaling = PE_ROPE_SCALING_LLAMA3; p->factor = 8; p->original_max_positions = 8192; p->low_freq_factor = 0)
-M(l3_high_le_low, p->scaling = PE_ROPE_SCALING_LLAMA3; p->factor = 8; p->original_max_positions = 8192; p->low_freq_factor = 4; p->high_freq_factor = 4)
+M(l3_high_le_low, p->scaling = PE_ROPE_SCALING_LLAMA3; p->factor = 8; p->original_max_positions = 8192; p->low_freq_factor = 4; p->high_freq_factor = 2)
 M(prop_factor_zero, p->scaling = PE_ROPE_SCALING_PROPORTIONAL; p->factor = 0)
 M(custom_null, p->scaling = PE_ROPE_SCALING_CUSTOM)
 M(custom_neg, p->scaling = PE_ROPE_SCALING_CUSTOM; p->inv_freq = bad_inv)
@@ -607,7 +607,7 @@ static void test_errors(void **state) {
       {l3_factor_small, PE_ERR_INVALID_ARGUMENT, "llama3 scaling needs factor"},
       {l3_no_m0, PE_ERR_INVALID_ARGUMENT, "original_max_positions"},
       {l3_low_zero, PE_ERR_INVALID_ARGUMENT, "low_freq_factor 0"},
-      {l3_high_le_low, PE_ERR_INVALID_ARGUMENT, "high_freq_factor 4 must be"},
+      {l3_high_le_low, PE_ERR_INVALID_ARGUMENT, "high_freq_factor 2 must be"},
       {prop_factor_zero, PE_ERR_INVALID_ARGUMENT, "proportional scaling needs a finite factor > 0"},
       {custom_null, PE_ERR_INVALID_ARGUMENT, "inv_freq"},
       {custom_neg, PE_ERR_INVALID_ARGUMENT, "inv_freq[5]"},

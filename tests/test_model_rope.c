@@ -1,0 +1,711 @@
+/* test_model_rope.c - pe_model_rope_from_hf_config on the published
+ * config.json of the models issue 15 names (tests/data/configs, provenance in
+ * tests/data/configs/README.md), and the Gemma-4 layout of
+ * PE_ROPE_SCALING_PROPORTIONAL.
+ *
+ * Expected values are written here from transformers' source, never from
+ * src/: which layers have RoPE and with which base/type per model class
+ * (Gemma3TextConfig, ModernBertConfig, Cohere2Attention, Llama4TextConfig
+ * no_rope_layers, Exaone4Attention, Qwen3NextConfig layer_types, GptOssConfig)
+ * and the frequencies of modeling_rope_utils' _compute_*_parameters,
+ * evaluated in float64 below: default B^(-2i/d), linear /s, llama3 bands,
+ * yarn's ramp, proportional's head_dim denominator with zero tail.
+ * Frequencies are compared within 1 float32 ulp (the library rounds its
+ * double frequencies once).
+ */
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "posenc.h"
+
+#define PI_D 3.14159265358979323846
+#define MAXH 512
+
+/* ---------------------------------------------------------------------- */
+/* float64 references (transformers' formulas)                            */
+/* ---------------------------------------------------------------------- */
+
+typedef enum ref_kind { R_DEFAULT, R_LINEAR, R_LLAMA3, R_YARN_NOTRUNC } ref_kind;
+
+typedef struct ref_rope {
+  ref_kind kind;
+  double base;
+  int d;          /* the exponent's denominator: rotary dim */
+  double s;       /* factor */
+  double m0;      /* original_max_position_embeddings */
+  double low, high;
+} ref_rope;
+
+static double ref_inv(const ref_rope *r, int i) {
+  double f = pow(r->base, -(2.0 * i) / r->d);
+  switch (r->kind) {
+    case R_DEFAULT:
+      return f;
+    case R_LINEAR:
+      return f / r->s;
+    case R_LLAMA3: {
+      /* _compute_llama3_parameters */
+      double wl = 2.0 * PI_D / f, lo_wl = r->m0 / r->low, hi_wl = r->m0 / r->high;
+      if (wl > lo_wl) return f / r->s;
+      if (wl < hi_wl) return f;
+      double sm = (r->m0 / wl - r->low) / (r->high - r->low);
+      return (1.0 - sm) * f / r->s + sm * f;
+    }
+    case R_YARN_NOTRUNC: {
+      /* _compute_yarn_parameters, beta_fast 32, beta_slow 1, truncate False */
+      double lo = r->d * log(r->m0 / (32.0 * 2.0 * PI_D)) / (2.0 * log(r->base));
+      double hi = r->d * log(r->m0 / (1.0 * 2.0 * PI_D)) / (2.0 * log(r->base));
+      if (lo < 0) lo = 0;
+      if (hi > r->d - 1) hi = r->d - 1;
+      double ramp = (i - lo) / (hi - lo);
+      ramp = ramp < 0 ? 0 : ramp > 1 ? 1 : ramp;
+      double extrap = 1.0 - ramp;
+      return f / r->s * (1.0 - extrap) + f * extrap;
+    }
+  }
+  return NAN;
+}
+
+static double ulp_f32(double v) {
+  v = fabs(v);
+  if (v < 0x1p-126) return 0x1p-149;
+  int e;
+  frexp(v, &e);
+  return ldexp(1.0, e - 1 - 23);
+}
+
+/* ---------------------------------------------------------------------- */
+/* loading                                                                */
+/* ---------------------------------------------------------------------- */
+
+static char *read_fixture(const char *name, size_t *len) {
+  char path[1024];
+  snprintf(path, sizeof path, "%s/configs/%s", PE_TEST_DATA_DIR, name);
+  FILE *f = fopen(path, "rb");
+  if (!f) fail_msg("cannot open %s", path);
+  fseek(f, 0, SEEK_END);
+  long n = ftell(f);
+  fseek(f, 0, SEEK_SET);
+  char *buf = malloc((size_t)n);
+  assert_non_null(buf);
+  assert_int_equal(fread(buf, 1, (size_t)n, f), (size_t)n);
+  fclose(f);
+  *len = (size_t)n;
+  return buf;
+}
+
+static pe_model_rope *load_model(const char *name) {
+  size_t len;
+  char *buf = read_fixture(name, &len);
+  pe_model_rope *m = NULL;
+  pe_status st = pe_model_rope_from_hf_config(buf, len, 0, 0, &m);
+  free(buf);
+  if (st != PE_OK) fail_msg("%s: %s / %s", name, pe_status_string(st), pe_last_error());
+  return m;
+}
+
+static pe_model_rope *load_text(const char *json) {
+  pe_model_rope *m = NULL;
+  pe_status st = pe_model_rope_from_hf_config(json, strlen(json), 0, 0, &m);
+  if (st != PE_OK) fail_msg("%s / %s for\n%s", pe_status_string(st), pe_last_error(), json);
+  return m;
+}
+
+/* What transformers gives one layer. */
+typedef struct want {
+  int head_dim, rotary_dim;
+  pe_rope_style style;
+  pe_rope_scaling scaling;
+  double factor;     /* checked when scaling != NONE */
+  double attention;  /* attention factor */
+  ref_rope ref;
+} want;
+
+static void expect_layer(const char *what, const pe_model_rope *m, int layer, const want *w) {
+  const pe_rope_cache *c = pe_model_rope_layer(m, layer);
+  if (!c) fail_msg("%s layer %d: no RoPE, expected base %g", what, layer, w->ref.base);
+  pe_rope_params p;
+  pe_rope_params_init(&p);
+  assert_int_equal(pe_rope_cache_params(c, &p), PE_OK);
+  if (p.head_dim != w->head_dim || p.rotary_dim != w->rotary_dim || p.style != w->style ||
+      p.scaling != w->scaling || p.base != w->ref.base)
+    fail_msg("%s layer %d: head_dim %d rotary_dim %d style %d scaling %d base %g; expected %d %d "
+             "%d %d %g",
+             what, layer, p.head_dim, p.rotary_dim, p.style, p.scaling, p.base, w->head_dim,
+             w->rotary_dim, w->style, w->scaling, w->ref.base);
+  if (w->scaling != PE_ROPE_SCALING_NONE && p.factor != w->factor)
+    fail_msg("%s layer %d: factor %g, expected %g", what, layer, p.factor, w->factor);
+  double af = pe_rope_cache_attention_factor(c);
+  if (fabs(af - w->attention) > 1e-12 * w->attention)
+    fail_msg("%s layer %d: attention factor %.17g, expected %.17g", what, layer, af, w->attention);
+  float got[MAXH / 2];
+  assert_int_equal(pe_rope_cache_inv_freq(c, got), PE_OK);
+  for (int i = 0; i < p.rotary_dim / 2; i++) {
+    double ref = ref_inv(&w->ref, i);
+    if (fabs((double)got[i] - ref) > ulp_f32(ref))
+      fail_msg("%s layer %d: inv_freq[%d] = %.9g, transformers %.17g", what, layer, i,
+               (double)got[i], ref);
+  }
+}
+
+static void expect_nope(const char *what, const pe_model_rope *m, int layer) {
+  if (pe_model_rope_layer(m, layer) != NULL) fail_msg("%s layer %d: has RoPE, expected none", what, layer);
+}
+
+static int distinct_caches(const pe_model_rope *m) {
+  const pe_rope_cache *seen[64];
+  int n = 0;
+  for (int i = 0; i < pe_model_rope_num_layers(m); i++) {
+    const pe_rope_cache *c = pe_model_rope_layer(m, i);
+    if (!c) continue;
+    int k;
+    for (k = 0; k < n; k++)
+      if (seen[k] == c) break;
+    if (k == n) {
+      assert_true(n < 64);
+      seen[n++] = c;
+    }
+  }
+  return n;
+}
+
+/* ---------------------------------------------------------------------- */
+/* Gemma                                                                  */
+/* ---------------------------------------------------------------------- */
+
+/* Gemma3TextConfig: layer i is global iff (i + 1) % sliding_window_pattern
+ * == 0 (6); globals take rope_theta and rope_scaling, locals the default rope
+ * at rope_local_base_freq. */
+static void check_gemma3(const char *name, int layers, int head_dim, int scaled) {
+  pe_model_rope *m = load_model(name);
+  assert_int_equal(pe_model_rope_num_layers(m), layers);
+  assert_int_equal(pe_model_rope_pairing_guessed(m), 0);
+  want local = {head_dim, head_dim, PE_ROPE_NEOX, PE_ROPE_SCALING_NONE, 1.0, 1.0,
+                {R_DEFAULT, 10000.0, head_dim, 1, 0, 0, 0}};
+  want global = {head_dim, head_dim, PE_ROPE_NEOX,
+                 scaled ? PE_ROPE_SCALING_LINEAR : PE_ROPE_SCALING_NONE, 8.0, 1.0,
+                 {scaled ? R_LINEAR : R_DEFAULT, 1000000.0, head_dim, 8.0, 0, 0, 0}};
+  for (int i = 0; i < layers; i++) expect_layer(name, m, i, (i + 1) % 6 ? &local : &global);
+  /* Two caches: every local layer shares one, every global one. */
+  assert_int_equal(distinct_caches(m), 2);
+  assert_ptr_equal(pe_model_rope_layer(m, 0), pe_model_rope_layer(m, 4));
+  assert_ptr_equal(pe_model_rope_layer(m, 5), pe_model_rope_layer(m, 11));
+  pe_model_rope_destroy(m);
+}
+
+static void test_gemma3(void **state) {
+  (void)state;
+  check_gemma3("per_layer/gemma-3-1b-it.json", 26, 256, 0);
+  /* 4b: minimal text_config - head_dim, heads and rope_theta from
+   * Gemma3TextConfig's defaults (256, 8, 1e6). */
+  check_gemma3("per_layer/gemma-3-4b-it.json", 34, 256, 1);
+  /* 12b: hidden 3840 / 16 heads would be 240; the class default head_dim 256 wins. */
+  check_gemma3("per_layer/gemma-3-12b-it.json", 48, 256, 1);
+  check_gemma3("per_layer/gemma-3-27b-it.json", 62, 128, 1);
+  size_t len;
+  char *buf = read_fixture("per_layer/gemma-3-4b-it.json", &len);
+  pe_model_rope *m = NULL;
+  assert_int_equal(pe_model_rope_from_hf_config(buf, len, 0, 0, &m), PE_OK);
+  int32_t h = 0, kv = 0;
+  assert_int_equal(pe_model_rope_heads(m, &h, &kv), PE_OK);
+  assert_int_equal(h, 8); /* text_config's defaults, not the vision tower's 16 */
+  assert_int_equal(kv, 4);
+  pe_model_rope_destroy(m);
+  /* The one-cache loader refuses it by name instead of one base for all. */
+  pe_rope_cache *c = (pe_rope_cache *)&len, *sentinel = c;
+  assert_int_equal(pe_rope_cache_create_from_hf_config(buf, len, 0, 0, &c), PE_ERR_UNSUPPORTED);
+  assert_ptr_equal(c, sentinel);
+  assert_non_null(strstr(pe_last_error(), "pe_model_rope_from_hf_config"));
+  free(buf);
+}
+
+static void test_gemma3n(void **state) {
+  (void)state;
+  /* layer_types as shipped: full every 5th layer (i = 4, 9, ...). */
+  pe_model_rope *m = load_model("per_layer/gemma-3n-e4b-it.json");
+  assert_int_equal(pe_model_rope_num_layers(m), 35);
+  want local = {256, 256, PE_ROPE_NEOX, PE_ROPE_SCALING_NONE, 1, 1, {R_DEFAULT, 10000.0, 256, 1, 0, 0, 0}};
+  want global = {256, 256, PE_ROPE_NEOX, PE_ROPE_SCALING_NONE, 1, 1, {R_DEFAULT, 1e6, 256, 1, 0, 0, 0}};
+  for (int i = 0; i < 35; i++) expect_layer("gemma-3n-E4B", m, i, (i + 1) % 5 ? &local : &global);
+  assert_int_equal(distinct_caches(m), 2);
+  pe_model_rope_destroy(m);
+}
+
+/* transformers v5 rope_parameters keyed by layer type, with layer_types. */
+static void test_v5_per_layer_type(void **state) {
+  (void)state;
+  pe_model_rope *m = load_text(
+      "{\"model_type\":\"gemma3_text\",\"head_dim\":64,\"num_hidden_layers\":4,"
+      "\"layer_types\":[\"sliding_attention\",\"full_attention\",\"sliding_attention\","
+      "\"full_attention\"],\"rope_parameters\":{\"full_attention\":{\"rope_type\":\"linear\","
+      "\"factor\":4.0,\"rope_theta\":500000.0},\"sliding_attention\":{\"rope_type\":\"default\","
+      "\"rope_theta\":10000.0}}}");
+  want sl = {64, 64, PE_ROPE_NEOX, PE_ROPE_SCALING_NONE, 1, 1, {R_DEFAULT, 10000.0, 64, 1, 0, 0, 0}};
+  want fu = {64, 64, PE_ROPE_NEOX, PE_ROPE_SCALING_LINEAR, 4, 1, {R_LINEAR, 500000.0, 64, 4, 0, 0, 0}};
+  for (int i = 0; i < 4; i++) expect_layer("v5", m, i, i % 2 ? &fu : &sl);
+  pe_model_rope_destroy(m);
+}
+
+/* ---------------------------------------------------------------------- */
+/* ModernBERT, Cohere2, Llama 4, EXAONE 4, Qwen3-Next, gpt-oss, Qwen-VL    */
+/* ---------------------------------------------------------------------- */
+
+static void test_modernbert(void **state) {
+  (void)state;
+  /* ModernBertConfig: global iff i % global_attn_every_n_layers == 0 (3). */
+  pe_model_rope *m = load_model("per_layer/modernbert-base.json");
+  assert_int_equal(pe_model_rope_num_layers(m), 22);
+  want local = {64, 64, PE_ROPE_NEOX, PE_ROPE_SCALING_NONE, 1, 1, {R_DEFAULT, 10000.0, 64, 1, 0, 0, 0}};
+  want global = {64, 64, PE_ROPE_NEOX, PE_ROPE_SCALING_NONE, 1, 1, {R_DEFAULT, 160000.0, 64, 1, 0, 0, 0}};
+  for (int i = 0; i < 22; i++) expect_layer("ModernBERT-base", m, i, i % 3 ? &local : &global);
+  assert_int_equal(distinct_caches(m), 2);
+  pe_model_rope_destroy(m);
+}
+
+static void test_cohere2(void **state) {
+  (void)state;
+  /* Cohere2Attention rotates only on sliding layers (sliding iff
+   * (i+1) % 4 != 0), interleaved pairs (rotate_half on x[..., ::2]). */
+  pe_model_rope *m = load_model("per_layer/c4ai-command-r7b-12-2024.json");
+  assert_int_equal(pe_model_rope_num_layers(m), 32);
+  want w = {128, 128, PE_ROPE_GPTJ, PE_ROPE_SCALING_NONE, 1, 1, {R_DEFAULT, 50000.0, 128, 1, 0, 0, 0}};
+  for (int i = 0; i < 32; i++) {
+    if ((i + 1) % 4)
+      expect_layer("Command-R7B", m, i, &w);
+    else
+      expect_nope("Command-R7B", m, i);
+  }
+  assert_int_equal(distinct_caches(m), 1);
+  double fs, as;
+  assert_int_equal(pe_model_rope_nope_temperature(m, 3, &fs, &as), PE_OK);
+  assert_true(as == 0.0); /* no temperature tuning outside Llama 4 */
+  pe_model_rope_destroy(m);
+  /* Cohere (Command-R): one rope, interleaved, from the one-cache loader too. */
+  const char *cr = "{\"model_type\":\"cohere\",\"hidden_size\":8192,\"num_attention_heads\":64,"
+                   "\"num_hidden_layers\":40,\"rope_theta\":8000000.0}";
+  pe_rope_cache *c = NULL;
+  assert_int_equal(pe_rope_cache_create_from_hf_config(cr, strlen(cr), 0, 0, &c), PE_OK);
+  pe_rope_params p;
+  pe_rope_params_init(&p);
+  assert_int_equal(pe_rope_cache_params(c, &p), PE_OK);
+  assert_int_equal(p.style, PE_ROPE_GPTJ);
+  assert_int_equal(p.head_dim, 128);
+  pe_rope_cache_destroy(c);
+  /* The one-cache loader refuses Cohere2's NoPE layers by name. */
+  size_t len;
+  char *buf = read_fixture("per_layer/c4ai-command-r7b-12-2024.json", &len);
+  c = NULL;
+  assert_int_equal(pe_rope_cache_create_from_hf_config(buf, len, 0, 0, &c), PE_ERR_UNSUPPORTED);
+  assert_null(c);
+  assert_non_null(strstr(pe_last_error(), "attention layers without RoPE"));
+  assert_non_null(strstr(pe_last_error(), "pe_model_rope_from_hf_config"));
+  free(buf);
+}
+
+static void test_llama4(void **state) {
+  (void)state;
+  /* no_rope_layers[i] == 1: RoPE (Llama4TextAttention.use_rope); llama3 with
+   * low_freq_factor == high_freq_factor == 1: no band. */
+  pe_model_rope *m = load_model("per_layer/llama-4-scout-17b-16e-instruct.json");
+  assert_int_equal(pe_model_rope_num_layers(m), 48);
+  want w = {128, 128, PE_ROPE_GPTJ, PE_ROPE_SCALING_LLAMA3, 16, 1,
+            {R_LLAMA3, 500000.0, 128, 16.0, 8192.0, 1.0, 1.0}};
+  for (int i = 0; i < 48; i++) {
+    double fs = -1, as = -1;
+    assert_int_equal(pe_model_rope_nope_temperature(m, i, &fs, &as), PE_OK);
+    if ((i + 1) % 4) {
+      expect_layer("Llama-4-Scout", m, i, &w);
+      assert_true(fs == 1.0 && as == 0.0);
+    } else {
+      expect_nope("Llama-4-Scout", m, i);
+      /* attn_temperature_tuning 4 (truthy): floor_scale 8192, attn_scale 0.1 */
+      assert_true(fs == 8192.0 && as == 0.1);
+    }
+  }
+  int32_t h, kv;
+  assert_int_equal(pe_model_rope_heads(m, &h, &kv), PE_OK);
+  assert_int_equal(h, 40);
+  assert_int_equal(kv, 8);
+  pe_model_rope_destroy(m);
+  /* An empty no_rope_layers means every 4th layer (no_rope_layer_interval). */
+  m = load_text("{\"model_type\":\"llama4_text\",\"num_hidden_layers\":8,\"no_rope_layers\":[],"
+                "\"attn_temperature_tuning\":false,\"rope_theta\":500000.0}");
+  want d = {128, 128, PE_ROPE_GPTJ, PE_ROPE_SCALING_NONE, 1, 1, {R_DEFAULT, 500000.0, 128, 1, 0, 0, 0}};
+  for (int i = 0; i < 8; i++) {
+    if ((i + 1) % 4) expect_layer("llama4 interval", m, i, &d);
+    else expect_nope("llama4 interval", m, i);
+    double fs, as;
+    assert_int_equal(pe_model_rope_nope_temperature(m, i, &fs, &as), PE_OK);
+    assert_true(as == 0.0); /* tuning off */
+  }
+  pe_model_rope_destroy(m);
+}
+
+static void test_exaone4(void **state) {
+  (void)state;
+  /* Exaone4Attention: rope iff sliding_window is None or the layer slides. */
+  pe_model_rope *m = load_model("per_layer/exaone-4.0-32b.json");
+  assert_int_equal(pe_model_rope_num_layers(m), 64);
+  want w = {128, 128, PE_ROPE_NEOX, PE_ROPE_SCALING_LLAMA3, 16, 1,
+            {R_LLAMA3, 1e6, 128, 16.0, 8192.0, 1.0, 4.0}};
+  for (int i = 0; i < 64; i++) {
+    if ((i + 1) % 4) expect_layer("EXAONE-4.0-32B", m, i, &w);
+    else expect_nope("EXAONE-4.0-32B", m, i);
+  }
+  pe_model_rope_destroy(m);
+  /* sliding_window null (EXAONE-4.0-1.2B style): every layer rotates. */
+  m = load_text("{\"model_type\":\"exaone4\",\"num_hidden_layers\":4,\"head_dim\":64,"
+                "\"sliding_window\":null,\"layer_types\":[\"full_attention\",\"full_attention\","
+                "\"full_attention\",\"full_attention\"],\"rope_theta\":1000000}");
+  want d = {64, 64, PE_ROPE_NEOX, PE_ROPE_SCALING_NONE, 1, 1, {R_DEFAULT, 1e6, 64, 1, 0, 0, 0}};
+  for (int i = 0; i < 4; i++) expect_layer("exaone4 global rope", m, i, &d);
+  pe_model_rope_destroy(m);
+  /* A pattern string: L local, G global, the last layer global. */
+  m = load_text("{\"model_type\":\"exaone4\",\"num_hidden_layers\":6,\"head_dim\":64,"
+                "\"sliding_window\":4096,\"sliding_window_pattern\":\"LLG\",\"rope_theta\":1000000}");
+  for (int i = 0; i < 6; i++) {
+    if (i == 2 || i == 5) expect_nope("exaone4 LLG", m, i);
+    else expect_layer("exaone4 LLG", m, i, &d);
+  }
+  pe_model_rope_destroy(m);
+}
+
+static void test_qwen3_next(void **state) {
+  (void)state;
+  /* Qwen3NextConfig layer_types: full attention iff (i+1) % 4 == 0, the
+   * rest linear attention (no RoPE); partial_rotary_factor 0.25 of 256. */
+  pe_model_rope *m = load_model("qwen3-next-80b-a3b-instruct.json");
+  assert_int_equal(pe_model_rope_num_layers(m), 48);
+  want w = {256, 64, PE_ROPE_NEOX, PE_ROPE_SCALING_NONE, 1, 1, {R_DEFAULT, 1e7, 64, 1, 0, 0, 0}};
+  for (int i = 0; i < 48; i++) {
+    if ((i + 1) % 4) expect_nope("Qwen3-Next", m, i);
+    else expect_layer("Qwen3-Next", m, i, &w);
+  }
+  pe_model_rope_destroy(m);
+  /* The one-cache loader returns that cache: linear attention has nothing to rotate. */
+  size_t len;
+  char *buf = read_fixture("qwen3-next-80b-a3b-instruct.json", &len);
+  pe_rope_cache *c = NULL;
+  assert_int_equal(pe_rope_cache_create_from_hf_config(buf, len, 0, 0, &c), PE_OK);
+  pe_rope_params p;
+  pe_rope_params_init(&p);
+  assert_int_equal(pe_rope_cache_params(c, &p), PE_OK);
+  assert_int_equal(p.rotary_dim, 64);
+  pe_rope_cache_destroy(c);
+  free(buf);
+}
+
+static void test_gpt_oss(void **state) {
+  (void)state;
+  pe_model_rope *m = load_model("gpt-oss-20b.json");
+  assert_int_equal(pe_model_rope_num_layers(m), 24);
+  want w = {64, 64, PE_ROPE_NEOX, PE_ROPE_SCALING_YARN, 32, 0.1 * log(32.0) + 1.0,
+            {R_YARN_NOTRUNC, 150000.0, 64, 32.0, 4096.0, 0, 0}};
+  for (int i = 0; i < 24; i++) expect_layer("gpt-oss-20b", m, i, &w);
+  assert_int_equal(distinct_caches(m), 1);
+  pe_model_rope_destroy(m);
+}
+
+static void check_qwen_vl(const char *name) {
+  pe_model_rope *m = load_model(name);
+  assert_int_equal(pe_model_rope_num_layers(m), 28);
+  want w = {128, 128, PE_ROPE_NEOX, PE_ROPE_SCALING_NONE, 1, 1, {R_DEFAULT, 1e6, 128, 1, 0, 0, 0}};
+  for (int i = 0; i < 28; i++) expect_layer(name, m, i, &w);
+  pe_model_rope_destroy(m);
+  size_t len;
+  char *buf = read_fixture(name, &len);
+  pe_rope_cache *c = NULL;
+  assert_int_equal(pe_rope_cache_create_from_hf_config(buf, len, 0, 0, &c), PE_OK);
+  int32_t sec[3] = {0, 0, 0};
+  uint32_t flags = 99;
+  assert_int_equal(pe_mrope_section_from_hf_config(buf, len, sec, &flags), PE_OK);
+  assert_int_equal(sec[0], 16);
+  assert_int_equal(sec[1], 24);
+  assert_int_equal(sec[2], 24);
+  assert_int_equal(flags, 0);
+  pe_rope_cache_destroy(c);
+  free(buf);
+}
+
+static void test_qwen_vl(void **state) {
+  (void)state;
+  /* "rope_scaling": {"type": "mrope", ...} as shipped: default frequencies. */
+  check_qwen_vl("qwen2-vl-7b-instruct.json");
+  check_qwen_vl("qwen2.5-vl-7b-instruct.json");
+}
+
+/* ---------------------------------------------------------------------- */
+/* defaults, guesses, errors                                              */
+/* ---------------------------------------------------------------------- */
+
+static void test_unknown_model_type(void **state) {
+  (void)state;
+  /* No rope_theta and a model type libposenc does not know: refused, with
+   * the key named; never a silent 10000. */
+  const char *cfg = "{\"model_type\":\"brand_new_lm\",\"head_dim\":64,\"num_hidden_layers\":2}";
+  pe_model_rope *m = (pe_model_rope *)&cfg, *sentinel = m;
+  assert_int_equal(pe_model_rope_from_hf_config(cfg, strlen(cfg), 0, 0, &m), PE_ERR_PARSE);
+  assert_ptr_equal(m, sentinel);
+  assert_non_null(strstr(pe_last_error(), "pe_model_rope_from_hf_config: config.json lacks rope_theta"));
+  assert_non_null(strstr(pe_last_error(), "\"brand_new_lm\""));
+  /* With rope_theta it loads, half-split pairing, and says it guessed. */
+  m = load_text("{\"model_type\":\"brand_new_lm\",\"head_dim\":64,\"num_hidden_layers\":2,"
+                "\"rope_theta\":20000.0}");
+  assert_int_equal(pe_model_rope_pairing_guessed(m), 1);
+  want w = {64, 64, PE_ROPE_NEOX, PE_ROPE_SCALING_NONE, 1, 1, {R_DEFAULT, 20000.0, 64, 1, 0, 0, 0}};
+  expect_layer("guessed", m, 1, &w);
+  pe_model_rope_destroy(m);
+  /* A known model type's class default applies (Llama4TextConfig 500000). */
+  m = load_text("{\"model_type\":\"llama4_text\",\"num_hidden_layers\":1}");
+  assert_int_equal(pe_model_rope_pairing_guessed(m), 0);
+  want l4 = {128, 128, PE_ROPE_GPTJ, PE_ROPE_SCALING_NONE, 1, 1, {R_DEFAULT, 500000.0, 128, 1, 0, 0, 0}};
+  expect_layer("llama4 defaults", m, 0, &l4);
+  pe_model_rope_destroy(m);
+}
+
+static void test_max_positions_from_config(void **state) {
+  (void)state;
+  const char *cfg = "{\"model_type\":\"llama\",\"head_dim\":16,\"num_hidden_layers\":2,"
+                    "\"max_position_embeddings\":48}";
+  pe_model_rope *m = NULL;
+  assert_int_equal(pe_model_rope_from_hf_config(cfg, strlen(cfg), PE_MAX_POSITIONS_FROM_CONFIG, 0, &m),
+                   PE_OK);
+  pe_rope_params p;
+  pe_rope_params_init(&p);
+  assert_int_equal(pe_rope_cache_params(pe_model_rope_layer(m, 0), &p), PE_OK);
+  assert_int_equal(p.max_positions, 48);
+  float cs[8], sn[8];
+  assert_int_equal(pe_rope_cache_cos_sin(pe_model_rope_layer(m, 1), 47, cs, sn), PE_OK);
+  assert_int_equal(pe_rope_cache_cos_sin(pe_model_rope_layer(m, 1), 48, cs, sn),
+                   PE_ERR_POSITION_OUT_OF_RANGE);
+  pe_model_rope_destroy(m);
+  const char *nomax = "{\"model_type\":\"llama\",\"head_dim\":16,\"num_hidden_layers\":2}";
+  m = NULL;
+  assert_int_equal(pe_model_rope_from_hf_config(nomax, strlen(nomax), -1, 0, &m), PE_ERR_PARSE);
+  assert_null(m);
+  assert_non_null(strstr(pe_last_error(), "max_position_embeddings"));
+  assert_int_equal(pe_model_rope_from_hf_config(cfg, strlen(cfg), -2, 0, &m), PE_ERR_INVALID_ARGUMENT);
+  assert_non_null(strstr(pe_last_error(), "max_positions -2"));
+}
+
+static void test_errors(void **state) {
+  (void)state;
+  pe_model_rope *m = NULL;
+  assert_int_equal(pe_model_rope_from_hf_config(NULL, 0, 0, 0, &m), PE_ERR_NULL_POINTER);
+  assert_int_equal(pe_model_rope_from_hf_config("{}", 2, 0, 0, NULL), PE_ERR_NULL_POINTER);
+  assert_int_equal(pe_model_rope_from_hf_config("{}", 2, 0, -1, &m), PE_ERR_INVALID_ARGUMENT);
+  const char *nolayers = "{\"model_type\":\"llama\",\"head_dim\":16,\"rope_theta\":1e4}";
+  assert_int_equal(pe_model_rope_from_hf_config(nolayers, strlen(nolayers), 0, 0, &m), PE_ERR_PARSE);
+  assert_non_null(strstr(pe_last_error(), "num_hidden_layers"));
+  const char *badtypes = "{\"model_type\":\"llama\",\"head_dim\":16,\"rope_theta\":1e4,"
+                         "\"num_hidden_layers\":3,\"layer_types\":[\"full_attention\"]}";
+  assert_int_equal(pe_model_rope_from_hf_config(badtypes, strlen(badtypes), 0, 0, &m), PE_ERR_PARSE);
+  assert_non_null(strstr(pe_last_error(), "layer_types has 1 entries, num_hidden_layers is 3"));
+  const char *missing = "{\"model_type\":\"gemma3_text\",\"num_hidden_layers\":2,\"layer_types\":"
+                        "[\"sliding_attention\",\"full_attention\"],\"rope_parameters\":"
+                        "{\"full_attention\":{\"rope_theta\":1e6}}}";
+  assert_int_equal(pe_model_rope_from_hf_config(missing, strlen(missing), 0, 0, &m), PE_ERR_PARSE);
+  assert_non_null(strstr(pe_last_error(), "rope_parameters.sliding_attention"));
+  assert_null(m);
+  m = load_text("{\"model_type\":\"llama\",\"head_dim\":16,\"rope_theta\":1e4,\"num_hidden_layers\":3}");
+  assert_int_equal(pe_model_rope_num_layers(m), 3);
+  assert_null(pe_model_rope_layer(m, 3));
+  assert_non_null(strstr(pe_last_error(), "layer 3 is outside [0, 3)"));
+  assert_null(pe_model_rope_layer(m, -1));
+  assert_null(pe_model_rope_layer(NULL, 0));
+  assert_int_equal(pe_model_rope_num_layers(NULL), -1);
+  assert_int_equal(pe_model_rope_pairing_guessed(NULL), -1);
+  double a, b;
+  assert_int_equal(pe_model_rope_nope_temperature(m, 3, &a, &b), PE_ERR_INVALID_ARGUMENT);
+  assert_int_equal(pe_model_rope_nope_temperature(m, 0, NULL, &b), PE_ERR_NULL_POINTER);
+  int32_t h;
+  assert_int_equal(pe_model_rope_heads(m, &h, NULL), PE_ERR_NULL_POINTER);
+  assert_int_equal(distinct_caches(m), 1);
+  pe_model_rope_destroy(m);
+  pe_model_rope_destroy(NULL);
+}
+
+/* ---------------------------------------------------------------------- */
+/* PROPORTIONAL = transformers' Gemma-4 rotation                          */
+/* ---------------------------------------------------------------------- */
+
+static uint32_t bits(float f) {
+  uint32_t u;
+  memcpy(&u, &f, sizeof u);
+  return u;
+}
+
+static void test_proportional_gemma4(void **state) {
+  (void)state;
+  /* head_dim 256, partial_rotary_factor 0.25: rope_angles = int(0.25*256//2)
+   * = 32, rotary_dim 2*32 = 64 in the params. transformers
+   * (_compute_proportional_rope_parameters + rotate_half on head_dim):
+   * inv[j] = B^(-2j/256)/s for j < 32, 0 for 32 <= j < 128; emb = cat(freqs,
+   * freqs) over all 256 channels, so channel j pairs with j + 128. */
+  enum { HD = 256, HALF = 128, ANG = 32, T = 9 };
+  const double base = 1e6, s = 2.0;
+  pe_rope_params p;
+  pe_rope_params_init(&p);
+  p.head_dim = HD;
+  p.rotary_dim = 2 * ANG;
+  p.base = base;
+  p.scaling = PE_ROPE_SCALING_PROPORTIONAL;
+  p.factor = s;
+  p.max_positions = 0;
+  pe_rope_cache *c = NULL;
+  assert_int_equal(pe_rope_cache_create(&p, &c), PE_OK);
+  pe_rope_params r;
+  pe_rope_params_init(&r);
+  assert_int_equal(pe_rope_cache_params(c, &r), PE_OK);
+  assert_int_equal(r.rotary_dim, HD); /* laid out on every channel */
+  assert_int_equal(r.scaling, PE_ROPE_SCALING_PROPORTIONAL);
+  double inv[HALF];
+  for (int j = 0; j < HALF; j++) inv[j] = j < ANG ? pow(base, -(2.0 * j) / HD) / s : 0.0;
+  float f[HALF];
+  assert_int_equal(pe_rope_cache_inv_freq(c, f), PE_OK);
+  for (int j = 0; j < HALF; j++)
+    if (fabs((double)f[j] - inv[j]) > ulp_f32(inv[j]))
+      fail_msg("inv_freq[%d] = %.9g, transformers %.17g", j, (double)f[j], inv[j]);
+
+  /* Rotate q [1, 1, T, 256] at positions 0..T-1 and compare with the
+   * float64 rotation. */
+  static float q[T * HD], q0[T * HD];
+  uint32_t seed = 12345;
+  for (int i = 0; i < T * HD; i++) {
+    seed = seed * 1664525u + 1013904223u;
+    q0[i] = q[i] = (float)((double)(seed >> 8) / 16777216.0 * 4.0 - 2.0);
+  }
+  int64_t pos[T] = {0, 1, 2, 7, 100, 1000, 4095, 65535, 131071};
+  pe_tensor tq = {q, PE_F32, {1, 1, T, HD}, {T * HD, T * HD, HD, 1}};
+  assert_int_equal(pe_apply_rope_qk(c, &tq, NULL, pos, 0, NULL), PE_OK);
+  for (int t = 0; t < T; t++) {
+    for (int j = 0; j < HALF; j++) {
+      double x = q0[t * HD + j], y = q0[t * HD + j + HALF];
+      double a = (double)pos[t] * inv[j];
+      double wx = x * cos(a) - y * sin(a), wy = y * cos(a) + x * sin(a);
+      float gx = q[t * HD + j], gy = q[t * HD + j + HALF];
+      if (j >= ANG) {
+        /* frequency 0: the channels come out bit for bit as they went in */
+        if (bits(gx) != bits(q0[t * HD + j]) || bits(gy) != bits(q0[t * HD + j + HALF]))
+          fail_msg("pos %lld pair %d: %a %a changed to %a %a", (long long)pos[t], j, x, y,
+                   (double)gx, (double)gy);
+      } else if (fabs(gx - wx) > 4e-7 * (fabs(x) + fabs(y)) + 2e-7 ||
+                 fabs(gy - wy) > 4e-7 * (fabs(x) + fabs(y)) + 2e-7) {
+        fail_msg("pos %lld pair %d: %.9g %.9g, transformers (float64) %.17g %.17g",
+                 (long long)pos[t], j, (double)gx, (double)gy, wx, wy);
+      }
+    }
+  }
+  pe_rope_cache_destroy(c);
+
+  /* With a cos/sin table: the zero-frequency channels are still untouched. */
+  p.max_positions = 64;
+  assert_int_equal(pe_rope_cache_create(&p, &c), PE_OK);
+  memcpy(q, q0, sizeof q);
+  assert_int_equal(pe_apply_rope_qk(c, &tq, NULL, NULL, 0, NULL), PE_OK);
+  for (int t = 0; t < T; t++)
+    for (int j = ANG; j < HALF; j++)
+      if (bits(q[t * HD + j]) != bits(q0[t * HD + j]) ||
+          bits(q[t * HD + j + HALF]) != bits(q0[t * HD + j + HALF]))
+        fail_msg("table: token %d pair %d changed", t, j);
+  pe_rope_cache_destroy(c);
+
+  /* The same from a Gemma-4 config (v5 rope_parameters per layer type). */
+  pe_model_rope *m = load_text(
+      "{\"model_type\":\"gemma4_text\",\"head_dim\":256,\"num_hidden_layers\":2,"
+      "\"layer_types\":[\"sliding_attention\",\"full_attention\"],\"rope_parameters\":{"
+      "\"full_attention\":{\"rope_type\":\"proportional\",\"partial_rotary_factor\":0.25,"
+      "\"rope_theta\":1000000.0,\"factor\":2.0},\"sliding_attention\":{\"rope_type\":\"default\","
+      "\"rope_theta\":10000.0}}}");
+  const pe_rope_cache *g = pe_model_rope_layer(m, 1);
+  assert_non_null(g);
+  assert_int_equal(pe_rope_cache_inv_freq(g, f), PE_OK);
+  for (int j = 0; j < HALF; j++)
+    if (fabs((double)f[j] - inv[j]) > ulp_f32(inv[j]))
+      fail_msg("config: inv_freq[%d] = %.9g, transformers %.17g", j, (double)f[j], inv[j]);
+  want sl = {256, 256, PE_ROPE_NEOX, PE_ROPE_SCALING_NONE, 1, 1, {R_DEFAULT, 10000.0, 256, 1, 0, 0, 0}};
+  expect_layer("gemma4 sliding", m, 0, &sl);
+  pe_model_rope_destroy(m);
+
+  /* Gemma 4's global layers use global_head_dim (Gemma4 rotary embedding's
+   * head_dim_key): 512 channels, int(0.25 * 512 // 2) = 64 rotated angles of
+   * B^(-2j/512). */
+  m = load_text("{\"model_type\":\"gemma4_text\",\"head_dim\":256,\"global_head_dim\":512,"
+                "\"num_hidden_layers\":2,\"layer_types\":[\"sliding_attention\",\"full_attention\"],"
+                "\"rope_parameters\":{\"full_attention\":{\"rope_type\":\"proportional\","
+                "\"partial_rotary_factor\":0.25,\"rope_theta\":1000000.0},\"sliding_attention\":{"
+                "\"rope_type\":\"default\",\"rope_theta\":10000.0}}}");
+  expect_layer("gemma4 sliding", m, 0, &sl);
+  g = pe_model_rope_layer(m, 1);
+  assert_non_null(g);
+  pe_rope_params_init(&r);
+  assert_int_equal(pe_rope_cache_params(g, &r), PE_OK);
+  assert_int_equal(r.head_dim, 512);
+  assert_int_equal(r.rotary_dim, 512);
+  float f512[256];
+  assert_int_equal(pe_rope_cache_inv_freq(g, f512), PE_OK);
+  for (int j = 0; j < 256; j++) {
+    double ref = j < 64 ? pow(1e6, -(2.0 * j) / 512) : 0.0;
+    if (fabs((double)f512[j] - ref) > ulp_f32(ref))
+      fail_msg("global_head_dim: inv_freq[%d] = %.9g, transformers %.17g", j, (double)f512[j], ref);
+  }
+  pe_model_rope_destroy(m);
+}
+
+/* LLAMA3 with low == high from the enum: wavelengths above M0/low divided by
+ * s, the others kept (no band), as _compute_llama3_parameters gives. */
+static void test_llama3_equal_band(void **state) {
+  (void)state;
+  pe_rope_params p;
+  pe_rope_params_init(&p);
+  p.head_dim = 128;
+  p.base = 500000.0;
+  p.scaling = PE_ROPE_SCALING_LLAMA3;
+  p.factor = 16.0;
+  p.original_max_positions = 8192;
+  p.low_freq_factor = 1.0;
+  p.high_freq_factor = 1.0;
+  p.max_positions = 0;
+  pe_rope_cache *c = NULL;
+  assert_int_equal(pe_rope_cache_create(&p, &c), PE_OK);
+  ref_rope r = {R_LLAMA3, 500000.0, 128, 16.0, 8192.0, 1.0, 1.0};
+  float f[64];
+  assert_int_equal(pe_rope_cache_inv_freq(c, f), PE_OK);
+  int scaled = 0;
+  for (int i = 0; i < 64; i++) {
+    double ref = ref_inv(&r, i);
+    scaled += ref != pow(500000.0, -(2.0 * i) / 128);
+    if (fabs((double)f[i] - ref) > ulp_f32(ref)) fail_msg("inv_freq[%d] %.9g vs %.17g", i, (double)f[i], ref);
+  }
+  assert_true(scaled > 0 && scaled < 64); /* both sides of the cut occur */
+  pe_rope_cache_destroy(c);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_gemma3),
+      cmocka_unit_test(test_gemma3n),
+      cmocka_unit_test(test_v5_per_layer_type),
+      cmocka_unit_test(test_modernbert),
+      cmocka_unit_test(test_cohere2),
+      cmocka_unit_test(test_llama4),
+      cmocka_unit_test(test_exaone4),
+      cmocka_unit_test(test_qwen3_next),
+      cmocka_unit_test(test_gpt_oss),
+      cmocka_unit_test(test_qwen_vl),
+      cmocka_unit_test(test_unknown_model_type),
+      cmocka_unit_test(test_max_positions_from_config),
+      cmocka_unit_test(test_errors),
+      cmocka_unit_test(test_proportional_gemma4),
+      cmocka_unit_test(test_llama3_equal_band),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
