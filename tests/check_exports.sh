@@ -7,6 +7,7 @@
 # names, and the SONAME is libposenc.so.0. Every difference is printed, one
 # name per line, marked with where it is missing.
 set -eu
+export LC_ALL=C # sort and comm agree on the order
 lib="$1"
 here=$(cd "$(dirname "$0")" && pwd)
 header="${2:-$here/../include/posenc.h}"

@@ -258,13 +258,15 @@ static void test_status_strings(void **state) {
   static const char *const names[] = {"PE_OK", "PE_ERR_NULL_POINTER", "PE_ERR_INVALID_ARGUMENT",
                                       "PE_ERR_SHAPE", "PE_ERR_DTYPE", "PE_ERR_POSITION_OUT_OF_RANGE",
                                       "PE_ERR_OUT_OF_MEMORY", "PE_ERR_OVERFLOW", "PE_ERR_UNSUPPORTED",
-                                      "PE_ERR_PARSE"};
-  for (int s = 0; s < 10; s++) {
+                                      "PE_ERR_PARSE", "PE_ERR_BUSY"};
+  _Static_assert(PE_ERR_BUSY == 10, "status values are fixed");
+  for (int s = 0; s < 11; s++) {
     const char *str = pe_status_string((pe_status)s);
     assert_non_null(str);
     assert_int_equal(strncmp(str, names[s], strlen(names[s])), 0);
     assert_int_equal(str[strlen(names[s])], ':');
   }
+  assert_non_null(strstr(pe_status_string((pe_status)11), "UNKNOWN"));
   assert_non_null(strstr(pe_status_string((pe_status)99), "UNKNOWN"));
   assert_non_null(pe_last_error());
 }

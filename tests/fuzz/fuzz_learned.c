@@ -37,13 +37,17 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   int64_t *pos = fz_positions(&f, xs[0], xs[2], tab[2], &bad_pos, 1);
   const pe_tensor *x = (fz_u8(&f) & 63) ? &ts.v[0].t : NULL;
   const pe_tensor *t = (fz_u8(&f) & 63) ? &ts.v[1].t : NULL;
-  int must_fail = !x || !t || !ts.v[0].valid_desc || ts.v[0].aliased || !ts.v[1].valid_desc ||
-                  bad_pos || (!pos && xs[2] > tab[2]) ||
-                  (x && t && fz_views_overlap(&ts, 0, 1, share) == 1); /* x written, table read */
+  int must_fail = 0;
+  const char *why = NULL;
+  FZ_MUST_FAIL_IF(!x || !t);
+  FZ_MUST_FAIL_IF(!ts.v[0].valid_desc || ts.v[0].aliased || !ts.v[1].valid_desc);
+  FZ_MUST_FAIL_IF(bad_pos || (!pos && xs[2] > tab[2]));
+  /* x is written while the table is read: no shared element */
+  FZ_MUST_FAIL_IF(x && t && fz_views_overlap(&ts, 0, 1, share) == 1);
   fz_set_sentinel();
   pe_status st = pe_learned_add(x, t, pos, pool);
   if (st != PE_OK) fz_check_error_message("pe_learned_add", st);
-  if (st == PE_OK && must_fail) fz_die("pe_learned_add", "accepted arguments it must refuse");
+  if (st == PE_OK && must_fail) fz_die("pe_learned_add", why);
   fz_tensors_check(&ts, st, "pe_learned_add");
   free(pos);
   fz_tensors_free(&ts);
