@@ -1165,7 +1165,7 @@ static void bias_suite(const char *suite) {
   s.t5_table = xalloc((size_t)32 * (size_t)heads * sizeof(float));
   for (int i = 0; i < 32 * heads; i++) s.t5_table[i] = frand();
   static const struct { const char *name; int64_t q, k; uint32_t flags; } shapes[] = {
-      {"decode 1x%dx1x4096", 1, 4096, 0}, {"prefill 1x%dx512x512 causal", 512, 512, 1}};
+      {"decode 1x%dx1x4096", 1, 4096, 0}, {"prefill 1x%dx512x512 causal", 512, 512, PE_MASK_CAUSAL}};
   int dts[3] = {PE_F32, PE_F16, PE_BF16}, n_dt = 3;
   if (opt.dtype >= 0) dts[0] = opt.dtype, n_dt = 1;
   for (int ti = 0; ti < opt.n_threads; ti++)
@@ -1181,7 +1181,7 @@ static void bias_suite(const char *suite) {
         c.threads = opt.threads[ti];
         c.pool = pool_for(c.threads);
         s.scores = make_tensor(dt, 1, heads, shapes[si].q, shapes[si].k, 0);
-        s.flags = shapes[si].flags; /* PE_MASK_CAUSAL == 1 */
+        s.flags = shapes[si].flags;
         c.bytes = 2.0 * (double)tensor_bytes(&s.scores);
         c.call = is_t5 ? t5_call : alibi_call;
         c.st = &s;
