@@ -581,9 +581,43 @@ static void test_scalar_convert_reference(void **state) {
   }
 }
 
+/* rope_sincos against cos/sin in double of the double angle p*f (the
+ * reduction and SLEEF's u10 float sincos: within 2^-22 absolute for |values|
+ * <= 1), times the scale; ALiBi and add on integers, where float arithmetic
+ * is exact: row + (-slope) * |qpos - j|. */
+static void test_scalar_sincos_alibi_reference(void **state) {
+  (void)state;
+  static const int64_t ps[] = {0, 1, 17, 4095, 123456, -77, (int64_t)1 << 30};
+  double freq[64];
+  for (int i = 0; i < 64; i++) freq[i] = pow(10000.0, -i / 64.0);
+  float out[2 * 64];
+  for (size_t k = 0; k < sizeof ps / sizeof ps[0]; k++) {
+    ref->rope_sincos(ps[k], 1, freq, 64, 0.5f, out);
+    for (int i = 0; i < 64; i++) {
+      double a = (double)ps[k] * freq[i];
+      assert_true(fabs(out[i] - 0.5 * cos(a)) <= 0x1p-22);
+      assert_true(fabs(out[64 + i] - 0.5 * sin(a)) <= 0x1p-22);
+    }
+  }
+  float row[10];
+  for (int j = 0; j < 10; j++) row[j] = (float)(100 + j);
+  ref->alibi_row[PE_F32](row, 10, 6, -0.25f);
+  for (int j = 0; j < 10; j++) assert_true(row[j] == (float)(100 + j) - 0.25f * (float)abs(6 - j));
+  uint16_t hrow[3] = {0x3c00, 0x4000, 0xc000}; /* f16 1, 2, -2 */
+  const float v[3] = {0.5f, -3.0f, 2.0f};
+  ref->add_row[PE_F16](hrow, v, 3);
+  assert_int_equal(hrow[0], 0x3e00); /* 1.5 */
+  assert_int_equal(hrow[1], 0xbc00); /* -1 */
+  assert_int_equal(hrow[2], 0x0000); /* +0 */
+  uint16_t brow[2] = {0x3f80, 0xc080}; /* bf16 1, -4 */
+  float wide[2];
+  ref->load_row[PE_BF16](wide, brow, 2);
+  assert_true(wide[0] == 1.0f && wide[1] == -4.0f);
+}
+
 int main(void) {
   static int ids[N_ISA] = {ISA_AVX2, ISA_AVX512, ISA_NEON};
-  struct CMUnitTest tests[6 * N_ISA + 2];
+  struct CMUnitTest tests[6 * N_ISA + 3];
   static char names[6 * N_ISA][48];
   size_t n = 0;
   static const struct {
@@ -602,5 +636,6 @@ int main(void) {
     }
   tests[n++] = (struct CMUnitTest)cmocka_unit_test(test_scalar_rotate_reference);
   tests[n++] = (struct CMUnitTest)cmocka_unit_test(test_scalar_convert_reference);
+  tests[n++] = (struct CMUnitTest)cmocka_unit_test(test_scalar_sincos_alibi_reference);
   return _cmocka_run_group_tests("kernels", tests, n, NULL, NULL);
 }
