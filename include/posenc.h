@@ -20,8 +20,9 @@
  *   buffer are fine and partly overlapping ones are refused: PE_ERR_SHAPE).
  * - A zero batch, head or token count (shape[0..2] == 0: an empty chunk of a
  *   continuously batched step) is valid: the call returns PE_OK and touches
- *   nothing. shape[3] (head_dim, d_model, k_len) must be > 0, and data must
- *   not be NULL even then.
+ *   nothing. Its other arguments are still checked (flags, shapes, and the
+ *   [batch][tokens] arrays when only the head count is zero); shape[3]
+ *   (head_dim, d_model, k_len) must be > 0, and data must not be NULL.
  * - f16 and bf16 tensors are converted to float32, computed in float32 and
  *   rounded once to nearest-even on store; NaN stays NaN (quiet), Inf stays
  *   Inf, subnormals are kept (never flushed).

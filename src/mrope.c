@@ -23,7 +23,6 @@ PE_API pe_status pe_apply_mrope_qk(const pe_rope_cache *c, const pe_tensor *q, c
                     "%s: mrope_section {%d, %d, %d} must be >= 0 and sum to rotary_dim/2 = %d", fn,
                     (int)s[0], (int)s[1], (int)s[2], (int)half);
   const pe_tensor *any = q ? q : k;
-  if ((!q || pe__tensor_empty(q)) && (!k || pe__tensor_empty(k))) return PE_OK;
   int64_t batch = any->shape[0], tokens = any->shape[2];
   const pe_rope_cache *const caches[1] = {c};
   for (int a = 0; a < 3; a++)
@@ -31,6 +30,7 @@ PE_API pe_status pe_apply_mrope_qk(const pe_rope_cache *c, const pe_tensor *q, c
                                        positions ? positions + a * batch * tokens : NULL, batch,
                                        tokens, caches, NULL)) != PE_OK)
       return st;
+  if ((!q || pe__tensor_empty(q)) && (!k || pe__tensor_empty(k))) return PE_OK;
   if ((st = pe__pool_acquire(fn, pool)) != PE_OK) return st;
   pe__rope_plan p;
   pe__rope_plan_init(&p, c, q, k, flags, PE_SOURCE_AXES);

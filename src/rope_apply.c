@@ -22,7 +22,6 @@ static pe_status apply_rope(const char *fn, const pe_rope_cache *const *caches, 
   if (!cache_index && n_caches > 1)
     return pe__fail(PE_ERR_NULL_POINTER, "%s: cache_index is NULL with n_caches %d > 1", fn,
                     (int)n_caches);
-  if (nothing_to_do(q, k)) return PE_OK;
   const pe_tensor *any = q ? q : k;
   int64_t batch = any->shape[0], tokens = any->shape[2];
   if (cache_index)
@@ -34,6 +33,7 @@ static pe_status apply_rope(const char *fn, const pe_rope_cache *const *caches, 
   if ((st = pe__rope_check_positions(fn, "", positions, batch, tokens, caches, cache_index)) !=
       PE_OK)
     return st;
+  if (nothing_to_do(q, k)) return PE_OK;
   if ((st = pe__pool_acquire(fn, pool)) != PE_OK) return st;
   pe__rope_plan p;
   pe__rope_plan_init(&p, c0, q, k, flags, PE_SOURCE_POSITIONS);
@@ -77,8 +77,8 @@ PE_API pe_status pe_rope_shift_k(const pe_rope_cache *c, const pe_tensor *k, con
   if (!c) return pe__fail(PE_ERR_NULL_POINTER, "%s: cache is NULL", fn);
   if ((st = pe__rope_check_operand(fn, "k", k, c->p.head_dim, 1)) != PE_OK) return st;
   if (!deltas) return pe__fail(PE_ERR_NULL_POINTER, "%s: deltas is NULL", fn);
-  if (pe__tensor_empty(k)) return PE_OK;
   if ((st = pe__check_deltas(fn, deltas, k->shape[0], k->shape[2])) != PE_OK) return st;
+  if (pe__tensor_empty(k)) return PE_OK;
   if ((st = pe__pool_acquire(fn, pool)) != PE_OK) return st;
   const pe_rope_cache *const caches[1] = {c};
   pe__rope_plan p;
@@ -98,12 +98,12 @@ PE_API pe_status pe_rope_rerotate_k(const pe_rope_cache *from, const pe_rope_cac
     return pe__fail(PE_ERR_NULL_POINTER, "%s: %s cache is NULL", fn, from ? "to" : "from");
   if ((st = pe__rope_check_same_geometry(fn, "the `to` cache", from, to)) != PE_OK) return st;
   if ((st = pe__rope_check_operand(fn, "k", k, from->p.head_dim, 1)) != PE_OK) return st;
-  if (pe__tensor_empty(k)) return PE_OK;
   /* Positions are not limited by max_positions: the angles are computed on
    * the fly. */
   if ((st = pe__rope_check_positions(fn, "", positions, k->shape[0], k->shape[2], NULL, NULL)) !=
       PE_OK)
     return st;
+  if (pe__tensor_empty(k)) return PE_OK;
   if ((st = pe__pool_acquire(fn, pool)) != PE_OK) return st;
   pe__rope_plan p;
   pe__rope_plan_init(&p, from, NULL, k, 0, PE_SOURCE_REROTATE);

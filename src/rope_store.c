@@ -137,7 +137,6 @@ PE_API pe_status pe_apply_rope_qk_store(const pe_rope_cache *c, const pe_tensor 
     return pe__fail(PE_ERR_SHAPE, "%s: k_cache and q overlap in memory", fn);
   if ((st = pe__check_flags(fn, flags, PE_ROPE_INVERSE)) != PE_OK) return st;
   if (!slot_mapping) return pe__fail(PE_ERR_NULL_POINTER, "%s: slot_mapping is NULL", fn);
-  if (pe__tensor_empty(k) && (!q || pe__tensor_empty(q))) return PE_OK;
   int64_t batch = k->shape[0], tokens = k->shape[2];
   const pe_rope_cache *const caches[1] = {c};
   if ((st = pe__rope_check_positions(fn, "", positions, batch, tokens, caches, NULL)) != PE_OK)
@@ -145,6 +144,7 @@ PE_API pe_status pe_apply_rope_qk_store(const pe_rope_cache *c, const pe_tensor 
   if ((st = check_slots(fn, slot_mapping, batch, tokens, k_cache->shape[0] * k_cache->shape[2])) !=
       PE_OK)
     return st;
+  if (pe__tensor_empty(k) && (!q || pe__tensor_empty(q))) return PE_OK;
   if ((st = pe__pool_acquire(fn, pool)) != PE_OK) return st;
   pe__rope_plan p;
   pe__rope_plan_init(&p, c, q, k, flags, PE_SOURCE_POSITIONS);

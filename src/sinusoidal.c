@@ -258,6 +258,9 @@ PE_API pe_status pe_learned_add(const pe_tensor *x, const pe_tensor *table,
   if (pe__tensors_overlap(x, table))
     return pe__fail(PE_ERR_SHAPE, "%s: x and table share memory: the table would be modified", fn);
   int64_t batch = x->shape[0], tokens = x->shape[2], max_len = table->shape[2];
+  if (max_len == 0 && batch && tokens)
+    return pe__fail(PE_ERR_POSITION_OUT_OF_RANGE,
+                    "%s: the table has no rows (max_len 0): no position can be looked up", fn);
   if (!positions && tokens > max_len)
     return pe__fail(PE_ERR_POSITION_OUT_OF_RANGE,
                     "%s: positions NULL means 0..%" PRId64 ", past the table's max_len %" PRId64

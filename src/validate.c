@@ -49,7 +49,12 @@ pe_status pe__check_tensor(const char *fn, const char *name, const pe_tensor *t,
                     fn, name, t->stride[3]);
   /* An empty tensor (a zero batch, head or token count) is valid and is
    * never dereferenced: its strides mean nothing. */
-  if (!t->shape[0] || !t->shape[1] || !t->shape[2]) return PE_OK;
+  if (!t->shape[0] || !t->shape[1] || !t->shape[2]) {
+    if (t->shape[3] > INT64_MAX / (int64_t)es) /* one row must still be addressable */
+      return pe__fail(PE_ERR_OVERFLOW, "%s: %s row of shape[3] = %" PRId64 " elements overflows int64 bytes",
+                      fn, name, t->shape[3]);
+    return PE_OK;
+  }
   /* Element count and byte extent must be representable. */
   int64_t count = 1, lo = 0, hi = t->shape[3] - 1;
   for (int i = 0; i < 4; i++) {

@@ -420,8 +420,10 @@ static void test_zero_sizes_are_empty_calls(void **state) {
   const pe_rope_cache *two[2] = {tab, fly};
   int32_t sec[3];
   section_for(D / 2, sec);
-  /* dummies for the pointer arguments: never read by an empty call */
-  const int64_t any[16] = {0};
+  /* [batch][tokens] arrays (three axes for M-RoPE): still checked when
+   * only the head count is zero, so valid and distinct (slots) */
+  int64_t any[3 * 2 * 5];
+  for (int i = 0; i < 3 * 2 * 5; i++) any[i] = i;
   const int32_t idx[16] = {0};
   float t5_table[32 * 4];
   for (int i = 0; i < 32 * 4; i++) t5_table[i] = 1.0f;

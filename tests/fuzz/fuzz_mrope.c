@@ -84,7 +84,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     for (int64_t i = 0; i < 3 * n; i++)
       if (pos[i] < 0 || (maxp > 0 && pos[i] >= maxp) || pos[i] >= ((int64_t)1 << 53)) bad_pos = 1;
   }
-  if (!pos && maxp > 0 && tokens > maxp) bad_pos = 1;
+  if (!pos && maxp > 0 && batch > 0 && tokens > maxp) bad_pos = 1;
 
   /* mrope_section: a valid split mostly */
   int32_t sec[3];

@@ -80,7 +80,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   FZ_MUST_FAIL_IF(q && k && fz_views_overlap(&built, 0, 1, share) == 1);
   FZ_MUST_FAIL_IF(flags & ~PE_ROPE_INVERSE);
   FZ_MUST_FAIL_IF(bad_pos);
-  FZ_MUST_FAIL_IF(!pos && maxp > 0 && tokens > maxp);
+  FZ_MUST_FAIL_IF(!pos && maxp > 0 && batch > 0 && tokens > maxp);
   /* Positions were sized for batch x tokens; a call that must fail on shapes
    * may not read them, a call that may succeed reads exactly that many. */
 

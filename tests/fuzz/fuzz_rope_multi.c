@@ -137,7 +137,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
       }
     }
   /* larger shapes: no index (one cache) and positions 0..tokens-1 */
-  if (!bad_n && !null_cache && !bad_index && !small && got[0].max_positions > 0 &&
+  if (!bad_n && !null_cache && !bad_index && !small && got[0].max_positions > 0 && batch > 0 &&
       tokens > got[0].max_positions)
     bad_pos = 1;
   uint32_t flags = (fz_u8(&f) & 7) == 0 ? (uint32_t)fz_bits(&f, 4) : (fz_u8(&f) & 1);

@@ -113,7 +113,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   FZ_MUST_FAIL_IF(q && (qs[0] != ks[0] || qs[2] != ks[2]));
   FZ_MUST_FAIL_IF(cs[1] != ks[1]);
   FZ_MUST_FAIL_IF(flags & ~PE_ROPE_INVERSE);
-  FZ_MUST_FAIL_IF(!pos && maxp > 0 && tokens > maxp);
+  FZ_MUST_FAIL_IF(!pos && maxp > 0 && batch > 0 && tokens > maxp);
   /* no element shared between a written tensor and another */
   FZ_MUST_FAIL_IF(q && k && fz_views_overlap(&b, 0, 1, share) == 1);
   FZ_MUST_FAIL_IF(k && fz_views_overlap(&b, 1, 2, share) == 1);
