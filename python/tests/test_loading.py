@@ -85,3 +85,25 @@ def test_nothing_found_says_what_was_tried(tmp_path):
     if r.returncode == 0:
         pytest.skip("a libposenc.so.0 is installed system-wide: %s" % r.stdout.strip())
     assert "POSENC_LIBRARY" in r.stderr and "build/" in r.stderr
+
+
+NO_TORCH = """
+import sys
+sys.modules["torch"] = None          # import torch raises ImportError
+import numpy as np, posenc
+c = posenc.RopeCache(head_dim=8, max_positions=4)
+q = np.ones((1, 1, 2, 8), np.float32)
+c.apply_(q)
+assert q[0, 0, 1, 0] != 1.0
+try:
+    import posenc.torch
+except ImportError:
+    print("ok")
+"""
+
+
+def test_works_without_torch():
+    env = dict(os.environ, PYTHONPATH=str(REPO / "python"))
+    r = subprocess.run([sys.executable, "-c", NO_TORCH], env=env, capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip() == "ok"
