@@ -12,7 +12,7 @@ import sys
 import pytest
 
 import posenc
-from posenc import pick
+from posenc.tools import pick
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 PYDIR = os.path.dirname(HERE)
@@ -173,7 +173,7 @@ def test_invalid_inputs():
 def _cli(args, tmp_path):
     env = dict(os.environ)
     env["PYTHONPATH"] = PYDIR + os.pathsep + env.get("PYTHONPATH", "")
-    return subprocess.run([sys.executable, "-m", "posenc.pick"] + args, cwd=str(tmp_path),
+    return subprocess.run([sys.executable, "-m", "posenc.tools.pick"] + args, cwd=str(tmp_path),
                           env=env, capture_output=True, text=True, timeout=60)
 
 
