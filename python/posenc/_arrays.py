@@ -96,12 +96,27 @@ def pe_dtype_of(arr, name, dtype=None):
 
 class View:
     """What the C call needs of one array: the pe_tensor struct (`.t`), the
-    shape, and a numpy view of the same memory (`.np`, for the overlap
-    check). Holds the original object so its memory stays alive."""
-    __slots__ = ("obj", "t", "shape", "np", "writable")
+    shape, and a numpy view of the same memory (`.np()`, for the overlap
+    check; built only when needed). Holds the original object so its memory
+    stays alive."""
+    __slots__ = ("obj", "t", "shape", "_np", "writable")
 
     def __init__(self, obj, t, shape, np_view, writable):
-        self.obj, self.t, self.shape, self.np, self.writable = obj, t, shape, np_view, writable
+        self.obj, self.t, self.shape, self._np, self.writable = obj, t, shape, np_view, writable
+
+    def np(self):
+        if callable(self._np):
+            self._np = self._np()
+        return self._np
+
+    def byte_range(self):
+        """[lo, hi) of the bytes the tensor spans."""
+        size = _ITEMSIZE[self.t.dtype]
+        lo = hi = int(self.t.data)
+        for n, st in zip(self.t.shape, self.t.stride):
+            ext = (n - 1) * st * size
+            lo, hi = (lo + ext, hi) if ext < 0 else (lo, hi + ext)
+        return lo, hi + size
 
 
 def _strides_in_elements(shape, byte_strides, size, name, ndim):
@@ -170,7 +185,8 @@ def _torch_view(x, name, dtype, writable, ndim):
     ptr = int(x.data_ptr())
     if ptr % size:
         raise ValueError("%s is not aligned to its itemsize" % name)
-    view = np.asarray(_Interface(ptr, shape, byte_strides, "<u%d" % size))
+    def view():
+        return np.asarray(_Interface(ptr, shape, byte_strides, "<u%d" % size))
     return View(x, _struct(ptr, have, shape, strides, ndim), shape, view, writable)
 
 
@@ -205,8 +221,11 @@ def disjoint(*views):
             (na, a), (nb, b) = vs[i], vs[j]
             if not (a.writable or b.writable):
                 continue
+            (alo, ahi), (blo, bhi) = a.byte_range(), b.byte_range()
+            if ahi <= blo or bhi <= alo:
+                continue   # disjoint spans: no element in common
             try:
-                shared = np.shares_memory(a.np, b.np, max_work=10**6)
+                shared = np.shares_memory(a.np(), b.np(), max_work=10**6)
             except _TooHardError:  # not decided within max_work: refuse rather than guess
                 shared = True
             if shared:
