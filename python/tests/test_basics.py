@@ -139,3 +139,15 @@ def test_cache_context_manager_and_close():
     with pytest.raises(ValueError):
         c.inv_freq
     c.close()  # idempotent
+
+
+def test_flag_values_match_header():
+    # _lib holds the binding's only copy of the header's flag values.
+    header = (REPO / "include" / "posenc.h").read_text()
+    for name in ("PE_ROPE_INVERSE", "PE_ROPE_MROPE_INTERLEAVED", "PE_MASK_CAUSAL",
+                 "PE_SINUSOIDAL_CONCAT"):
+        m = re.search(r"#define %s ([^\n/]+)" % name, header)
+        assert m, name
+        expr = re.sub(r"\b(0x[0-9a-fA-F]+|\d+)[uU]\b", r"\1", m.group(1).strip())
+        assert re.fullmatch(r"[0-9a-fA-Fx()<>| ]+", expr), expr   # a constant expression
+        assert eval(expr, {"__builtins__": {}}) == getattr(_lib, name), name
