@@ -1,8 +1,10 @@
-"""Alias of posenc.tools.explore (kept so that `python -m posenc.explore` keeps working)."""
+"""Alias of posenc.tools.explore: `python -m posenc.explore` and `from posenc import explore`
+keep working (the module is posenc.tools.explore itself)."""
 import sys
 
-from .tools.explore import *  # noqa: F401,F403
-from .tools.explore import main
+from .tools import explore as _tool
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(_tool.main())
+else:
+    sys.modules[__name__] = _tool

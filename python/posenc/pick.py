@@ -1,8 +1,10 @@
-"""Alias of posenc.tools.pick (kept so that `python -m posenc.pick` keeps working)."""
+"""Alias of posenc.tools.pick: `python -m posenc.pick` and `from posenc import pick`
+keep working (the module is posenc.tools.pick itself)."""
 import sys
 
-from .tools.pick import *  # noqa: F401,F403
-from .tools.pick import main
+from .tools import pick as _tool
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(_tool.main())
+else:
+    sys.modules[__name__] = _tool
