@@ -157,11 +157,13 @@ _PROTOTYPES = {
                                               ctypes.POINTER(_u32)]),
 }
 
-# Flags and enum values of include/posenc.h: the only copy in the binding.
+# Flags and enum values of include/posenc.h: the only copy in the binding
+# (test_basics.py checks them against the header). PE_MASK_CAUSAL and
+# PE_SINUSOIDAL_CONCAT have the values of issue 13 (one bit range per family).
 PE_ROPE_INVERSE = 0x1
 PE_ROPE_MROPE_INTERLEAVED = 0x2
-PE_MASK_CAUSAL = 0x1
-PE_SINUSOIDAL_CONCAT = 0x1
+PE_MASK_CAUSAL = 0x100
+PE_SINUSOIDAL_CONCAT = 0x10000
 PE_F32, PE_F16, PE_BF16 = 0, 1, 2
 
 
