@@ -76,7 +76,10 @@ def rope_config(head_dim, rotary_dim, style, rope_theta, rope_scaling, max_posit
     "gpt_neox" (half split, partial rotary) or "llama" (half split)."""
     d = {k: _jsonable(v, k) for k, v in rope_scaling.items() if v is not None}
     rtype = str(d.get("rope_type", d.get("type", "default"))).lower()
-    cfg = {"head_dim": head_dim, "rope_theta": float(rope_theta)}
+    # head_dim three ways (head_dim; hidden_size / heads; GPT-J's n_embd / n_head),
+    # so that whichever the loader reads for the model type, it is head_dim.
+    cfg = {"head_dim": head_dim, "hidden_size": head_dim, "num_attention_heads": 1,
+           "n_embd": head_dim, "n_head": 1, "rope_theta": float(rope_theta)}
     if max_position_embeddings is not None:
         cfg["max_position_embeddings"] = max_position_embeddings
     elif rtype == "dynamic" and d.get("original_max_position_embeddings") is not None:
