@@ -323,3 +323,39 @@ def test_drop_in_from_a_config_object_and_a_file(tmp_path):
     assert pt.RotaryEmbedding(cfg).cache.max_positions == cfg["max_position_embeddings"]
     with pytest.raises(TypeError):
         pt.apply_rotary_pos_emb(torch.zeros(1, 1, 1, 128), None, None, "not a rotary")
+
+
+def test_every_in_place_function_takes_tensors(gen):
+    cache = posenc.RopeCache(head_dim=16, max_positions=64)
+    inv = default_inv_freq(1e4, 16)
+    # rope_qk_store: k rotated into a [num_slots, heads, dim] torch cache
+    k = torch.randn(1, 2, 3, 16, generator=gen)
+    kv = torch.zeros(8, 2, 16)
+    posenc.apply_rope_qk_store_(cache, k, kv, slot_mapping=torch.tensor([5, 0, 2]),
+                                positions=torch.tensor([[7, 8, 9]]))
+    want = rope_reference(k.double().numpy(), inv, np.array([[7, 8, 9]]))
+    np.testing.assert_allclose(kv[[5, 0, 2]].permute(1, 0, 2).double().numpy(), want[0],
+                               atol=2e-6)
+    # mrope with equal sections of positions == plain rope
+    q = torch.randn(1, 2, 3, 16, generator=gen)
+    q2 = q.clone()
+    pos = torch.arange(3)
+    posenc.apply_mrope_(cache, q, positions=torch.stack([pos, pos, pos]), mrope_section=[2, 3, 3])
+    cache.apply_(q2, positions=pos)
+    assert torch.equal(q, q2)
+    # multi-cache, shift, rerotate, learned
+    x = torch.randn(2, 2, 3, 16, generator=gen)
+    y = x.clone()
+    posenc.apply_rope_qk_multi_([cache, cache], torch.tensor([1, 0]), x)
+    cache.apply_(y)
+    assert torch.equal(x, y)
+    cache.shift_k_(x, 3)
+    posenc.rerotate_k_(cache, cache, y)
+    e = torch.zeros(1, 3, 16, dtype=torch.float16)
+    table = torch.randn(10, 16, generator=gen)
+    posenc.learned_add_(e, table, positions=torch.tensor([4, 1, 9]))
+    assert torch.equal(e[0], table[[4, 1, 9]].half())
+    s = torch.zeros(1, 2, 3, 3)
+    posenc.t5_add_bias_(s, torch.randn(32, 2, generator=gen))
+    with pytest.raises(ValueError, match="share elements"):
+        posenc.learned_add_(table[None, :3], table)
