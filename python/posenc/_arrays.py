@@ -8,6 +8,7 @@ ValueError.
 torch is optional: a torch.Tensor can only exist once torch has been
 imported, so it is recognised through sys.modules and never imported here.
 """
+import ctypes
 import operator
 import sys
 
@@ -300,7 +301,6 @@ def ptr(arr):
 
 def ref(view):
     """A pointer to an optional View's pe_tensor (None -> NULL)."""
-    import ctypes
     return None if view is None else ctypes.byref(view.t)
 
 
