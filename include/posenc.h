@@ -15,7 +15,13 @@
  *   stride[3] must be 1, the other strides are arbitrary (any dimension order,
  *   rows of a packed QKV buffer, negative strides for reversed views), in
  *   elements. A tensor that is written must not have two indices naming the
- *   same element (checked: PE_ERR_SHAPE).
+ *   same element, and must share no element with any other tensor of the
+ *   call (checked exactly, so disjoint interleaved views of one packed QKV
+ *   buffer are fine and partly overlapping ones are refused: PE_ERR_SHAPE).
+ * - A zero batch, head or token count (shape[0..2] == 0: an empty chunk of a
+ *   continuously batched step) is valid: the call returns PE_OK and touches
+ *   nothing. shape[3] (head_dim, d_model, k_len) must be > 0, and data must
+ *   not be NULL even then.
  * - f16 and bf16 tensors are converted to float32, computed in float32 and
  *   rounded once to nearest-even on store; NaN stays NaN (quiet), Inf stays
  *   Inf, subnormals are kept (never flushed).
@@ -26,6 +32,10 @@
  *   0..tokens-1 in every batch row. Negative positions are an error.
  * - Apply/add functions take a pe_threadpool *: NULL runs on the calling
  *   thread. They never allocate, lock or make system calls on their hot path.
+ * - Stack: a call uses at most about 40 KiB of the calling thread's stack
+ *   whatever head_dim or d_model (rows too long for that are processed in
+ *   chunks), so threads with small stacks (musl's 128 KiB default, 64 KiB
+ *   tested) can call every function.
  * - Parameter structs are size-prefixed: call the *_init() function first.
  *
  * Thread-safety
@@ -34,8 +44,8 @@
  *   one cache concurrently (apply, accessors) as long as none destroys it.
  * - Two calls may run concurrently when the tensors they write do not overlap.
  * - A pe_threadpool runs one call at a time: a second thread entering a pool
- *   that is busy gets PE_ERR_INVALID_ARGUMENT (never a deadlock). Several
- *   pools may coexist.
+ *   that is busy gets PE_ERR_BUSY with nothing written (never a deadlock);
+ *   it may retry, or use its own pool. Several pools may coexist.
  * - pe_force_isa() changes process-wide state: call it before other threads
  *   use the library (tests and benchmarks only).
  */
@@ -79,14 +89,15 @@ PE_API const char *pe_version_string(void);
 typedef enum pe_status {
   PE_OK = 0,
   PE_ERR_NULL_POINTER = 1,        /* a required pointer is NULL */
-  PE_ERR_INVALID_ARGUMENT = 2,    /* a value out of its domain, or a busy pool */
+  PE_ERR_INVALID_ARGUMENT = 2,    /* a value out of its domain (or a flag of another family) */
   PE_ERR_SHAPE = 3,               /* shapes, strides or head_dim do not fit */
   PE_ERR_DTYPE = 4,               /* unknown or unsupported dtype */
   PE_ERR_POSITION_OUT_OF_RANGE = 5, /* negative, or >= a table's length */
   PE_ERR_OUT_OF_MEMORY = 6,       /* an allocation in a create call failed */
   PE_ERR_OVERFLOW = 7,            /* a size or byte count overflows int64/size_t */
   PE_ERR_UNSUPPORTED = 8,         /* not available on this CPU/build, unknown type */
-  PE_ERR_PARSE = 9                /* malformed or incomplete config.json */
+  PE_ERR_PARSE = 9,               /* malformed or incomplete config.json */
+  PE_ERR_BUSY = 10                /* the pool is running another call: retry (nothing written) */
 } pe_status;
 
 /* A static string "PE_ERR_SHAPE: shapes or strides do not fit" for every
@@ -135,7 +146,7 @@ typedef enum pe_rope_style {
 
 /* Frequency schemes; the HF transformers rope_type name is in quotes. d is
  * rotary_dim, M0 original_max_positions, s factor. Every scheme is computed
- * as transformers computes it (../shared/ROPE_SCALING.md), in double.
+ * as transformers computes it (modeling_rope_utils.py; docs/rope_scaling.md), in double.
  * Stricter than HF, which only warns: factor < 1 (linear, ntk, dynamic, yarn,
  * longrope, llama3), beta_fast <= beta_slow, missing M0 are errors. */
 typedef enum pe_rope_scaling {
@@ -260,6 +271,13 @@ PE_API double pe_rope_cache_softmax_scale(const pe_rope_cache *c);
 PE_API pe_status pe_rope_cache_cos_sin(const pe_rope_cache *c, int64_t pos,
                                        float *cos_out, float *sin_out);
 
+/* Flags: each family has its own bits, and every call refuses bits that are
+ * not its own (PE_ERR_INVALID_ARGUMENT, nothing written), so a flag passed to
+ * the wrong family is an error, never a different meaning:
+ *   RoPE (PE_ROPE_*)   bits 0-7     PE_ROPE_INVERSE, PE_ROPE_MROPE_INTERLEAVED
+ *   masks (PE_MASK_*)  bits 8-15    PE_MASK_CAUSAL (ALiBi, T5)
+ *   sinusoidal         bits 16-23   PE_SINUSOIDAL_CONCAT */
+
 /* Rotate by -angle instead of +angle: undoes pe_apply_rope_qk up to the
  * attention factor squared, which is applied again (use pe_rope_shift_k to
  * move keys without it). */
@@ -269,14 +287,16 @@ PE_API pe_status pe_rope_cache_cos_sin(const pe_rope_cache *c, int64_t pos,
  * q, k: [batch, heads, tokens, head_dim] (any strides, stride[3] == 1); either
  * may be NULL, not both. Batch and token counts of q and k must match; head
  * counts may differ (GQA/MQA); head_dim must equal the cache's. Channels
- * [rotary_dim, head_dim) are left untouched. q and k must not share elements.
+ * [rotary_dim, head_dim) are left untouched. q and k must not share elements
+ * (PE_ERR_SHAPE, nothing written); views of one packed QKV buffer are fine.
  * positions: [batch][tokens] or NULL (0..tokens-1). flags: PE_ROPE_INVERSE.
  * NEOX: o_j = x_j c_j - x_{j+h} s_j, o_{j+h} = x_{j+h} c_j + x_j s_j (h = rotary_dim/2);
  * GPTJ: the same on pairs (2j, 2j+1). Computed as fmaf(x, c, -(y*s)) and
  * fmaf(y, c, x*s) on every ISA.
  * Errors: PE_ERR_NULL_POINTER, PE_ERR_SHAPE, PE_ERR_DTYPE, PE_ERR_OVERFLOW,
  * PE_ERR_POSITION_OUT_OF_RANGE (negative, or >= max_positions with a table),
- * PE_ERR_INVALID_ARGUMENT (unknown flag, busy pool). Thread-safe as above. */
+ * PE_ERR_INVALID_ARGUMENT (unknown flag), PE_ERR_BUSY (busy pool). Thread-safe
+ * as above. */
 PE_API pe_status pe_apply_rope_qk(const pe_rope_cache *c, const pe_tensor *q,
                                   const pe_tensor *k, const int64_t *positions,
                                   uint32_t flags, pe_threadpool *pool);
@@ -312,7 +332,7 @@ PE_API pe_status pe_alibi_slopes(int32_t n_heads, double max_bias, float *out);
 
 /* Also set the score to -inf where the key position is after the query
  * position (a fused causal mask). */
-#define PE_MASK_CAUSAL 1u
+#define PE_MASK_CAUSAL 0x100u
 
 /* scores[b,h,i,j] += -slopes[h] * |qpos(b,i) - j|, in place.
  * scores: [batch, heads, q_len, k_len], any strides with stride[3] == 1.
@@ -360,7 +380,7 @@ PE_API pe_status pe_t5_add_bias(const pe_tensor *scores, const float *table,
 /* [sin | cos] halves with frequencies exp(-i*ln(base)/(half-1)) and a zero
  * column for odd d_model (fairseq, tensor2tensor, M2M100). The default is the
  * paper's interleaving: PE[p,2i] = sin(p*base^(-2i/d)), PE[p,2i+1] = cos(...). */
-#define PE_SINUSOIDAL_CONCAT 1u
+#define PE_SINUSOIDAL_CONCAT 0x10000u
 
 /* Write the table for positions 0..n_positions-1 into out
  * ([n_positions][d_model] float32). Angles in double precision.
@@ -402,7 +422,11 @@ PE_API const char *pe_isa_name(void);
  * for the best the CPU runs). The environment variable PE_ISA does the same at
  * first use. PE_ERR_UNSUPPORTED if the CPU or build lacks it,
  * PE_ERR_INVALID_ARGUMENT for an unknown name. Not thread-safe: for tests and
- * benchmarks, before concurrent use. */
+ * benchmarks, before concurrent use. A PE_ISA naming a path this CPU or build
+ * cannot run (or an unknown name) is ignored and the best path is used: a
+ * library must not fail every call because of an environment variable. The
+ * test programs check instead: each compares PE_ISA with pe_isa_name() at
+ * start and exits non-zero when they differ. */
 PE_API pe_status pe_force_isa(const char *name);
 
 /* ------------------------------------------------------------------------ */
@@ -443,7 +467,8 @@ PE_API pe_status pe_force_isa(const char *name);
  * k_cache differ, q/k batch or tokens differ, k_cache overlaps q or k,
  * aliasing strides), PE_ERR_DTYPE, PE_ERR_OVERFLOW,
  * PE_ERR_POSITION_OUT_OF_RANGE, PE_ERR_INVALID_ARGUMENT (a slot < -1 or
- * >= num_blocks * block_size, a duplicate slot, unknown flags, busy pool).
+ * >= num_blocks * block_size, a duplicate slot, unknown flags), PE_ERR_BUSY
+ * (busy pool).
  * Thread-safety: as pe_apply_rope_qk; two concurrent calls must not write
  * the same cache rows. */
 PE_API pe_status pe_apply_rope_qk_store(const pe_rope_cache *c, const pe_tensor *q,
@@ -478,8 +503,8 @@ PE_API pe_status pe_apply_rope_qk_store(const pe_rope_cache *c, const pe_tensor 
  * pe_apply_rope_qk rotates it at that position.
  * Errors (nothing written): PE_ERR_NULL_POINTER, PE_ERR_SHAPE, PE_ERR_DTYPE,
  * PE_ERR_OVERFLOW, PE_ERR_POSITION_OUT_OF_RANGE (names the axis),
- * PE_ERR_INVALID_ARGUMENT (mrope_section, flags, busy pool). Thread-safe as
- * pe_apply_rope_qk. */
+ * PE_ERR_INVALID_ARGUMENT (mrope_section, flags), PE_ERR_BUSY (busy pool).
+ * Thread-safe as pe_apply_rope_qk. */
 PE_API pe_status pe_apply_mrope_qk(const pe_rope_cache *c, const pe_tensor *q, const pe_tensor *k,
                                    const int64_t *positions, const int32_t *mrope_section,
                                    uint32_t flags, pe_threadpool *pool);
@@ -508,7 +533,8 @@ PE_API pe_status pe_mrope_section_from_hf_config(const char *json, size_t len,
  * would rotate it. Errors (nothing written): PE_ERR_NULL_POINTER,
  * PE_ERR_SHAPE (caches or tensors differ in geometry), PE_ERR_DTYPE,
  * PE_ERR_OVERFLOW, PE_ERR_POSITION_OUT_OF_RANGE, PE_ERR_INVALID_ARGUMENT
- * (n_caches, a cache_index value, styles differ, flags, busy pool).
+ * (n_caches, a cache_index value, styles differ, flags), PE_ERR_BUSY (busy
+ * pool).
  * Thread-safe as pe_apply_rope_qk. */
 PE_API pe_status pe_apply_rope_qk_multi(const pe_rope_cache *const *caches, int32_t n_caches,
                                         const int32_t *cache_index, const pe_tensor *q,

@@ -4,7 +4,8 @@
 #include <inttypes.h>
 #include <math.h>
 
-#include "kernels/enc_kernels.h"
+#include "kernels/enc_common.h"
+#include "kernels/isa.h"
 
 #define ALIBI_MAX_HEADS 65536
 
@@ -58,7 +59,7 @@ pe_status pe__check_scores(const char *fn, const pe_tensor *scores, const int64_
 }
 
 typedef struct alibi_job {
-  const pe_enc_kernels *k;
+  const pe_isa *k;
   char *data;
   size_t esize;
   pe_dtype dtype;
@@ -101,8 +102,9 @@ PE_API pe_status pe_alibi_add_bias(const pe_tensor *scores, const float *slopes,
                     "%s: slopes NULL (standard slopes) supports up to %d heads, scores have %" PRId64,
                     fn, ALIBI_MAX_HEADS, heads);
   }
+  if (pe__tensor_empty(scores)) return PE_OK;
   if ((st = pe__pool_acquire(fn, pool)) != PE_OK) return st;
-  alibi_job j = {.k = pe__enc_kernels(), .data = scores->data,
+  alibi_job j = {.k = pe__isa(), .data = scores->data,
                  .esize = pe__dtype_size(scores->dtype), .dtype = scores->dtype, .heads = heads,
                  .q_len = scores->shape[2], .k_len = scores->shape[3],
                  .s_batch = pe__stride(scores, 0), .s_head = pe__stride(scores, 1),

@@ -17,6 +17,7 @@ PE_API const char *pe_status_string(pe_status s) {
     case PE_ERR_OVERFLOW: return "PE_ERR_OVERFLOW: a size overflows";
     case PE_ERR_UNSUPPORTED: return "PE_ERR_UNSUPPORTED: not available on this CPU or build";
     case PE_ERR_PARSE: return "PE_ERR_PARSE: malformed or incomplete configuration";
+    case PE_ERR_BUSY: return "PE_ERR_BUSY: the pool is running another call: retry";
   }
   return "PE_ERR_UNKNOWN: not a pe_status value";
 }

@@ -56,10 +56,13 @@ PE_HIDDEN pe_status pe__check_deltas(const char *fn, const int64_t *d, int64_t b
                                      int64_t tokens);
 /* Reject flag bits outside `known`. */
 PE_HIDDEN pe_status pe__check_flags(const char *fn, uint32_t flags, uint32_t known);
-/* True when two tensors' element sets may intersect: exact same base pointer
- * with overlapping byte ranges is reported; interleaved packed-QKV views are
- * accepted (documented: q and k must not share elements). */
-PE_HIDDEN int pe__same_storage(const pe_tensor *a, const pe_tensor *b);
+/* True when a tensor has no elements (a zero batch, head, token count). */
+PE_HIDDEN int pe__tensor_empty(const pe_tensor *t);
+/* True when two validated tensors may share an element: decided exactly for
+ * tensors of one dtype on one element grid (so disjoint interleaved views of
+ * a packed QKV buffer are told apart from partly overlapping ones), and by
+ * their byte ranges otherwise. Empty tensors overlap nothing. */
+PE_HIDDEN int pe__tensors_overlap(const pe_tensor *a, const pe_tensor *b);
 
 /* ---- size-prefixed structs (validate.c) ---- */
 /* Copy a caller's struct of caller_size bytes into dst (known_size bytes,

@@ -21,7 +21,7 @@ struct pe_rope_cache {
 
 /* Validate the scaling fields of p for rotary_dim and compute the frequencies
  * (double, [rotary_dim/2]), the attention factor and the softmax multiplier,
- * as HuggingFace transformers does (../shared/ROPE_SCALING.md). Writes only
+ * as HuggingFace transformers does (docs/rope_scaling.md). Writes only
  * the outputs, and only on success. fn names the entry point in errors. */
 PE_HIDDEN pe_status pe__rope_frequencies(const char *fn, const pe_rope_params *p,
                                          int32_t rotary_dim, double *inv_freq,

@@ -5,19 +5,23 @@
 #include <math.h>
 #include <string.h>
 
-#include "kernels/enc_kernels.h"
+#include "kernels/isa.h"
 
-/* Frequencies of one call: what a row of the table needs besides the
- * position. Angles are formed in double precision exactly as the reference
- * codebases write them (a division by base^(2k/d) for the paper's layout, a
- * multiplication by exp(-k ln(base)/(half-1)) for fairseq's), then sin/cos in
- * double (SLEEF, vectorized), rounded once to float32. */
+/* The geometry of one call. Angles are formed in double precision exactly
+ * as the reference codebases write them (a division by base^(2k/d) for the
+ * paper's layout, a multiplication by exp(-k ln(base)/(half-1)) for
+ * fairseq's), then sin/cos in double (SLEEF, vectorized), rounded once to
+ * float32. Frequencies are computed a chunk of SIN_CHUNK at a time, so the
+ * stack holds one chunk whatever d_model is; a call walks its rows once per
+ * chunk. */
 typedef struct sin_geometry {
   int32_t d_model;
   int32_t concat;  /* PE_SINUSOIDAL_CONCAT */
   int32_t n_freq;  /* interleaved: ceil(d/2) pairs (odd d ends in a sin); concat: d/2 */
-  double freq[PE_MAX_HEAD_DIM / 2]; /* interleaved: divisor base^(2k/d); concat: w_k */
+  double base, step; /* concat: w_k = exp(-k*step) */
 } sin_geometry;
+
+#define SIN_CHUNK 256
 
 static pe_status sin_geometry_init(const char *fn, int32_t d_model, double base, uint32_t flags,
                                    sin_geometry *g) {
@@ -34,49 +38,77 @@ static pe_status sin_geometry_init(const char *fn, int32_t d_model, double base,
                     fn, base);
   g->d_model = d_model;
   g->concat = concat;
-  if (concat) {
-    /* fairseq/tensor2tensor: the denominator half - 1 makes the last
-     * frequency exactly 1/base. */
-    int32_t half = d_model / 2;
-    double step = log(base) / (double)(half - 1);
-    g->n_freq = half;
-    for (int32_t k = 0; k < half; k++) g->freq[k] = exp((double)k * -step);
-  } else {
-    /* DistilBERT: pos / np.power(base, 2 * (j // 2) / dim). */
-    g->n_freq = (d_model + 1) / 2;
-    for (int32_t k = 0; k < g->n_freq; k++)
-      g->freq[k] = pow(base, (double)(2 * k) / (double)d_model);
-  }
+  g->base = base;
+  /* fairseq/tensor2tensor: the denominator half - 1 makes the last
+   * frequency exactly 1/base. DistilBERT: pos / np.power(base, 2*(j//2)/dim). */
+  g->n_freq = concat ? d_model / 2 : (d_model + 1) / 2;
+  g->step = concat ? log(base) / (double)(d_model / 2 - 1) : 0.0;
   return PE_OK;
 }
 
-/* The table row of position pos (exact in double: pos < 2^53). The angles
- * are formed here in double; sin and cos come from the ISA's vector kernel
- * (SLEEF double sincos, rounded once: the same bits on every ISA), in chunks
- * that keep the scratch small. */
-#define SIN_CHUNK 256
-static void sin_row(const pe_enc_kernels *k, const sin_geometry *g, int64_t pos, float *out) {
+/* Frequencies [k0, k0+n) (interleaved: the divisors base^(2k/d)). */
+static void sin_freqs(const sin_geometry *g, int32_t k0, int32_t n, double *freq) {
+  for (int32_t i = 0; i < n; i++) {
+    int32_t k = k0 + i;
+    freq[i] = g->concat ? exp((double)k * -g->step)
+                        : pow(g->base, (double)(2 * k) / (double)g->d_model);
+  }
+}
+
+/* A chunk of one row: sin and cos of frequencies [k0, k0+n) at pos, as
+ * the columns they occupy. Interleaved: v[0..ncol) holds columns
+ * [2*k0, 2*k0 + ncol). Concat: v[0..n) columns [k0, k0+n) (sin) and
+ * v[n..2n) columns [half + k0, ...) (cos). */
+static int32_t sin_chunk(const pe_isa *isa, const sin_geometry *g, const double *freq, int32_t k0,
+                         int32_t n, int64_t pos, float *v) {
   double p = (double)pos, angle[SIN_CHUNK];
   float sv[SIN_CHUNK], cv[SIN_CHUNK];
-  for (int32_t k0 = 0; k0 < g->n_freq; k0 += SIN_CHUNK) {
-    int32_t n = g->n_freq - k0 < SIN_CHUNK ? g->n_freq - k0 : SIN_CHUNK;
-    if (g->concat)
-      for (int32_t i = 0; i < n; i++) angle[i] = p * g->freq[k0 + i];
-    else
-      for (int32_t i = 0; i < n; i++) angle[i] = p / g->freq[k0 + i];
-    k->sincos(angle, n, sv, cv);
-    if (g->concat) {
-      memcpy(out + k0, sv, (size_t)n * sizeof(float));
-      memcpy(out + g->n_freq + k0, cv, (size_t)n * sizeof(float));
-    } else {
-      for (int32_t i = 0; i < n; i++) {
-        int32_t col = 2 * (k0 + i);
-        out[col] = sv[i];
-        if (col + 1 < g->d_model) out[col + 1] = cv[i]; /* odd d ends in a sin */
-      }
-    }
+  if (g->concat)
+    for (int32_t i = 0; i < n; i++) angle[i] = p * freq[i];
+  else
+    for (int32_t i = 0; i < n; i++) angle[i] = p / freq[i];
+  isa->sincos(angle, n, sv, cv);
+  if (g->concat) {
+    memcpy(v, sv, (size_t)n * sizeof(float));
+    memcpy(v + n, cv, (size_t)n * sizeof(float));
+    return n;
   }
-  if (g->concat && (g->d_model & 1)) out[g->d_model - 1] = 0.0f;
+  int32_t ncol = 0;
+  for (int32_t i = 0; i < n; i++) {
+    v[ncol++] = sv[i];
+    if (2 * (k0 + i) + 1 < g->d_model) v[ncol++] = cv[i]; /* odd d ends in a sin */
+  }
+  return ncol;
+}
+
+/* Apply a chunk to a row: out = v (table) or row += v (add_row). */
+typedef void (*sin_put_fn)(const pe_isa *isa, pe_dtype dt, char *row, int64_t esize, int64_t col,
+                           const float *v, int64_t n);
+static void put_store(const pe_isa *isa, pe_dtype dt, char *row, int64_t esize, int64_t col,
+                      const float *v, int64_t n) {
+  (void)isa;
+  (void)dt;
+  memcpy(row + col * esize, v, (size_t)n * sizeof(float));
+}
+static void put_add(const pe_isa *isa, pe_dtype dt, char *row, int64_t esize, int64_t col,
+                    const float *v, int64_t n) {
+  isa->add_row[dt](row + col * esize, v, n);
+}
+
+/* A chunk computed by sin_chunk (ncol values) into row's columns (put). */
+static void sin_apply(const pe_isa *isa, const sin_geometry *g, int32_t k0, int32_t n,
+                      const float *v, int32_t ncol, char *row, pe_dtype dt, int64_t esize,
+                      sin_put_fn put) {
+  if (!g->concat) {
+    put(isa, dt, row, esize, 2 * (int64_t)k0, v, ncol);
+    return;
+  }
+  put(isa, dt, row, esize, k0, v, n);
+  put(isa, dt, row, esize, g->n_freq + (int64_t)k0, v + n, n);
+  if ((g->d_model & 1) && k0 + n == g->n_freq) { /* odd d: a zero column last */
+    static const float zero = 0.0f;
+    put(isa, dt, row, esize, g->d_model - 1, &zero, 1);
+  }
 }
 
 PE_API pe_status pe_sinusoidal_table(int64_t n_positions, int32_t d_model, double base,
@@ -95,8 +127,17 @@ PE_API pe_status pe_sinusoidal_table(int64_t n_positions, int32_t d_model, doubl
     return pe__fail(PE_ERR_OVERFLOW,
                     "%s: %" PRId64 " x %d floats exceed the largest possible object (PTRDIFF_MAX bytes)",
                     fn, n_positions, (int)d_model);
-  const pe_enc_kernels *k = pe__enc_kernels();
-  for (int64_t p = 0; p < n_positions; p++) sin_row(k, &g, p, out + p * d_model);
+  const pe_isa *isa = pe__isa();
+  double freq[SIN_CHUNK];
+  for (int32_t k0 = 0; k0 < g.n_freq; k0 += SIN_CHUNK) {
+    int32_t n = g.n_freq - k0 < SIN_CHUNK ? g.n_freq - k0 : SIN_CHUNK;
+    sin_freqs(&g, k0, n, freq);
+    for (int64_t p = 0; p < n_positions; p++) {
+      float v[2 * SIN_CHUNK];
+      int32_t ncol = sin_chunk(isa, &g, freq, k0, n, p, v);
+      sin_apply(isa, &g, k0, n, v, ncol, (char *)(out + p * d_model), PE_F32, 4, put_store);
+    }
+  }
   return PE_OK;
 }
 
@@ -111,7 +152,7 @@ static pe_status check_embeddings(const char *fn, const pe_tensor *x) {
 }
 
 typedef struct embed_job {
-  const pe_enc_kernels *k;
+  const pe_isa *k;
   char *data;
   size_t esize;
   pe_dtype dtype;
@@ -128,21 +169,24 @@ typedef struct embed_job {
 } embed_job;
 
 /* Units: tokens when positions is NULL (one row serves every batch row),
- * else (batch, token) pairs. */
+ * else (batch, token) pairs. Chunk-major: each chunk's frequencies are
+ * computed once per range. */
 static void sinusoidal_range(void *ctx, int64_t begin, int64_t end) {
   const embed_job *j = ctx;
-  float pe_row[PE_MAX_HEAD_DIM];
-  for (int64_t u = begin; u < end; u++) {
-    if (j->positions) {
-      int64_t b = u / j->tokens, t = u % j->tokens;
-      sin_row(j->k, j->g, j->positions[u], pe_row);
-      j->k->add_row[j->dtype](j->data + (b * j->s_batch + t * j->s_token) * (int64_t)j->esize,
-                              pe_row, j->d_model);
-    } else {
-      sin_row(j->k, j->g, u, pe_row);
-      for (int64_t b = 0; b < j->batch; b++)
-        j->k->add_row[j->dtype](j->data + (b * j->s_batch + u * j->s_token) * (int64_t)j->esize,
-                                pe_row, j->d_model);
+  const sin_geometry *g = j->g;
+  double freq[SIN_CHUNK];
+  float v[2 * SIN_CHUNK];
+  for (int32_t k0 = 0; k0 < g->n_freq; k0 += SIN_CHUNK) {
+    int32_t n = g->n_freq - k0 < SIN_CHUNK ? g->n_freq - k0 : SIN_CHUNK;
+    sin_freqs(g, k0, n, freq);
+    for (int64_t u = begin; u < end; u++) {
+      int64_t b0 = j->positions ? u / j->tokens : 0, t = j->positions ? u % j->tokens : u;
+      int64_t b1 = j->positions ? b0 + 1 : j->batch; /* one row of values for every batch row */
+      int32_t ncol = sin_chunk(j->k, g, freq, k0, n, j->positions ? j->positions[u] : u, v);
+      for (int64_t b = b0; b < b1; b++)
+        sin_apply(j->k, g, k0, n, v, ncol,
+                  j->data + (b * j->s_batch + t * j->s_token) * (int64_t)j->esize, j->dtype,
+                  (int64_t)j->esize, put_add);
     }
   }
 }
@@ -160,8 +204,9 @@ PE_API pe_status pe_sinusoidal_add(const pe_tensor *x, const int64_t *positions,
   int64_t batch = x->shape[0], tokens = x->shape[2];
   if ((st = pe__check_positions(fn, "position", positions, batch, tokens, 0, "")) != PE_OK)
     return st;
+  if (pe__tensor_empty(x)) return PE_OK;
   if ((st = pe__pool_acquire(fn, pool)) != PE_OK) return st;
-  embed_job j = {.k = pe__enc_kernels(), .data = x->data, .esize = pe__dtype_size(x->dtype),
+  embed_job j = {.k = pe__isa(), .data = x->data, .esize = pe__dtype_size(x->dtype),
                  .dtype = x->dtype, .batch = batch, .tokens = tokens, .d_model = x->shape[3],
                  .s_batch = pe__stride(x, 0), .s_token = pe__stride(x, 2), .positions = positions,
                  .g = &g};
@@ -210,9 +255,8 @@ PE_API pe_status pe_learned_add(const pe_tensor *x, const pe_tensor *table,
   if (table->shape[3] != x->shape[3])
     return pe__fail(PE_ERR_SHAPE, "%s: table d_model (shape[3]) %" PRId64 " != x d_model %" PRId64,
                     fn, table->shape[3], x->shape[3]);
-  if (pe__same_storage(x, table))
-    return pe__fail(PE_ERR_INVALID_ARGUMENT,
-                    "%s: x and table start at the same address: the table would be modified", fn);
+  if (pe__tensors_overlap(x, table))
+    return pe__fail(PE_ERR_SHAPE, "%s: x and table share memory: the table would be modified", fn);
   int64_t batch = x->shape[0], tokens = x->shape[2], max_len = table->shape[2];
   if (!positions && tokens > max_len)
     return pe__fail(PE_ERR_POSITION_OUT_OF_RANGE,
@@ -222,8 +266,9 @@ PE_API pe_status pe_learned_add(const pe_tensor *x, const pe_tensor *table,
   if ((st = pe__check_positions(fn, "position", positions, batch, tokens, max_len,
                                 "table max_len")) != PE_OK)
     return st;
+  if (pe__tensor_empty(x)) return PE_OK;
   if ((st = pe__pool_acquire(fn, pool)) != PE_OK) return st;
-  embed_job j = {.k = pe__enc_kernels(), .data = x->data, .esize = pe__dtype_size(x->dtype),
+  embed_job j = {.k = pe__isa(), .data = x->data, .esize = pe__dtype_size(x->dtype),
                  .dtype = x->dtype, .batch = batch, .tokens = tokens, .d_model = x->shape[3],
                  .s_batch = pe__stride(x, 0), .s_token = pe__stride(x, 2), .positions = positions,
                  .table = table->data, .t_esize = pe__dtype_size(table->dtype),

@@ -3,7 +3,8 @@
 #include <inttypes.h>
 #include <math.h>
 
-#include "kernels/enc_kernels.h"
+#include "kernels/enc_common.h"
+#include "kernels/isa.h"
 
 /* Keys handled per pass of a row: the runs of buckets and the bias row of
  * one pass live on the stack (24 KiB). */
@@ -77,7 +78,7 @@ PE_API int32_t pe_t5_bucket(int64_t relative_position, int32_t bidirectional, in
 }
 
 typedef struct t5_job {
-  const pe_enc_kernels *k;
+  const pe_isa *k;
   char *data;
   size_t esize;
   pe_dtype dtype;
@@ -152,8 +153,9 @@ PE_API pe_status pe_t5_add_bias(const pe_tensor *scores, const float *table,
       return pe__fail(PE_ERR_INVALID_ARGUMENT,
                       "%s: table[bucket %" PRId64 "][head %" PRId64 "] = %g is not finite", fn,
                       e / heads, e % heads, (double)table[e]);
+  if (pe__tensor_empty(scores)) return PE_OK;
   if ((st = pe__pool_acquire(fn, pool)) != PE_OK) return st;
-  j.k = pe__enc_kernels();
+  j.k = pe__isa();
   j.data = scores->data;
   j.esize = pe__dtype_size(scores->dtype);
   j.dtype = scores->dtype;

@@ -42,7 +42,7 @@
  * -------------
  * - pe_threadpool_create and pe_threadpool_size may be called from any thread.
  * - A pool serves one call at a time. pe__pool_acquire takes an atomic busy
- *   flag; a second thread entering a busy pool gets PE_ERR_INVALID_ARGUMENT
+ *   flag; a second thread entering a busy pool gets PE_ERR_BUSY
  *   with nothing written, never a deadlock. Separate pools are independent.
  * - pe_threadpool_destroy must not run concurrently with a call on the same
  *   pool (the caller owns the pool's lifetime, as with any handle).
@@ -497,7 +497,7 @@ pe_status pe__pool_acquire(const char *fn, pe_threadpool *pool) {
   int expected = 0;
   if (!atomic_compare_exchange_strong_explicit(&pool->busy, &expected, 1, memory_order_acquire,
                                                memory_order_relaxed))
-    return pe__fail(PE_ERR_INVALID_ARGUMENT,
+    return pe__fail(PE_ERR_BUSY,
                     "%s: the thread pool is busy with a call from another thread; a pe_threadpool "
                     "runs one call at a time (give each calling thread its own pool)",
                     fn);

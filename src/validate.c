@@ -37,13 +37,19 @@ pe_status pe__check_tensor(const char *fn, const char *name, const pe_tensor *t,
   if ((uintptr_t)t->data % es)
     return pe__fail(PE_ERR_INVALID_ARGUMENT,
                     "%s: %s->data %p is not aligned to its %zu-byte elements", fn, name, t->data, es);
-  for (int i = 0; i < 4; i++)
-    if (t->shape[i] <= 0)
-      return pe__fail(PE_ERR_SHAPE, "%s: %s->shape[%s] = %" PRId64 " must be > 0", fn, name,
+  for (int i = 0; i < 3; i++)
+    if (t->shape[i] < 0)
+      return pe__fail(PE_ERR_SHAPE, "%s: %s->shape[%s] = %" PRId64 " must be >= 0", fn, name,
                       dim_names[i], t->shape[i]);
+  if (t->shape[3] <= 0)
+    return pe__fail(PE_ERR_SHAPE, "%s: %s->shape[3] = %" PRId64 " must be > 0", fn, name,
+                    t->shape[3]);
   if (t->stride[3] != 1)
     return pe__fail(PE_ERR_SHAPE, "%s: %s->stride[3] = %" PRId64 " must be 1 (unit inner stride)",
                     fn, name, t->stride[3]);
+  /* An empty tensor (a zero batch, head or token count) is valid and is
+   * never dereferenced: its strides mean nothing. */
+  if (!t->shape[0] || !t->shape[1] || !t->shape[2]) return PE_OK;
   /* Element count and byte extent must be representable. */
   int64_t count = 1, lo = 0, hi = t->shape[3] - 1;
   for (int i = 0; i < 4; i++) {
@@ -141,8 +147,107 @@ pe_status pe__check_flags(const char *fn, uint32_t flags, uint32_t known) {
   return PE_OK;
 }
 
-int pe__same_storage(const pe_tensor *a, const pe_tensor *b) {
-  return a && b && a->data == b->data;
+int pe__tensor_empty(const pe_tensor *t) {
+  return !t || !t->shape[0] || !t->shape[1] || !t->shape[2] || !t->shape[3];
+}
+
+/* The byte range [lo, hi) a validated, non-empty tensor spans. */
+static void byte_span(const pe_tensor *t, intptr_t *lo, intptr_t *hi) {
+  int64_t es = (int64_t)pe__dtype_size(t->dtype), a = 0, b = t->shape[3];
+  for (int i = 0; i < 3; i++) {
+    int64_t span = (t->shape[i] - 1) * pe__stride(t, i);
+    if (span < 0) a += span;
+    else b += span;
+  }
+  *lo = (intptr_t)t->data + (intptr_t)(a * es);
+  *hi = (intptr_t)t->data + (intptr_t)(b * es);
+}
+
+/* Is there an integer vector v, lo[m] <= v[m] <= hi[m], with
+ * sum v[m]*w[m] == r (w[m] > 0, ascending)? Branch and bound from the
+ * largest w: at each level only the v that leave r reachable by the inner
+ * terms are tried, so views of one dense buffer (where each stride steps
+ * over everything the inner ones span) cost one or two candidates per
+ * level. *budget bounds the nodes visited; when it runs out the answer is
+ * "maybe" (-1). */
+typedef struct lattice_term {
+  int64_t w, lo, hi;
+} lattice_term;
+
+static int lattice_hit(const lattice_term *t, int m, const int64_t *inner_lo,
+                       const int64_t *inner_hi, int64_t r, long *budget) {
+  if (--*budget < 0) return -1;
+  if (m < 0) return r == 0;
+  int64_t w = t[m].w;
+  /* need r - v*w in [inner_lo[m], inner_hi[m]]: v*w in [a, b] */
+  int64_t a = r - inner_hi[m], b = r - inner_lo[m];
+  int64_t vlo = a >= 0 ? (a + w - 1) / w : -((-a) / w); /* ceil(a/w) */
+  int64_t vhi = b >= 0 ? b / w : -((-b + w - 1) / w);   /* floor(b/w) */
+  if (vlo < t[m].lo) vlo = t[m].lo;
+  if (vhi > t[m].hi) vhi = t[m].hi;
+  int maybe = 0;
+  for (int64_t v = vlo; v <= vhi; v++) {
+    int h = lattice_hit(t, m - 1, inner_lo, inner_hi, r - v * w, budget);
+    if (h == 1) return 1;
+    if (h < 0) {
+      maybe = 1;
+      if (*budget < 0) break;
+    }
+  }
+  return maybe ? -1 : 0;
+}
+
+int pe__tensors_overlap(const pe_tensor *a, const pe_tensor *b) {
+  if (pe__tensor_empty(a) || pe__tensor_empty(b)) return 0;
+  intptr_t alo, ahi, blo, bhi;
+  byte_span(a, &alo, &ahi);
+  byte_span(b, &blo, &bhi);
+  if (!(alo < bhi && blo < ahi)) return 0;
+  size_t es = pe__dtype_size(a->dtype);
+  intptr_t d = (intptr_t)b->data - (intptr_t)a->data;
+  /* Elements of different sizes, or not on one grid: the byte ranges meet. */
+  if (es != pe__dtype_size(b->dtype) || d % (intptr_t)es) return 1;
+  /* An element of a at index i meets one of b at index j iff
+   * sum_k i_k*sa_k - sum_k j_k*sb_k == d (in elements). Terms of equal |w|
+   * merge into one (i_k - j_k over [-(nb-1), na-1] when the strides agree),
+   * which makes views sharing their strides one candidate per level. */
+  lattice_term t[8];
+  int m = 0;
+  for (int k = 0; k < 8; k++) {
+    const pe_tensor *x = k < 4 ? a : b;
+    int dim = k & 3;
+    if (x->shape[dim] <= 1) continue;
+    int64_t w = dim == 3 ? 1 : pe__stride(x, dim), n = x->shape[dim] - 1;
+    if (w == 0) continue; /* a broadcast (read-only) dimension adds nothing */
+    if (k >= 4) w = -w; /* b's terms are subtracted */
+    int64_t lo = 0, hi = n;
+    if (w < 0) {
+      w = -w;
+      lo = -n;
+      hi = 0;
+    }
+    int i = 0;
+    while (i < m && t[i].w != w) i++;
+    if (i == m) t[m++] = (lattice_term){w, 0, 0};
+    t[i].lo += lo;
+    t[i].hi += hi;
+  }
+  for (int i = 1; i < m; i++) /* ascending w */
+    for (int j = i; j > 0 && t[j - 1].w > t[j].w; j--) {
+      lattice_term tmp = t[j - 1];
+      t[j - 1] = t[j];
+      t[j] = tmp;
+    }
+  int64_t inner_lo[8], inner_hi[8], lo = 0, hi = 0;
+  for (int i = 0; i < m; i++) {
+    inner_lo[i] = lo;
+    inner_hi[i] = hi;
+    lo += t[i].w * t[i].lo; /* fit: validated byte extents */
+    hi += t[i].w * t[i].hi;
+  }
+  long budget = 1L << 16;
+  int h = lattice_hit(t, m - 1, inner_lo, inner_hi, (int64_t)(d / (intptr_t)es), &budget);
+  return h != 0; /* "maybe" counts as overlap */
 }
 
 pe_status pe__copy_sized(const char *fn, void *dst, size_t known_size, const void *src,

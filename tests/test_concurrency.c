@@ -1,10 +1,11 @@
 /* test_concurrency.c - the header's thread-safety promises, under TSan in
  * scripts/ci-reliability.sh:
  *   - one pe_rope_cache used by many threads at once (apply, inverse, shift,
- *     rerotate, accessors), each on its own tensors: results bit-identical to
- *     a serial run;
+ *     rerotate, the fused store into a per-thread k_cache, M-RoPE, the
+ *     multi-cache call, accessors, the M-RoPE config parser), each on its own
+ *     tensors: results bit-identical to a serial run;
  *   - one pool shared by many threads: a call either runs or is refused with
- *     PE_ERR_INVALID_ARGUMENT (busy) having written nothing - never a
+ *     PE_ERR_BUSY having written nothing - never a
  *     deadlock, never a mixed result;
  *   - pe_last_error() is per thread. */
 #include <pthread.h>
@@ -34,7 +35,8 @@ typedef struct work {
   const pe_rope_cache *table, *fly;
   pe_threadpool *pool;         /* shared by every thread, or NULL */
   float q[B * HQ * T * D], k[B * HK * T * D];
-  int64_t pos[B * T], deltas[B * T];
+  float kc[4 * HK * 16 * D];   /* k_cache [4 blocks, HK, block_size 16, D] */
+  int64_t pos[B * T], deltas[B * T], slots[B * T], mpos[3 * B * T];
   long busy;                   /* refusals of the shared pool */
   int failed;
   char why[256];
@@ -53,7 +55,12 @@ static void fill(work *w, uint64_t seed) {
   for (int i = 0; i < B * T; i++) {
     w->pos[i] = (int64_t)((seed * 131 + (uint64_t)i * 7) % 1000);
     w->deltas[i] = (int64_t)(i % 9) - 4;
+    /* 32 distinct slots of 64, and one padding token */
+    w->slots[i] = i == 5 ? -1 : (int64_t)((seed + (uint64_t)i * 3) % 64);
   }
+  for (int a = 0; a < 3; a++)
+    for (int i = 0; i < B * T; i++) w->mpos[a * B * T + i] = (w->pos[i] + a * 17) % 1000;
+  memset(w->kc, 0, sizeof w->kc);
 }
 
 static void set_fail(work *w, const char *what, pe_status st) {
@@ -67,12 +74,14 @@ static void set_fail(work *w, const char *what, pe_status st) {
  * call is then repeated. */
 #define CALL(w, what, expr, snapshot_a, snapshot_b)                                      \
   do {                                                                                  \
+    memcpy(snap_c, (w)->kc, sizeof (w)->kc);                                            \
     for (;;) {                                                                          \
       pe_status st_ = (expr);                                                           \
       if (st_ == PE_OK) break;                                                          \
-      if (st_ == PE_ERR_INVALID_ARGUMENT && (w)->pool &&                                 \
+      if (st_ == PE_ERR_BUSY && (w)->pool &&                                            \
           !memcmp((w)->q, snapshot_a, sizeof (w)->q) &&                                 \
-          !memcmp((w)->k, snapshot_b, sizeof (w)->k)) {                                 \
+          !memcmp((w)->k, snapshot_b, sizeof (w)->k) &&                                 \
+          !memcmp((w)->kc, snap_c, sizeof (w)->kc)) {                                   \
         (w)->busy++;                                                                    \
         continue;                                                                       \
       }                                                                                 \
@@ -83,15 +92,23 @@ static void set_fail(work *w, const char *what, pe_status st) {
 
 static void run_sequence(work *w) {
   /* Per-thread snapshots (busy refusals are checked against them). */
-  float *snap_q = malloc(sizeof w->q), *snap_k = malloc(sizeof w->k);
-  if (!snap_q || !snap_k) {
+  float *snap_q = malloc(sizeof w->q), *snap_k = malloc(sizeof w->k), *snap_c = malloc(sizeof w->kc);
+  if (!snap_q || !snap_k || !snap_c) {
     set_fail(w, "malloc", PE_ERR_OUT_OF_MEMORY);
     free(snap_q);
     free(snap_k);
+    free(snap_c);
     return;
   }
+  pe_tensor kc = {w->kc, PE_F32, {4, HK, 16, D}, {HK * 16 * D, 16 * D, D, 1}};
+  const pe_rope_cache *caches[2] = {w->table, w->fly};
+  const int32_t index[B] = {1, 0};
+  static const int32_t section[3] = {16, 8, 8}; /* sums to D/2 */
+  static const char qwen2_vl[] =
+      "{\"rope_scaling\": {\"type\": \"mrope\", \"mrope_section\": [16, 24, 24]}}";
   pe_tensor q = {w->q, PE_F32, {B, HQ, T, D}, {HQ * T * D, T * D, D, 1}};
   pe_tensor k = {w->k, PE_F32, {B, HK, T, D}, {HK * T * D, T * D, D, 1}};
+  pe_status st_sec;
   for (int r = 0; r < ROUNDS; r++) {
     memcpy(snap_q, w->q, sizeof w->q);
     memcpy(snap_k, w->k, sizeof w->k);
@@ -106,6 +123,24 @@ static void run_sequence(work *w) {
     memcpy(snap_q, w->q, sizeof w->q);
     memcpy(snap_k, w->k, sizeof w->k);
     CALL(w, "rerotate", pe_rope_rerotate_k(w->table, w->fly, &k, w->pos, w->pool), snap_q, snap_k);
+    memcpy(snap_q, w->q, sizeof w->q);
+    memcpy(snap_k, w->k, sizeof w->k);
+    CALL(w, "store", pe_apply_rope_qk_store(w->table, &q, &k, &kc, w->slots, w->pos, 0, w->pool),
+         snap_q, snap_k);
+    memcpy(snap_q, w->q, sizeof w->q);
+    memcpy(snap_k, w->k, sizeof w->k);
+    CALL(w, "mrope", pe_apply_mrope_qk(w->table, &q, &k, w->mpos, section,
+                                       r & 1 ? PE_ROPE_MROPE_INTERLEAVED : 0, w->pool),
+         snap_q, snap_k);
+    memcpy(snap_q, w->q, sizeof w->q);
+    memcpy(snap_k, w->k, sizeof w->k);
+    CALL(w, "multi", pe_apply_rope_qk_multi(caches, 2, index, &q, &k, w->pos, 0, w->pool), snap_q,
+         snap_k);
+    int32_t sec[3] = {0, 0, 0};
+    uint32_t sflags = 7;
+    st_sec = pe_mrope_section_from_hf_config(qwen2_vl, sizeof qwen2_vl - 1, sec, &sflags);
+    if (st_sec != PE_OK || sec[0] != 16 || sec[1] != 24 || sec[2] != 24 || sflags != 0)
+      set_fail(w, "pe_mrope_section_from_hf_config", st_sec);
     /* Accessors read the same cache meanwhile. */
     float cs[D / 2], sn[D / 2];
     pe_status st = pe_rope_cache_cos_sin(w->table, w->pos[r % (B * T)], cs, sn);
@@ -123,6 +158,7 @@ static void run_sequence(work *w) {
   }
   free(snap_q);
   free(snap_k);
+  free(snap_c);
 }
 
 static void *thread_main(void *arg) {
@@ -174,6 +210,7 @@ static void check_against_serial(pe_threadpool *shared_pool, pe_threadpool *ref_
   for (int i = 0; i < N_THREADS; i++) {
     assert_memory_equal(par[i].q, ref[i].q, sizeof ref[i].q);
     assert_memory_equal(par[i].k, ref[i].k, sizeof ref[i].k);
+    assert_memory_equal(par[i].kc, ref[i].kc, sizeof ref[i].kc);
     busy += par[i].busy;
   }
   if (shared_pool) printf("shared pool: %ld busy refusals, each retried\n", busy);
@@ -193,10 +230,7 @@ static void test_shared_cache_no_pool(void **state) {
 static void test_shared_cache_shared_pool(void **state) {
   (void)state;
   pe_threadpool *pool = NULL;
-  if (pe_threadpool_create(2, &pool) != PE_OK) {
-    printf("no pool: %s\n", pe_last_error());
-    skip();
-  }
+  assert_int_equal(pe_threadpool_create(2, &pool), PE_OK);
   check_against_serial(pool, NULL);
   pe_threadpool_destroy(pool);
 }

@@ -2,8 +2,10 @@
  * of real models (tests/data/configs) and on small configs written here.
  *
  * Every expected value comes from the config's numbers and the formulas of
- * ../shared/ROPE_SCALING.md, evaluated in float64 in this file (independent of
- * src/), or from published constants: Phi-3's attention factor 1.190238,
+ * transformers' modeling_rope_utils.py (_compute_default_rope_parameters,
+ * _compute_yarn_parameters, _compute_longrope_parameters,
+ * _compute_llama3_parameters, ...), evaluated in float64 in this file
+ * (independent of src/), or from published constants: Phi-3's attention factor 1.190238,
  * DeepSeek-V3's softmax factor 1.87385, YaRN's 0.1 ln s + 1.
  *
  * Fixture provenance: written from the public config.json of each model on

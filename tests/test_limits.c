@@ -1,8 +1,9 @@
 /* test_limits.c - arguments at the edges of int64/size_t and of memory:
  * shapes and positions at INT64_MIN/MAX, element counts and byte extents that
  * overflow, strides reaching below address 0, tables larger than memory.
- * Each must come back as a clear error (a status and a sentence) with every
- * buffer unchanged - never a crash, a wrap-around or a partial write.
+ * The serving entry points (fused store, M-RoPE and its config parser,
+ * multi-cache) get the same treatment. Each must come back as a clear error
+ * (a status and a sentence) with every buffer unchanged - never a crash, a wrap-around or a partial write.
  * Prints "bad inputs tried: N" for the CI summary. */
 #include <math.h>
 #include <setjmp.h>
@@ -16,16 +17,6 @@
 #include <cmocka.h>
 
 #include "posenc.h"
-
-/* Entry points other sessions are still landing: weak, so this test links
- * before they exist and covers them once they do. */
-#pragma weak pe_alibi_slopes
-#pragma weak pe_alibi_add_bias
-#pragma weak pe_t5_bucket
-#pragma weak pe_t5_add_bias
-#pragma weak pe_sinusoidal_table
-#pragma weak pe_sinusoidal_add
-#pragma weak pe_learned_add
 
 #define P53 ((int64_t)1 << 53)
 
@@ -78,10 +69,13 @@ static pe_tensor dense(void *data, int64_t b, int64_t h, int64_t t, int64_t d) {
   return x;
 }
 
-/* Shape values no valid call can carry: non-positive, or so large that the
+/* Shape values no valid call can carry: negative, or so large that the
  * element count or byte extent of a small tensor overflows int64. (A large
  * value that still fits, e.g. 2^32 rows, describes a valid tensor the library
- * cannot know is missing, so it is not among them.) */
+ * cannot know is missing, so it is not among them.) 0 is among them only for
+ * shape[3] (head_dim, d_model, k_len): zero batch, heads or tokens is an
+ * empty call, PE_OK with nothing touched (an empty chunk of a continuously
+ * batched step; a no-op in NumPy and PyTorch). */
 static const int64_t edges[] = {0, -1, INT64_MIN, INT64_MIN + 1, INT64_MAX, INT64_MAX - 1,
                                  (int64_t)1 << 62, -((int64_t)1 << 62)};
 #define N_EDGES (sizeof edges / sizeof edges[0])
@@ -94,12 +88,13 @@ static void test_shape_edges(void **state) {
   buf b = buf_new(4096);
   for (int dim = 0; dim < 4; dim++)
     for (size_t e = 0; e < N_EDGES; e++) {
+      if (edges[e] == 0 && dim < 3) continue; /* empty: test_zero_sizes_are_empty_calls */
       pe_tensor q = dense(b.data, 1, 2, 4, 16);
       q.shape[dim] = edges[e];
       pe_status st = pe_apply_rope_qk(c, &q, NULL, NULL, 0, NULL);
       /* A huge dimension either overflows or is too large for the table or
        * head_dim; nothing of it exists, so any acceptance would be a bug. */
-      assert_int_not_equal(st, PE_OK);
+      if (st == PE_OK) fail_msg("shape[%d] = %lld accepted", dim, (long long)edges[e]);
       assert_true(strlen(pe_last_error()) > 0);
       bad_inputs++;
       buf_unchanged(&b);
@@ -159,8 +154,7 @@ static void test_extent_ending_at_int64_max(void **state) {
   pe_tensor s = {b.data, PE_F32, {1, 1, 2, d}, {0, 0, INT64_MAX - d + 1, 1}};
   pe_rope_cache *c = make_cache(16, 0);
   refused(pe_apply_rope_qk(c, &s, NULL, NULL, 0, NULL), PE_ERR_OVERFLOW, PE_ERR_SHAPE);
-  if (pe_alibi_add_bias)
-    refused(pe_alibi_add_bias(&s, NULL, NULL, 0, NULL), PE_ERR_OVERFLOW, PE_ERR_SHAPE);
+  refused(pe_alibi_add_bias(&s, NULL, NULL, 0, NULL), PE_ERR_OVERFLOW, PE_ERR_SHAPE);
   buf_unchanged(&b);
   buf_free(&b);
   pe_rope_cache_destroy(c);
@@ -353,12 +347,12 @@ static void test_delta_edges(void **state) {
   pe_rope_cache_destroy(c);
 }
 
-/* ---- the other encodings, once they exist ---- */
+/* ---- the other encodings ---- */
 
 static void test_other_encodings_edges(void **state) {
   (void)state;
   buf b = buf_new(4096);
-  if (pe_alibi_slopes) {
+  {
     const int32_t heads[] = {0, -1, INT32_MIN, INT32_MAX, 65537};
     for (size_t i = 0; i < 5; i++)
       refused(pe_alibi_slopes(heads[i], 8.0, b.data), PE_ERR_INVALID_ARGUMENT, PE_ERR_SHAPE);
@@ -367,13 +361,16 @@ static void test_other_encodings_edges(void **state) {
       refused(pe_alibi_slopes(8, biases[i], b.data), PE_ERR_INVALID_ARGUMENT, PE_ERR_INVALID_ARGUMENT);
     buf_unchanged(&b);
   }
-  if (pe_alibi_add_bias) {
+  {
     for (int dim = 0; dim < 4; dim++)
       for (size_t e = 0; e < N_EDGES; e++) {
+        if (edges[e] == 0 && dim < 3) continue; /* empty: test_zero_sizes_are_empty_calls */
         pe_tensor s = dense(b.data, 1, 2, 4, 8);
         s.shape[dim] = edges[e];
-        assert_int_not_equal(pe_alibi_add_bias(&s, NULL, NULL, 0, NULL), PE_OK);
+        pe_status st = pe_alibi_add_bias(&s, NULL, NULL, 0, NULL);
+        if (st == PE_OK) fail_msg("alibi: shape[%d] = %lld accepted", dim, (long long)edges[e]);
         bad_inputs++;
+        buf_unchanged(&b);
       }
     int64_t qpos[4] = {0, 1, INT64_MAX, 3};
     pe_tensor s = dense(b.data, 1, 2, 4, 8);
@@ -385,7 +382,7 @@ static void test_other_encodings_edges(void **state) {
             PE_ERR_INVALID_ARGUMENT);
     buf_unchanged(&b);
   }
-  if (pe_t5_bucket) {
+  {
     /* Must not overflow negating INT64_MIN, whatever bucket it picks. */
     const int64_t rel[] = {INT64_MIN, INT64_MAX, INT64_MIN + 1, 0, -1};
     for (size_t i = 0; i < 5; i++) {
@@ -402,7 +399,7 @@ static void test_other_encodings_edges(void **state) {
     assert_int_equal(pe_t5_bucket(5, 1, 32, INT32_MIN), -1);
     bad_inputs++;
   }
-  if (pe_sinusoidal_table) {
+  {
     /* A table whose size overflows: nothing may be written to out. */
     refused(pe_sinusoidal_table(INT64_MAX, 16384, 10000.0, 0, b.data), PE_ERR_OVERFLOW,
             PE_ERR_INVALID_ARGUMENT);
@@ -414,7 +411,7 @@ static void test_other_encodings_edges(void **state) {
     refused(pe_sinusoidal_table(4, 8, -1.0, 0, b.data), PE_ERR_INVALID_ARGUMENT, PE_ERR_INVALID_ARGUMENT);
     buf_unchanged(&b);
   }
-  if (pe_sinusoidal_add) {
+  {
     int64_t pos[4] = {0, 1, INT64_MAX, 3};
     pe_tensor x = dense(b.data, 1, 1, 4, 8);
     refused(pe_sinusoidal_add(&x, pos, 10000.0, 0, NULL), PE_ERR_POSITION_OUT_OF_RANGE,
@@ -424,7 +421,7 @@ static void test_other_encodings_edges(void **state) {
             PE_ERR_INVALID_ARGUMENT);
     buf_unchanged(&b);
   }
-  if (pe_learned_add) {
+  {
     buf table = buf_new(8 * 16);
     pe_tensor x = dense(b.data, 1, 1, 4, 8), t = dense(table.data, 1, 1, 16, 8);
     const int64_t bad[] = {16, -1, INT64_MAX, INT64_MIN};
@@ -441,6 +438,203 @@ static void test_other_encodings_edges(void **state) {
   buf_free(&b);
 }
 
+/* Zero batch, heads or tokens (shape[0..2] = 0) is an empty call: PE_OK
+ * with nothing touched, whatever the other dimensions' strides (every entry
+ * point: test_contract.c). shape[3] = 0 stays refused (above). */
+static void test_zero_sizes_are_empty_calls(void **state) {
+  (void)state;
+  pe_rope_cache *c = make_cache(16, 64);
+  buf b = buf_new(4096);
+  for (int dim = 0; dim < 3; dim++) {
+    pe_tensor q = dense(b.data, 1, 2, 4, 16);
+    q.shape[dim] = 0;
+    pe_status st = pe_apply_rope_qk(c, &q, NULL, NULL, 0, NULL);
+    if (st != PE_OK)
+      fail_msg("pe_apply_rope_qk: shape[%d] = 0 (an empty call) returned %s, expected PE_OK: %s",
+               dim, pe_status_string(st), pe_last_error());
+    buf_unchanged(&b);
+    pe_tensor s = dense(b.data, 1, 2, 4, 8);
+    s.shape[dim] = 0;
+    st = pe_alibi_add_bias(&s, NULL, NULL, 0, NULL);
+    if (st != PE_OK)
+      fail_msg("pe_alibi_add_bias: shape[%d] = 0 (an empty call) returned %s, expected PE_OK: %s",
+               dim, pe_status_string(st), pe_last_error());
+    buf_unchanged(&b);
+  }
+  buf_free(&b);
+  pe_rope_cache_destroy(c);
+}
+
+/* ---- serving entry points: fused store, M-RoPE, multi-cache ---- */
+
+/* q [1,2,4,16], k [1,1,4,16], k_cache [4,1,4,16] (16 slots): every shape edge
+ * of each tensor, every slot, position, section, n_caches and cache_index
+ * edge refused with all three buffers unchanged. */
+static void test_serving_edges(void **state) {
+  (void)state;
+  pe_rope_cache *c = make_cache(16, 64), *fly = make_cache(16, 0);
+  buf q = buf_new(2 * 4 * 16), k = buf_new(4 * 16), kc = buf_new(4 * 4 * 16);
+  const int64_t slots_ok[4] = {0, 5, 9, 15};
+  const int64_t pos_ok[3 * 4] = {0, 1, 2, 3, 0, 1, 2, 3, 0, 1, 2, 3};
+  const int32_t section_ok[3] = {2, 3, 3}; /* sums to rotary_dim/2 = 8 */
+  const pe_rope_cache *caches[2] = {c, fly};
+  const int32_t index_ok[1] = {1};
+#define UNCHANGED()      \
+  do {                   \
+    buf_unchanged(&q);   \
+    buf_unchanged(&k);   \
+    buf_unchanged(&kc);  \
+  } while (0)
+  /* The valid calls first, so that every refusal below is the edge's doing. */
+  {
+    buf q2 = buf_new(2 * 4 * 16), k2 = buf_new(4 * 16), kc2 = buf_new(4 * 4 * 16);
+    pe_tensor tq = dense(q2.data, 1, 2, 4, 16), tk = dense(k2.data, 1, 1, 4, 16),
+              tc = dense(kc2.data, 4, 1, 4, 16);
+    assert_int_equal(pe_apply_rope_qk_store(c, &tq, &tk, &tc, slots_ok, pos_ok, 0, NULL), PE_OK);
+    assert_int_equal(pe_apply_mrope_qk(c, &tq, &tk, pos_ok, section_ok, 0, NULL), PE_OK);
+    assert_int_equal(pe_apply_rope_qk_multi(caches, 2, index_ok, &tq, &tk, pos_ok, 0, NULL), PE_OK);
+    buf_free(&q2);
+    buf_free(&k2);
+    buf_free(&kc2);
+  }
+  for (int dim = 0; dim < 4; dim++)
+    for (size_t e = 0; e < N_EDGES; e++)
+      for (int which = 0; which < 3; which++) {
+        /* zero batch/heads/tokens of q or k alone is an empty or mismatched
+         * call (test_contract.c covers empty calls); k_cache edges all bad */
+        if (edges[e] == 0 && dim < 3 && which < 2) continue;
+        pe_tensor tq = dense(q.data, 1, 2, 4, 16), tk = dense(k.data, 1, 1, 4, 16),
+                  tc = dense(kc.data, 4, 1, 4, 16);
+        pe_tensor *t = which == 0 ? &tq : which == 1 ? &tk : &tc;
+        t->shape[dim] = edges[e];
+        pe_status st = pe_apply_rope_qk_store(c, &tq, &tk, &tc, slots_ok, pos_ok, 0, NULL);
+        if (st == PE_OK)
+          fail_msg("store: tensor %d shape[%d] = %lld accepted", which, dim, (long long)edges[e]);
+        assert_true(strlen(pe_last_error()) > 0);
+        bad_inputs++;
+        UNCHANGED();
+        if (which == 2) continue;
+        st = pe_apply_mrope_qk(c, &tq, &tk, pos_ok, section_ok, 0, NULL);
+        if (st == PE_OK)
+          fail_msg("mrope: tensor %d shape[%d] = %lld accepted", which, dim, (long long)edges[e]);
+        bad_inputs++;
+        UNCHANGED();
+        st = pe_apply_rope_qk_multi(caches, 2, index_ok, &tq, &tk, pos_ok, 0, NULL);
+        if (st == PE_OK)
+          fail_msg("multi: tensor %d shape[%d] = %lld accepted", which, dim, (long long)edges[e]);
+        bad_inputs++;
+        UNCHANGED();
+      }
+  pe_tensor tq = dense(q.data, 1, 2, 4, 16), tk = dense(k.data, 1, 1, 4, 16),
+            tc = dense(kc.data, 4, 1, 4, 16);
+  /* slots: below -1, at and past num_blocks * block_size, the int64 edges */
+  const int64_t bad_slots[] = {-2, INT64_MIN, INT64_MIN + 1, 16, INT64_MAX, (int64_t)1 << 62};
+  for (size_t i = 0; i < sizeof bad_slots / sizeof bad_slots[0]; i++)
+    for (int at = 0; at < 4; at++) {
+      int64_t sl[4];
+      memcpy(sl, slots_ok, sizeof sl);
+      sl[at] = bad_slots[i];
+      refused(pe_apply_rope_qk_store(c, &tq, &tk, &tc, sl, pos_ok, 0, NULL),
+              PE_ERR_INVALID_ARGUMENT, PE_ERR_INVALID_ARGUMENT);
+      UNCHANGED();
+    }
+  /* positions: per token for the store and multi, per axis for M-RoPE */
+  const int64_t bad_pos[] = {-1, INT64_MIN, INT64_MAX, P53, 64};
+  for (size_t i = 0; i < sizeof bad_pos / sizeof bad_pos[0]; i++)
+    for (int at = 0; at < 12; at++) {
+      int64_t pp[12];
+      memcpy(pp, pos_ok, sizeof pp);
+      pp[at] = bad_pos[i];
+      if (at < 4) {
+        refused(pe_apply_rope_qk_store(c, &tq, &tk, &tc, slots_ok, pp, 0, NULL),
+                PE_ERR_POSITION_OUT_OF_RANGE, PE_ERR_POSITION_OUT_OF_RANGE);
+        UNCHANGED();
+        const int32_t idx0[1] = {0}; /* the table cache: 64 is past it */
+        refused(pe_apply_rope_qk_multi(caches, 2, idx0, &tq, &tk, pp, 0, NULL),
+                PE_ERR_POSITION_OUT_OF_RANGE, PE_ERR_POSITION_OUT_OF_RANGE);
+        UNCHANGED();
+      }
+      refused(pe_apply_mrope_qk(c, &tq, &tk, pp, section_ok, 0, NULL), PE_ERR_POSITION_OUT_OF_RANGE,
+              PE_ERR_POSITION_OUT_OF_RANGE);
+      UNCHANGED();
+    }
+  /* mrope_section: negative, int32 edges, and sums that wrap to 8 in int32 */
+  const int32_t bad_sections[][3] = {{-1, 4, 5},         {INT32_MIN, 4, 4},  {INT32_MAX, 1, 1},
+                                     {INT32_MAX, INT32_MAX, 10}, {INT32_MIN, INT32_MIN, 8},
+                                     {0, 0, 0},          {8, 0, 1},          {-8, 8, 8}};
+  for (size_t i = 0; i < sizeof bad_sections / sizeof bad_sections[0]; i++) {
+    refused(pe_apply_mrope_qk(c, &tq, &tk, pos_ok, bad_sections[i], 0, NULL),
+            PE_ERR_INVALID_ARGUMENT, PE_ERR_INVALID_ARGUMENT);
+    UNCHANGED();
+  }
+  /* n_caches and cache_index at the int32 edges */
+  const int32_t bad_n[] = {0, -1, INT32_MIN};
+  for (size_t i = 0; i < 3; i++) {
+    refused(pe_apply_rope_qk_multi(caches, bad_n[i], index_ok, &tq, &tk, pos_ok, 0, NULL),
+            PE_ERR_INVALID_ARGUMENT, PE_ERR_INVALID_ARGUMENT);
+    UNCHANGED();
+  }
+  const int32_t bad_index[] = {-1, 2, INT32_MIN, INT32_MAX};
+  for (size_t i = 0; i < 4; i++) {
+    refused(pe_apply_rope_qk_multi(caches, 2, &bad_index[i], &tq, &tk, pos_ok, 0, NULL),
+            PE_ERR_INVALID_ARGUMENT, PE_ERR_INVALID_ARGUMENT);
+    UNCHANGED();
+  }
+#undef UNCHANGED
+  buf_free(&q);
+  buf_free(&k);
+  buf_free(&kc);
+  pe_rope_cache_destroy(c);
+  pe_rope_cache_destroy(fly);
+}
+
+/* config.json values at the edges of int32/int64/double: PE_ERR_PARSE, and
+ * neither output written. */
+static void test_mrope_section_json_edges(void **state) {
+  (void)state;
+  static const char *const bad[] = {
+      "{\"rope_scaling\": {\"mrope_section\": [9223372036854775807, 1, 1]}}",
+      "{\"rope_scaling\": {\"mrope_section\": [2147483648, 1, 1]}}",
+      "{\"rope_scaling\": {\"mrope_section\": [-2147483649, 1, 1]}}",
+      "{\"rope_scaling\": {\"mrope_section\": [1e308, 1, 1]}}",
+      "{\"rope_scaling\": {\"mrope_section\": [1e999, 1, 1]}}",
+      "{\"rope_scaling\": {\"mrope_section\": [-1, 1, 1]}}",
+      "{\"rope_scaling\": {\"mrope_section\": [1.5, 1, 1]}}",
+      "{\"rope_scaling\": {\"mrope_section\": [1, 1]}}",
+      "{\"rope_scaling\": {\"mrope_section\": [1, 1, 1, 1]}}",
+      "{\"rope_scaling\": {\"mrope_section\": [\"16\", 24, 24]}}",
+      "{\"rope_scaling\": {\"mrope_section\": null}}",
+      "{\"rope_scaling\": {\"mrope_section\": []}}",
+      "{\"rope_scaling\": []}",
+      "[]",
+      "",
+  };
+  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+    int32_t sec[3] = {-77, -77, -77};
+    uint32_t fl = 0xdeadu;
+    refused(pe_mrope_section_from_hf_config(bad[i], strlen(bad[i]), sec, &fl), PE_ERR_PARSE,
+            PE_ERR_PARSE);
+    assert_int_equal(sec[0], -77);
+    assert_int_equal(sec[1], -77);
+    assert_int_equal(sec[2], -77);
+    assert_int_equal(fl, 0xdeadu);
+  }
+  /* len shorter than the text: only len bytes are read, so a cut is an error */
+  const char *good = "{\"rope_scaling\": {\"mrope_section\": [16, 24, 24]}}";
+  int32_t sec[3] = {-77, -77, -77};
+  uint32_t fl = 0xdeadu;
+  for (size_t len = 0; len < strlen(good); len++) {
+    refused(pe_mrope_section_from_hf_config(good, len, sec, &fl), PE_ERR_PARSE, PE_ERR_PARSE);
+    assert_int_equal(sec[0], -77);
+    assert_int_equal(fl, 0xdeadu);
+  }
+  assert_int_equal(pe_mrope_section_from_hf_config(good, strlen(good), sec, &fl), PE_OK);
+  assert_int_equal(sec[0], 16);
+  assert_int_equal(sec[1], 24);
+  assert_int_equal(sec[2], 24);
+  assert_int_equal(fl, 0u);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_shape_edges),
@@ -454,6 +648,9 @@ int main(void) {
       cmocka_unit_test(test_position_edges),
       cmocka_unit_test(test_delta_edges),
       cmocka_unit_test(test_other_encodings_edges),
+      cmocka_unit_test(test_zero_sizes_are_empty_calls),
+      cmocka_unit_test(test_serving_edges),
+      cmocka_unit_test(test_mrope_section_json_edges),
   };
   int rc = cmocka_run_group_tests(tests, NULL, NULL);
   printf("test_limits: bad inputs tried: %d\n", bad_inputs);

@@ -338,6 +338,7 @@ static void run_path(const char *isa, int interleaved, int64_t max_positions, pe
 
 static void test_mrope_bit_identical_across_isas(void **state) {
   (void)state;
+  if (!pe_test_any_simd_path()) skip(); /* only scalar here: nothing to compare */
   static const char *const isas[] = {"avx512", "avx2", "neon"};
   const size_t bytes = (size_t)(3 * 50 * 5 * 72) * 4;
   uint8_t *ref = malloc(bytes), *got = malloc(bytes);
@@ -413,7 +414,7 @@ static void test_mrope_errors_change_nothing(void **state) {
   pos[2 * 12 + 11] = 100;
   assert_int_equal(pe_apply_mrope_qk(c, &tq, NULL, pos, ok, 0, NULL), PE_ERR_POSITION_OUT_OF_RANGE);
   assert_non_null(strstr(pe_last_error(),
-                         "position 100 at [axis 2 (w), batch 1, token 5] >= cache 0 max_positions 100"));
+                         "position 100 at [axis 2 (w), batch 1, token 5] >= cache max_positions 100"));
   pos[2 * 12 + 11] = 5;
   pos[12 + 0] = -3; /* h of [batch 0, token 0] */
   assert_int_equal(pe_apply_mrope_qk(c, &tq, NULL, pos, ok, 0, NULL), PE_ERR_POSITION_OUT_OF_RANGE);

@@ -7,9 +7,12 @@
  * call is counted, from any thread (pool workers included). Under ASan/TSan
  * the runtime owns those symbols, so the sanitizer's allocation hooks count
  * instead. Caches and pools are created before counting starts; every
- * apply/add/shift/rerotate entry point is then called, with and without a
- * pool of 2 threads, on success and on error paths, and must allocate
- * nothing. */
+ * apply/add/shift/rerotate entry point (and the serving ones: the fused
+ * store, M-RoPE, multi-cache) is then called, with and without a pool of 2
+ * threads, on success and on error paths, and must allocate nothing. Each
+ * call must also return the status it is meant to (PE_OK, or the error of
+ * the error-path cases): a call that fails early would allocate nothing
+ * while testing nothing. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stdatomic.h>
@@ -26,11 +29,6 @@
 #include <unistd.h>
 
 #include "posenc.h"
-
-#pragma weak pe_alibi_add_bias
-#pragma weak pe_t5_add_bias
-#pragma weak pe_sinusoidal_add
-#pragma weak pe_learned_add
 
 static atomic_int counting;
 static atomic_long n_calls;
@@ -153,7 +151,7 @@ static long stop(void) {
   return atomic_exchange(&n_calls, 0);
 }
 
-#define NO_ALLOC(label, call)                                                              \
+#define NO_ALLOC_STATUS(label, want, call)                                                 \
   do {                                                                                     \
     start();                                                                               \
     pe_status st_ = (call);                                                                \
@@ -162,17 +160,24 @@ static long stop(void) {
       print_culprits(n_);                                                                  \
       fail_msg("%s (%s): %ld allocator calls", label, pe_status_string(st_), n_);          \
     }                                                                                      \
+    if (st_ != (want))                                                                     \
+      fail_msg("%s returned %s, expected %s: %s", label, pe_status_string(st_),            \
+               pe_status_string(want), pe_last_error());                                   \
     checked++;                                                                             \
   } while (0)
+/* A call that must succeed without allocating. */
+#define NO_ALLOC(label, call) NO_ALLOC_STATUS(label, PE_OK, call)
 
 static int checked;
 
 typedef struct fixture {
   pe_rope_cache *table, *fly, *other;
   pe_threadpool *pool;
-  float *q, *k, *scores, *x, *learned, *t5;
+  float *q, *k, *scores, *x, *learned, *t5, *kcache;
   int64_t pos[2 * 64];
   int64_t deltas[2 * 64];
+  int64_t slots[2 * 64];     /* fused store: a permutation of 2*64 of 256 slots, some -1 */
+  int64_t mpos[3 * 2 * 64];  /* M-RoPE: [3][2][64] */
 } fixture;
 
 static void fixture_setup(fixture *f) {
@@ -187,10 +192,7 @@ static void fixture_setup(fixture *f) {
   p.scaling = PE_ROPE_SCALING_LINEAR;
   p.factor = 2.0;
   assert_int_equal(pe_rope_cache_create(&p, &f->other), PE_OK);
-  if (pe_threadpool_create(2, &f->pool) != PE_OK) {
-    printf("pool of 2: not available (%s); NULL pool only\n", pe_last_error());
-    f->pool = NULL;
-  }
+  assert_int_equal(pe_threadpool_create(2, &f->pool), PE_OK);
   /* q: [2, 8, 64, 128], k: [2, 2, 64, 128]; big enough that a pool splits it. */
   f->q = calloc(2 * 8 * 64 * 128, sizeof(float));
   f->k = calloc(2 * 2 * 64 * 128, sizeof(float));
@@ -198,17 +200,27 @@ static void fixture_setup(fixture *f) {
   f->x = calloc(2 * 64 * 128, sizeof(float));
   f->learned = calloc(256 * 128, sizeof(float));
   f->t5 = calloc(32 * 8, sizeof(float));
+  /* k_cache: [num_blocks 16, kv_heads 2, block_size 16, 128] = 256 slots. */
+  f->kcache = calloc(16 * 2 * 16 * 128, sizeof(float));
   assert_non_null(f->q);
+  assert_non_null(f->k);
+  assert_non_null(f->scores);
+  assert_non_null(f->x);
+  assert_non_null(f->learned);
   assert_non_null(f->t5);
+  assert_non_null(f->kcache);
   for (int i = 0; i < 2 * 64; i++) {
     f->pos[i] = 3 + i % 64;
     f->deltas[i] = (i % 7) - 3;
+    f->slots[i] = i % 9 == 4 ? -1 : (int64_t)((i * 37) % 256); /* 37 odd: distinct */
   }
+  for (int a = 0; a < 3; a++)
+    for (int i = 0; i < 2 * 64; i++) f->mpos[a * 128 + i] = (i % 64) + 2 * a;
   /* Pool workers pin themselves (hwloc allocates) after pe_threadpool_create
    * has returned, and nothing in the API lets a caller wait for that. Calls
    * that every worker takes part in, then a pause, let it finish, so the
    * counts below see only the calls themselves (reported as a finding). */
-  if (f->pool) {
+  {
     pe_tensor q = {f->q, PE_F32, {2, 8, 64, 128}, {8 * 64 * 128, 64 * 128, 128, 1}};
     for (int i = 0; i < 4; i++)
       assert_int_equal(pe_apply_rope_qk(f->table, &q, NULL, NULL, 0, f->pool), PE_OK);
@@ -228,6 +240,7 @@ static void fixture_teardown(fixture *f) {
   free(f->x);
   free(f->learned);
   free(f->t5);
+  free(f->kcache);
 }
 
 static pe_tensor tensor(void *data, pe_dtype dt, int64_t b, int64_t h, int64_t t, int64_t d) {
@@ -246,30 +259,65 @@ static void run_all(fixture *f, pe_threadpool *pool) {
     NO_ALLOC("shift k", pe_rope_shift_k(f->table, &k, f->deltas, pool));
     NO_ALLOC("rerotate k", pe_rope_rerotate_k(f->table, f->other, &k, f->pos, pool));
     pe_tensor s = tensor(f->scores, dt, 2, 8, 64, 64);
-    if (pe_alibi_add_bias) {
-      NO_ALLOC("alibi", pe_alibi_add_bias(&s, NULL, NULL, PE_MASK_CAUSAL, pool));
-      NO_ALLOC("alibi positions", pe_alibi_add_bias(&s, NULL, f->pos, 0, pool));
-    }
-    if (pe_t5_add_bias) NO_ALLOC("t5", pe_t5_add_bias(&s, f->t5, 1, 32, 128, NULL, 0, pool));
+    NO_ALLOC("alibi", pe_alibi_add_bias(&s, NULL, NULL, PE_MASK_CAUSAL, pool));
+    NO_ALLOC("alibi positions", pe_alibi_add_bias(&s, NULL, f->pos, 0, pool));
+    NO_ALLOC("t5", pe_t5_add_bias(&s, f->t5, 1, 32, 128, NULL, 0, pool));
     pe_tensor x = tensor(f->x, dt, 2, 1, 64, 128);
-    if (pe_sinusoidal_add) {
-      NO_ALLOC("sinusoidal", pe_sinusoidal_add(&x, f->pos, 10000.0, 0, pool));
-      NO_ALLOC("sinusoidal concat", pe_sinusoidal_add(&x, NULL, 10000.0, PE_SINUSOIDAL_CONCAT, pool));
+    NO_ALLOC("sinusoidal", pe_sinusoidal_add(&x, f->pos, 10000.0, 0, pool));
+    NO_ALLOC("sinusoidal concat", pe_sinusoidal_add(&x, NULL, 10000.0, PE_SINUSOIDAL_CONCAT, pool));
+    pe_tensor tab = tensor(f->learned, PE_F32, 1, 1, 256, 128);
+    NO_ALLOC("learned", pe_learned_add(&x, &tab, f->pos, pool));
+
+    /* Serving entry points. The cache's dtype need not be k's: every one. */
+    for (int ci = 0; ci < 3; ci++) {
+      pe_tensor kc = tensor(f->kcache, dts[ci], 16, 2, 16, 128);
+      NO_ALLOC("store table", pe_apply_rope_qk_store(f->table, &q, &k, &kc, f->slots, f->pos, 0, pool));
+      NO_ALLOC("store on the fly, no q",
+               pe_apply_rope_qk_store(f->fly, NULL, &k, &kc, f->slots, NULL, PE_ROPE_INVERSE, pool));
     }
-    if (pe_learned_add) {
-      pe_tensor tab = tensor(f->learned, PE_F32, 1, 1, 256, 128);
-      NO_ALLOC("learned", pe_learned_add(&x, &tab, f->pos, pool));
-    }
+    static const int32_t section[3] = {16, 24, 24}; /* Qwen2-VL: sums to 64 */
+    NO_ALLOC("mrope", pe_apply_mrope_qk(f->table, &q, &k, f->mpos, section, 0, pool));
+    NO_ALLOC("mrope interleaved on the fly",
+             pe_apply_mrope_qk(f->fly, &q, NULL, f->mpos, section, PE_ROPE_MROPE_INTERLEAVED, pool));
+    NO_ALLOC("mrope NULL positions", pe_apply_mrope_qk(f->fly, NULL, &k, NULL, section, 0, pool));
+    const pe_rope_cache *caches[3] = {f->table, f->fly, f->other};
+    const int32_t index[2] = {2, 0};
+    NO_ALLOC("multi", pe_apply_rope_qk_multi(caches, 3, index, &q, &k, f->pos, 0, pool));
+    NO_ALLOC("multi one cache", pe_apply_rope_qk_multi(caches + 1, 1, NULL, &q, &k, NULL,
+                                                       PE_ROPE_INVERSE, pool));
   }
   /* Error paths format a message: still no allocation. */
   pe_tensor q = tensor(f->q, PE_F32, 2, 8, 64, 128);
   int64_t bad[2 * 64];
   memcpy(bad, f->pos, sizeof bad);
   bad[77] = -5;
-  NO_ALLOC("apply bad position", pe_apply_rope_qk(f->table, &q, NULL, bad, 0, pool));
+  NO_ALLOC_STATUS("apply bad position", PE_ERR_POSITION_OUT_OF_RANGE,
+                  pe_apply_rope_qk(f->table, &q, NULL, bad, 0, pool));
   pe_tensor wrong = tensor(f->q, PE_F32, 2, 8, 64, 64);
-  NO_ALLOC("apply wrong head_dim", pe_apply_rope_qk(f->table, &wrong, NULL, NULL, 0, pool));
-  NO_ALLOC("shift NULL deltas", pe_rope_shift_k(f->table, &q, NULL, pool));
+  NO_ALLOC_STATUS("apply wrong head_dim", PE_ERR_SHAPE,
+                  pe_apply_rope_qk(f->table, &wrong, NULL, NULL, 0, pool));
+  NO_ALLOC_STATUS("shift NULL deltas", PE_ERR_NULL_POINTER, pe_rope_shift_k(f->table, &q, NULL, pool));
+  pe_tensor k = tensor(f->k, PE_F32, 2, 2, 64, 128), kc = tensor(f->kcache, PE_F32, 16, 2, 16, 128);
+  int64_t dup[2 * 64];
+  memcpy(dup, f->slots, sizeof dup);
+  dup[100] = dup[3];
+  NO_ALLOC_STATUS("store duplicate slot", PE_ERR_INVALID_ARGUMENT,
+                  pe_apply_rope_qk_store(f->table, &q, &k, &kc, dup, f->pos, 0, pool));
+  dup[100] = 256;
+  NO_ALLOC_STATUS("store slot past the cache", PE_ERR_INVALID_ARGUMENT,
+                  pe_apply_rope_qk_store(f->table, &q, &k, &kc, dup, f->pos, 0, pool));
+  int64_t mbad[3 * 2 * 64];
+  memcpy(mbad, f->mpos, sizeof mbad);
+  mbad[2 * 128 + 5] = 1024; /* width axis past the table */
+  static const int32_t section[3] = {16, 24, 24}, bad_section[3] = {16, 24, 25};
+  NO_ALLOC_STATUS("mrope position past the table", PE_ERR_POSITION_OUT_OF_RANGE,
+                  pe_apply_mrope_qk(f->table, &q, &k, mbad, section, 0, pool));
+  NO_ALLOC_STATUS("mrope bad section", PE_ERR_INVALID_ARGUMENT,
+                  pe_apply_mrope_qk(f->table, &q, &k, f->mpos, bad_section, 0, pool));
+  const pe_rope_cache *caches[2] = {f->table, f->fly};
+  const int32_t bad_index[2] = {0, 2};
+  NO_ALLOC_STATUS("multi bad cache_index", PE_ERR_INVALID_ARGUMENT,
+                  pe_apply_rope_qk_multi(caches, 2, bad_index, &q, &k, f->pos, 0, pool));
 }
 
 static void test_no_allocation_without_pool(void **state) {
@@ -280,7 +328,7 @@ static void test_no_allocation_without_pool(void **state) {
 
 static void test_no_allocation_with_pool(void **state) {
   fixture *f = *state;
-  if (!f->pool) skip();
+  assert_non_null(f->pool);
   install_counter();
   run_all(f, f->pool);
 }

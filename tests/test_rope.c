@@ -752,7 +752,7 @@ static void test_apply_errors_change_nothing(void **state) {
   CASE((void)0, pe_apply_rope_qk(NULL, &bq, &bk, bpos, 0, NULL), PE_ERR_NULL_POINTER, "cache");
   CASE((void)0, pe_apply_rope_qk(c, NULL, NULL, bpos, 0, NULL), PE_ERR_NULL_POINTER, "q and k");
   CASE(bq.data = NULL, APPLY, PE_ERR_NULL_POINTER, "q->data");
-  CASE(bk.shape[2] = 0, APPLY, PE_ERR_SHAPE, "k->shape[2] = 0");
+  CASE(bq.shape[3] = 0, APPLY, PE_ERR_SHAPE, "q->shape[3] = 0");
   CASE(bq.shape[1] = -3, APPLY, PE_ERR_SHAPE, "q->shape[1] = -3");
   CASE(bq.shape[3] = 32, APPLY, PE_ERR_SHAPE, "q head_dim (shape[3]) 32 != cache head_dim 64");
   CASE(bq.stride[3] = 2, APPLY, PE_ERR_SHAPE, "q->stride[3] = 2");
@@ -765,7 +765,7 @@ static void test_apply_errors_change_nothing(void **state) {
   CASE((void)0, pe_apply_rope_qk(c, &bq, &bk, bpos, 4u, NULL), PE_ERR_INVALID_ARGUMENT, "flags");
   CASE(bq.stride[1] = 8, APPLY, PE_ERR_SHAPE, "alias");      /* heads overlap */
   CASE(bq.stride[2] = 0, APPLY, PE_ERR_SHAPE, "alias");      /* tokens broadcast */
-  CASE(bk = bq, APPLY, PE_ERR_SHAPE, "same address");        /* rotated twice */
+  CASE(bk = bq, APPLY, PE_ERR_SHAPE, "overlap in memory");        /* rotated twice */
   CASE(bq.data = (char *)q.mem + 2, APPLY, PE_ERR_INVALID_ARGUMENT, "not aligned");
   CASE(bk.data = (char *)k.mem + 1, APPLY, PE_ERR_INVALID_ARGUMENT, "not aligned");
   CASE(bq.stride[0] = INT64_MAX / 2, APPLY, PE_ERR_OVERFLOW, "q");
@@ -783,6 +783,9 @@ static void test_apply_errors_change_nothing(void **state) {
   CASE((void)0, pe_rope_rerotate_k(c, NULL, &bk, bpos, NULL), PE_ERR_NULL_POINTER, "to cache");
   CASE(bpos[0] = -1, pe_rope_rerotate_k(c, c, &bk, bpos, NULL), PE_ERR_POSITION_OUT_OF_RANGE,
        "position -1");
+  /* k without tokens while q has some: a mismatch (both empty is PE_OK:
+   * test_contract.c) */
+  CASE(bk.shape[2] = 0, APPLY, PE_ERR_SHAPE, "must match");
 #undef APPLY
 #undef CASE
   /* cos_sin accessor */

@@ -1,5 +1,6 @@
 /* test_scaling.c - every pe_rope_scaling type against the formulas of
- * ../shared/ROPE_SCALING.md (HuggingFace transformers), evaluated here in
+ * HuggingFace transformers' modeling_rope_utils.py (the _compute_*_parameters
+ * function of each rope_type), evaluated here in
  * float64 and written independently of src/rope_scaling.c, plus the numbers
  * published for real models (DeepSeek-V3's softmax factor 1.87385, Phi-3's
  * attention factor 1.190238, Llama-3's frequency bands).

@@ -1,5 +1,5 @@
 /* test_struct_size.c - the size-prefixed parameter struct rule
- * (CONVENTIONS.md, "ABI"): an older caller with a smaller struct gets the
+ * (include/posenc.h, pe_rope_params; CHANGELOG.md on the ABI): an older caller with a smaller struct gets the
  * defaults for the fields it does not know; a newer caller's larger struct is
  * accepted when the unknown tail is zero and refused otherwise; a size below
  * the oldest layout is refused. The same rule for pe_rope_cache_params, which

@@ -7,9 +7,11 @@
  * creation) so that even the small, odd shapes here are really split across
  * the workers; one test uses the default cut-over on a shape above it.
  * No test depends on timing: interleavings only change which of the allowed
- * outcomes is observed. */
+ * outcomes is observed (test_busy_pool_is_pe_err_busy waits, up to 30 s,
+ * for the interleaving it needs). */
 #include <math.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -364,7 +366,7 @@ static void *hammer(void *arg) {
     if (st == PE_OK) {
       j->ok++;
       if (memcmp(q.t.data, j->qr->t.data, q.bytes) || memcmp(k.t.data, j->kr->t.data, k.bytes)) j->wrong++;
-    } else if (st == PE_ERR_INVALID_ARGUMENT && strstr(pe_last_error(), "busy")) {
+    } else if (st == PE_ERR_BUSY && strstr(pe_last_error(), "busy")) {
       j->busy++;
       if (memcmp(q.t.data, j->q0->t.data, q.bytes) || memcmp(k.t.data, j->k0->t.data, k.bytes)) j->wrong++;
     } else {
@@ -461,6 +463,71 @@ static void test_busy_pool_reports_instead_of_deadlocking(void **state) {
     free_view(&k);
     pe_threadpool_destroy(pool);
   }
+  fixture_free(&f);
+}
+
+/* A pool that is running one thread's call answers another thread with
+ * PE_ERR_BUSY ("retry"), not PE_ERR_INVALID_ARGUMENT ("bug"), having
+ * written nothing. One thread keeps the pool busy with large calls; the
+ * main thread calls until it meets one (bounded: 30 s). */
+typedef struct holder {
+  const pe_rope_cache *cache;
+  pe_threadpool *pool;
+  view q;
+  atomic_int stop;
+  int bad;
+} holder;
+
+static void *hold_pool(void *arg) {
+  holder *h = arg;
+  while (!atomic_load(&h->stop)) {
+    /* the main thread's calls make it busy for this one too, now and then */
+    pe_status st = pe_apply_rope_qk(h->cache, &h->q.t, NULL, NULL, 0, h->pool);
+    if (st != PE_OK && st != PE_ERR_BUSY) h->bad++;
+  }
+  return NULL;
+}
+
+static void test_busy_pool_is_pe_err_busy(void **state) {
+  (void)state;
+  fixture f;
+  fixture_make(&f, 12);
+  holder h;
+  memset(&h, 0, sizeof h);
+  h.cache = f.cache;
+  h.pool = pools[2];
+  h.q = make_view(PE_F32, 1, 64, 512, 64, 0, 0); /* 8 MiB: each call takes a while */
+  atomic_init(&h.stop, 0);
+  pthread_t th;
+  assert_int_equal(pthread_create(&th, NULL, hold_pool, &h), 0);
+  view q = clone_view(&f.q0);
+  struct timespec t0, now;
+  clock_gettime(CLOCK_MONOTONIC, &t0);
+  int seen = 0;
+  long tries = 0;
+  for (;;) {
+    pe_status st = pe_apply_rope_qk(f.cache, &q.t, NULL, f.pos, 0, pools[2]);
+    tries++;
+    if (st == PE_ERR_BUSY) {
+      assert_memory_equal(q.t.data, f.q0.t.data, q.bytes);
+      assert_non_null(strstr(pe_last_error(), "busy"));
+      assert_non_null(strstr(pe_last_error(), "pe_apply_rope_qk"));
+      seen = 1;
+      break;
+    }
+    assert_int_equal(st, PE_OK); /* ran between two of the holder's calls */
+    memcpy(q.t.data, f.q0.t.data, q.bytes);
+    clock_gettime(CLOCK_MONOTONIC, &now);
+    if (now.tv_sec - t0.tv_sec > 30) break;
+  }
+  atomic_store(&h.stop, 1);
+  pthread_join(th, NULL);
+  if (!seen) fail_msg("no PE_ERR_BUSY in %ld calls over 30 s on a pool another thread was using", tries);
+  assert_int_equal(h.bad, 0);
+  assert_string_equal(pe_status_string(PE_ERR_BUSY),
+                      "PE_ERR_BUSY: the pool is running another call: retry");
+  free_view(&q);
+  free_view(&h.q);
   fixture_free(&f);
 }
 
@@ -568,6 +635,7 @@ int main(void) {
       cmocka_unit_test(test_default_cutover_same_bytes),
       cmocka_unit_test(test_separate_pools_share_one_cache),
       cmocka_unit_test(test_busy_pool_reports_instead_of_deadlocking),
+      cmocka_unit_test(test_busy_pool_is_pe_err_busy),
       cmocka_unit_test(test_destroy_while_idle),
       cmocka_unit_test(test_hwloc_failure_degrades_to_unpinned),
       cmocka_unit_test(test_error_leaves_pool_free),

@@ -15,17 +15,9 @@ if os.environ.get("POSENC_TEST_NO_TORCH"):
 import numpy as np
 import pytest
 
-import posenc
-from posenc import _lib
+import posenc  # noqa: F401  (the package under test, loaded once)
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
-
-
-def needs(*symbols):
-    """Skip while the loaded library lacks one of these C functions (they
-    land one by one); once they exist the test runs."""
-    missing = [s for s in symbols if not _lib.has_symbol(s)]
-    return pytest.mark.skipif(bool(missing), reason="library lacks %s" % ", ".join(missing))
 
 
 @pytest.fixture

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 import posenc
-from conftest import needs, f32_to_bf16_bits, bf16_bits_to_f32
+from conftest import f32_to_bf16_bits, bf16_bits_to_f32
 
 
 # ---- ALiBi -------------------------------------------------------------------
@@ -31,7 +31,6 @@ def alibi_reference(scores, slopes, q_positions=None, causal=False):
     return out
 
 
-@needs("pe_alibi_slopes")
 @pytest.mark.parametrize("n", [1, 2, 3, 8, 12, 16, 24, 40, 96])
 def test_alibi_slopes(n):
     np.testing.assert_allclose(posenc.alibi_slopes(n), alibi_slopes_reference(n), rtol=2e-7)
@@ -39,7 +38,6 @@ def test_alibi_slopes(n):
                                alibi_slopes_reference(n, 4.0), rtol=2e-7)
 
 
-@needs("pe_alibi_slopes")
 def test_alibi_slopes_bloom_values():
     # ROPE_SCALING.md section 4: n=1 -> 2^-8; n=3 -> [2^-4, 2^-8, 2^-2]
     assert posenc.alibi_slopes(1).tolist() == [2.0 ** -8]
@@ -49,7 +47,6 @@ def test_alibi_slopes_bloom_values():
     assert e.value.status == posenc.Status.ERR_INVALID_ARGUMENT
 
 
-@needs("pe_alibi_add_bias", "pe_alibi_slopes")
 @pytest.mark.parametrize("causal", [False, True])
 def test_alibi_add_bias(rng, causal):
     s = rng.standard_normal((2, 12, 5, 9), dtype=np.float32)
@@ -58,7 +55,6 @@ def test_alibi_add_bias(rng, causal):
     np.testing.assert_allclose(s, want, rtol=1e-6, atol=1e-6)
 
 
-@needs("pe_alibi_add_bias")
 def test_alibi_add_bias_positions_slopes_and_strides(rng):
     # [B, Q, H, K] buffer viewed as [B, H, Q, K]; continuous-batching positions;
     # a head shard's own slopes.
@@ -71,7 +67,6 @@ def test_alibi_add_bias_positions_slopes_and_strides(rng):
     np.testing.assert_allclose(view, alibi_reference(before, slopes, qpos, True), atol=1e-6)
 
 
-@needs("pe_alibi_add_bias")
 def test_alibi_f16_bf16(rng):
     s32 = rng.standard_normal((1, 4, 2, 8), dtype=np.float32)
     want = alibi_reference(s32.astype(np.float16), alibi_slopes_reference(4))
@@ -84,7 +79,6 @@ def test_alibi_f16_bf16(rng):
     np.testing.assert_allclose(bf16_bits_to_f32(bits), want, rtol=2.0**-8, atol=1e-6)
 
 
-@needs("pe_alibi_add_bias")
 def test_alibi_errors_write_nothing(rng):
     s = rng.standard_normal((1, 4, 2, 8), dtype=np.float32)
     s0 = s.copy()
@@ -113,7 +107,6 @@ def t5_bucket_reference(rp, bidirectional=True, nb=32, md=128):
     return ret + min(large, nb - 1)
 
 
-@needs("pe_t5_bucket")
 @pytest.mark.parametrize("bidirectional", [True, False])
 @pytest.mark.parametrize("nb,md", [(32, 128), (64, 256), (8, 20)])
 def test_t5_bucket(bidirectional, nb, md):
@@ -125,13 +118,11 @@ def test_t5_bucket(bidirectional, nb, md):
     assert posenc.t5_bucket(10**12, bidirectional, nb, md) == t5_bucket_reference(10**12, bidirectional, nb, md)
 
 
-@needs("pe_t5_bucket")
 def test_t5_bucket_invalid():
     with pytest.raises(posenc.PosencError):
         posenc.t5_bucket(3, True, num_buckets=1)
 
 
-@needs("pe_t5_add_bias")
 @pytest.mark.parametrize("bidirectional,causal", [(True, False), (False, False), (False, True)])
 def test_t5_add_bias(rng, bidirectional, causal):
     B, H, Q, K, nb, md = 2, 3, 4, 40, 32, 128
@@ -151,7 +142,6 @@ def test_t5_add_bias(rng, bidirectional, causal):
     np.testing.assert_allclose(scores, want, rtol=1e-6, atol=1e-6)
 
 
-@needs("pe_t5_add_bias")
 def test_t5_add_bias_table_shape_checked(rng):
     scores = np.zeros((1, 3, 2, 4), np.float32)
     with pytest.raises(ValueError):
@@ -178,7 +168,6 @@ def sinusoidal_reference(n, d, base=10000.0, concat=False):
     return out
 
 
-@needs("pe_sinusoidal_table")
 @pytest.mark.parametrize("d", [4, 7, 64, 512])
 @pytest.mark.parametrize("concat", [False, True])
 def test_sinusoidal_table(d, concat):
@@ -187,7 +176,6 @@ def test_sinusoidal_table(d, concat):
     np.testing.assert_allclose(got, sinusoidal_reference(200, d, concat=concat), atol=2e-7)
 
 
-@needs("pe_sinusoidal_add")
 def test_sinusoidal_add_3d_and_4d(rng):
     x = rng.standard_normal((2, 6, 32), dtype=np.float32)
     x0 = x.astype(np.float64)
@@ -204,7 +192,6 @@ def test_sinusoidal_add_3d_and_4d(rng):
 
 # ---- learned -----------------------------------------------------------------
 
-@needs("pe_learned_add")
 def test_learned_add(rng):
     table = rng.standard_normal((50, 24)).astype(np.float32)
     x = rng.standard_normal((3, 5, 24), dtype=np.float32)
@@ -220,7 +207,6 @@ def test_learned_add(rng):
     np.testing.assert_allclose(z, x0 + t16[:5].astype(np.float32)[None], rtol=1e-6)
 
 
-@needs("pe_learned_add")
 def test_learned_add_out_of_range_writes_nothing(rng):
     table = np.ones((8, 4), np.float32)
     x = np.zeros((1, 3, 4), np.float32)
@@ -233,7 +219,6 @@ def test_learned_add_out_of_range_writes_nothing(rng):
         posenc.learned_add_(x, np.ones((8, 5), np.float32))
 
 
-@needs("pe_sinusoidal_add", "pe_learned_add")
 def test_absolute_shape_errors_write_nothing(rng):
     x = rng.standard_normal((2, 3, 4, 8), dtype=np.float32)  # 3 "heads": not [B,1,T,D]
     x0 = x.copy()

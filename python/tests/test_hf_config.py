@@ -9,11 +9,9 @@ import numpy as np
 import pytest
 
 import posenc
-from conftest import REPO, needs
+from conftest import REPO, default_inv_freq, grid, rope_reference
 
 CONFIGS = REPO / "tests" / "data" / "configs"
-
-pytestmark = needs("pe_rope_cache_create_from_hf_config")
 
 
 def phi3_dict():
@@ -95,11 +93,24 @@ def test_seq_len_selects_longrope_factors():
 
 
 def test_usable_for_apply(rng):
+    # transformers' LlamaConfig: head_dim = hidden_size / num_attention_heads,
+    # rope_theta 10000 when absent, NeoX rotate_half pairing.
     cache = posenc.RopeCache.from_hf_config({"model_type": "llama", "hidden_size": 256,
                                              "num_attention_heads": 4,
                                              "max_position_embeddings": 128}, max_positions=128)
+    assert (cache.head_dim, cache.rotary_dim, cache.max_positions) == (64, 64, 128)
+    assert cache.params["base"] == 10000.0
+    inv = default_inv_freq(10000.0, 64)
+    np.testing.assert_allclose(cache.inv_freq, inv, rtol=1e-7, atol=0)
     q = rng.standard_normal((1, 4, 5, 64), dtype=np.float32)
+    x = q.copy()
     cache.apply_(q)
+    # the float64 rotation of the same values, 1e-5 (a few float32 ulps of |x| < 6)
+    ref = rope_reference(x, inv, grid(None, 1, 5))
+    np.testing.assert_allclose(q, ref, rtol=0, atol=1e-5)
+    # position 0 is the identity, bit for bit; the others really rotate
+    np.testing.assert_array_equal(q[:, :, 0], x[:, :, 0])
+    assert np.abs(q[:, :, 1:] - x[:, :, 1:]).max() > 0.1
 
 
 def test_errors():

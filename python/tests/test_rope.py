@@ -225,5 +225,5 @@ def test_busy_pool_from_two_python_threads(rng):
         t.join(timeout=120)
     assert not any(t.is_alive() for t in threads)
     for e in errors:
-        assert e.status == posenc.Status.ERR_INVALID_ARGUMENT and "busy" in e.message.lower()
+        assert e.status == posenc.Status.ERR_BUSY and "busy" in e.message.lower()
     pool.close()

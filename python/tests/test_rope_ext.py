@@ -6,11 +6,7 @@ import pytest
 
 import posenc
 from posenc import rope_ext
-from conftest import needs, f32_to_bf16_bits, default_inv_freq, rope_reference
-
-STORE = needs("pe_apply_rope_qk_store")
-MROPE = needs("pe_apply_mrope_qk")
-MULTI = needs("pe_apply_rope_qk_multi")
+from conftest import f32_to_bf16_bits, default_inv_freq, rope_reference
 
 
 def _cache(**kw):
@@ -21,7 +17,6 @@ def _cache(**kw):
 
 # ---- the fused store ----------------------------------------------------------
 
-@STORE
 def test_store_f32_to_bf16_paged_equals_apply_then_round(rng):
     cache = _cache(rope_theta=500000.0)
     B, H, T, D, BS, NB = 2, 4, 12, 64, 8, 6
@@ -46,7 +41,6 @@ def test_store_f32_to_bf16_paged_equals_apply_then_round(rng):
     np.testing.assert_array_equal(kv, want)
 
 
-@STORE
 def test_store_flat_cache_float64(rng):
     cache = _cache(max_positions=0)
     B, H, T, D = 1, 2, 9, 64
@@ -60,7 +54,6 @@ def test_store_flat_cache_float64(rng):
     assert not kv[:5].any() and not kv[5 + T:].any()
 
 
-@STORE
 def test_store_duplicate_slot_raises_and_writes_nothing(rng):
     cache = _cache()
     k = rng.standard_normal((1, 2, 4, 64)).astype(np.float32)
@@ -101,7 +94,6 @@ def _hf_mrope(x, inv_freq, pos3, section, interleaved):
     return x * cos + rot * sin
 
 
-@MROPE
 @pytest.mark.parametrize("interleaved,section", [(False, (16, 24, 24)), (True, (24, 20, 20))])
 def test_mrope_against_hf(rng, interleaved, section):
     cache = _cache(head_dim=128, rope_theta=1000000.0, max_positions=512)
@@ -113,7 +105,6 @@ def test_mrope_against_hf(rng, interleaved, section):
     np.testing.assert_allclose(q, want, rtol=0, atol=3e-6)
 
 
-@MROPE
 def test_mrope_text_tokens_equal_plain_rope(rng):
     cache = _cache(head_dim=128, max_positions=2048)
     q = rng.standard_normal((1, 4, 30, 128)).astype(np.float16)
@@ -125,7 +116,6 @@ def test_mrope_text_tokens_equal_plain_rope(rng):
     assert q.tobytes() == q2.tobytes() and k.tobytes() == k2.tobytes()
 
 
-@MROPE
 def test_mrope_bad_section():
     cache = _cache()
     q = np.zeros((1, 1, 2, 64), np.float32)
@@ -137,7 +127,6 @@ def test_mrope_bad_section():
 
 # ---- per-sequence caches ----------------------------------------------------------
 
-@MULTI
 def test_multi_rows_equal_their_caches(rng):
     caches = [_cache(), _cache(rope_scaling={"rope_type": "linear", "factor": 4.0}),
               _cache(max_positions=0, rope_theta=500000.0)]
@@ -154,7 +143,6 @@ def test_multi_rows_equal_their_caches(rng):
         assert qb.tobytes() == q[b:b + 1].tobytes() and kb.tobytes() == k[b:b + 1].tobytes()
 
 
-@MULTI
 def test_multi_errors():
     a, b = _cache(), _cache(head_dim=32)
     q = np.zeros((2, 1, 3, 64), np.float32)
@@ -164,7 +152,6 @@ def test_multi_errors():
         rope_ext.apply_rope_qk_multi_([a, b], [0, 1], q)
 
 
-@needs("pe_mrope_section_from_hf_config")
 def test_mrope_section_from_hf_config():
     qwen2_vl = {"model_type": "qwen2_vl", "rope_theta": 1000000.0,
                 "rope_scaling": {"type": "mrope", "mrope_section": [16, 24, 24]}}

@@ -6,7 +6,11 @@
  * calls kernels only through that struct.
  *
  * Contract every ISA follows: results bit-identical to the scalar struct for
- * every input (NaN payloads and signs, Inf, subnormals included). The
+ * every input (NaN payloads and signs, Inf, subnormals included) - with one
+ * exception: operands that are not tensor elements (cos/sin rows, add_row's
+ * v) are never NaN. The engine's rows never are; when two operands of one
+ * operation are NaN, x86 returns the one in the first operand slot of the
+ * instruction form the compiler picked, so no C code can promise which. The
  * arithmetic each kernel must perform is spelled out below; the scalar file
  * is its readable reference.
  *

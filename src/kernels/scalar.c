@@ -1,14 +1,19 @@
 /* scalar.c - the reference kernels: portable C, compiled for the baseline
- * CPU. Every other ISA file reproduces these bit for bit, so the arithmetic
- * here is spelled out with explicit fma/fmaf in the order the vector code
- * uses (the whole library is built with -ffp-contract=off). */
+ * CPU, written element by element (not a template instance: this file is
+ * what the vector templates are checked against, so it stays readable).
+ * Every other ISA reproduces it bit for bit, so the arithmetic here is
+ * spelled out with explicit fma/fmaf in the order the vector code uses (the
+ * whole library is built with -ffp-contract=off). The walks, the entry points
+ * and the struct come from isa_template.h, as for every ISA. */
 #include <math.h>
 #include <sleef.h>
 
-#include "convert.h"
-#include "kernels.h"
-#include "sincos_consts.h"
 #include "../cpu.h"
+#include "kernel_common.h"
+
+#define ISA scalar
+
+/* ---- cos/sin rows ---- */
 
 /* sleef.h declares the FMA variant only when compiling with FMA; the library
  * always has it. It uses FMA instructions, so on x86 CPUs without FMA (where
@@ -29,7 +34,7 @@ static inline void sincos_one(double theta, float scale, float *c_out, float *s_
   double k = nearbyint(theta * PE_INV_2PI);
   double r = fma(-k, PE_2PI_HI, theta);
   r = fma(-k, PE_2PI_LO, r);
-  if (!(fabs(r) <= PE_REDUCED_MAX)) r = 0.0; /* see kernels.h */
+  if (!(fabs(r) <= PE_REDUCED_MAX)) r = 0.0; /* see sincos_consts.h */
   float rf = (float)r;
   float dr = (float)(r - (double)rf);
   Sleef_float_2 sc = sleef_sincosf(rf);
@@ -43,16 +48,18 @@ static inline void sincos_one(double theta, float scale, float *c_out, float *s_
   *s_out = s;
 }
 
-static void rope_sincos_scalar(int64_t pos0, int64_t n, const double *freq, int32_t half,
+static void rope_sincos_scalar(int64_t pos0, int64_t n, const double *freq, int32_t n_freq,
                                float scale, float *out) {
   for (int64_t r = 0; r < n; r++) {
     double p = (double)(pos0 + r);
-    float *row = out + r * 2 * half;
-    for (int32_t i = 0; i < half; i++) sincos_one(p * freq[i], scale, &row[i], &row[half + i]);
+    float *row = out + r * 2 * n_freq;
+    for (int32_t i = 0; i < n_freq; i++) sincos_one(p * freq[i], scale, &row[i], &row[n_freq + i]);
   }
 }
 
-/* One rotation of a pair; the definition every ISA follows. */
+/* ---- rotation ---- */
+
+/* One rotation of a pair; the definition every ISA follows (isa.h). */
 static inline void rotate_pair(float x, float y, float c, float s, float *xo, float *yo) {
   float ys = y * s;
   PE_OPAQUE(ys); /* clang would move the sign onto s */
@@ -62,48 +69,70 @@ static inline void rotate_pair(float x, float y, float c, float s, float *xo, fl
   *yo = fmaf(y, c, x * s);
 }
 
-/* f16 widening as the hardware does it (F16C, FCVTL): a signaling NaN comes
- * out quiet. It matters for which NaN an fma returns when x and y are both
- * NaN: Arm prefers a signaling operand. */
-static inline float load_f16(uint16_t h) {
-  float f = pe_f16_to_f32(h);
-  return (h & 0x7c00u) == 0x7c00u && (h & 0x3ffu) ? pe_bits_f32(pe_f32_bits(f) | 0x400000u) : f;
+/* The rotation's load: convert.h's exact widening, except that an f16
+ * signaling NaN comes out quiet, as F16C and FCVTL do it. It matters for
+ * which NaN an fma returns when x and y are both NaN: Arm prefers a
+ * signaling operand. */
+PE_AI float rot_load(int dt, const void *p, int64_t i) {
+  if (dt == PE_F16) {
+    uint16_t h = ((const uint16_t *)p)[i];
+    float f = pe_f16_to_f32(h);
+    return (h & 0x7c00u) == 0x7c00u && (h & 0x3ffu) ? pe_bits_f32(pe_f32_bits(f) | 0x400000u) : f;
+  }
+  return pe__elem_load((pe_dtype)dt, p, i);
 }
 
-/* One row: pairs (xo + j*step, yo + j*step), j < half. */
-#define DEFINE_ROPE_ROW(NAME, T, LOAD, STORE, XO, YO, STEP)                                      \
-  static void NAME(void *data, const float *cs, int32_t half, int32_t inverse) {                 \
-    T *row = data;                                                                               \
-    const float *cosv = cs, *sinv = cs + half;                                                   \
-    float sign = inverse ? -1.0f : 1.0f; /* multiplied always: see kernels.h */                  \
-    PE_OPAQUE(sign); /* a -1 the compiler cannot fold into -(y*s) (kernels.h) */                \
-    for (int32_t j = 0; j < half; j++) {                                                         \
-      T *px = row + (XO) + j * (STEP), *py = row + (YO) + j * (STEP);                            \
-      float xn, yn;                                                                              \
-      rotate_pair(LOAD(*px), LOAD(*py), cosv[j], sign * sinv[j], &xn, &yn);                      \
-      *px = STORE(xn);                                                                           \
-      *py = STORE(yn);                                                                           \
-    }                                                                                            \
+/* Pairs j < n: NEOX (j, dist + j), GPTJ (2j, 2j + 1); loaded from src,
+ * rounded once into dst (which may be src: both of a pair are loaded before
+ * either is stored). */
+PE_AI void store_row(int sd, int dd, int style, const void *src, void *dst, const float *cosv,
+                     const float *sinv, int32_t n, int32_t dist) {
+  int64_t yo = style == PE_ROPE_GPTJ ? 1 : dist, step = style == PE_ROPE_GPTJ ? 2 : 1;
+  for (int32_t j = 0; j < n; j++) {
+    int64_t ix = j * step, iy = yo + j * step;
+    float xn, yn;
+    rotate_pair(rot_load(sd, src, ix), rot_load(sd, src, iy), cosv[j], sinv[j], &xn, &yn);
+    pe__elem_store((pe_dtype)dd, dst, ix, xn);
+    pe__elem_store((pe_dtype)dd, dst, iy, yn);
   }
+}
 
-#define DEFINE_ROPE_ROWS(NAME, T, LOAD, STORE)                                                   \
-  DEFINE_ROPE_ROW(NAME##_neox, T, LOAD, STORE, 0, half, 1)                                       \
-  DEFINE_ROPE_ROW(NAME##_gptj, T, LOAD, STORE, 0, 1, 2)                                          \
-  static void NAME(void *data, int64_t head_stride, int64_t n_heads, int64_t token_stride,       \
-                   int64_t n_tokens, const float *const *cs, int32_t half, int32_t style,        \
-                   int32_t inverse) {                                                            \
-    pe_rope_rows_walk(data, (int64_t)sizeof(T), head_stride, n_heads, token_stride, n_tokens,    \
-                      cs, half, inverse, style == PE_ROPE_GPTJ ? NAME##_gptj : NAME##_neox);     \
+PE_AI void rope_row(int dt, int style, void *row, const float *cosv, const float *sinv, int32_t n,
+                    int32_t dist) {
+  store_row(dt, dt, style, row, row, cosv, sinv, n, dist);
+}
+
+/* ---- conversions and the encodings: enc_common.h's element loops ---- */
+
+PE_AI void convert_row(int sd, int dd, const void *src, void *dst, int64_t n) {
+  pe__enc_convert((pe_dtype)sd, src, (pe_dtype)dd, dst, n);
+}
+PE_AI void add_row_gen(int dt, void *row, const float *v, int64_t n) {
+  pe__enc_add((pe_dtype)dt, row, v, n);
+}
+PE_AI void alibi_row_gen(int dt, void *row, int64_t n, int64_t qpos, float ns) {
+  pe__enc_alibi((pe_dtype)dt, row, 0, n, qpos, ns);
+}
+PE_AI void load_row_gen(int dt, float *out, const void *src, int64_t n) {
+  pe__enc_convert((pe_dtype)dt, src, PE_F32, out, n);
+}
+
+/* On x86 CPUs without FMA (where no SIMD path exists either) the FMA variant
+ * cannot run: take the plain one there, whose last bit may differ. */
+static void sincos_scalar(const double *angle, int32_t n, float *s, float *c) {
+  int fma_ok = 1;
+#if defined(__x86_64__) || defined(__i386__)
+  fma_ok = (pe__cpu_features() & PE_CPU_AVX2) != 0;
+#endif
+  for (int32_t i = 0; i < n; i++) {
+    if (fma_ok) {
+      pe__sincos_f64_one(angle[i], &s[i], &c[i]);
+    } else {
+      Sleef_double_2 r = Sleef_sincosd1_u35purec(angle[i]);
+      s[i] = (float)r.x;
+      c[i] = (float)r.y;
+    }
   }
+}
 
-#define LOAD_F32(v) (v)
-#define STORE_F32(v) (v)
-DEFINE_ROPE_ROWS(rope_rows_f32_scalar, float, LOAD_F32, STORE_F32)
-DEFINE_ROPE_ROWS(rope_rows_f16_scalar, uint16_t, load_f16, pe_f32_to_f16)
-DEFINE_ROPE_ROWS(rope_rows_bf16_scalar, uint16_t, pe_bf16_to_f32, pe_f32_to_bf16)
-
-const pe_kernels pe__kernels_scalar = {
-    .name = "scalar",
-    .rope_sincos = rope_sincos_scalar,
-    .rope_rows = {rope_rows_f32_scalar, rope_rows_f16_scalar, rope_rows_bf16_scalar},
-};
+#include "isa_template.h"

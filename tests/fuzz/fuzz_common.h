@@ -8,7 +8,11 @@
  *   - a call that fails writes nothing at all (the whole allocation, guard
  *     bytes included, is compared with a snapshot) and leaves a non-empty
  *     pe_last_error() that is not the sentinel set before the call;
- *   - arguments the API documents as errors are refused.
+ *   - arguments the API documents as errors are refused: among them any two
+ *     tensors of one call that share an element when one of them is written
+ *     (q and k, k_cache and q or k, a learned table and x);
+ *   - zero batch, heads or tokens is a valid, empty call (it may succeed, and
+ *     then must write nothing).
  * A violation aborts with a sentence, which libFuzzer records as a crash. */
 #ifndef PE_FUZZ_COMMON_H
 #define PE_FUZZ_COMMON_H
@@ -154,6 +158,19 @@ static inline void fz_fill_bytes(unsigned char *p, size_t n, uint64_t seed) {
   }
 }
 
+/* ---- what must be refused, and why ---- */
+
+/* Record the first reason a call must be refused (printed if it is not). */
+static inline int fz_reason(const char **why, const char *r) {
+  if (!*why) *why = r;
+  return 1;
+}
+/* Needs `int must_fail` and `const char *why` in scope. */
+#define FZ_MUST_FAIL_IF(cond)                                                       \
+  do {                                                                              \
+    if (cond) must_fail = fz_reason(&why, "accepted, but must be refused: " #cond); \
+  } while (0)
+
 /* ---- pe_last_error() check ---- */
 
 /* Make the thread's last error a known sentence that no target call produces
@@ -230,7 +247,9 @@ static inline void fz_arena_check_mask(const fz_arena *a, const char *fn) {
 /* What the fuzzer built, and what it knows about it. */
 typedef struct fz_view {
   pe_tensor t;
-  int valid_desc;    /* dtype known, shapes > 0, stride[3] == 1, extent fits int64 */
+  int valid_desc;    /* dtype known, shapes >= 0 with shape[3] > 0, stride[3] == 1,
+                        extent fits int64 */
+  int empty;         /* valid, and shape[0], [1] or [2] is 0: no elements */
   int aliased;       /* two indices name one element (only known if walked) */
   int walked;        /* the element walk ran (small enough) */
   int64_t lo, hi;    /* element offsets spanned (when valid_desc) */
@@ -241,13 +260,23 @@ static inline size_t fz_esize(pe_dtype d) {
 }
 
 /* Classify a description: 1 if valid and its byte extent is computed into
- * lo and hi (elements relative to data); 0 if the API requires it be refused. */
+ * lo and hi (elements relative to data); 2 if valid and empty (a zero batch,
+ * head or token count: lo 0, hi -1); 0 if the API requires it be refused. */
 static inline int fz_describe(const pe_tensor *t, int64_t *lo, int64_t *hi) {
   size_t es = fz_esize(t->dtype);
   if (!es) return 0;
-  for (int i = 0; i < 4; i++)
-    if (t->shape[i] <= 0) return 0;
+  if (t->shape[3] <= 0) return 0;
+  for (int i = 0; i < 3; i++)
+    if (t->shape[i] < 0) return 0;
   if (t->stride[3] != 1) return 0;
+  if (t->shape[0] == 0 || t->shape[1] == 0 || t->shape[2] == 0) {
+    /* no element is ever addressed, so no stride can overflow; the
+     * extent of one row (shape[3]) must still fit */
+    if ((__int128)t->shape[3] * (__int128)es > INT64_MAX) return 0;
+    *lo = 0;
+    *hi = -1;
+    return 2;
+  }
   __int128 count = 1, l = 0, h = t->shape[3] - 1;
   for (int i = 0; i < 4; i++) {
     count *= t->shape[i];
@@ -378,14 +407,17 @@ static inline int fz_place(fz *f, fz_tensors *ts, int n, int share, const int64_
                     uint64_t seed) {
   /* The caller filled ts->v[i].t (shape, stride, dtype); the rest is ours. */
   memset(ts->arena, 0, sizeof ts->arena);
-  for (int i = 0; i < 4; i++) ts->v[i].valid_desc = ts->v[i].aliased = ts->v[i].walked = 0;
+  for (int i = 0; i < 4; i++)
+    ts->v[i].valid_desc = ts->v[i].empty = ts->v[i].aliased = ts->v[i].walked = 0;
   ts->n = n;
   int64_t base_off[4] = {0, 0, 0, 0}; /* byte offset of data within the shared payload */
   int64_t glo = 0, ghi = 0;
   for (int i = 0; i < n; i++) {
     fz_view *v = &ts->v[i];
-    v->valid_desc = fz_describe(&v->t, &v->lo, &v->hi);
-    if (!v->valid_desc) continue;
+    int d = fz_describe(&v->t, &v->lo, &v->hi);
+    v->valid_desc = d != 0;
+    v->empty = d == 2;
+    if (!v->valid_desc || v->empty) continue;
     size_t es = fz_esize(v->t.dtype);
     __int128 span = ((__int128)v->hi - v->lo + 1) * (__int128)es;
     if (span > FZ_MAX_ARENA) return 0;
@@ -406,12 +438,15 @@ static inline int fz_place(fz *f, fz_tensors *ts, int n, int share, const int64_
     fz_arena *a = share ? &ts->arena[0] : &ts->arena[i];
     size_t es = fz_esize(v->t.dtype);
     if (!a->mem) {
-      size_t payload = share ? (size_t)(ghi - glo) : v->valid_desc ? (size_t)(v->hi - v->lo + 1) * es : 256;
+      size_t payload = share                          ? (size_t)(ghi - glo)
+                       : v->valid_desc && !v->empty ? (size_t)(v->hi - v->lo + 1) * es
+                                                    : 256;
       if (share && payload == 0) payload = 256;
       if (!fz_arena_alloc(a, payload, seed + (uint64_t)i)) return 0;
     }
-    if (!v->valid_desc) {
-      v->t.data = a->mem + a->bytes / 2;
+    if (!v->valid_desc || v->empty) {
+      /* inside the arena (an empty call may check the pointer), 4-aligned */
+      v->t.data = a->mem + (a->bytes / 2 & ~(size_t)3);
       continue;
     }
     if (share)
@@ -422,7 +457,7 @@ static inline int fz_place(fz *f, fz_tensors *ts, int n, int share, const int64_
   /* Alias detection and the write mask: walk each small view. */
   for (int i = 0; i < n; i++) {
     fz_view *v = &ts->v[i];
-    if (!v->valid_desc) continue;
+    if (!v->valid_desc || v->empty) continue;
     fz_arena *a = share ? &ts->arena[0] : &ts->arena[i];
     __int128 count = (__int128)v->t.shape[0] * v->t.shape[1] * v->t.shape[2] * v->t.shape[3];
     if (count > FZ_MAX_MASKED_ELEMS) {
@@ -442,6 +477,41 @@ static inline int fz_place(fz *f, fz_tensors *ts, int n, int share, const int64_
   for (int i = 0; i < 4; i++)
     if (ts->arena[i].mem) fz_arena_snapshot(&ts->arena[i]);
   return 1;
+}
+
+/* Whether views i and j share a byte: 1 yes, 0 no, -1 unknown (a view too
+ * large to walk whose extent meets the other's). Views in separate arenas
+ * never do. */
+static inline int fz_views_overlap(const fz_tensors *ts, int i, int j, int share) {
+  const fz_view *a = &ts->v[i], *b = &ts->v[j];
+  if (!share || !a->valid_desc || !b->valid_desc || a->empty || b->empty) return 0;
+  size_t ea = fz_esize(a->t.dtype), eb = fz_esize(b->t.dtype);
+  const unsigned char *alo = (const unsigned char *)a->t.data + a->lo * (int64_t)ea;
+  const unsigned char *ahi = (const unsigned char *)a->t.data + (a->hi + 1) * (int64_t)ea;
+  const unsigned char *blo = (const unsigned char *)b->t.data + b->lo * (int64_t)eb;
+  const unsigned char *bhi = (const unsigned char *)b->t.data + (b->hi + 1) * (int64_t)eb;
+  if (ahi <= blo || bhi <= alo) return 0;
+  if (!a->walked || !b->walked) return -1;
+  const fz_arena *ar = &ts->arena[0];
+  unsigned char *seen = calloc(ar->bytes, 1);
+  if (!seen) return -1;
+  int hit = 0;
+  for (int pass = 0; pass < 2 && !hit; pass++) {
+    const pe_tensor *t = pass ? &b->t : &a->t;
+    size_t es = pass ? eb : ea;
+    for (int64_t i0 = 0; i0 < t->shape[0] && !hit; i0++)
+      for (int64_t i1 = 0; i1 < t->shape[1] && !hit; i1++)
+        for (int64_t i2 = 0; i2 < t->shape[2] && !hit; i2++) {
+          int64_t row = i0 * t->stride[0] + i1 * t->stride[1] + i2 * t->stride[2];
+          size_t off = (size_t)((const unsigned char *)t->data + row * (int64_t)es - ar->mem);
+          for (size_t byte = 0; byte < (size_t)t->shape[3] * es; byte++) {
+            if (pass == 0) seen[off + byte] = 1;
+            else if (seen[off + byte]) { hit = 1; break; }
+          }
+        }
+  }
+  free(seen);
+  return hit;
 }
 
 static inline void fz_tensors_check(const fz_tensors *ts, pe_status st, const char *fn) {

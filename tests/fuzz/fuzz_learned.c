@@ -38,7 +38,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   const pe_tensor *x = (fz_u8(&f) & 63) ? &ts.v[0].t : NULL;
   const pe_tensor *t = (fz_u8(&f) & 63) ? &ts.v[1].t : NULL;
   int must_fail = !x || !t || !ts.v[0].valid_desc || ts.v[0].aliased || !ts.v[1].valid_desc ||
-                  bad_pos || (!pos && xs[2] > tab[2]);
+                  bad_pos || (!pos && xs[2] > tab[2]) ||
+                  (x && t && fz_views_overlap(&ts, 0, 1, share) == 1); /* x written, table read */
   fz_set_sentinel();
   pe_status st = pe_learned_add(x, t, pos, pool);
   if (st != PE_OK) fz_check_error_message("pe_learned_add", st);

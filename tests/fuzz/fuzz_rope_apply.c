@@ -70,20 +70,24 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   uint32_t flags = (fz_u8(&f) & 7) == 0 ? (uint32_t)fz_bits(&f, 4) : (fz_u8(&f) & 1);
 
   /* What the API requires to be refused. */
-  int must_fail = !q && !k;
-  if (q && (!built.v[0].valid_desc || built.v[0].aliased || qshape[3] != hd)) must_fail = 1;
-  if (k && (!built.v[1].valid_desc || built.v[1].aliased || kshape[3] != hd)) must_fail = 1;
-  if (q && k && (qshape[0] != kshape[0] || qshape[2] != kshape[2])) must_fail = 1;
-  if (flags & ~PE_ROPE_INVERSE) must_fail = 1;
-  if (bad_pos) must_fail = 1;
-  if (!pos && maxp > 0 && tokens > maxp) must_fail = 1;
+  int must_fail = 0;
+  const char *why = NULL;
+  FZ_MUST_FAIL_IF(!q && !k);
+  FZ_MUST_FAIL_IF(q && (!built.v[0].valid_desc || built.v[0].aliased || qshape[3] != hd));
+  FZ_MUST_FAIL_IF(k && (!built.v[1].valid_desc || built.v[1].aliased || kshape[3] != hd));
+  FZ_MUST_FAIL_IF(q && k && (qshape[0] != kshape[0] || qshape[2] != kshape[2]));
+  /* q and k may be views of one buffer (packed QKV) but share no element */
+  FZ_MUST_FAIL_IF(q && k && fz_views_overlap(&built, 0, 1, share) == 1);
+  FZ_MUST_FAIL_IF(flags & ~PE_ROPE_INVERSE);
+  FZ_MUST_FAIL_IF(bad_pos);
+  FZ_MUST_FAIL_IF(!pos && maxp > 0 && tokens > maxp);
   /* Positions were sized for batch x tokens; a call that must fail on shapes
    * may not read them, a call that may succeed reads exactly that many. */
 
   fz_set_sentinel();
   pe_status st = pe_apply_rope_qk(c, q, k, pos, flags, pool);
   if (st != PE_OK) fz_check_error_message(FN, st);
-  if (st == PE_OK && must_fail) fz_die(FN, "accepted arguments the API requires it to refuse");
+  if (st == PE_OK && must_fail) fz_die(FN, why);
   fz_tensors_check(&built, st, FN);
 
   free(pos);

@@ -1,0 +1,55 @@
+/* enc_template.h - the kernels of ALiBi, T5, sinusoidal and learned written
+ * once for the vector ISAs: VL elements a step with the same single float
+ * operation per element as enc_common.h (no FMA: -ffp-contract=off, and
+ * these operations never fuse), the tails through enc_common.h's element
+ * loops. Loads are convert.h's exact widening (vld_exact): an f16 signaling
+ * NaN stays signaling, as in the element loops, since which NaN an add
+ * returns when both operands are NaN depends on it on Arm (a signaling one
+ * wins) and load_row stores the widened value itself. */
+
+PE_AI void add_row_gen(int dt, void *row, const float *v, int64_t n) {
+  char *r = row;
+  const int64_t es = pe__esize(dt);
+  int64_t j = 0;
+  for (; j + VL <= n; j += VL)
+    vst(dt, PE_AT(r, j, es), vf_add(vld_exact(dt, PE_AT(r, j, es)), vf_load(v + j)));
+  pe__enc_add((pe_dtype)dt, PE_AT(r, j, es), v + j, n - j);
+}
+
+/* Distances as int32 lanes (vf_alibi_dist) when qpos and n fit in int32;
+ * longer rows or farther queries take the element loop. bias = neg_slope * d
+ * (float multiply), then x + bias (float add), as pe__alibi_bias. The bias
+ * is never NaN, so the quieting load gives the element loop's result. */
+PE_AI void alibi_row_gen(int dt, void *row, int64_t n, int64_t qpos, float ns) {
+  char *r = row;
+  const int64_t es = pe__esize(dt);
+  int64_t j = 0;
+  if (qpos <= INT32_MAX && n <= INT32_MAX) {
+    const vf vns = vf_set1(ns);
+    for (; j + VL <= n; j += VL) {
+      vf bias = vf_mul(vns, vf_alibi_dist((int32_t)qpos, (int32_t)j));
+      vst(dt, PE_AT(r, j, es), vf_add(vld(dt, PE_AT(r, j, es), VL), bias));
+    }
+  }
+  pe__enc_alibi((pe_dtype)dt, PE_AT(r, j, es), j, n - j, qpos, ns);
+}
+
+/* dt f16 or bf16 (f32 is a copy, isa_template.h). */
+PE_AI void load_row_gen(int dt, float *out, const void *src, int64_t n) {
+  const char *p = src;
+  const int64_t es = pe__esize(dt);
+  int64_t j = 0;
+  for (; j + VL <= n; j += VL) vf_store(out + j, vld_exact(dt, PE_AT(p, j, es)));
+  pe__enc_convert((pe_dtype)dt, PE_AT(p, j, es), PE_F32, out + j, n - j);
+}
+
+/* SLEEF's double sincos, VDL angles a step, each rounded once to float. */
+static void FN(sincos)(const double *angle, int32_t n, float *s, float *c) {
+  int32_t i = 0;
+  for (; i + VDL <= n; i += VDL) {
+    __typeof__(VEC_SINCOSD(vd_load(angle))) r = VEC_SINCOSD(vd_load(angle + i));
+    vd_store_f32(s + i, r.x);
+    vd_store_f32(c + i, r.y);
+  }
+  for (; i < n; i++) pe__sincos_f64_one(angle[i], &s[i], &c[i]);
+}

@@ -1,0 +1,139 @@
+/* isa_template.h - the walks, the entry points and `const pe_isa
+ * pe__isa_<ISA>`, written once for every ISA (libdeflate's *_template.h
+ * pattern). Included once, last, by each src/kernels/<isa>.c, which first
+ * defines:
+ *   ISA                     the suffix token (scalar, avx2, avx512, neon)
+ *   rope_row(dt, style, row, cos, sin, n, dist)           in-place pairs
+ *   store_row(sd, dd, style, src, dst, cos, sin, n, dist) rotate src -> dst
+ *   convert_row(sd, dd, src, dst, n)                      sd != dd
+ *   add_row_gen(dt, ..), alibi_row_gen(dt, ..), load_row_gen(dt, ..)
+ *   FN(rope_sincos), FN(sincos)
+ * (all but the last two PE_AI, taking the dtype/style as constants), and
+ * optionally ISA_ROPE_ROWS_BF16, a function replacing the bf16 rows (AVX-512
+ * picks AVX512-BF16's conversion at run time). The arithmetic is the TU's;
+ * this file only decides which rows go where. */
+
+#define FN(name) PE_CAT(PE_CAT(name, _), ISA)
+
+#if defined(VL)
+#include "rope_template.h"
+#include "store_template.h"
+#include "enc_template.h"
+#endif
+
+/* ---- the walks ---- */
+
+/* In place: the nearer of the two strides goes innermost, so the rows stream
+ * in address order whatever the layout ([B,T,H,D] or [B,H,T,D]) while the
+ * block's cos/sin stay in L1. */
+PE_AI void rows_walk(int dt, int style, const pe_rope_block *b, void *data, int64_t head_stride,
+                     int64_t token_stride) {
+  char *base = data;
+  int64_t es = pe__esize(dt), hs = head_stride * es, ts = token_stride * es;
+  int64_t ahs = hs < 0 ? -hs : hs, ats = ts < 0 ? -ts : ts;
+  const int64_t n_tokens = b->n_tokens, n_heads = b->n_heads;
+  const int32_t n = b->n_pairs, dist = b->pair_dist;
+  if (n_tokens == 1 || ahs <= ats) {
+    for (int64_t t = 0; t < n_tokens; t++)
+      for (int64_t h = 0; h < n_heads; h++)
+        rope_row(dt, style, base + t * ts + h * hs, b->cos[t], b->sin[t], n, dist);
+  } else {
+    for (int64_t h = 0; h < n_heads; h++)
+      for (int64_t t = 0; t < n_tokens; t++)
+        rope_row(dt, style, base + t * ts + h * hs, b->cos[t], b->sin[t], n, dist);
+  }
+}
+
+PE_AI void rows_gen(int dt, const pe_rope_block *b, void *data, int64_t hs, int64_t ts) {
+  if (b->style == PE_ROPE_GPTJ)
+    rows_walk(dt, PE_ROPE_GPTJ, b, data, hs, ts);
+  else
+    rows_walk(dt, PE_ROPE_NEOX, b, data, hs, ts);
+}
+
+/* The cache write: tokens outer (each goes to its own cache slot), heads
+ * inner (adjacent in both the activations' [T, H, D] and the cache's slot
+ * rows of the common layouts). */
+PE_AI void store_walk(int sd, int dd, int style, const pe_rope_block *b, const void *const *src,
+                      int64_t src_head_stride, void *const *dst, int64_t dst_head_stride) {
+  int64_t shs = src_head_stride * pe__esize(sd), dhs = dst_head_stride * pe__esize(dd);
+  for (int64_t t = 0; t < b->n_tokens; t++) {
+    const char *s = src[t];
+    char *d = dst[t];
+    for (int64_t h = 0; h < b->n_heads; h++)
+      store_row(sd, dd, style, s + h * shs, d + h * dhs, b->cos[t], b->sin[t], b->n_pairs,
+                b->pair_dist);
+  }
+}
+
+PE_AI void store_gen(int sd, int dd, const pe_rope_block *b, const void *const *src, int64_t shs,
+                     void *const *dst, int64_t dhs) {
+  if (b->style == PE_ROPE_GPTJ)
+    store_walk(sd, dd, PE_ROPE_GPTJ, b, src, shs, dst, dhs);
+  else
+    store_walk(sd, dd, PE_ROPE_NEOX, b, src, shs, dst, dhs);
+}
+
+/* ---- the entry points, one per dtype (pair) ---- */
+
+#define ROWS_(S, sd)                                                                             \
+  static void FN(rope_rows_##S)(const pe_rope_block *b, void *data, int64_t hs, int64_t ts) {   \
+    rows_gen(sd, b, data, hs, ts);                                                               \
+  }
+ROWS_(f32, PE_F32)
+ROWS_(f16, PE_F16)
+ROWS_(bf16, PE_BF16)
+#undef ROWS_
+
+#define PAIR_(S, sd, D, dd)                                                                      \
+  static void FN(store_##S##_##D)(const pe_rope_block *b, const void *const *src, int64_t shs,  \
+                                  void *const *dst, int64_t dhs) {                               \
+    store_gen(sd, dd, b, src, shs, dst, dhs);                                                    \
+  }                                                                                              \
+  static void FN(convert_##S##_##D)(const void *src, void *dst, int64_t n) {                     \
+    if (sd == dd)                                                                                \
+      memcpy(dst, src, (size_t)n * (size_t)pe__esize(sd)); /* the bits, NaN payloads kept */     \
+    else                                                                                         \
+      convert_row(sd, dd, src, dst, n);                                                          \
+  }
+#define FROM_(S, sd) PAIR_(S, sd, f32, PE_F32) PAIR_(S, sd, f16, PE_F16) PAIR_(S, sd, bf16, PE_BF16)
+FROM_(f32, PE_F32)
+FROM_(f16, PE_F16)
+FROM_(bf16, PE_BF16)
+#undef FROM_
+#undef PAIR_
+
+#define ENC_(S, dt)                                                                              \
+  static void FN(add_row_##S)(void *row, const float *v, int64_t n) { add_row_gen(dt, row, v, n); } \
+  static void FN(alibi_row_##S)(void *row, int64_t n, int64_t qpos, float ns) {                  \
+    alibi_row_gen(dt, row, n, qpos, ns);                                                         \
+  }                                                                                              \
+  static void FN(load_row_##S)(float *out, const void *src, int64_t n) {                         \
+    if (dt == PE_F32)                                                                            \
+      memcpy(out, src, (size_t)n * sizeof(float));                                               \
+    else                                                                                         \
+      load_row_gen(dt, out, src, n);                                                             \
+  }
+ENC_(f32, PE_F32)
+ENC_(f16, PE_F16)
+ENC_(bf16, PE_BF16)
+#undef ENC_
+
+#ifndef ISA_ROPE_ROWS_BF16
+#define ISA_ROPE_ROWS_BF16 FN(rope_rows_bf16)
+#endif
+
+#define ROW3_(f) {FN(f##_f32), FN(f##_f16), FN(f##_bf16)}
+const pe_isa PE_CAT(pe__isa_, ISA) = {
+    .name = PE_STR(ISA),
+    .rope_sincos = FN(rope_sincos),
+    .rope_rows = {FN(rope_rows_f32), FN(rope_rows_f16), ISA_ROPE_ROWS_BF16},
+    .rope_store_rows = {ROW3_(store_f32), ROW3_(store_f16), ROW3_(store_bf16)},
+    .convert = {ROW3_(convert_f32), ROW3_(convert_f16), ROW3_(convert_bf16)},
+    .sincos = FN(sincos),
+    .add_row = ROW3_(add_row),
+    .alibi_row = ROW3_(alibi_row),
+    .load_row = ROW3_(load_row),
+};
+#undef ROW3_
+#undef ISA_ROPE_ROWS_BF16

@@ -1,0 +1,116 @@
+/* rope_template.h - the RoPE kernels of the vector ISAs written once: the
+ * cos/sin rows (rope_sincos), the rotation of a pair vector, and the in-place
+ * rows for both styles and every dtype. Included once by isa_template.h in
+ * avx2.c, avx512.c and neon.c after their vec_<isa>.h, which defines the
+ * primitives used here (VL float lanes, VDL = VL/2 double lanes, vf/vd and
+ * the vf_/vd_ operations, vld/vst2/vstw/vst per dtype with an n-lane tail,
+ * and for GPT-J either vf_deinterleave / vf_interleave / vf_gptj_cs or, with
+ * VEC_LD2, vldi/vsti). Bit-identical to
+ * scalar.c by construction: the same operations in the same order, lane by
+ * lane; lanes past a tail are computed on zeros and never stored. */
+
+/* ---- cos/sin rows ---- */
+
+/* theta - k*2pi, k = nearbyint(theta/2pi): scalar.c's sincos_one. */
+PE_AI vd reduce_2pi(vd theta) {
+  vd k = vd_round(vd_mul(theta, vd_set1(PE_INV_2PI)));
+  vd r = vd_fnma(k, vd_set1(PE_2PI_HI), theta); /* fma(-k, hi, theta) */
+  r = vd_fnma(k, vd_set1(PE_2PI_LO), r);
+  return vd_keep_reduced(r);
+}
+
+/* cos/sin of p*freq[0..m) (m <= VL; lanes past m are computed on zero
+ * angles and not stored): the double reduction, SLEEF's float sincos of the
+ * rounded angle, then the first-order fix for the rounding dr. */
+PE_AI void sincos_step(vd p, const double *freq, int32_t m, float scale, float *cos_out,
+                       float *sin_out) {
+  vd r0 = reduce_2pi(vd_mul(p, vd_loadn(freq, m)));
+  vd r1 = reduce_2pi(vd_mul(p, vd_loadn(freq + VDL, m - VDL)));
+  vf rf = vf_from_vd2(r0, r1);
+  vf dr = vf_from_vd2(vd_sub(r0, vd_widen_lo(rf)), vd_sub(r1, vd_widen_hi(rf)));
+  __typeof__(VEC_SINCOSF(rf)) sc = VEC_SINCOSF(rf); /* .x = sin, .y = cos */
+  vf cf = vf_fnma(sc.x, dr, sc.y);                    /* fmaf(-s, dr, c) */
+  vf sf = vf_fma(sc.y, dr, sc.x);                     /* fmaf(c, dr, s) */
+  if (scale != 1.0f) {
+    cf = vf_mul(cf, vf_set1(scale));
+    sf = vf_mul(sf, vf_set1(scale));
+  }
+  vf_storen(cos_out, m, cf);
+  vf_storen(sin_out, m, sf);
+}
+
+static void FN(rope_sincos)(int64_t pos0, int64_t n, const double *freq, int32_t n_freq,
+                            float scale, float *out) {
+  for (int64_t r = 0; r < n; r++) {
+    vd p = vd_set1((double)(pos0 + r));
+    float *row = out + r * 2 * n_freq;
+    int32_t i = 0;
+    for (; i + VL <= n_freq; i += VL) sincos_step(p, freq + i, VL, scale, row + i, row + n_freq + i);
+    if (i < n_freq) sincos_step(p, freq + i, n_freq - i, scale, row + i, row + n_freq + i);
+  }
+}
+
+/* ---- rotation ---- */
+
+/* x' = fmaf(x, c, -(y*s)); y' = fmaf(y, c, x*s), isa.h's definition. */
+PE_AI void rotate(vf x, vf y, vf c, vf s, vf *xo, vf *yo) {
+  vf ys = vf_mul(y, s);
+  PE_OPAQUE(ys); /* clang would move the sign onto s */
+  vf nys = vf_neg(ys);
+  PE_OPAQUE(nys); /* isa.h: the negation stays a negation */
+  *xo = vf_fma(x, c, nys);
+  *yo = vf_fma(y, c, vf_mul(x, s));
+}
+
+/* NeoX, m <= VL pairs: x at sx, y at sy (dtype sd), written to dx, dy
+ * (dtype dd; the same addresses in place). */
+PE_AI void neox_step(int sd, int dd, const char *sx, const char *sy, char *dx, char *dy,
+                     const float *c, const float *s, int32_t m) {
+  vf xn, yn;
+  rotate(vld(sd, sx, m), vld(sd, sy, m), vf_loadn(c, m), vf_loadn(s, m), &xn, &yn);
+  vst2(dd, dx, m, xn, dy, m, yn);
+}
+
+/* GPT-J, m <= VL interleaved pairs at sp (2m elements), written to dp.
+ * whole (a constant): a full step stores its 2*VL elements as the cache
+ * write's whole lines (vstw) rather than two vectors (vst2). */
+PE_AI void gptj_step(int sd, int dd, const char *sp, char *dp, const float *c, const float *s,
+                     int32_t m, int whole) {
+  vf x, y, xn, yn;
+#if defined(VEC_LD2)
+  vldi(sd, sp, m, &x, &y);
+  rotate(x, y, vf_loadn(c, m), vf_loadn(s, m), &xn, &yn);
+  vsti(dd, dp, m, xn, yn);
+  (void)whole;
+#else
+  const int64_t ses = pe__esize(sd), des = pe__esize(dd);
+  vf_deinterleave(vld(sd, sp, 2 * m), vld(sd, sp + VL * ses, 2 * m - VL), &x, &y);
+  rotate(x, y, vf_gptj_cs(vf_loadn(c, m)), vf_gptj_cs(vf_loadn(s, m)), &xn, &yn);
+  vf lo, hi;
+  vf_interleave(xn, yn, &lo, &hi);
+  if (whole)
+    vstw(dd, dp, lo, hi);
+  else
+    vst2(dd, dp, 2 * m, lo, dp + VL * des, 2 * m - VL, hi);
+#endif
+}
+
+/* One row in place: full steps of VL pairs, then one tail step. */
+PE_AI void rope_row(int dt, int style, void *row, const float *c, const float *s, int32_t n,
+                    int32_t dist) {
+  char *r = row;
+  const int64_t es = pe__esize(dt);
+  int32_t j = 0;
+  if (style == PE_ROPE_GPTJ) {
+    for (; j + VL <= n; j += VL) gptj_step(dt, dt, r + 2 * j * es, r + 2 * j * es, c + j, s + j, VL, 0);
+    if (j < n) gptj_step(dt, dt, r + 2 * j * es, r + 2 * j * es, c + j, s + j, n - j, 0);
+  } else {
+    char *y = r + dist * es;
+    for (; j + VL <= n; j += VL)
+      neox_step(dt, dt, PE_AT(r, j, es), PE_AT(y, j, es), PE_AT(r, j, es), PE_AT(y, j, es), c + j,
+                s + j, VL);
+    if (j < n)
+      neox_step(dt, dt, PE_AT(r, j, es), PE_AT(y, j, es), PE_AT(r, j, es), PE_AT(y, j, es), c + j,
+                s + j, n - j);
+  }
+}

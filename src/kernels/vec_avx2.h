@@ -1,0 +1,135 @@
+/* vec_avx2.h - the AVX2 + FMA + F16C primitives the templates are written
+ * in (rope_template.h, store_template.h, enc_template.h): eight float lanes,
+ * four double lanes. Included only by avx2.c, which is compiled with -mavx2
+ * -mfma -mf16c (CMakeLists.txt) and reached only when cpu.c reports
+ * PE_CPU_AVX2. AVX2 has no masked 16-bit loads: tails go through
+ * vec_buffered.h. Every primitive is lane for lane the scalar definition
+ * (scalar.c, convert.h). */
+#ifndef PE_VEC_AVX2_H
+#define PE_VEC_AVX2_H
+
+#include <immintrin.h>
+#include <sleef.h>
+
+#include "kernel_common.h"
+
+#define ISA avx2
+#define VL 8
+#define VDL 4
+typedef __m256 vf;
+typedef __m256d vd;
+
+/* ---- float and double lanes ---- */
+
+#define vf_load _mm256_loadu_ps
+#define vf_store _mm256_storeu_ps
+#define vf_set1 _mm256_set1_ps
+#define vf_add _mm256_add_ps
+#define vf_mul _mm256_mul_ps
+#define vf_fma _mm256_fmadd_ps   /* a*b + c, one rounding */
+#define vf_fnma _mm256_fnmadd_ps /* c - a*b, one rounding */
+/* A sign flip, as C's unary minus: NaN bits follow. */
+PE_AI vf vf_neg(vf a) { return _mm256_xor_ps(a, _mm256_set1_ps(-0.0f)); }
+
+#define vd_load _mm256_loadu_pd
+#define vd_set1 _mm256_set1_pd
+#define vd_mul _mm256_mul_pd
+#define vd_sub _mm256_sub_pd
+#define vd_fnma _mm256_fnmadd_pd
+PE_AI vd vd_round(vd x) { return _mm256_round_pd(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC); }
+/* r where |r| <= PE_REDUCED_MAX (false for NaN), else 0. */
+PE_AI vd vd_keep_reduced(vd r) {
+  __m256d abs = _mm256_andnot_pd(_mm256_set1_pd(-0.0), r);
+  return _mm256_and_pd(r, _mm256_cmp_pd(abs, _mm256_set1_pd(PE_REDUCED_MAX), _CMP_LE_OQ));
+}
+/* [lo | hi] rounded to float (nearest even), and the halves widened back. */
+PE_AI vf vf_from_vd2(vd lo, vd hi) { return _mm256_set_m128(_mm256_cvtpd_ps(hi), _mm256_cvtpd_ps(lo)); }
+PE_AI vd vd_widen_lo(vf v) { return _mm256_cvtps_pd(_mm256_castps256_ps128(v)); }
+PE_AI vd vd_widen_hi(vf v) { return _mm256_cvtps_pd(_mm256_extractf128_ps(v, 1)); }
+
+/* SLEEF: float sincos u10 of VL lanes, double sincos u35 of VDL lanes (.x
+ * sin, .y cos); VDL doubles rounded to float (to nearest even, as (float)). */
+#define VEC_SINCOSF Sleef_sincosf8_u10avx2
+#define VEC_SINCOSD Sleef_sincosd4_u35avx2
+PE_AI void vd_store_f32(float *p, vd v) { _mm_storeu_ps(p, _mm256_cvtpd_ps(v)); }
+
+/* (float)|q - (j + lane)| from int32 lanes: exact when q and j + 7 fit in
+ * int32, and vcvtdq2ps rounds to nearest even as (float) of the int64 does. */
+PE_AI vf vf_alibi_dist(int32_t q, int32_t j) {
+  __m256i vj = _mm256_add_epi32(_mm256_set1_epi32(j), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+  return _mm256_cvtepi32_ps(_mm256_abs_epi32(_mm256_sub_epi32(_mm256_set1_epi32(q), vj)));
+}
+
+/* ---- dtypes: full vectors ---- */
+
+/* bf16 bits of 8 floats (low half of each lane): convert.h's integer
+ * round-to-nearest-even, NaN quieted (top half | 0x40); not a hardware
+ * conversion, which would flush subnormals. */
+PE_AI __m128i bf16_narrow(vf v) {
+  __m256i u = _mm256_castps_si256(v);
+  __m256i hi = _mm256_srli_epi32(u, 16);
+  __m256i bias = _mm256_add_epi32(_mm256_set1_epi32(0x7fff),
+                                  _mm256_and_si256(hi, _mm256_set1_epi32(1)));
+  __m256i r = _mm256_srli_epi32(_mm256_add_epi32(u, bias), 16);
+  /* |u| and 0x7f800000 are non-negative, so the signed compare is exact */
+  __m256i nan = _mm256_cmpgt_epi32(_mm256_and_si256(u, _mm256_set1_epi32(0x7fffffff)),
+                                   _mm256_set1_epi32(0x7f800000));
+  r = _mm256_blendv_epi8(r, _mm256_or_si256(hi, _mm256_set1_epi32(0x40)), nan);
+  /* every lane is <= 0xffff, so the saturating pack is a plain narrowing */
+  return _mm_packus_epi32(_mm256_castsi256_si128(r), _mm256_extracti128_si256(r, 1));
+}
+
+/* F16C: exact widening (a signaling NaN comes out quiet: the rotation's
+ * load, scalar.c) and RNE narrowing keeping subnormals, NaN quieted with its
+ * top payload bits (convert.h). bf16 widening is a shift. */
+PE_AI vf vldf(int dt, const void *p) {
+  if (dt == PE_F32) return _mm256_loadu_ps(p);
+  __m128i h = _mm_loadu_si128(p);
+  if (dt == PE_F16) return _mm256_cvtph_ps(h);
+  return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+}
+PE_AI void vstf(int dt, void *p, vf v) {
+  if (dt == PE_F32)
+    _mm256_storeu_ps(p, v);
+  else if (dt == PE_F16)
+    _mm_storeu_si128(p, _mm256_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+  else
+    _mm_storeu_si128(p, bf16_narrow(v));
+}
+
+/* f16 widened exactly, signaling NaNs kept signaling (convert.h; the
+ * `convert` kernel): F16C sets the quiet bit, cleared again where the input
+ * was a signaling NaN (exponent 31, quiet bit 0, payload non-zero). */
+PE_AI vf vld_f16_exact(const void *p) {
+  __m128i h = _mm_loadu_si128(p);
+  __m128i snan = _mm_andnot_si128(_mm_cmpeq_epi16(_mm_and_si128(h, _mm_set1_epi16(0x1ff)),
+                                                  _mm_setzero_si128()),
+                                  _mm_cmpeq_epi16(_mm_and_si128(h, _mm_set1_epi16(0x7e00)),
+                                                  _mm_set1_epi16(0x7c00)));
+  __m256i quiet = _mm256_slli_epi32(
+      _mm256_cvtepu16_epi32(_mm_and_si128(snan, _mm_set1_epi16(0x40))), 16);
+  return _mm256_xor_ps(_mm256_cvtph_ps(h), _mm256_castsi256_ps(quiet));
+}
+
+/* GPT-J's interleaved pairs: the in-lane shuffles leave x and y in pair
+ * order 0,1,4,5 | 2,3,6,7; cos/sin are permuted to match (vf_gptj_cs), and
+ * the unpacks restore memory order. */
+PE_AI void vf_deinterleave(vf v0, vf v1, vf *x, vf *y) {
+  *x = _mm256_shuffle_ps(v0, v1, 0x88);
+  *y = _mm256_shuffle_ps(v0, v1, 0xdd);
+}
+PE_AI void vf_interleave(vf x, vf y, vf *lo, vf *hi) {
+  *lo = _mm256_unpacklo_ps(x, y);
+  *hi = _mm256_unpackhi_ps(x, y);
+}
+PE_AI vf vf_gptj_cs(vf v) {
+  return _mm256_castpd_ps(_mm256_permute4x64_pd(_mm256_castps_pd(v), 0xd8));
+}
+
+/* The cache write's NEOX rows take 2*VL pairs a step: each 64-byte line of
+ * the row is written by two adjacent stores (a row is written, not updated). */
+#define VEC_WHOLE_LINES 1
+
+#include "vec_buffered.h"
+
+#endif

@@ -1,0 +1,198 @@
+/* vec_avx512.h - the AVX-512 (F/BW/DQ/VL) primitives the templates are
+ * written in: sixteen float lanes, eight double lanes. Included only by
+ * avx512.c, compiled with -mavx512f -mavx512bw -mavx512dq -mavx512vl
+ * (CMakeLists.txt) and reached only when cpu.c reports PE_CPU_AVX512. Tails
+ * use opmasks, so no row is read or written past its elements; the main
+ * loops pass the constant VL, so the masks fold away there (masked narrowing
+ * stores to memory, vpmovdw m{k} and vcvtps2ph m{k}, are slow). Every
+ * primitive is lane for lane the scalar definition (scalar.c, convert.h). */
+#ifndef PE_VEC_AVX512_H
+#define PE_VEC_AVX512_H
+
+#include <immintrin.h>
+#include <sleef.h>
+
+#include "kernel_common.h"
+
+#define ISA avx512
+#define VL 16
+#define VDL 8
+typedef __m512 vf;
+typedef __m512d vd;
+
+#define FULL16 ((__mmask16)0xffff)
+/* Lanes [0, n): all for n >= 16, none for n <= 0. */
+PE_AI __mmask16 mask_n(int32_t n) {
+  return n >= 16 ? FULL16 : n <= 0 ? (__mmask16)0 : (__mmask16)((1u << n) - 1u);
+}
+
+/* ---- float and double lanes ---- */
+
+#define vf_load _mm512_loadu_ps
+#define vf_set1 _mm512_set1_ps
+#define vf_add _mm512_add_ps
+#define vf_mul _mm512_mul_ps
+#define vf_fma _mm512_fmadd_ps   /* a*b + c, one rounding */
+#define vf_fnma _mm512_fnmadd_ps /* c - a*b, one rounding */
+PE_AI vf vf_neg(vf a) { return _mm512_xor_ps(a, _mm512_set1_ps(-0.0f)); } /* sign flip */
+PE_AI vf vf_loadn(const float *p, int32_t n) {
+  return n >= VL ? _mm512_loadu_ps(p) : _mm512_maskz_loadu_ps(mask_n(n), p);
+}
+PE_AI void vf_storen(float *p, int32_t n, vf v) {
+  if (n >= VL)
+    _mm512_storeu_ps(p, v);
+  else
+    _mm512_mask_storeu_ps(p, mask_n(n), v);
+}
+#define vf_store _mm512_storeu_ps
+
+#define vd_load _mm512_loadu_pd
+#define vd_set1 _mm512_set1_pd
+#define vd_mul _mm512_mul_pd
+#define vd_sub _mm512_sub_pd
+#define vd_fnma _mm512_fnmadd_pd
+PE_AI vd vd_loadn(const double *p, int32_t n) {
+  return n >= VDL ? _mm512_loadu_pd(p) : _mm512_maskz_loadu_pd((__mmask8)mask_n(n), p);
+}
+PE_AI vd vd_round(vd x) {
+  return _mm512_roundscale_pd(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+}
+/* r where |r| <= PE_REDUCED_MAX (false for NaN), else 0. */
+PE_AI vd vd_keep_reduced(vd r) {
+  __mmask8 ok = _mm512_cmp_pd_mask(_mm512_abs_pd(r), _mm512_set1_pd(PE_REDUCED_MAX), _CMP_LE_OQ);
+  return _mm512_maskz_mov_pd(ok, r);
+}
+PE_AI vf vf_from_vd2(vd lo, vd hi) {
+  return _mm512_insertf32x8(_mm512_castps256_ps512(_mm512_cvtpd_ps(lo)), _mm512_cvtpd_ps(hi), 1);
+}
+PE_AI vd vd_widen_lo(vf v) { return _mm512_cvtps_pd(_mm512_castps512_ps256(v)); }
+PE_AI vd vd_widen_hi(vf v) { return _mm512_cvtps_pd(_mm512_extractf32x8_ps(v, 1)); }
+
+#define VEC_SINCOSF Sleef_sincosf16_u10avx512f
+#define VEC_SINCOSD Sleef_sincosd8_u35avx512f
+PE_AI void vd_store_f32(float *p, vd v) { _mm256_storeu_ps(p, _mm512_cvtpd_ps(v)); }
+
+PE_AI vf vf_alibi_dist(int32_t q, int32_t j) {
+  const __m512i lane = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+  __m512i d = _mm512_sub_epi32(_mm512_set1_epi32(q), _mm512_add_epi32(_mm512_set1_epi32(j), lane));
+  return _mm512_cvtepi32_ps(_mm512_abs_epi32(d)); /* exact |d| < 2^31, rounded as (float) */
+}
+
+/* ---- dtypes ----
+ * Loads widen 16 lanes; the 16-bit stores narrow two vectors at once (a
+ * pair's x and y, or a GPT-J row's two halves) into one register, written to
+ * one address (vstw) or two (vst2). PE_BF16_CVT: bf16 rounded by
+ * AVX512-BF16's vcvtne2ps2bf16 (avx512.c picks it when the CPU has it). */
+#define PE_BF16_CVT 3
+
+PE_AI __m256i ld16(const void *p, int32_t n) {
+  return n >= VL ? _mm256_loadu_si256(p) : _mm256_maskz_loadu_epi16(mask_n(n), p);
+}
+/* vcvtph2ps: exact widening, subnormals kept, a signaling NaN quieted (the
+ * rotation's load); bf16 widening is a shift. */
+PE_AI vf vld(int dt, const void *p, int32_t n) {
+  if (dt == PE_F32) return vf_loadn(p, n);
+  if (dt == PE_F16) return _mm512_cvtph_ps(ld16(p, n));
+  return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(ld16(p, n)), 16));
+}
+/* f16 widened exactly, signaling NaNs kept: vcvtph2ps sets the quiet bit,
+ * cleared again where the input had exponent 31, quiet bit 0, payload != 0. */
+PE_AI vf vld_f16_exact(const void *p) {
+  __m256i h = _mm256_loadu_si256(p);
+  __mmask16 snan =
+      _mm256_cmpeq_epi16_mask(_mm256_and_si256(h, _mm256_set1_epi16(0x7e00)),
+                              _mm256_set1_epi16(0x7c00)) &
+      _mm256_test_epi16_mask(h, _mm256_set1_epi16(0x1ff));
+  __m512i w = _mm512_castps_si512(_mm512_cvtph_ps(h));
+  return _mm512_castsi512_ps(_mm512_mask_xor_epi32(w, snan, w, _mm512_set1_epi32(0x400000)));
+}
+
+/* convert.h's integer round-to-nearest-even, NaN quieted (top half | 0x40),
+ * not vcvtneps2bf16, which reads subnormals as zero. Lanes end in [0, 0xffff]. */
+PE_AI __m512i bf16_bits(vf v) {
+  __m512i u = _mm512_castps_si512(v);
+  __m512i hi = _mm512_srli_epi32(u, 16);
+  __m512i bias = _mm512_add_epi32(_mm512_set1_epi32(0x7fff),
+                                  _mm512_and_si512(hi, _mm512_set1_epi32(1)));
+  __m512i r = _mm512_srli_epi32(_mm512_add_epi32(u, bias), 16);
+  __mmask16 nan = _mm512_cmpgt_epu32_mask(_mm512_and_si512(u, _mm512_set1_epi32(0x7fffffff)),
+                                          _mm512_set1_epi32(0x7f800000));
+  return _mm512_mask_or_epi32(r, nan, hi, _mm512_set1_epi32(0x40));
+}
+/* vpackusdw is in-lane: 64-bit chunks alternate a, b; one vpermq sorts them
+ * (two shuffles for 32 halves instead of two slow vpmovdw). */
+PE_AI __m512i bf16_pack_int(vf a, vf b) {
+  __m512i w = _mm512_packus_epi32(bf16_bits(a), bf16_bits(b));
+  return _mm512_permutexvar_epi64(_mm512_setr_epi64(0, 2, 4, 6, 1, 3, 5, 7), w);
+}
+/* vcvtne2ps2bf16 rounds exactly as bf16_bits except that it reads subnormal
+ * inputs as zero. Those are rare: lanes with a zero exponent and a non-zero
+ * mantissa send the 32 values to the integer path. Not forced inline: it is
+ * only reached from functions compiled for AVX512-BF16 (avx512.c). */
+#define BF16_TARGET __attribute__((target("avx512bf16")))
+BF16_TARGET static inline __m512i bf16_pack_cvt(vf a, vf b) {
+  /* vfpclassps class 0x20: denormal */
+  __mmask16 sa = _mm512_fpclass_ps_mask(a, 0x20), sb = _mm512_fpclass_ps_mask(b, 0x20);
+  if (__builtin_expect((sa | sb) != 0, 0)) return bf16_pack_int(a, b);
+  return _mm512_castps_si512((__m512)_mm512_cvtne2ps_pbh(b, a)); /* b high, a low */
+}
+/* [a's 16 halves | b's 16 halves]; vcvtps2ph rounds to nearest even keeping
+ * subnormals, NaN quieted with its top payload bits (convert.h). The rounding
+ * immediate is spelled out: clang needs a constant expression. */
+PE_AI __m512i pack16(int dt, vf a, vf b) {
+  if (dt == PE_F16)
+    return _mm512_inserti64x4(
+        _mm512_castsi256_si512(_mm512_cvtps_ph(a, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC)),
+        _mm512_cvtps_ph(b, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC), 1);
+  if (dt == PE_BF16) return bf16_pack_int(a, b);
+  return bf16_pack_cvt(a, b);
+}
+
+/* a to pa (na lanes), b to pb (nb lanes). */
+PE_AI void vst2(int dt, void *pa, int32_t na, vf a, void *pb, int32_t nb, vf b) {
+  if (dt == PE_F32) {
+    vf_storen(pa, na, a);
+    vf_storen(pb, nb, b);
+    return;
+  }
+  __m512i w = pack16(dt, a, b);
+  __m256i lo = _mm512_castsi512_si256(w), hi = _mm512_extracti64x4_epi64(w, 1);
+  if (na >= VL) _mm256_storeu_si256(pa, lo); else _mm256_mask_storeu_epi16(pa, mask_n(na), lo);
+  if (nb >= VL) _mm256_storeu_si256(pb, hi); else _mm256_mask_storeu_epi16(pb, mask_n(nb), hi);
+}
+/* 32 contiguous elements a | b as whole 64-byte stores (the cache write: a
+ * row is written, not updated, and a whole-line store needs no read of it). */
+PE_AI void vstw(int dt, void *p, vf a, vf b) {
+  if (dt == PE_F32) {
+    _mm512_storeu_ps(p, a);
+    _mm512_storeu_ps((float *)p + VL, b);
+    return;
+  }
+  _mm512_storeu_si512(p, pack16(dt, a, b));
+}
+/* One full vector (the encodings' rows). */
+PE_AI void vst(int dt, void *p, vf v) {
+  if (dt == PE_F32)
+    _mm512_storeu_ps(p, v);
+  else if (dt == PE_F16)
+    _mm256_storeu_si256(p, _mm512_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+  else
+    _mm256_storeu_si256(p, _mm512_cvtepi32_epi16(bf16_bits(v)));
+}
+
+/* GPT-J's interleaved pairs: x = even lanes of v0 | v1, y = odd lanes. */
+PE_AI void vf_deinterleave(vf v0, vf v1, vf *x, vf *y) {
+  const __m512i even = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+  *x = _mm512_permutex2var_ps(v0, even, v1);
+  *y = _mm512_permutex2var_ps(v0, _mm512_add_epi32(even, _mm512_set1_epi32(1)), v1);
+}
+PE_AI void vf_interleave(vf x, vf y, vf *lo, vf *hi) {
+  const __m512i first = _mm512_setr_epi32(0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6, 22, 7, 23);
+  *lo = _mm512_permutex2var_ps(x, first, y);
+  *hi = _mm512_permutex2var_ps(x, _mm512_add_epi32(first, _mm512_set1_epi32(8)), y);
+}
+PE_AI vf vf_gptj_cs(vf v) { return v; } /* x and y come out in pair order */
+
+#define VEC_WHOLE_LINES 1
+
+#endif

@@ -1,0 +1,357 @@
+/* rope_engine.c - the block walk shared by every RoPE rotation (see
+ * rope_engine.h): row sources, sinks, the thread cost model, and the
+ * validation the entry points share. */
+#include <inttypes.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "rope_engine.h"
+
+/* ---- row sources ---- */
+
+/* Frequency i's axis under M-RoPE. Sectioned (Qwen2-VL): the first s[0]
+ * frequencies follow t, the next s[1] h, the rest w. Interleaved (Qwen3-VL):
+ * i % 3 == 1 and i < 3*s[1] -> h, i % 3 == 2 and i < 3*s[2] -> w, else t. */
+static inline int axis_of(const pe__rope_plan *p, int32_t i) {
+  const int32_t *s = p->mrope_section;
+  if (p->mrope_interleaved)
+    return i % 3 == 1 && i < 3 * (int64_t)s[1] ? 1 : i % 3 == 2 && i < 3 * (int64_t)s[2] ? 2 : 0;
+  return i < s[0] ? 0 : i < (int64_t)s[0] + s[1] ? 1 : 2;
+}
+
+/* Frequencies per step of the sources that compute a row piecewise. */
+#define SUBCHUNK 64
+
+static inline int64_t position(const pe__rope_plan *p, int axis, int64_t u, int64_t t) {
+  return p->pos ? p->pos[axis * p->batch * p->tokens + u] : t;
+}
+
+/* cos/sin of frequencies [i0, i0+m) for token u (token index t in its
+ * sequence) into row (cos at row[0..m), sin at row[m..2m)). */
+static void fill_row(const pe__rope_plan *p, const pe_rope_cache *c, int64_t u, int64_t t,
+                     int32_t i0, int32_t m, float *row) {
+  const pe_isa *isa = p->isa;
+  switch (p->source) {
+    case PE_SOURCE_POSITIONS: {
+      int64_t pos = position(p, 0, u, t);
+      if (c->table) {
+        const float *r = c->table + pos * 2 * (int64_t)p->half + i0;
+        memcpy(row, r, (size_t)m * sizeof(float));
+        memcpy(row + m, r + p->half, (size_t)m * sizeof(float));
+      } else {
+        isa->rope_sincos(pos, 1, c->inv_freq + i0, m, (float)c->attention_factor, row);
+      }
+      return;
+    }
+    case PE_SOURCE_SHIFT:
+      isa->rope_sincos(p->pos[u], 1, c->inv_freq + i0, m, 1.0f, row);
+      return;
+    case PE_SOURCE_REROTATE: {
+      /* One rotation by p*(f_to - f_from), scaled by a_to/a_from: undoes
+       * `from` and applies `to` with a single rounding of the data. */
+      int64_t pos = position(p, 0, u, t);
+      float scale = (float)(p->to->attention_factor / p->from->attention_factor);
+      double diff[SUBCHUNK];
+      float tmp[2 * SUBCHUNK];
+      for (int32_t j = 0; j < m; j += SUBCHUNK) {
+        int32_t n = m - j < SUBCHUNK ? m - j : SUBCHUNK;
+        for (int32_t i = 0; i < n; i++)
+          diff[i] = p->to->inv_freq[i0 + j + i] - p->from->inv_freq[i0 + j + i];
+        isa->rope_sincos(pos, 1, diff, n, scale, tmp);
+        memcpy(row + j, tmp, (size_t)n * sizeof(float));
+        memcpy(row + m + j, tmp + n, (size_t)n * sizeof(float));
+      }
+      return;
+    }
+    case PE_SOURCE_AXES: {
+      int64_t ap[3];
+      for (int a = 0; a < 3; a++) ap[a] = position(p, a, u, t);
+      if (c->table) {
+        for (int32_t i = 0; i < m; i++) {
+          const float *r = c->table + ap[axis_of(p, i0 + i)] * 2 * (int64_t)p->half;
+          row[i] = r[i0 + i];
+          row[m + i] = r[p->half + i0 + i];
+        }
+        return;
+      }
+      /* On the fly: each piece of frequencies at each distinct axis
+       * position it needs (the values are elementwise, so a piece equals
+       * the row's; an axis at an earlier axis' position takes its values). */
+      int src[3];
+      for (int a = 0; a < 3; a++) src[a] = ap[a] == ap[0] ? 0 : ap[a] == ap[1] ? 1 : 2;
+      float tmp[2 * SUBCHUNK];
+      for (int32_t j = 0; j < m; j += SUBCHUNK) {
+        int32_t n = m - j < SUBCHUNK ? m - j : SUBCHUNK;
+        for (int a = 0; a < 3; a++) {
+          int need = 0;
+          for (int32_t i = 0; i < n && !need; i++) need = src[axis_of(p, i0 + j + i)] == a;
+          if (!need) continue;
+          isa->rope_sincos(ap[a], 1, c->inv_freq + i0 + j, n, (float)c->attention_factor, tmp);
+          for (int32_t i = 0; i < n; i++) {
+            if (src[axis_of(p, i0 + j + i)] != a) continue;
+            row[j + i] = tmp[i];
+            row[m + j + i] = tmp[n + i];
+          }
+        }
+      }
+      return;
+    }
+  }
+}
+
+/* The block's rows for frequencies [i0, i0+m): pointers straight into the
+ * table when the source is a plain table lookup, else rows built in
+ * scratch (m <= the chunk the caller sized for it). */
+static void block_rows(const pe__rope_plan *p, const pe_rope_cache *c, int64_t u, int64_t t0,
+                       int64_t n, int32_t i0, int32_t m, int direct, float *scratch,
+                       const float **cosp, const float **sinp) {
+  if (direct) {
+    for (int64_t i = 0; i < n; i++) {
+      const float *r = c->table + position(p, 0, u + i, t0 + i) * 2 * (int64_t)p->half + i0;
+      cosp[i] = r;
+      sinp[i] = r + p->half;
+    }
+    return;
+  }
+  for (int64_t i = 0; i < n; i++) {
+    float *row = scratch + i * 2 * (int64_t)m;
+    fill_row(p, c, u + i, t0 + i, i0, m, row);
+    if (p->inverse)
+      for (int32_t j = 0; j < m; j++) row[m + j] = -row[m + j];
+    cosp[i] = row;
+    sinp[i] = row + m;
+  }
+}
+
+/* ---- sinks ---- */
+
+static inline int64_t pair_offset(const pe__rope_plan *p, int32_t i0) {
+  return p->style == PE_ROPE_GPTJ ? 2 * (int64_t)i0 : i0;
+}
+
+static void rotate_in_place(const pe__rope_plan *p, const pe__rope_operand *op, int64_t b,
+                            int64_t t0, const pe_rope_block *blk, int32_t i0) {
+  char *base = op->data + (b * op->s_batch + t0 * op->s_token + pair_offset(p, i0)) * op->esize;
+  p->isa->rope_rows[op->dtype](blk, base, op->s_head, op->s_token);
+}
+
+static inline char *cache_row(const pe__rope_plan *p, int64_t slot) {
+  int64_t blk = slot / p->dst_block, off = slot % p->dst_block;
+  return p->dst + (blk * p->dst_s_block + off * p->dst_s_slot) * p->dst_esize;
+}
+
+static inline const char *k_row(const pe__rope_plan *p, int64_t b, int64_t t) {
+  return p->k.data + (b * p->k.s_batch + t * p->k.s_token) * p->k.esize;
+}
+
+/* k's rotated pairs into the cache rows of the block's tokens that have a
+ * slot. */
+static void store_pairs(const pe__rope_plan *p, int64_t b, int64_t u, int64_t t0,
+                        const pe_rope_block *blk, int32_t i0) {
+  const void *src[PE_ENGINE_BLOCK_TOKENS];
+  void *dst[PE_ENGINE_BLOCK_TOKENS];
+  const float *cosp[PE_ENGINE_BLOCK_TOKENS], *sinp[PE_ENGINE_BLOCK_TOKENS];
+  int64_t m = 0, off = pair_offset(p, i0);
+  for (int64_t i = 0; i < blk->n_tokens; i++) {
+    int64_t s = p->slots[u + i];
+    if (s < 0) continue; /* -1: padding, nothing stored */
+    src[m] = k_row(p, b, t0 + i) + off * p->k.esize;
+    dst[m] = cache_row(p, s) + off * p->dst_esize;
+    cosp[m] = blk->cos[i];
+    sinp[m] = blk->sin[i];
+    m++;
+  }
+  if (!m) return;
+  pe_rope_block sb = *blk;
+  sb.cos = cosp;
+  sb.sin = sinp;
+  sb.n_tokens = m;
+  p->isa->rope_store_rows[p->k.dtype][p->dst_dtype](&sb, src, p->k.s_head, dst, p->dst_s_head);
+}
+
+/* Channels [rotary_dim, head_dim) of stored rows: converted, not rotated. */
+static void store_pass_through(const pe__rope_plan *p, int64_t b, int64_t u, int64_t t0,
+                               int64_t n) {
+  int64_t rot = 2 * (int64_t)p->half, rest = p->head_dim - rot;
+  if (rest <= 0) return;
+  pe_convert_fn conv = p->isa->convert[p->k.dtype][p->dst_dtype];
+  for (int64_t i = 0; i < n; i++) {
+    int64_t s = p->slots[u + i];
+    if (s < 0) continue;
+    const char *src = k_row(p, b, t0 + i) + rot * p->k.esize;
+    char *dst = cache_row(p, s) + rot * p->dst_esize;
+    for (int64_t h = 0; h < p->k.heads; h++)
+      conv(src + h * p->k.s_head * p->k.esize, dst + h * p->dst_s_head * p->dst_esize, rest);
+  }
+}
+
+/* ---- the walk ---- */
+
+static const pe_rope_cache *row_cache(const pe__rope_plan *p, int64_t b) {
+  if (p->source == PE_SOURCE_REROTATE) return p->from;
+  return p->caches[p->cache_index ? p->cache_index[b] : 0];
+}
+
+static void engine_range(void *ctx, int64_t begin, int64_t end) {
+  const pe__rope_plan *p = ctx;
+  float scratch[PE_ENGINE_SCRATCH_FLOATS] __attribute__((aligned(64)));
+  const float *cosp[PE_ENGINE_BLOCK_TOKENS], *sinp[PE_ENGINE_BLOCK_TOKENS];
+  const int32_t half = p->half;
+  /* Tokens per block: their rows (2*half floats each) are reused by every
+   * head of q and k, so they must stay in L1 (the scratch size); rows larger
+   * than that alone are computed in chunks of frequencies. */
+  int64_t block = PE_ENGINE_SCRATCH_FLOATS / (2 * (int64_t)half);
+  if (block > PE_ENGINE_BLOCK_TOKENS) block = PE_ENGINE_BLOCK_TOKENS;
+  if (block < 1) block = 1;
+  for (int64_t u = begin; u < end;) {
+    int64_t b = u / p->tokens, t0 = u % p->tokens;
+    int64_t n = block;
+    if (n > p->tokens - t0) n = p->tokens - t0; /* a block never crosses a sequence */
+    if (n > end - u) n = end - u;
+    const pe_rope_cache *c = row_cache(p, b);
+    int direct = p->source == PE_SOURCE_POSITIONS && c->table && !p->inverse;
+    int32_t chunk = direct ? half : (int32_t)(PE_ENGINE_SCRATCH_FLOATS / (2 * n));
+    if (chunk > half) chunk = half;
+    for (int32_t i0 = 0; i0 < half; i0 += chunk) {
+      int32_t m = half - i0 < chunk ? half - i0 : chunk;
+      block_rows(p, c, u, t0, n, i0, m, direct, scratch, cosp, sinp);
+      pe_rope_block blk = {.cos = cosp, .sin = sinp, .n_tokens = n, .n_pairs = m,
+                           .pair_dist = half, .style = p->style};
+      if (p->q.data) {
+        blk.n_heads = p->q.heads;
+        rotate_in_place(p, &p->q, b, t0, &blk, i0);
+      }
+      if (p->k.data) {
+        blk.n_heads = p->k.heads;
+        if (p->slots) store_pairs(p, b, u, t0, &blk, i0);
+        else rotate_in_place(p, &p->k, b, t0, &blk, i0);
+      }
+    }
+    if (p->k.data && p->slots) store_pass_through(p, b, u, t0, n);
+    u += n;
+  }
+}
+
+/* Bytes one token costs, for the pool's cut-over: what the sinks read and
+ * write - the rotated channels in place, every channel of a stored row. */
+static int64_t bytes_per_token(const pe__rope_plan *p) {
+  int64_t rot = 2 * (int64_t)p->half, bytes = 0;
+  if (p->q.data) bytes += p->q.heads * rot * p->q.esize * 2;
+  if (p->k.data)
+    bytes += p->slots ? p->k.heads * p->head_dim * (p->k.esize + p->dst_esize)
+                      : p->k.heads * rot * p->k.esize * 2;
+  return bytes;
+}
+
+void pe__rope_run(const pe__rope_plan *plan, pe_threadpool *pool) {
+  pe__pool_run(pool, plan->batch * plan->tokens, 1, bytes_per_token(plan), engine_range,
+               (void *)plan);
+}
+
+void pe__rope_plan_init(pe__rope_plan *p, const pe_rope_cache *c, const pe_tensor *q,
+                        const pe_tensor *k, uint32_t flags, pe__rope_source source) {
+  const pe_tensor *any = q ? q : k;
+  memset(p, 0, sizeof *p);
+  p->isa = pe__isa();
+  p->half = c->half;
+  p->head_dim = c->p.head_dim;
+  p->style = c->p.style;
+  p->inverse = (flags & PE_ROPE_INVERSE) != 0;
+  p->batch = any->shape[0];
+  p->tokens = any->shape[2];
+  p->source = source;
+  pe__rope_operand_from(&p->q, q);
+  pe__rope_operand_from(&p->k, k);
+}
+
+/* ---- validation shared by the entry points ---- */
+
+void pe__rope_operand_from(pe__rope_operand *op, const pe_tensor *t) {
+  memset(op, 0, sizeof *op);
+  if (!t) return;
+  op->data = t->data;
+  op->dtype = t->dtype;
+  op->esize = (int64_t)pe__dtype_size(t->dtype);
+  op->heads = t->shape[1];
+  op->s_batch = pe__stride(t, 0);
+  op->s_head = pe__stride(t, 1);
+  op->s_token = pe__stride(t, 2);
+}
+
+pe_status pe__rope_check_operand(const char *fn, const char *name, const pe_tensor *t,
+                                 int32_t head_dim, int writable) {
+  pe_status st = pe__check_tensor(fn, name, t, writable);
+  if (st != PE_OK) return st;
+  if (t->shape[3] != head_dim)
+    return pe__fail(PE_ERR_SHAPE, "%s: %s head_dim (shape[3]) %" PRId64 " != cache head_dim %d",
+                    fn, name, t->shape[3], (int)head_dim);
+  return PE_OK;
+}
+
+pe_status pe__rope_check_qk(const char *fn, const pe_tensor *q, const pe_tensor *k,
+                            int32_t head_dim, int k_writable) {
+  pe_status st;
+  if (!q && !k) return pe__fail(PE_ERR_NULL_POINTER, "%s: q and k are both NULL", fn);
+  if (q && (st = pe__rope_check_operand(fn, "q", q, head_dim, 1)) != PE_OK) return st;
+  if (k && (st = pe__rope_check_operand(fn, "k", k, head_dim, k_writable)) != PE_OK) return st;
+  if (q && k) {
+    if (q->shape[0] != k->shape[0] || q->shape[2] != k->shape[2])
+      return pe__fail(PE_ERR_SHAPE,
+                      "%s: q [batch %" PRId64 ", tokens %" PRId64 "] and k [batch %" PRId64
+                      ", tokens %" PRId64 "] must match",
+                      fn, q->shape[0], q->shape[2], k->shape[0], k->shape[2]);
+    if (pe__tensors_overlap(q, k))
+      return pe__fail(PE_ERR_SHAPE,
+                      "%s: q and k overlap in memory (%p and %p): a shared element would be %s", fn,
+                      q->data, k->data, k_writable ? "rotated twice" : "read after it is rotated");
+  }
+  return PE_OK;
+}
+
+pe_status pe__rope_check_positions(const char *fn, const char *axis_name, const int64_t *pos,
+                                   int64_t batch, int64_t tokens,
+                                   const pe_rope_cache *const *caches, const int32_t *cache_index) {
+  for (int64_t b = 0; b < batch; b++) {
+    int32_t ci = cache_index ? cache_index[b] : 0;
+    const pe_rope_cache *c = caches ? caches[ci] : NULL;
+    int64_t limit = c && c->table ? c->p.max_positions : PE_MAX_POSITION;
+    const char *what = c && c->table ? "max_positions" : "limit 2^53 (not exact in double)";
+    char which[32] = "";
+    if (cache_index) snprintf(which, sizeof which, " %d", (int)ci);
+    if (!pos) {
+      if (tokens > limit)
+        return pe__fail(PE_ERR_POSITION_OUT_OF_RANGE,
+                        "%s: positions NULL means 0..%" PRId64 ", past cache%s %s %" PRId64, fn,
+                        tokens - 1, which, what, limit);
+      continue;
+    }
+    for (int64_t t = 0; t < tokens; t++) {
+      int64_t v = pos[b * tokens + t];
+      if (v < 0)
+        return pe__fail(PE_ERR_POSITION_OUT_OF_RANGE,
+                        "%s: position %" PRId64 " at [%sbatch %" PRId64 ", token %" PRId64
+                        "] is negative",
+                        fn, v, axis_name, b, t);
+      if (v >= limit)
+        return pe__fail(PE_ERR_POSITION_OUT_OF_RANGE,
+                        "%s: position %" PRId64 " at [%sbatch %" PRId64 ", token %" PRId64
+                        "] >= cache%s %s %" PRId64,
+                        fn, v, axis_name, b, t, which, what, limit);
+    }
+  }
+  return PE_OK;
+}
+
+pe_status pe__rope_check_same_geometry(const char *fn, const char *what, const pe_rope_cache *a,
+                                       const pe_rope_cache *b) {
+  if (a->p.head_dim != b->p.head_dim || a->p.rotary_dim != b->p.rotary_dim)
+    return pe__fail(PE_ERR_SHAPE,
+                    "%s: %s has head_dim %d rotary_dim %d, the first cache head_dim %d rotary_dim "
+                    "%d: all must match",
+                    fn, what, (int)b->p.head_dim, (int)b->p.rotary_dim, (int)a->p.head_dim,
+                    (int)a->p.rotary_dim);
+  if (a->p.style != b->p.style)
+    return pe__fail(PE_ERR_INVALID_ARGUMENT, "%s: %s has style %d, the first cache style %d", fn,
+                    what, (int)b->p.style, (int)a->p.style);
+  return PE_OK;
+}

@@ -1,0 +1,104 @@
+/* rope_engine.h - the one RoPE engine every rotation entry point runs on.
+ *
+ * An entry point validates its arguments, describes the call as a plan and
+ * hands it to pe__rope_run. The engine walks blocks of up to
+ * PE_ENGINE_BLOCK_TOKENS tokens of one sequence (the unit the thread pool
+ * splits), and for each block:
+ *   row source -> the block's cos/sin rows (a frequency chunk of them)
+ *   sinks      -> q and/or k rotated in place, or k rotated into a cache row
+ * Sources: a cache's table row or on-the-fly row at each position (one cache,
+ * or one per batch row), the rows of several axes gathered per frequency
+ * (M-RoPE), a shift by a delta, the difference of two caches' frequencies
+ * (re-rotation). The inverse rotation is a source property: its rows carry
+ * -sin, so every sink and kernel only ever rotates forward.
+ *
+ * Stack: one block's scratch rows (PE_ENGINE_SCRATCH_FLOATS floats, 16 KiB)
+ * plus a few hundred bytes, whatever head_dim: rows that do not fit are
+ * computed in chunks of frequencies. */
+#ifndef PE_ROPE_ENGINE_H
+#define PE_ROPE_ENGINE_H
+
+#include "internal.h"
+#include "kernels/isa.h"
+#include "rope_internal.h"
+
+#define PE_ENGINE_BLOCK_TOKENS 32
+#define PE_ENGINE_SCRATCH_FLOATS 4096
+
+/* A tensor as the engine walks it: strides in elements, 0 for size-1
+ * dimensions (pe__stride). data NULL: absent. */
+typedef struct pe__rope_operand {
+  char *data;
+  pe_dtype dtype;
+  int64_t esize, heads;
+  int64_t s_batch, s_head, s_token;
+} pe__rope_operand;
+
+typedef enum pe__rope_source {
+  PE_SOURCE_POSITIONS = 0, /* the row cache's table row, or its on-the-fly row */
+  PE_SOURCE_AXES = 1,      /* M-RoPE: frequency i at the position of its axis */
+  PE_SOURCE_SHIFT = 2,     /* on the fly at deltas, scale 1 */
+  PE_SOURCE_REROTATE = 3   /* on the fly at positions, to - from frequencies */
+} pe__rope_source;
+
+typedef struct pe__rope_plan {
+  const pe_isa *isa;
+  int32_t half, head_dim, style, inverse;
+  int64_t batch, tokens;
+
+  /* row source */
+  pe__rope_source source;
+  const pe_rope_cache *const *caches; /* row b uses caches[cache_index[b]] (index NULL: [0]) */
+  const int32_t *cache_index;
+  const pe_rope_cache *from, *to;     /* PE_SOURCE_REROTATE */
+  const int64_t *pos;                 /* [n_axes][batch][tokens]; NULL = token index */
+  int32_t mrope_section[3];           /* PE_SOURCE_AXES: Qwen2-VL sections or */
+  int32_t mrope_interleaved;          /* Qwen3-VL interleaving */
+
+  /* sinks: q and k in place, unless slots is set: then k is read and its
+   * rotation written to the cache rows at slots */
+  pe__rope_operand q, k;
+  const int64_t *slots;               /* [batch][tokens]; -1 skips the token */
+  char *dst;
+  pe_dtype dst_dtype;
+  int64_t dst_esize, dst_block, dst_s_block, dst_s_head, dst_s_slot;
+} pe__rope_plan;
+
+/* A plan over q and/or k with the geometry of cache c (batch and tokens
+ * from q, else k), flags' PE_ROPE_INVERSE, and the given source; the
+ * caller fills in the source's and the sinks' other fields. */
+PE_HIDDEN void pe__rope_plan_init(pe__rope_plan *p, const pe_rope_cache *c, const pe_tensor *q,
+                                  const pe_tensor *k, uint32_t flags, pe__rope_source source);
+
+/* Run a validated plan (pool acquired with pe__pool_acquire, released here). */
+PE_HIDDEN void pe__rope_run(const pe__rope_plan *plan, pe_threadpool *pool);
+
+/* ---- validation shared by the RoPE entry points (rope_engine.c) ---- */
+
+PE_HIDDEN void pe__rope_operand_from(pe__rope_operand *op, const pe_tensor *t);
+
+/* A q/k/cache tensor: pe__check_tensor plus shape[3] == head_dim. */
+PE_HIDDEN pe_status pe__rope_check_operand(const char *fn, const char *name, const pe_tensor *t,
+                                           int32_t head_dim, int writable);
+
+/* q and/or k (not both NULL): each checked, batch and tokens equal, no
+ * element shared (q is written; k is written unless k_writable is 0, and
+ * even then q must not overlap what is read). */
+PE_HIDDEN pe_status pe__rope_check_qk(const char *fn, const pe_tensor *q, const pe_tensor *k,
+                                      int32_t head_dim, int k_writable);
+
+/* Positions of one axis ([batch][tokens], NULL = 0..tokens-1): each entry
+ * >= 0 and below the limit of its row's cache (its max_positions when it has
+ * a table, 2^53 otherwise). caches NULL: the 2^53 limit only. axis_name is
+ * "" or e.g. "axis 1 (h), " for messages. */
+PE_HIDDEN pe_status pe__rope_check_positions(const char *fn, const char *axis_name,
+                                             const int64_t *pos, int64_t batch, int64_t tokens,
+                                             const pe_rope_cache *const *caches,
+                                             const int32_t *cache_index);
+
+/* Caches usable together (multi-cache, rerotate): same head_dim, rotary_dim
+ * and style as caches[0]. */
+PE_HIDDEN pe_status pe__rope_check_same_geometry(const char *fn, const char *what,
+                                                 const pe_rope_cache *a, const pe_rope_cache *b);
+
+#endif

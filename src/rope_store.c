@@ -1,0 +1,163 @@
+/* rope_store.c - pe_apply_rope_qk_store: q rotated in place and the rotated
+ * k written straight into a (paged) KV cache, converted to the cache's
+ * dtype, in one pass of the engine (its cache sink). */
+#include <inttypes.h>
+#include <string.h>
+
+#include "rope_engine.h"
+
+/* ---- pe_apply_rope_qk_store: slot validation ---- */
+
+/* A run of consecutive tokens whose slots are consecutive: [lo, hi) slots,
+ * starting at flat token index `first`. Prefill slot mappings are a few runs
+ * (one per cache block), so duplicates are looked for among runs. */
+typedef struct slot_run {
+  int64_t lo, hi, first;
+} slot_run;
+
+/* The next run at or after flat token u (slots -1 skipped); returns the flat
+ * index after it, or n when there is none (r->lo = -1). */
+static int64_t next_run(const int64_t *slots, int64_t n, int64_t u, slot_run *r) {
+  while (u < n && slots[u] < 0) u++;
+  r->lo = -1;
+  if (u >= n) return n;
+  r->lo = slots[u];
+  r->first = u;
+  int64_t v = u + 1;
+  while (v < n && slots[v] == slots[v - 1] + 1) v++;
+  r->hi = r->lo + (v - u);
+  return v;
+}
+
+static void sift_down(slot_run *a, int64_t i, int64_t n) {
+  for (;;) {
+    int64_t c = 2 * i + 1;
+    if (c >= n) return;
+    if (c + 1 < n && a[c + 1].lo > a[c].lo) c++;
+    if (a[c].lo <= a[i].lo) return;
+    slot_run t = a[i];
+    a[i] = a[c];
+    a[c] = t;
+    i = c;
+  }
+}
+
+/* Heapsort by lo: in place, no allocation (qsort may allocate). */
+static void sort_runs(slot_run *a, int64_t n) {
+  for (int64_t i = n / 2 - 1; i >= 0; i--) sift_down(a, i, n);
+  for (int64_t e = n - 1; e > 0; e--) {
+    slot_run t = a[0];
+    a[0] = a[e];
+    a[e] = t;
+    sift_down(a, 0, e);
+  }
+}
+
+static pe_status duplicate_error(const char *fn, int64_t tokens, const slot_run *x,
+                                 const slot_run *y) {
+  int64_t s = x->lo > y->lo ? x->lo : y->lo; /* the first slot both runs hold */
+  int64_t ux = x->first + (s - x->lo), uy = y->first + (s - y->lo);
+  if (ux > uy) {
+    int64_t t = ux;
+    ux = uy;
+    uy = t;
+  }
+  return pe__fail(PE_ERR_INVALID_ARGUMENT,
+                  "%s: slot_mapping has slot %" PRId64 " twice, at [batch %" PRId64
+                  ", token %" PRId64 "] and [batch %" PRId64 ", token %" PRId64
+                  "] (the stored key would depend on the order of writes)",
+                  fn, s, ux / tokens, ux % tokens, uy / tokens, uy % tokens);
+}
+
+/* Runs sorted per group of RUNS_CAP on the stack; each group is checked
+ * within itself and against every later run by binary search. One group (one
+ * pass) for any realistic mapping; a pathological one costs a pass per group. */
+#define RUNS_CAP 512
+
+static pe_status check_slots(const char *fn, const int64_t *slots, int64_t batch, int64_t tokens,
+                             int64_t n_slots) {
+  if (!slots) return pe__fail(PE_ERR_NULL_POINTER, "%s: slot_mapping is NULL", fn);
+  int64_t n = batch * tokens;
+  for (int64_t u = 0; u < n; u++)
+    if (slots[u] < -1 || slots[u] >= n_slots)
+      return pe__fail(PE_ERR_INVALID_ARGUMENT,
+                      "%s: slot_mapping %" PRId64 " at [batch %" PRId64 ", token %" PRId64
+                      "] is outside [0, %" PRId64 ") (num_blocks * block_size of k_cache; -1 skips the token)",
+                      fn, slots[u], u / tokens, u % tokens, n_slots);
+  slot_run g[RUNS_CAP];
+  for (int64_t group_start = 0;;) { /* group_start: flat index where the group's runs begin */
+    int64_t m = 0, u = group_start;
+    slot_run r;
+    while (m < RUNS_CAP) {
+      u = next_run(slots, n, u, &r);
+      if (r.lo < 0) break;
+      g[m++] = r;
+    }
+    if (m == 0) return PE_OK;
+    sort_runs(g, m);
+    for (int64_t i = 1; i < m; i++)
+      if (g[i].lo < g[i - 1].hi) return duplicate_error(fn, tokens, &g[i - 1], &g[i]);
+    /* Later runs against the group: the last run starting before r.hi. */
+    for (int64_t v = u;;) {
+      v = next_run(slots, n, v, &r);
+      if (r.lo < 0) break;
+      int64_t a = 0, b = m; /* first index with lo >= r.hi */
+      while (a < b) {
+        int64_t mid = a + (b - a) / 2;
+        if (g[mid].lo < r.hi) a = mid + 1;
+        else b = mid;
+      }
+      if (a > 0 && g[a - 1].hi > r.lo) return duplicate_error(fn, tokens, &g[a - 1], &r);
+    }
+    if (u >= n) return PE_OK;
+    group_start = u;
+  }
+}
+
+/* ---- the entry point ---- */
+
+PE_API pe_status pe_apply_rope_qk_store(const pe_rope_cache *c, const pe_tensor *q,
+                                        const pe_tensor *k, const pe_tensor *k_cache,
+                                        const int64_t *slot_mapping, const int64_t *positions,
+                                        uint32_t flags, pe_threadpool *pool) {
+  static const char fn[] = "pe_apply_rope_qk_store";
+  pe_status st;
+  if (!c) return pe__fail(PE_ERR_NULL_POINTER, "%s: cache is NULL", fn);
+  if (!k) return pe__fail(PE_ERR_NULL_POINTER, "%s: k is NULL (use pe_apply_rope_qk for q alone)", fn);
+  if (!k_cache) return pe__fail(PE_ERR_NULL_POINTER, "%s: k_cache is NULL", fn);
+  int32_t hd = c->p.head_dim;
+  if ((st = pe__rope_check_qk(fn, q, k, hd, 0)) != PE_OK) return st;
+  if ((st = pe__rope_check_operand(fn, "k_cache", k_cache, hd, 1)) != PE_OK) return st;
+  if (k_cache->shape[1] != k->shape[1])
+    return pe__fail(PE_ERR_SHAPE, "%s: k_cache heads (shape[1]) %" PRId64 " != k heads %" PRId64,
+                    fn, k_cache->shape[1], k->shape[1]);
+  if (pe__tensors_overlap(k_cache, k))
+    return pe__fail(PE_ERR_SHAPE, "%s: k_cache and k overlap in memory", fn);
+  if (q && pe__tensors_overlap(k_cache, q))
+    return pe__fail(PE_ERR_SHAPE, "%s: k_cache and q overlap in memory", fn);
+  if ((st = pe__check_flags(fn, flags, PE_ROPE_INVERSE)) != PE_OK) return st;
+  if (!slot_mapping) return pe__fail(PE_ERR_NULL_POINTER, "%s: slot_mapping is NULL", fn);
+  if (pe__tensor_empty(k) && (!q || pe__tensor_empty(q))) return PE_OK;
+  int64_t batch = k->shape[0], tokens = k->shape[2];
+  const pe_rope_cache *const caches[1] = {c};
+  if ((st = pe__rope_check_positions(fn, "", positions, batch, tokens, caches, NULL)) != PE_OK)
+    return st;
+  if ((st = check_slots(fn, slot_mapping, batch, tokens, k_cache->shape[0] * k_cache->shape[2])) !=
+      PE_OK)
+    return st;
+  if ((st = pe__pool_acquire(fn, pool)) != PE_OK) return st;
+  pe__rope_plan p;
+  pe__rope_plan_init(&p, c, q, k, flags, PE_SOURCE_POSITIONS);
+  p.caches = caches;
+  p.pos = positions;
+  p.slots = slot_mapping;
+  p.dst = k_cache->data;
+  p.dst_dtype = k_cache->dtype;
+  p.dst_esize = (int64_t)pe__dtype_size(k_cache->dtype);
+  p.dst_block = k_cache->shape[2];
+  p.dst_s_block = pe__stride(k_cache, 0);
+  p.dst_s_head = pe__stride(k_cache, 1);
+  p.dst_s_slot = pe__stride(k_cache, 2);
+  pe__rope_run(&p, pool);
+  return PE_OK;
+}

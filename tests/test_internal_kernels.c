@@ -1,0 +1,606 @@
+/* test_internal_kernels.c - every kernel of every struct pe_isa this build
+ * and CPU run (src/kernels/isa.h), called directly on the same random inputs
+ * as pe__isa_scalar and compared bit for bit: whole buffers, gaps and guard
+ * elements included. A vector path the build or the CPU lacks is reported as
+ * a cmocka skip, never as a pass. The scalar reference itself is checked
+ * against float64 arithmetic and IEEE conversion formulas written here.
+ *
+ * Inputs are random bit patterns mixed with the values that decide bit
+ * identity: signed zeros, Inf, quiet and signaling NaNs with payloads (in
+ * the tensor data; cos/sin and add_row's v are never NaN, isa.h),
+ * subnormals (inputs and rotation results, which send AVX512-BF16's
+ * conversion to its integer fallback), overflow to Inf in the narrow types. */
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "cpu.h"
+#include "internal.h"
+#include "kernels/isa.h"
+
+/* ---- the paths under test ---- */
+
+enum { ISA_AVX2, ISA_AVX512, ISA_NEON, N_ISA };
+static const char *const isa_names[N_ISA] = {"avx2", "avx512", "neon"};
+
+/* The struct of path `which`, or a cmocka skip naming why there is none. */
+static const pe_isa *isa_or_skip(int which) {
+  const pe_isa *isa = NULL;
+  unsigned need = 0;
+#if defined(PE_HAVE_AVX2)
+  if (which == ISA_AVX2) isa = &pe__isa_avx2, need = PE_CPU_AVX2;
+#endif
+#if defined(PE_HAVE_AVX512)
+  if (which == ISA_AVX512) isa = &pe__isa_avx512, need = PE_CPU_AVX512;
+#endif
+#if defined(PE_HAVE_NEON)
+  if (which == ISA_NEON) isa = &pe__isa_neon, need = PE_CPU_NEON;
+#endif
+  if (!isa) {
+    printf("# %s: not compiled into this build: skipped\n", isa_names[which]);
+    skip();
+  }
+  if ((pe__cpu_features() & need) != need) {
+    printf("# %s: this CPU cannot run it: skipped\n", isa_names[which]);
+    skip();
+  }
+  assert_string_equal(isa->name, isa_names[which]);
+  return isa;
+}
+
+static const pe_isa *const ref = &pe__isa_scalar;
+
+/* ---- random inputs ---- */
+
+static uint64_t rng_s = 0x2545f4914f6cdd1dull;
+static uint64_t rnd(void) {
+  uint64_t z = (rng_s += 0x9e3779b97f4a7c15ull);
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  return z ^ (z >> 31);
+}
+static uint32_t rnd_below(uint32_t n) { return (uint32_t)(rnd() % n); }
+
+static float bits_f32(uint32_t u) {
+  float f;
+  memcpy(&f, &u, 4);
+  return f;
+}
+static uint32_t f32_bits(float f) {
+  uint32_t u;
+  memcpy(&u, &f, 4);
+  return u;
+}
+
+/* float32 bit patterns: 1/8 random bits, 1/8 special values, 1/8
+ * subnormals, the rest of moderate magnitude (2^-20 .. 2^8, random sign). */
+static uint32_t gen_f32(void) {
+  static const uint32_t special[] = {
+      0x00000000u, 0x80000000u, 0x7f800000u, 0xff800000u, 0x7fc00000u, 0xffc12345u,
+      0x7f800001u, 0xff812345u, 0x7fbfffffu, 0x00000001u, 0x807fffffu, 0x00800000u,
+      0x7f7fffffu, 0xff7fffffu, 0x3f800000u, 0xbf7fffffu, 0x477ff000u, 0x477fefffu,
+      0x33000000u, 0x33000001u, 0x3f808000u, 0x3f818000u, 0xc7800000u, 0x387fe000u};
+  uint32_t r = (uint32_t)rnd();
+  switch (rnd_below(8)) {
+    case 0: return r;
+    case 1: return special[rnd_below(sizeof special / sizeof special[0])];
+    case 2: return (r & 0x807fffffu);
+    default: return (r & 0x807fffffu) | ((107u + rnd_below(29)) << 23);
+  }
+}
+/* binary16 bit patterns, the same mix. */
+static uint16_t gen_f16(void) {
+  static const uint16_t special[] = {0x0000, 0x8000, 0x7c00, 0xfc00, 0x7e00, 0xfe01, 0x7c01,
+                                     0xfd55, 0x7dff, 0x0001, 0x83ff, 0x0400, 0x7bff, 0xfbff,
+                                     0x3c00, 0xbbff};
+  uint16_t r = (uint16_t)rnd();
+  switch (rnd_below(8)) {
+    case 0: return r;
+    case 1: return special[rnd_below(sizeof special / sizeof special[0])];
+    case 2: return (uint16_t)(r & 0x83ffu);
+    default: return (uint16_t)((r & 0x83ffu) | ((5u + rnd_below(18)) << 10));
+  }
+}
+static uint16_t gen_bf16(void) { return (uint16_t)(gen_f32() >> 16); }
+/* The same mix without NaN (Inf kept): operands that are never NaN. */
+static uint32_t gen_f32_no_nan(void) {
+  uint32_t u;
+  do u = gen_f32();
+  while ((u & 0x7fffffffu) > 0x7f800000u);
+  return u;
+}
+
+static size_t esz(int dt) { return dt == PE_F32 ? 4 : 2; }
+
+static void fill(void *p, int dt, int64_t n) {
+  for (int64_t i = 0; i < n; i++) {
+    if (dt == PE_F32) {
+      uint32_t u = gen_f32();
+      memcpy((char *)p + 4 * i, &u, 4);
+    } else {
+      uint16_t h = dt == PE_F16 ? gen_f16() : gen_bf16();
+      memcpy((char *)p + 2 * i, &h, 2);
+    }
+  }
+}
+
+/* cos/sin of a token: mostly true cos/sin of an angle (optionally scaled, as
+ * the attention factor does), sometimes arbitrary non-NaN float32 patterns
+ * (isa.h: cos/sin are never NaN; which of several NaN operands an x86
+ * instruction returns depends on the operand order the compiler picks). */
+static void fill_cs(float *c, float *s, int32_t n) {
+  int mode = (int)rnd_below(4);
+  float scale = rnd_below(2) ? 1.0f : 1.0f + (float)rnd_below(1000) / 1000.0f;
+  for (int32_t i = 0; i < n; i++) {
+    if (mode == 0) {
+      c[i] = bits_f32(gen_f32_no_nan());
+      s[i] = bits_f32(gen_f32_no_nan());
+    } else {
+      double a = (double)(rnd() >> 11) * 0x1p-53 * 64.0 - 32.0;
+      c[i] = (float)cos(a) * scale;
+      s[i] = (float)sin(a) * scale;
+      if (mode == 1) s[i] = -s[i]; /* the inverse rotation's rows */
+    }
+  }
+}
+
+static void *xmalloc(size_t n) {
+  void *p = malloc(n ? n : 1);
+  assert_non_null(p);
+  return p;
+}
+
+/* memcmp, with the first differing element (of es bytes) named on failure. */
+static void assert_same(const void *a, const void *b, size_t n, size_t es, const char *what) {
+  if (!memcmp(a, b, n)) return;
+  size_t i = 0;
+  while (((const unsigned char *)a)[i] == ((const unsigned char *)b)[i]) i++;
+  i /= es;
+  uint32_t x = 0, y = 0;
+  memcpy(&x, (const char *)a + i * es, es);
+  memcpy(&y, (const char *)b + i * es, es);
+  fail_msg("%s: element %zu of %zu differs (scalar 0x%x, simd 0x%x)", what, i, n / es, x, y);
+}
+#define assert_same_bytes(a, b, n, what) assert_same(a, b, n, 1, what)
+
+/* ---- rope_sincos ---- */
+
+static void test_rope_sincos(void **state) {
+  const pe_isa *isa = isa_or_skip(*(int *)*state);
+  static const int64_t pos0s[] = {0, 1, -7, -1000003, 65535, (int64_t)1 << 31,
+                                  ((int64_t)1 << 40) + 12345, ((int64_t)1 << 52) - 3,
+                                  -((int64_t)1 << 52)};
+  static const float scales[] = {1.0f, 0.70710678f, 1.2f};
+  int64_t cases = 0;
+  for (int32_t nf = 1; nf <= 300; nf++) {
+    double *freq = xmalloc((size_t)nf * sizeof(double));
+    for (int32_t i = 0; i < nf; i++) {
+      freq[i] = pow(10000.0, -(double)i / nf) * (1.0 + (double)rnd_below(100) / 1000.0);
+      uint32_t odd = rnd_below(40);
+      if (odd == 0) freq[i] = 0.0;
+      if (odd == 1) freq[i] = 1e300; /* theta overflows to Inf: the reduction gives 0 */
+      if (odd == 2) freq[i] = -freq[i];
+      if (odd == 3) freq[i] = 3.0e7; /* |theta| far past 2^55 at large positions */
+    }
+    int64_t pos0 = pos0s[rnd_below(sizeof pos0s / sizeof pos0s[0])];
+    int64_t n = 1 + rnd_below(3);
+    float scale = scales[rnd_below(3)];
+    size_t len = (size_t)(n * 2 * nf + 8);
+    float *a = xmalloc(len * sizeof(float)), *b = xmalloc(len * sizeof(float));
+    for (size_t i = 0; i < len; i++) a[i] = b[i] = bits_f32(0x7fa5a5a5u);
+    ref->rope_sincos(pos0, n, freq, nf, scale, a);
+    isa->rope_sincos(pos0, n, freq, nf, scale, b);
+    char what[96];
+    snprintf(what, sizeof what, "rope_sincos n_freq %d pos0 %lld scale %g", (int)nf,
+             (long long)pos0, (double)scale);
+    assert_same(a, b, len * sizeof(float), 4, what);
+    free(a);
+    free(b);
+    free(freq);
+    cases++;
+  }
+  printf("# %s rope_sincos: %lld cases\n", isa->name, (long long)cases);
+}
+
+/* ---- rope_rows ---- */
+
+static const int32_t pair_counts[] = {1,  2,  3,  4,  5,  6,  7,  8,  9,  10, 11, 12,  13,  14,
+                                      15, 16, 17, 19, 23, 24, 31, 32, 33, 40, 47, 48,  63,  64,
+                                      65, 79, 96, 100, 127, 128, 129, 131, 140};
+#define N_COUNTS (sizeof pair_counts / sizeof pair_counts[0])
+
+typedef struct rows_case {
+  int dt, style;
+  int32_t n_pairs, pair_dist;
+  int64_t tokens, heads;
+  int head_major, neg_head, neg_token;
+} rows_case;
+
+/* One case of rope_rows on both structs: rows of `extent` elements (the
+ * pairs, the gap between the x and y chunks for NEOX, `gap` guard elements),
+ * laid out [T, H] or [H, T] with either stride negated. */
+static void run_rows(const pe_isa *isa, const rows_case *k) {
+  const size_t es = esz(k->dt);
+  int64_t extent = k->style == PE_ROPE_GPTJ ? 2 * (int64_t)k->n_pairs
+                                            : (int64_t)k->pair_dist + k->n_pairs;
+  int64_t rs = extent + 1 + rnd_below(5); /* row pitch, guard elements between rows */
+  int64_t hs = k->head_major ? rs * k->tokens : rs, ts = k->head_major ? rs : rs * k->heads;
+  int64_t total = rs * k->tokens * k->heads + 16;
+  /* base: the element of token 0, head 0; negative strides walk down */
+  int64_t base = 8 + (k->neg_head ? (k->heads - 1) * hs : 0) + (k->neg_token ? (k->tokens - 1) * ts : 0);
+  if (k->neg_head) hs = -hs;
+  if (k->neg_token) ts = -ts;
+  if (k->heads == 1 && rnd_below(2)) hs = 0;   /* a size-1 dimension's stride is never stepped */
+  if (k->tokens == 1 && rnd_below(2)) ts = 0;
+  char *a = xmalloc((size_t)total * es), *b = xmalloc((size_t)total * es);
+  fill(a, k->dt, total);
+  memcpy(b, a, (size_t)total * es);
+  float *cs = xmalloc((size_t)k->tokens * 2 * (size_t)k->n_pairs * sizeof(float));
+  const float *cp[8], *sp[8];
+  for (int64_t t = 0; t < k->tokens; t++) {
+    float *c = cs + t * 2 * k->n_pairs;
+    fill_cs(c, c + k->n_pairs, k->n_pairs);
+    cp[t] = c;
+    sp[t] = c + k->n_pairs;
+  }
+  pe_rope_block blk = {.cos = cp, .sin = sp, .n_tokens = k->tokens, .n_heads = k->heads,
+                       .n_pairs = k->n_pairs, .pair_dist = k->pair_dist, .style = k->style};
+  ref->rope_rows[k->dt](&blk, a + base * (int64_t)es, hs, ts);
+  isa->rope_rows[k->dt](&blk, b + base * (int64_t)es, hs, ts);
+  char what[160];
+  snprintf(what, sizeof what,
+           "rope_rows dtype %d style %d n_pairs %d pair_dist %d tokens %lld heads %lld hs %lld "
+           "ts %lld",
+           k->dt, k->style, (int)k->n_pairs, (int)k->pair_dist, (long long)k->tokens,
+           (long long)k->heads, (long long)hs, (long long)ts);
+  assert_same(a, b, (size_t)total * es, es, what);
+  free(a);
+  free(b);
+  free(cs);
+}
+
+static void test_rope_rows(void **state) {
+  const pe_isa *isa = isa_or_skip(*(int *)*state);
+  static const int64_t tok[] = {1, 2, 3, 5}, hd[] = {1, 2, 3};
+  int64_t cases = 0;
+  for (int dt = 0; dt < 3; dt++)
+    for (int style = 0; style < 2; style++)
+      for (size_t ci = 0; ci < N_COUNTS; ci++)
+        for (int rep = 0; rep < 6; rep++) {
+          rows_case k = {.dt = dt, .style = style, .n_pairs = pair_counts[ci]};
+          /* pair_dist == n_pairs (whole rotary half) or > (a frequency chunk) */
+          k.pair_dist = k.n_pairs + (rep & 1 ? (int32_t)rnd_below(70) + 1 : 0);
+          k.tokens = tok[rnd_below(4)];
+          k.heads = hd[rnd_below(3)];
+          k.head_major = rep >> 1 & 1;
+          k.neg_head = (int)rnd_below(2);
+          k.neg_token = rep >= 4;
+          run_rows(isa, &k);
+          cases++;
+        }
+  printf("# %s rope_rows: %lld cases\n", isa->name, (long long)cases);
+}
+
+/* ---- rope_store_rows ---- */
+
+static void run_store(const pe_isa *isa, int sd, int dd, int style, int32_t n_pairs,
+                      int32_t pair_dist, int64_t tokens, int64_t heads) {
+  const size_t ses = esz(sd), des = esz(dd);
+  int64_t extent = style == PE_ROPE_GPTJ ? 2 * (int64_t)n_pairs : (int64_t)pair_dist + n_pairs;
+  int64_t shs = extent + rnd_below(4), dhs = extent + rnd_below(4);
+  if (rnd_below(4) == 0) shs = -shs; /* heads may run down in the source */
+  int64_t sblock = (extent + 3) * heads + 4, dblock = (extent + 3) * heads + 4;
+  int64_t stotal = sblock * tokens, dtotal = dblock * tokens;
+  char *src = xmalloc((size_t)stotal * ses), *src0 = xmalloc((size_t)stotal * ses);
+  char *da = xmalloc((size_t)dtotal * des), *db = xmalloc((size_t)dtotal * des);
+  fill(src, sd, stotal);
+  memcpy(src0, src, (size_t)stotal * ses);
+  fill(da, dd, dtotal);
+  memcpy(db, da, (size_t)dtotal * des);
+  float *cs = xmalloc((size_t)tokens * 2 * (size_t)n_pairs * sizeof(float));
+  const float *cp[8], *sp[8];
+  const void *s[8];
+  void *d0[8], *d1[8];
+  for (int64_t t = 0; t < tokens; t++) {
+    float *c = cs + t * 2 * n_pairs;
+    fill_cs(c, c + n_pairs, n_pairs);
+    cp[t] = c;
+    sp[t] = c + n_pairs;
+    /* tokens in reverse slot order: each token's rows are found by pointer */
+    int64_t slot = tokens - 1 - t;
+    int64_t soff = t * sblock + 2 + (shs < 0 ? (heads - 1) * -shs : 0);
+    s[t] = src + soff * (int64_t)ses;
+    d0[t] = da + (slot * dblock + 2) * (int64_t)des;
+    d1[t] = db + (slot * dblock + 2) * (int64_t)des;
+  }
+  pe_rope_block blk = {.cos = cp, .sin = sp, .n_tokens = tokens, .n_heads = heads,
+                       .n_pairs = n_pairs, .pair_dist = pair_dist, .style = style};
+  ref->rope_store_rows[sd][dd](&blk, s, shs, d0, dhs);
+  isa->rope_store_rows[sd][dd](&blk, s, shs, d1, dhs);
+  char what[128];
+  snprintf(what, sizeof what, "rope_store_rows %d -> %d style %d n_pairs %d pair_dist %d heads %lld",
+           sd, dd, style, (int)n_pairs, (int)pair_dist, (long long)heads);
+  assert_same(da, db, (size_t)dtotal * des, des, what);
+  assert_same_bytes(src0, src, (size_t)stotal * ses, "rope_store_rows wrote its source");
+  free(src);
+  free(src0);
+  free(da);
+  free(db);
+  free(cs);
+}
+
+static void test_rope_store_rows(void **state) {
+  const pe_isa *isa = isa_or_skip(*(int *)*state);
+  int64_t cases = 0;
+  for (int sd = 0; sd < 3; sd++)
+    for (int dd = 0; dd < 3; dd++)
+      for (int style = 0; style < 2; style++)
+        for (size_t ci = 0; ci < N_COUNTS; ci++)
+          for (int rep = 0; rep < 2; rep++) {
+            int32_t n = pair_counts[ci];
+            int32_t dist = n + (rep ? (int32_t)rnd_below(40) + 1 : 0);
+            run_store(isa, sd, dd, style, n, dist, 1 + rnd_below(4), 1 + rnd_below(3));
+            cases++;
+          }
+  printf("# %s rope_store_rows: %lld cases\n", isa->name, (long long)cases);
+}
+
+/* ---- convert ---- */
+
+static const int64_t lengths[] = {0, 1, 2, 3, 5, 7, 8, 9, 15, 16, 17, 31, 32, 33, 47, 64, 100, 1000};
+#define N_LENGTHS (sizeof lengths / sizeof lengths[0])
+
+static void test_convert(void **state) {
+  const pe_isa *isa = isa_or_skip(*(int *)*state);
+  int64_t cases = 0;
+  for (int sd = 0; sd < 3; sd++)
+    for (int dd = 0; dd < 3; dd++)
+      for (size_t li = 0; li < N_LENGTHS; li++) {
+        int64_t n = lengths[li], off = rnd_below(3), total = n + off + 8;
+        char *src = xmalloc((size_t)total * esz(sd));
+        char *a = xmalloc((size_t)total * esz(dd)), *b = xmalloc((size_t)total * esz(dd));
+        fill(src, sd, total);
+        fill(a, dd, total);
+        memcpy(b, a, (size_t)total * esz(dd));
+        ref->convert[sd][dd](src + off * (int64_t)esz(sd), a + off * (int64_t)esz(dd), n);
+        isa->convert[sd][dd](src + off * (int64_t)esz(sd), b + off * (int64_t)esz(dd), n);
+        char what[64];
+        snprintf(what, sizeof what, "convert %d -> %d n %lld", sd, dd, (long long)n);
+        assert_same(a, b, (size_t)total * esz(dd), esz(dd), what);
+        free(src);
+        free(a);
+        free(b);
+        cases++;
+      }
+  printf("# %s convert: %lld cases\n", isa->name, (long long)cases);
+}
+
+/* ---- the encodings' kernels ---- */
+
+static void test_enc_rows(void **state) {
+  const pe_isa *isa = isa_or_skip(*(int *)*state);
+  static const int64_t qposs[] = {0, 3, 40, 999, INT32_MAX, (int64_t)INT32_MAX + 5,
+                                  (int64_t)1 << 40, ((int64_t)1 << 53) - 1};
+  static const float slopes[] = {-0.5f, -0.0625f, -0.33333334f, -0.00390625f, -1.0f};
+  int64_t cases = 0;
+  for (int dt = 0; dt < 3; dt++)
+    for (size_t li = 0; li < N_LENGTHS; li++) {
+      int64_t n = lengths[li], total = n + 8;
+      size_t bytes = (size_t)total * esz(dt);
+      char *a = xmalloc(bytes), *b = xmalloc(bytes);
+      float *v = xmalloc((size_t)total * sizeof(float));
+      float *fa = xmalloc((size_t)total * sizeof(float)), *fb = xmalloc((size_t)total * sizeof(float));
+      char what[80];
+
+      fill(a, dt, total);
+      for (int64_t i = 0; i < total; i++) v[i] = bits_f32(gen_f32_no_nan());
+      memcpy(b, a, bytes);
+      ref->add_row[dt](a + 2 * esz(dt), v, n);
+      isa->add_row[dt](b + 2 * esz(dt), v, n);
+      snprintf(what, sizeof what, "add_row dtype %d n %lld", dt, (long long)n);
+      assert_same(a, b, bytes, esz(dt), what);
+
+      int64_t qpos = qposs[rnd_below(sizeof qposs / sizeof qposs[0])];
+      if (rnd_below(2) && n > 0) qpos = n - 1; /* the causal row's last biased key */
+      float ns = slopes[rnd_below(sizeof slopes / sizeof slopes[0])];
+      fill(a, dt, total);
+      memcpy(b, a, bytes);
+      ref->alibi_row[dt](a + 2 * esz(dt), n, qpos, ns);
+      isa->alibi_row[dt](b + 2 * esz(dt), n, qpos, ns);
+      snprintf(what, sizeof what, "alibi_row dtype %d n %lld qpos %lld", dt, (long long)n,
+               (long long)qpos);
+      assert_same(a, b, bytes, esz(dt), what);
+
+      fill(a, dt, total);
+      fill(fa, PE_F32, total);
+      memcpy(fb, fa, (size_t)total * sizeof(float));
+      ref->load_row[dt](fa + 1, a, n);
+      isa->load_row[dt](fb + 1, a, n);
+      snprintf(what, sizeof what, "load_row dtype %d n %lld", dt, (long long)n);
+      assert_same(fa, fb, (size_t)total * sizeof(float), 4, what);
+
+      free(a);
+      free(b);
+      free(v);
+      free(fa);
+      free(fb);
+      cases += 3;
+    }
+  /* sincos of double angles */
+  for (int32_t n = 0; n <= 70; n += (n < 20 ? 1 : 7)) {
+    double *ang = xmalloc((size_t)(n + 1) * sizeof(double));
+    for (int32_t i = 0; i < n; i++) {
+      double u = (double)(rnd() >> 11) * 0x1p-53;
+      uint32_t kind = rnd_below(6);
+      ang[i] = kind == 0 ? u * 1e6 : kind == 1 ? -u * 1e15 : kind == 2 ? u * 1e-300 : (u - 0.5) * 200.0;
+      if (rnd_below(16) == 0) ang[i] = rnd_below(2) ? INFINITY : -NAN;
+    }
+    float sa[80], ca[80], sb[80], cb[80];
+    for (int i = 0; i < 80; i++) sa[i] = ca[i] = sb[i] = cb[i] = bits_f32(0x7fa5a5a5u);
+    ref->sincos(ang, n, sa, ca);
+    isa->sincos(ang, n, sb, cb);
+    assert_same_bytes(sa, sb, sizeof sa, "sincos: sin");
+    assert_same_bytes(ca, cb, sizeof ca, "sincos: cos");
+    free(ang);
+    cases++;
+  }
+  printf("# %s add_row, alibi_row, load_row, sincos: %lld cases\n", isa->name, (long long)cases);
+}
+
+/* ---- the scalar reference against float64 and IEEE formulas ---- */
+
+/* Round a double (exactly representable in float, or not) to binary16 and
+ * bfloat16 by the definition: the nearer neighbour, ties to the even one. */
+static double round_to_bits(double v, int mant_bits, int min_exp) {
+  if (v == 0 || isnan(v) || isinf(v)) return v;
+  int e = ilogb(v);
+  if (e < min_exp) e = min_exp; /* subnormal range: a fixed quantum */
+  double q = ldexp(1.0, e - mant_bits);
+  return nearbyint(v / q) * q; /* default rounding: to nearest, ties to even */
+}
+
+static double load_ref(int dt, const void *p, int64_t i) {
+  if (dt == PE_F32) return ((const float *)p)[i];
+  uint16_t h = ((const uint16_t *)p)[i];
+  if (dt == PE_BF16) return bits_f32((uint32_t)h << 16);
+  int e = (h >> 10) & 31, m = h & 1023;
+  double v = e == 0 ? ldexp(m, -24) : ldexp(1024 + m, e - 25);
+  return (h & 0x8000) ? -v : v;
+}
+/* The float64 rotation x*c - y*s, y*c + x*s rounded to the dtype, within one
+ * unit of the dtype's precision: the kernel rounds y*s to float before a
+ * fused multiply-add, and then once more to the dtype. */
+static void test_scalar_rotate_reference(void **state) {
+  (void)state;
+  for (int dt = 0; dt < 3; dt++)
+    for (int style = 0; style < 2; style++)
+      for (int rep = 0; rep < 200; rep++) {
+        int32_t n = 1 + (int32_t)rnd_below(40);
+        int64_t len = 2 * (int64_t)n;
+        char row[2 * 40 * 4], orig[2 * 40 * 4];
+        for (int64_t i = 0; i < len; i++) {
+          float v = (float)((double)(rnd() >> 11) * 0x1p-53 * 8.0 - 4.0);
+          if (dt == PE_F32) ((float *)row)[i] = v;
+          else if (dt == PE_BF16) ((uint16_t *)row)[i] = (uint16_t)(f32_bits(v) >> 16);
+          else ((uint16_t *)row)[i] = (uint16_t)(0x3c00 + rnd_below(0x0800)) | (rnd_below(2) ? 0x8000 : 0);
+        }
+        memcpy(orig, row, sizeof row);
+        float c[40], s[40];
+        const float *cp = c, *sp = s;
+        for (int32_t j = 0; j < n; j++) {
+          double a = (double)rnd_below(100000) / 1000.0;
+          c[j] = (float)cos(a);
+          s[j] = (float)sin(a);
+        }
+        pe_rope_block blk = {.cos = &cp, .sin = &sp, .n_tokens = 1, .n_heads = 1,
+                             .n_pairs = n, .pair_dist = n, .style = style};
+        ref->rope_rows[dt](&blk, row, 0, 0);
+        double ulp = dt == PE_F32 ? 0x1p-23 : dt == PE_F16 ? 0x1p-10 : 0x1p-7;
+        for (int32_t j = 0; j < n; j++) {
+          int64_t ix = style == PE_ROPE_GPTJ ? 2 * j : j, iy = style == PE_ROPE_GPTJ ? 2 * j + 1 : n + j;
+          double x = load_ref(dt, orig, ix), y = load_ref(dt, orig, iy);
+          double xr = x * c[j] - y * s[j], yr = y * c[j] + x * s[j];
+          double xk = load_ref(dt, row, ix), yk = load_ref(dt, row, iy);
+          /* |x|, |y| < 8: one unit of the dtype at magnitude 8, plus float's share */
+          assert_true(fabs(xk - xr) <= 8.0 * ulp + 64 * 0x1p-23);
+          assert_true(fabs(yk - yr) <= 8.0 * ulp + 64 * 0x1p-23);
+        }
+      }
+  /* exact cases: the pair (x, y) = (1.5, -2.25) by (c, s) = (0.5, 0.75):
+   * x' = 0.75 + 1.6875, y' = -1.125 + 1.125; and (1, 0) turns into (c, s) */
+  float r[4] = {1.5f, 1.0f, -2.25f, 0.0f}, c2[2] = {0.5f, 0.8f}, s2[2] = {0.75f, 0.6f};
+  const float *cp = c2, *sp = s2;
+  pe_rope_block blk = {.cos = &cp, .sin = &sp, .n_tokens = 1, .n_heads = 1, .n_pairs = 2,
+                       .pair_dist = 2, .style = PE_ROPE_NEOX};
+  ref->rope_rows[PE_F32](&blk, r, 0, 0);
+  assert_true(r[0] == 2.4375f && r[2] == 0.0f && r[1] == 0.8f && r[3] == 0.6f);
+  /* the inverse is the rotation by -sin: with c^2 + s^2 = 0.8125 and 1 it
+   * returns the first pair scaled by 0.8125 (exactly) and the second pair */
+  float s3[2] = {-0.75f, -0.6f};
+  sp = s3;
+  ref->rope_rows[PE_F32](&blk, r, 0, 0);
+  assert_true(r[0] == 1.21875f && r[2] == -1.828125f);
+  assert_true(fabs(r[1] - 1.0) < 1e-6 && fabs(r[3]) < 1e-6);
+}
+
+/* Every dtype pair on values whose conversion follows from IEEE 754's
+ * definitions: round to nearest even (ties both ways), subnormals, overflow
+ * to Inf, NaN quieted (bf16: bit 6, f16: bit 9) or kept bit for bit. */
+static void test_scalar_convert_reference(void **state) {
+  (void)state;
+  /* f32 -> bf16 */
+  static const uint32_t fb_in[] = {0x3f800000u, 0x3f808000u, 0x3f818000u, 0x3f808001u,
+                                   0x7f800001u, 0xff800000u, 0x00000001u, 0x7f7fffffu};
+  static const uint16_t fb_out[] = {0x3f80, 0x3f80, 0x3f82, 0x3f81, 0x7fc0, 0xff80, 0x0000, 0x7f80};
+  uint16_t h[8];
+  ref->convert[PE_F32][PE_BF16](fb_in, h, 8);
+  for (int i = 0; i < 8; i++) assert_int_equal(h[i], fb_out[i]);
+  /* f32 -> f16: 65504 = max, 65520 rounds up to Inf, 2^-24 = min subnormal,
+   * 2^-25 is the tie between 0 and it (to 0), 1.5*2^-25 rounds to it, 1 + 2^-11
+   * is the tie between 1 and 1 + 2^-10 (to 1), NaN payload's top bits kept */
+  float f16_in[8] = {65504.0f, 65520.0f, 0x1p-24f, 0x1p-25f, 0x1.8p-25f, 1.0f + 0x1p-11f,
+                     -0.0f, bits_f32(0x7f802000u)};
+  static const uint16_t f16_out[] = {0x7bff, 0x7c00, 0x0001, 0x0000, 0x0001, 0x3c00, 0x8000, 0x7e01};
+  ref->convert[PE_F32][PE_F16](f16_in, h, 8);
+  for (int i = 0; i < 8; i++) assert_int_equal(h[i], f16_out[i]);
+  /* f16 -> f32 exact, a signaling NaN kept signaling; bf16 -> f32 the top half */
+  static const uint16_t hin[] = {0x0001, 0x03ff, 0x7bff, 0x7c01, 0xfe00, 0x3555};
+  float out[6];
+  ref->convert[PE_F16][PE_F32](hin, out, 6);
+  assert_true(out[0] == 0x1p-24f && out[1] == 1023 * 0x1p-24f && out[2] == 65504.0f);
+  assert_int_equal(f32_bits(out[3]), 0x7f802000u);
+  assert_int_equal(f32_bits(out[4]), 0xffc00000u);
+  assert_true(out[5] == (float)load_ref(PE_F16, hin, 5));
+  ref->convert[PE_BF16][PE_F32](hin, out, 6);
+  for (int i = 0; i < 6; i++) assert_int_equal(f32_bits(out[i]), (uint32_t)hin[i] << 16);
+  /* same dtype: the bits, signaling NaNs included */
+  uint16_t cp[6];
+  ref->convert[PE_F16][PE_F16](hin, cp, 6);
+  assert_memory_equal(cp, hin, sizeof cp);
+  /* random values against the rounding definition (no NaN: checked above) */
+  for (int rep = 0; rep < 20000; rep++) {
+    float v = bits_f32(gen_f32());
+    if (isnan(v)) continue;
+    uint16_t b, f;
+    ref->convert[PE_F32][PE_BF16](&v, &b, 1);
+    ref->convert[PE_F32][PE_F16](&v, &f, 1);
+    double eb = round_to_bits(v, 7, -126), ef = round_to_bits(v, 10, -14);
+    if (fabs(eb) >= 0x1p128) eb = copysign(INFINITY, v); /* past the largest bf16 */
+    if (fabs(ef) > 65504.0) ef = copysign(INFINITY, v);
+    assert_true(load_ref(PE_BF16, &b, 0) == eb || (isinf(eb) && ((b & 0x7fff) == 0x7f80)));
+    double gf = (f & 0x7c00) == 0x7c00 ? copysign(INFINITY, v) : load_ref(PE_F16, &f, 0);
+    assert_true(gf == ef);
+    assert_true(!signbit(load_ref(PE_BF16, &b, 0)) == !signbit(v));
+  }
+}
+
+int main(void) {
+  static int ids[N_ISA] = {ISA_AVX2, ISA_AVX512, ISA_NEON};
+  struct CMUnitTest tests[6 * N_ISA + 2];
+  static char names[6 * N_ISA][48];
+  size_t n = 0;
+  static const struct {
+    const char *what;
+    CMUnitTestFunction fn;
+  } kinds[] = {{"rope_sincos", test_rope_sincos},
+               {"rope_rows", test_rope_rows},
+               {"rope_store_rows", test_rope_store_rows},
+               {"convert", test_convert},
+               {"enc_rows", test_enc_rows}};
+  for (int i = 0; i < N_ISA; i++)
+    for (size_t k = 0; k < sizeof kinds / sizeof kinds[0]; k++) {
+      snprintf(names[n], sizeof names[n], "%s_%s", isa_names[i], kinds[k].what);
+      tests[n] = (struct CMUnitTest){names[n], kinds[k].fn, NULL, NULL, &ids[i]};
+      n++;
+    }
+  tests[n++] = (struct CMUnitTest)cmocka_unit_test(test_scalar_rotate_reference);
+  tests[n++] = (struct CMUnitTest)cmocka_unit_test(test_scalar_convert_reference);
+  return _cmocka_run_group_tests("kernels", tests, n, NULL, NULL);
+}
