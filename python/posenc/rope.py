@@ -153,6 +153,8 @@ class RopeCache(_lib.Handle):
             st = STYLES[style.lower()]
         else:
             st = int_arg(style, "style", *INT32)
+            if st not in STYLES.values():
+                raise ValueError("style %d: expected 0 (neox) or 1 (gptj)" % st)
         base = float(rope_theta)
         mp = int_arg(max_positions, "max_positions", *INT64)
         sl = None if seq_len is None else int_arg(seq_len, "seq_len", 0, INT64[1])
