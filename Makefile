@@ -26,9 +26,13 @@ test-c: build
 test: test-c
 	@if [ -d python/tests ]; then $(MAKE) --no-print-directory test-python; fi
 
+# Twice: with torch, then with `import torch` failing (torch is optional).
 test-python: build
 	@scripts/install-deps.sh python torch plots
 	@POSENC_LIBRARY=$(CURDIR)/$(BUILD)/libposenc.so PYTHONPATH=$(CURDIR)/python \
+	  $(PYTHON) -m pytest -q python/tests
+	@echo "test-python: again without torch"
+	@POSENC_TEST_NO_TORCH=1 POSENC_LIBRARY=$(CURDIR)/$(BUILD)/libposenc.so PYTHONPATH=$(CURDIR)/python \
 	  $(PYTHON) -m pytest -q python/tests
 
 bench: build

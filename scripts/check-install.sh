@@ -80,7 +80,9 @@ run_examples "$tmp/ex-make" pkg-config
 if "$PYTHON" -c "import numpy" 2>/dev/null; then
   step "Python binding against the installed library (found as libposenc.so.$major)"
   # No POSENC_LIBRARY: the binding must find the install through the loader.
-  (cd "$tmp" && env -u POSENC_LIBRARY PYTHONPATH="$src/python" \
+  # A copy of the package outside the checkout, which would find build/ first.
+  mkdir -p "$tmp/site" && cp -r "$src/python/posenc" "$tmp/site/"
+  (cd "$tmp" && env -u POSENC_LIBRARY PYTHONPATH="$tmp/site" \
      "$PYTHON" "$src/examples/rope_numpy.py") > "$tmp/python.log" 2>&1 \
     || { cat "$tmp/python.log"; fail "examples/rope_numpy.py"; }
   grep -q "from $lib/libposenc.so" "$tmp/python.log" \

@@ -9,18 +9,26 @@ inference on the CPU), pure ctypes: nothing to compile.
     k = np.random.randn(1, 8, 16, 128).astype(np.float32)
     cache.apply_(q, k, positions=np.arange(100, 116))       # in place, no copy
 
-Arrays are numpy [batch, heads, tokens, head_dim] of float32, float16 or
-bfloat16 (uint16 arrays with dtype="bf16", or ml_dtypes.bfloat16), any
-strides with a contiguous last dimension (e.g. x.transpose(0, 2, 1, 3) of a
-[batch, tokens, heads, dim] buffer). They are modified in place; an array
-that cannot be (read-only, wrong dtype or shape) raises TypeError/ValueError
-before anything is written, and a failure inside the library raises
-PosencError (nothing written either).
+Arrays are [batch, heads, tokens, head_dim] numpy arrays or CPU torch
+tensors of float32, float16 or bfloat16 (numpy: uint16 arrays with
+dtype="bf16", or ml_dtypes.bfloat16), any strides with a contiguous last
+dimension (e.g. x.transpose(1, 2) of a [batch, tokens, heads, dim] tensor, or
+q and k slices of one packed QKV projection). They are modified in place,
+without a copy; an array that cannot be (read-only, wrong dtype or shape, a
+CUDA tensor, a tensor that requires grad, q and k sharing elements) raises
+TypeError/ValueError before anything is written, and a failure inside the
+library raises PosencError (nothing written either). torch is optional;
+posenc.torch holds a transformers-shaped rotary module.
 
 The library is found through $POSENC_LIBRARY, then next to this package, then
-the system's dynamic loader (libposenc.so.0).
+the build/ of the source checkout the package comes from, then an installed
+libposenc.so.0 (the dynamic loader); see posenc._lib.
+
+posenc.tools holds what is built on the binding: the figures
+(python -m posenc.tools.explore) and the encoding picker
+(python -m posenc.tools.pick).
 """
-from ._lib import PosencError, Status, library_path, has_symbol as _has_symbol
+from ._lib import PosencError, BusyError, Status, library_path, has_symbol as _has_symbol
 from . import _lib
 from .rope import RopeCache, rerotate_k_
 from .threads import ThreadPool, isa_name, force_isa
@@ -30,7 +38,7 @@ from .rope_ext import (apply_rope_qk_store_, apply_mrope_, apply_rope_qk_multi_,
                        mrope_section_from_hf_config)
 
 __all__ = [
-    "version", "library_path", "PosencError", "Status",
+    "version", "library_path", "PosencError", "BusyError", "Status",
     "RopeCache", "rerotate_k_", "ThreadPool", "isa_name", "force_isa",
     "alibi_slopes", "alibi_add_bias_", "t5_bucket", "t5_add_bias_",
     "sinusoidal_table", "sinusoidal_add_", "learned_add_",
@@ -38,9 +46,12 @@ __all__ = [
     "mrope_section_from_hf_config",
 ]
 
-__version__ = "0.1.0"  # of the binding; version() is the loaded library's
-
-
 def version():
     """The loaded library's version, "MAJOR.MINOR.PATCH"."""
     return _lib.version()
+
+
+#: The binding has no version of its own: it is released with the library,
+#: whose header (PE_VERSION_*) is the one place the number is written (the
+#: package metadata is read from it at build time, see setup.py).
+__version__ = version()

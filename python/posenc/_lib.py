@@ -1,11 +1,18 @@
-"""Loading libposenc and declaring its C API for ctypes.
+"""Loading libposenc and declaring its C API for ctypes: statuses,
+exceptions, structs, flags, prototypes, the handle base class and the
+config.json reader - each written once, here.
 
 The library is looked up, in order:
   1. the POSENC_LIBRARY environment variable (a file, or a directory holding
      libposenc.so.0); if set, nothing else is tried;
-  2. next to this package (a wheel or a vendored copy: posenc/libposenc.so.0);
-  3. the system: "libposenc.so.0" through the dynamic loader (LD_LIBRARY_PATH,
-     the ld.so cache), then ctypes.util.find_library("posenc").
+  2. next to this package (a vendored copy: posenc/libposenc.so.0);
+  3. the build/ directory of the source checkout the package comes from:
+     <checkout>/build/libposenc.so.0, where <checkout> is the directory
+     holding python/posenc/ (running from the tree with PYTHONPATH=python), or
+     the checkout `pip install ./python` was run from (recorded in the
+     installed package's _checkout.py) - if that build exists;
+  4. an installed library: "libposenc.so.0" through the dynamic loader
+     (LD_LIBRARY_PATH, the ld.so cache), then ctypes.util.find_library.
 
 Functions the loaded library does not export (an older 0.x library) are
 reported by has_symbol() and raise PosencError(UNSUPPORTED) when called.
@@ -15,8 +22,8 @@ import ctypes.util
 import enum
 import os
 
-__all__ = ["Status", "PosencError", "lib", "fn", "has_symbol", "check", "library_path",
-           "RopeParams", "Tensor", "SONAME_MAJOR"]
+__all__ = ["Status", "PosencError", "BusyError", "lib", "fn", "has_symbol", "check",
+           "library_path", "RopeParams", "Tensor", "SONAME_MAJOR", "Handle", "config_text"]
 
 #: The major version (ABI) this binding is written for; the SONAME carries it.
 SONAME_MAJOR = 0
@@ -61,6 +68,11 @@ class PosencError(RuntimeError):
     def __str__(self):
         name = self.status.name if isinstance(self.status, Status) else str(self.status)
         return "%s (PE_%s)" % (self.message, name) if self.message else "PE_" + name
+
+
+class BusyError(PosencError):
+    """PE_ERR_BUSY: the thread pool is running another call (one call at a
+    time per pool); retry, or give each thread its own pool."""
 
 
 # ---- structs: field for field the layout of include/posenc.h ---------------
@@ -138,16 +150,44 @@ _PROTOTYPES = {
     "pe_threadpool_size": (_i32, [_p]),
     "pe_isa_name": (ctypes.c_char_p, []),
     "pe_force_isa": (_st, [ctypes.c_char_p]),
+    "pe_apply_rope_qk_store": (_st, [_p, _T, _T, _T, _p, _p, _u32, _p]),
+    "pe_apply_mrope_qk": (_st, [_p, _T, _T, _p, _p, _u32, _p]),
+    "pe_apply_rope_qk_multi": (_st, [_p, _i32, _p, _T, _T, _p, _u32, _p]),
+    "pe_mrope_section_from_hf_config": (_st, [ctypes.c_char_p, ctypes.c_size_t, _p,
+                                              ctypes.POINTER(_u32)]),
 }
 
-# Flags and enum values of the header.
-PE_ROPE_INVERSE = 1
-PE_MASK_CAUSAL = 0x100        # flag families have distinct bits (posenc.h)
+# Flags and enum values of include/posenc.h: the only copy in the binding
+# (test_basics.py checks them against the header). PE_MASK_CAUSAL and
+# PE_SINUSOIDAL_CONCAT: flag families have distinct bits (issue 13).
+PE_ROPE_INVERSE = 0x1
+PE_ROPE_MROPE_INTERLEAVED = 0x2
+PE_MASK_CAUSAL = 0x100
 PE_SINUSOIDAL_CONCAT = 0x10000
 PE_F32, PE_F16, PE_BF16 = 0, 1, 2
 
 
 # ---- loading ------------------------------------------------------------------
+
+def _package_dir():
+    return os.path.dirname(os.path.abspath(__file__))
+
+
+def source_checkout():
+    """The source checkout this package belongs to, or None: the directory
+    above python/posenc/ when it holds include/posenc.h, else the checkout
+    recorded by `pip install` (posenc/_checkout.py, written at build time)."""
+    here = _package_dir()
+    root = os.path.dirname(os.path.dirname(here))
+    if os.path.basename(os.path.dirname(here)) == "python" and \
+            os.path.isfile(os.path.join(root, "include", "posenc.h")):
+        return root
+    try:
+        from ._checkout import CHECKOUT
+    except ImportError:
+        return None
+    return CHECKOUT if os.path.isfile(os.path.join(CHECKOUT, "include", "posenc.h")) else None
+
 
 def _candidates():
     env = os.environ.get("POSENC_LIBRARY")
@@ -155,8 +195,11 @@ def _candidates():
         if os.path.isdir(env):
             return [os.path.join(env, n) for n in (_SONAME, "libposenc.so")], True
         return [env], True
-    here = os.path.dirname(os.path.abspath(__file__))
+    here = _package_dir()
     local = [os.path.join(here, n) for n in (_SONAME, "libposenc.so")]
+    root = source_checkout()
+    if root:
+        local.append(os.path.join(root, "build", _SONAME))
     found = ctypes.util.find_library("posenc")
     return [p for p in local if os.path.exists(p)] + [_SONAME] + ([found] if found else []), False
 
@@ -170,9 +213,10 @@ def _load():
         except OSError as e:
             errors.append("  %s: %s" % (name, e))
     where = ("POSENC_LIBRARY=%s" % os.environ["POSENC_LIBRARY"]) if from_env else \
-        "next to the posenc package, %s through the dynamic loader, find_library('posenc')" % _SONAME
+        ("next to the posenc package, the source checkout's build/ (%s), %s through the "
+         "dynamic loader, find_library('posenc')" % (source_checkout() or "none", _SONAME))
     raise ImportError("posenc: cannot load libposenc (tried %s):\n%s\n"
-                      "Set POSENC_LIBRARY to the path of libposenc.so.%d."
+                      "Build it (make build), or set POSENC_LIBRARY to the path of libposenc.so.%d."
                       % (where, "\n".join(errors), SONAME_MAJOR))
 
 
@@ -206,9 +250,9 @@ def last_error():
 
 
 def check(status):
-    """Raise PosencError for a non-zero pe_status."""
+    """Raise PosencError (BusyError for PE_ERR_BUSY) for a non-zero pe_status."""
     if status != 0:
-        raise PosencError(status, last_error())
+        raise (BusyError if status == Status.ERR_BUSY else PosencError)(status, last_error())
 
 
 def version():
@@ -235,3 +279,70 @@ _major = int(version().split(".")[0])
 if _major != SONAME_MAJOR:
     raise ImportError("posenc: %s is version %s, this binding needs major version %d"
                       % (library_path(), version(), SONAME_MAJOR))
+
+
+# ---- one base class for the C objects -------------------------------------------
+
+class Handle:
+    """A C object owned by Python: `_destroy` names its destroy function.
+    Passed to ctypes as itself (_as_parameter_); close() is idempotent, and
+    the object is also freed when collected or at the end of a with block."""
+
+    _destroy = None   # "pe_..._destroy", set by the subclass
+    _handle = None
+
+    def _set_handle(self, handle):
+        self._handle = handle
+
+    @property
+    def _as_parameter_(self):
+        if self._handle is None:
+            raise ValueError("the %s is closed" % type(self).__name__)
+        return self._handle
+
+    @property
+    def closed(self):
+        return self._handle is None
+
+    def close(self):
+        """Free the C object. Idempotent."""
+        h, self._handle = self._handle, None
+        if h is not None:
+            getattr(lib, self._destroy)(h)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def __del__(self):
+        try:
+            self.close()
+        except Exception:  # interpreter shutdown: the library may be gone
+            pass
+
+
+# ---- one config.json reader -------------------------------------------------------
+
+def config_text(config):
+    """The bytes of a HuggingFace config.json given as a path (or a model
+    directory holding config.json), a dict, a transformers PretrainedConfig
+    (anything with to_dict()), the JSON text, or bytes."""
+    import json
+    if isinstance(config, dict):
+        return json.dumps(config).encode()
+    if isinstance(config, bytes):
+        return config
+    if isinstance(config, (str, os.PathLike)):
+        s = os.fspath(config)
+        if isinstance(config, str) and s.lstrip().startswith("{"):
+            return s.encode()
+        if os.path.isdir(s):
+            s = os.path.join(s, "config.json")
+        with open(s, "rb") as f:
+            return f.read()
+    if callable(getattr(config, "to_dict", None)):
+        return json.dumps(config.to_dict(), default=str).encode()
+    raise TypeError("config must be a path, a dict, a PretrainedConfig or JSON text, got %s"
+                    % type(config).__name__)

@@ -4,8 +4,9 @@ import ctypes
 import numpy as np
 
 from . import _lib
-from ._arrays import (tensor, as_4d, int64_grid, ptr, pool_handle, float_vector, int_arg,
-                      INT32, INT64)
+from ._arrays import (tensor, disjoint, ref, as_4d, int64_grid, integers, ptr, float_vector,
+                      int_arg, INT32, INT64)
+from .threads import pool_handle
 
 
 def _one_head(x4):
@@ -37,12 +38,13 @@ def alibi_add_bias_(scores, slopes=None, q_positions=None, causal=False, pool=No
     q_len positions (k_len - q_len + i). causal: also set -inf where j > qpos.
     """
     t = _scores(scores, dtype)
-    heads = scores.shape[1]
+    heads = t.shape[1]
     s = None if slopes is None else float_vector(slopes, heads, "slopes")
-    qp = int64_grid(q_positions, scores.shape[0], scores.shape[2], "q_positions")
+    qp = int64_grid(q_positions, t.shape[0], t.shape[2], "q_positions")
     flags = _lib.PE_MASK_CAUSAL if causal else 0
-    _lib.check(_lib.fn("pe_alibi_add_bias")(ctypes.byref(t), ptr(s), ptr(qp), flags,
+    _lib.check(_lib.fn("pe_alibi_add_bias")(ref(t), ptr(s), ptr(qp), flags,
                                             pool_handle(pool)))
+    return scores
 
 
 def t5_bucket(rel, bidirectional=True, num_buckets=32, max_distance=128):
@@ -61,9 +63,7 @@ def t5_bucket(rel, bidirectional=True, num_buckets=32, max_distance=128):
 
     if np.ndim(rel) == 0:
         return one(rel)
-    a = np.asarray(rel)
-    if a.dtype == np.bool_ or a.dtype.kind not in "iu":
-        raise TypeError("rel must be integers, got dtype %s" % a.dtype)
+    a = integers(rel, "rel")
     out = np.empty(a.shape, dtype=np.int32)
     for idx, r in np.ndenumerate(a):
         out[idx] = one(int(r))
@@ -78,21 +78,24 @@ def t5_add_bias_(scores, table, bidirectional=True, num_buckets=None, max_distan
     converted to float32. num_buckets defaults to table.shape[0].
     q_positions and causal as for alibi_add_bias_."""
     t = _scores(scores, dtype)
+    if hasattr(table, "detach"):   # a torch tensor (an nn.Embedding weight)
+        table = table.detach().cpu().float().numpy()
     tab = np.asarray(table)
     if tab.ndim != 2:
         raise ValueError("table must be [num_buckets, heads], got shape %s" % (tab.shape,))
     nb = tab.shape[0] if num_buckets is None else int_arg(num_buckets, "num_buckets", *INT32)
-    if tab.shape != (nb, scores.shape[1]):
+    if tab.shape != (nb, t.shape[1]):
         raise ValueError("table has shape %s, expected [num_buckets %d, heads %d]"
-                         % (tab.shape, nb, scores.shape[1]))
+                         % (tab.shape, nb, t.shape[1]))
     if tab.dtype.kind != "f":
         raise TypeError("table must be floating point, got dtype %s" % tab.dtype)
     tab = np.ascontiguousarray(tab, dtype=np.float32)
-    qp = int64_grid(q_positions, scores.shape[0], scores.shape[2], "q_positions")
+    qp = int64_grid(q_positions, t.shape[0], t.shape[2], "q_positions")
     flags = _lib.PE_MASK_CAUSAL if causal else 0
     _lib.check(_lib.fn("pe_t5_add_bias")(
-        ctypes.byref(t), ptr(tab), 1 if bidirectional else 0, nb,
+        ref(t), ptr(tab), 1 if bidirectional else 0, nb,
         int_arg(max_distance, "max_distance", *INT32), ptr(qp), flags, pool_handle(pool)))
+    return scores
 
 
 def sinusoidal_table(n_positions, d_model, base=10000.0, concat=False):
@@ -115,8 +118,9 @@ def sinusoidal_add_(x, positions=None, base=10000.0, concat=False, pool=None, *,
     _one_head(x4)
     pos = int64_grid(positions, x4.shape[0], x4.shape[2], "positions")
     flags = _lib.PE_SINUSOIDAL_CONCAT if concat else 0
-    _lib.check(_lib.fn("pe_sinusoidal_add")(ctypes.byref(t), ptr(pos), float(base), flags,
+    _lib.check(_lib.fn("pe_sinusoidal_add")(ref(t), ptr(pos), float(base), flags,
                                             pool_handle(pool)))
+    return x
 
 
 def learned_add_(x, table, positions=None, pool=None, *, dtype=None, table_dtype=None):
@@ -134,6 +138,7 @@ def learned_add_(x, table, positions=None, pool=None, *, dtype=None, table_dtype
                          % (tab4.shape,))
     if tab4.shape[3] != x4.shape[3]:
         raise ValueError("table has d_model %d, x %d" % (tab4.shape[3], x4.shape[3]))
+    disjoint(("x", tx), ("table", tt))
     pos = int64_grid(positions, x4.shape[0], x4.shape[2], "positions")
-    _lib.check(_lib.fn("pe_learned_add")(ctypes.byref(tx), ctypes.byref(tt), ptr(pos),
-                                         pool_handle(pool)))
+    _lib.check(_lib.fn("pe_learned_add")(ref(tx), ref(tt), ptr(pos), pool_handle(pool)))
+    return x

@@ -20,52 +20,19 @@ import ctypes
 import numpy as np
 
 from . import _lib
-from ._arrays import tensor, int64_grid, ptr, pool_handle, int_arg, INT32
+from ._arrays import (tensor, disjoint, ref, int64_grid, integers, ptr, int_arg, swap12, INT32,
+                      is_torch)
 from .rope import RopeCache
+from .threads import pool_handle
 
 __all__ = ["apply_rope_qk_store_", "apply_mrope_", "apply_rope_qk_multi_", "mrope_positions",
            "mrope_section_from_hf_config"]
-
-PE_ROPE_MROPE_INTERLEAVED = 2
-
-_T = ctypes.POINTER(_lib.Tensor)
-_p, _st = ctypes.c_void_p, ctypes.c_int
-_PROTOTYPES = {
-    "pe_apply_rope_qk_store": (_st, [_p, _T, _T, _T, _p, _p, ctypes.c_uint32, _p]),
-    "pe_apply_mrope_qk": (_st, [_p, _T, _T, _p, _p, ctypes.c_uint32, _p]),
-    "pe_apply_rope_qk_multi": (_st, [_p, ctypes.c_int32, _p, _T, _T, _p, ctypes.c_uint32, _p]),
-    "pe_mrope_section_from_hf_config": (_st, [ctypes.c_char_p, ctypes.c_size_t, _p,
-                                              ctypes.POINTER(ctypes.c_uint32)]),
-}
-for _name, (_res, _args) in _PROTOTYPES.items():
-    _f = getattr(_lib.lib, _name, None)
-    if _f is not None:
-        _f.restype = _res
-        _f.argtypes = _args
-
-
-def _ref(t):
-    return None if t is None else ctypes.byref(t)
 
 
 def _cache(c, name="cache"):
     if not isinstance(c, RopeCache):
         raise TypeError("%s must be a posenc.RopeCache, got %s" % (name, type(c).__name__))
     return c
-
-
-def _qk(cache, q, k, dtype, k_writable=True):
-    if q is None and k is None:
-        raise ValueError("q and k cannot both be None")
-    tq = tensor(q, "q", dtype=dtype) if q is not None else None
-    tk = tensor(k, "k", dtype=dtype, writable=k_writable) if k is not None else None
-    for arr, name in ((q, "q"), (k, "k")):
-        if arr is not None:
-            cache._check_head_dim(arr, name)
-    if q is not None and k is not None and (q.shape[0], q.shape[2]) != (k.shape[0], k.shape[2]):
-        raise ValueError("q %s and k %s differ in batch or tokens" % (q.shape, k.shape))
-    ref = q if q is not None else k
-    return tq, tk, ref.shape[0], ref.shape[2]
 
 
 def apply_rope_qk_store_(cache, k, k_cache, slot_mapping, q=None, positions=None,
@@ -83,24 +50,27 @@ def apply_rope_qk_store_(cache, k, k_cache, slot_mapping, q=None, positions=None
     dtype / cache_dtype: 'bf16' to read uint16 arrays as bfloat16.
     """
     _cache(cache)
-    tq, tk, batch, tokens = _qk(cache, q, k, dtype, k_writable=False)
-    if tk is None:
+    if k is None:
         raise ValueError("apply_rope_qk_store_: k is required")
-    if not isinstance(k_cache, np.ndarray):
-        raise TypeError("k_cache must be a numpy.ndarray, got %s" % type(k_cache).__name__)
+    vq, vk, batch, tokens = cache._qk(q, k, dtype, k_writable=False)
+    if not (isinstance(k_cache, np.ndarray) or is_torch(k_cache)):
+        raise TypeError("k_cache must be a numpy.ndarray or a torch.Tensor, got %s"
+                        % type(k_cache).__name__)
     if k_cache.ndim == 3:  # [num_slots, heads, dim] -> [1, heads, num_slots, dim], a view
-        k_cache = k_cache[np.newaxis].transpose(0, 2, 1, 3)
-    tc = tensor(k_cache, "k_cache", dtype=cache_dtype)
-    cache._check_head_dim(k_cache, "k_cache")
-    if k_cache.shape[1] != k.shape[1]:
-        raise ValueError("k_cache has %d heads (shape[1]), k %d" % (k_cache.shape[1], k.shape[1]))
+        k_cache = swap12(k_cache[None])
+    vc = tensor(k_cache, "k_cache", dtype=cache_dtype)
+    cache._check_head_dim(vc, "k_cache")
+    if vc.shape[1] != vk.shape[1]:
+        raise ValueError("k_cache has %d heads (shape[1]), k %d" % (vc.shape[1], vk.shape[1]))
+    disjoint(("k_cache", vc), ("q", vq))
+    disjoint(("k_cache", vc), ("k", vk))
     slots = int64_grid(slot_mapping, batch, tokens, "slot_mapping")
     if slots is None:
         raise ValueError("apply_rope_qk_store_: slot_mapping is required")
     pos = int64_grid(positions, batch, tokens, "positions")
     flags = _lib.PE_ROPE_INVERSE if inverse else 0
     _lib.check(_lib.fn("pe_apply_rope_qk_store")(
-        cache._as_parameter_, _ref(tq), _ref(tk), ctypes.byref(tc), ptr(slots), ptr(pos), flags,
+        cache._as_parameter_, ref(vq), ref(vk), ref(vc), ptr(slots), ptr(pos), flags,
         pool_handle(pool)))
 
 
@@ -109,16 +79,12 @@ def mrope_positions(positions, batch, tokens):
     or [3, tokens] (same for every batch row) integers; None stays None."""
     if positions is None:
         return None
-    a = np.asarray(positions)
-    if a.dtype == np.bool_ or a.dtype.kind not in "iu":
-        raise TypeError("positions must be integers, got dtype %s" % a.dtype)
+    a = integers(positions, "positions")
     if a.ndim == 2 and a.shape == (3, tokens):
         a = np.broadcast_to(a[:, np.newaxis, :], (3, batch, tokens))
     if a.shape != (3, batch, tokens):
         raise ValueError("positions has shape %s, expected [3, batch %d, tokens %d] or [3, %d] "
                          "(t, h, w)" % (a.shape, batch, tokens, tokens))
-    if a.dtype.kind == "u" and a.size and a.max() > np.iinfo(np.int64).max:
-        raise ValueError("positions: a value exceeds the int64 range")
     return np.ascontiguousarray(a, dtype=np.int64)
 
 
@@ -137,11 +103,12 @@ def apply_mrope_(cache, q, k=None, positions=None, mrope_section=None, interleav
     if len(sec) != 3:
         raise ValueError("mrope_section must have 3 entries, got %d" % len(sec))
     sec = (ctypes.c_int32 * 3)(*sec)
-    tq, tk, batch, tokens = _qk(cache, q, k, dtype)
+    vq, vk, batch, tokens = cache._qk(q, k, dtype)
     pos = mrope_positions(positions, batch, tokens)
-    flags = (_lib.PE_ROPE_INVERSE if inverse else 0) | (PE_ROPE_MROPE_INTERLEAVED if interleaved else 0)
+    flags = (_lib.PE_ROPE_INVERSE if inverse else 0) | \
+        (_lib.PE_ROPE_MROPE_INTERLEAVED if interleaved else 0)
     _lib.check(_lib.fn("pe_apply_mrope_qk")(
-        cache._as_parameter_, _ref(tq), _ref(tk), ptr(pos), ctypes.cast(sec, ctypes.c_void_p),
+        cache._as_parameter_, ref(vq), ref(vk), ptr(pos), ctypes.cast(sec, ctypes.c_void_p),
         flags, pool_handle(pool)))
 
 
@@ -155,10 +122,8 @@ def apply_rope_qk_multi_(caches, cache_index, q, k=None, positions=None, inverse
         raise ValueError("apply_rope_qk_multi_: caches is empty")
     for i, c in enumerate(caches):
         _cache(c, "caches[%d]" % i)
-    tq, tk, batch, tokens = _qk(caches[0], q, k, dtype)
-    idx = np.asarray(cache_index)
-    if idx.dtype == np.bool_ or idx.dtype.kind not in "iu":
-        raise TypeError("cache_index must be integers, got dtype %s" % idx.dtype)
+    vq, vk, batch, tokens = caches[0]._qk(q, k, dtype)
+    idx = integers(cache_index, "cache_index")
     if idx.shape != (batch,):
         raise ValueError("cache_index has shape %s, expected [batch %d]" % (idx.shape, batch))
     if idx.size and (idx.min() < 0 or idx.max() >= len(caches)):
@@ -168,7 +133,7 @@ def apply_rope_qk_multi_(caches, cache_index, q, k=None, positions=None, inverse
     pos = int64_grid(positions, batch, tokens, "positions")
     flags = _lib.PE_ROPE_INVERSE if inverse else 0
     _lib.check(_lib.fn("pe_apply_rope_qk_multi")(
-        ctypes.cast(handles, ctypes.c_void_p), len(caches), ptr(idx), _ref(tq), _ref(tk),
+        ctypes.cast(handles, ctypes.c_void_p), len(caches), ptr(idx), ref(vq), ref(vk),
         ptr(pos), flags, pool_handle(pool)))
 
 
@@ -176,25 +141,9 @@ def mrope_section_from_hf_config(config):
     """(mrope_section, interleaved) of an M-RoPE model's config.json: a path
     (or model directory), a dict or the JSON text. Raises PosencError
     (ERR_PARSE) for a config without rope_scaling.mrope_section."""
-    import json
-    import os
-    if isinstance(config, dict):
-        text = json.dumps(config).encode()
-    elif isinstance(config, bytes):
-        text = config
-    elif isinstance(config, (str, os.PathLike)):
-        s = os.fspath(config)
-        if isinstance(config, str) and s.lstrip().startswith("{"):
-            text = s.encode()
-        else:
-            if os.path.isdir(s):
-                s = os.path.join(s, "config.json")
-            with open(s, "rb") as f:
-                text = f.read()
-    else:
-        raise TypeError("config must be a path, a dict or JSON text, got %s" % type(config).__name__)
+    text = _lib.config_text(config)
     sec = (ctypes.c_int32 * 3)()
     flags = ctypes.c_uint32()
     _lib.check(_lib.fn("pe_mrope_section_from_hf_config")(
         text, len(text), ctypes.cast(sec, ctypes.c_void_p), ctypes.byref(flags)))
-    return tuple(sec), bool(flags.value & PE_ROPE_MROPE_INTERLEAVED)
+    return tuple(sec), bool(flags.value & _lib.PE_ROPE_MROPE_INTERLEAVED)

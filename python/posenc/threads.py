@@ -2,29 +2,26 @@
 import ctypes
 
 from . import _lib
-from ._arrays import int_arg
+from ._arrays import int_arg, handle_of
 
 
-class ThreadPool:
+class ThreadPool(_lib.Handle):
     """A libposenc thread pool: n_threads - 1 workers plus the calling thread
     (0 = one per physical core of the caller's NUMA node).
 
     Pass it as pool= to any apply/add call. A pool runs one call at a time; a
-    second Python thread using a busy pool gets PosencError. Use it as a
-    context manager, or call close(); it is also freed with the object.
+    second Python thread using a busy pool gets PosencError (BusyError once
+    the library reports PE_ERR_BUSY). Use it as a context manager, or call
+    close(); it is also freed with the object.
     """
+
+    _destroy = "pe_threadpool_destroy"
 
     def __init__(self, n_threads=0):
         n = int_arg(n_threads, "n_threads", 0, 1024)
         handle = ctypes.c_void_p()
         _lib.check(_lib.fn("pe_threadpool_create")(n, ctypes.byref(handle)))
-        self._handle = handle
-
-    @property
-    def _as_parameter_(self):
-        if self._handle is None:
-            raise ValueError("the ThreadPool is closed")
-        return self._handle
+        self._set_handle(handle)
 
     @property
     def n_threads(self):
@@ -33,30 +30,13 @@ class ThreadPool:
 
     size = n_threads
 
-    @property
-    def closed(self):
-        return self._handle is None
-
-    def close(self):
-        """Stop and join the workers. Idempotent."""
-        h, self._handle = getattr(self, "_handle", None), None
-        if h is not None:
-            _lib.lib.pe_threadpool_destroy(h)
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.close()
-
-    def __del__(self):
-        try:
-            self.close()
-        except Exception:  # interpreter shutdown: the library may be gone
-            pass
-
     def __repr__(self):
         return "<posenc.ThreadPool %s>" % ("closed" if self.closed else "%d threads" % self.n_threads)
+
+
+def pool_handle(pool):
+    """The C handle of pool= (None: the calling thread alone)."""
+    return handle_of(pool, ThreadPool, "pool")
 
 
 def isa_name():

@@ -36,33 +36,48 @@ def test_rope_params_struct_matches_c_sizeof():
 
 
 def test_rope_params_round_trip_every_field():
-    # Distinct values in every numeric field: a field at the wrong offset
-    # would come back in another field's place.
-    cache = posenc.RopeCache(head_dim=96, rotary_dim=64, style="gptj", rope_theta=12345.0,
-                             max_positions=77, seq_len=5000,
+    # Distinct values in every numeric field, through the C API directly: a
+    # field at the wrong offset would come back in another field's place.
+    p = _lib.RopeParams()
+    _lib.lib.pe_rope_params_init(ctypes.byref(p))
+    for name, value in (("head_dim", 96), ("rotary_dim", 64), ("style", 1), ("base", 12345.0),
+                        ("max_positions", 77), ("scaling", 4), ("factor", 4.0),
+                        ("original_max_positions", 2048), ("seq_len", 5000),
+                        ("attention_factor", 1.25), ("beta_fast", 24.0), ("beta_slow", 2.0),
+                        ("mscale", 0.5), ("mscale_all_dim", 0.75), ("truncate", 0),
+                        ("low_freq_factor", 1.5), ("high_freq_factor", 3.5)):
+        setattr(p, name, value)
+    h = ctypes.c_void_p()
+    _lib.check(_lib.lib.pe_rope_cache_create(ctypes.byref(p), ctypes.byref(h)))
+    try:
+        out = _lib.RopeParams()
+        _lib.lib.pe_rope_params_init(ctypes.byref(out))
+        _lib.check(_lib.lib.pe_rope_cache_params(h, ctypes.byref(out)))
+        for name, _ in _lib.RopeParams._fields_:
+            if name not in ("struct_size", "short_factor", "long_factor", "inv_freq"):
+                assert getattr(out, name) == getattr(p, name), name
+        assert _lib.lib.pe_rope_cache_attention_factor(h) == 1.25
+    finally:
+        _lib.lib.pe_rope_cache_destroy(h)
+
+
+def test_params_show_resolved_attention_factor():
+    # issue 20: YaRN without attention_factor derives 0.1*ln(s)+1; params
+    # shows that value, not the 0 ("derive it") of the parameter struct.
+    cache = posenc.RopeCache(head_dim=64, max_positions=8,
                              rope_scaling={"rope_type": "yarn", "factor": 4.0,
-                                           "original_max_position_embeddings": 2048,
-                                           "attention_factor": 1.25, "beta_fast": 24.0,
-                                           "beta_slow": 2.0, "mscale": 0.5,
-                                           "mscale_all_dim": 0.75, "truncate": False,
-                                           "low_freq_factor": 1.5, "high_freq_factor": 3.5})
-    p = cache.params
-    assert p["head_dim"] == 96 and p["rotary_dim"] == 64 and p["style"] == "gptj"
-    assert p["base"] == 12345.0 and p["max_positions"] == 77 and p["scaling"] == "yarn"
-    assert p["factor"] == 4.0 and p["original_max_positions"] == 2048 and p["seq_len"] == 5000
-    assert p["attention_factor"] == 1.25
-    assert (p["beta_fast"], p["beta_slow"]) == (24.0, 2.0)
-    assert (p["mscale"], p["mscale_all_dim"]) == (0.5, 0.75)
-    assert p["truncate"] == 0
-    assert (p["low_freq_factor"], p["high_freq_factor"]) == (1.5, 3.5)
-    assert cache.attention_factor == 1.25
+                                           "original_max_position_embeddings": 4096})
+    assert cache.params["attention_factor"] == pytest.approx(0.1 * np.log(4.0) + 1, rel=1e-15)
+    assert cache.params["attention_factor"] == cache.attention_factor
 
 
 def test_status_values_match_header():
     header = (REPO / "include" / "posenc.h").read_text()
-    for st in posenc.Status:
-        m = re.search(r"PE_%s = (\d+)" % st.name, header)
-        assert m and int(m.group(1)) == int(st), st
+    enum = header[header.index("PE_OK = 0"):]
+    enum = enum[:enum.index("}")]
+    in_header = {n: int(v) for n, v in re.findall(r"PE_(\w+) = (\d+)", enum)}
+    assert in_header == {st.name: int(st) for st in posenc.Status}
+    assert issubclass(posenc.BusyError, posenc.PosencError)
 
 
 def test_isa_name_and_force_isa():
@@ -84,11 +99,19 @@ def test_isa_name_and_force_isa():
 
 def test_posenc_error_carries_last_error():
     with pytest.raises(posenc.PosencError) as e:
-        posenc.RopeCache(head_dim=7)
-    assert e.value.status == posenc.Status.ERR_SHAPE
+        posenc.RopeCache(head_dim=16, rotary_dim=8, max_positions=-1)
+    assert e.value.status == posenc.Status.ERR_INVALID_ARGUMENT
     assert e.value.message == _lib.last_error()
-    assert "head_dim" in e.value.message or "rotary_dim" in e.value.message
+    assert "max_positions" in e.value.message
     assert isinstance(e.value, RuntimeError)
+
+
+def test_odd_head_dim_names_head_dim():
+    # issue 20: not "rotary_dim 0", a field the user never set
+    with pytest.raises(ValueError, match="head_dim 127 must be even"):
+        posenc.RopeCache(head_dim=127)
+    with pytest.raises(ValueError, match="rotary_dim 7 must be even"):
+        posenc.RopeCache(head_dim=16, rotary_dim=7)
 
 
 def test_missing_symbol_is_reported_not_crashing():
@@ -113,3 +136,15 @@ def test_cache_context_manager_and_close():
     with pytest.raises(ValueError):
         c.inv_freq
     c.close()  # idempotent
+
+
+def test_flag_values_match_header():
+    # _lib holds the binding's only copy of the header's flag values.
+    header = (REPO / "include" / "posenc.h").read_text()
+    for name in ("PE_ROPE_INVERSE", "PE_ROPE_MROPE_INTERLEAVED", "PE_MASK_CAUSAL",
+                 "PE_SINUSOIDAL_CONCAT"):
+        m = re.search(r"#define %s ([^\n/]+)" % name, header)
+        assert m, name
+        expr = re.sub(r"\b(0x[0-9a-fA-F]+|\d+)[uU]\b", r"\1", m.group(1).strip())
+        assert re.fullmatch(r"[0-9a-fA-Fx()<>| ]+", expr), expr   # a constant expression
+        assert eval(expr, {"__builtins__": {}}) == getattr(_lib, name), name

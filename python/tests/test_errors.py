@@ -97,8 +97,33 @@ def test_position_out_of_range_from_library(cache, qk):
 
 def test_aliasing_q_and_k(cache, qk):
     q, _ = qk
-    err = unchanged_after(posenc.PosencError, lambda: cache.apply_(q, q), q)
-    assert err.status == posenc.Status.ERR_SHAPE
+    err = unchanged_after(ValueError, lambda: cache.apply_(q, q), q)
+    assert "q and k share elements" in str(err)
+    # overlapping, not identical: k is q shifted by one token
+    buf = np.random.default_rng(1).standard_normal((1, 1, 5, 16), dtype=np.float32)
+    unchanged_after(ValueError, lambda: cache.apply_(buf[:, :, :4], buf[:, :, 1:]), buf)
+
+
+def test_packed_qkv_views_are_not_overlap(cache, rng):
+    # q and k columns of one [B, T, (Hq + 2 Hk) * D] projection interleave in
+    # memory but share no element: accepted (an exact test, not a span test).
+    B, T, Hq, Hk, D = 2, 3, 4, 2, 16
+    qkv = rng.standard_normal((B, T, (Hq + 2 * Hk) * D), dtype=np.float32)
+    q = qkv[..., :Hq * D].reshape(B, T, Hq, D).transpose(0, 2, 1, 3)
+    k = qkv[..., Hq * D:(Hq + Hk) * D].reshape(B, T, Hk, D).transpose(0, 2, 1, 3)
+    v0 = qkv[..., (Hq + Hk) * D:].copy()
+    assert np.shares_memory(q, qkv) and np.shares_memory(k, qkv)
+    cache.apply_(q, k)
+    assert np.array_equal(qkv[..., (Hq + Hk) * D:], v0)
+
+
+def test_uint64_position_beyond_int64_is_named(cache, qk):
+    # issue 20: 2**63 was converted to a negative int64 before the check
+    q, _ = qk
+    big = np.full((2, 3), 2**63, dtype=np.uint64)
+    err = unchanged_after(ValueError, lambda: cache.apply_(q, positions=big), q)
+    assert "9223372036854775808" in str(err) and "int64" in str(err)
+    unchanged_after(ValueError, lambda: cache.shift_k_(q, np.uint64(2**63)), q)
 
 
 def test_aliasing_strides(cache):
@@ -121,13 +146,14 @@ def test_bad_rope_scaling(recwarn):
         posenc.RopeCache(head_dim=16, rope_scaling={"rope_type": "nonsense"})
     with pytest.raises(ValueError):
         posenc.RopeCache(head_dim=16, style="sideways")
-    with pytest.raises(ValueError):  # short_factor of the wrong length
+    with pytest.raises(posenc.PosencError, match="short_factor has 3 entries"):
         posenc.RopeCache(head_dim=16, rope_scaling={"rope_type": "longrope",
+                                                    "original_max_position_embeddings": 64, "factor": 1.0,
                                                     "short_factor": [1.0] * 3,
                                                     "long_factor": [1.0] * 8})
     with pytest.warns(UserWarning, match="factr"):
         posenc.RopeCache(head_dim=16, max_positions=8,
-                         rope_scaling={"rope_type": "linear", "factr": 2.0})
+                         rope_scaling={"rope_type": "linear", "factor": 2.0, "factr": 2.0})
     with pytest.raises(posenc.PosencError) as e:
         posenc.RopeCache(head_dim=16, rope_scaling={"rope_type": "linear", "factor": 0.5})
     assert e.value.status == posenc.Status.ERR_INVALID_ARGUMENT

@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 import posenc
-from posenc import explore
+from posenc.tools import explore
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 PYDIR = os.path.dirname(HERE)
@@ -58,7 +58,7 @@ def _run(args, tmp_path, mpl_dir=None):
     env["MPLBACKEND"] = "Agg"
     if mpl_dir:
         env["MPLCONFIGDIR"] = mpl_dir
-    return subprocess.run([sys.executable, "-m", "posenc.explore"] + args, cwd=str(tmp_path),
+    return subprocess.run([sys.executable, "-m", "posenc.tools.explore"] + args, cwd=str(tmp_path),
                           env=env, capture_output=True, text=True, timeout=300)
 
 
@@ -433,3 +433,38 @@ def test_target_shorter_than_context_is_an_error(tmp_path):
     assert explore.main(["scaling", "--model", "llama3-8b", "--target-context", "4096",
                          "-o", out]) == 1
     assert not os.path.exists(out)
+
+
+def test_linear_scaled_config_original_context_is_m_over_factor(tmp_path):
+    # issue 20: a linear x4 model declaring max_position_embeddings 16384 was
+    # trained at 4096; that, not 16384, is its original context.
+    cfg = tmp_path / "config.json"
+    cfg.write_text(json.dumps({"model_type": "llama", "hidden_size": 4096,
+                               "num_attention_heads": 32, "rope_theta": 10000.0,
+                               "max_position_embeddings": 16384,
+                               "rope_scaling": {"type": "linear", "factor": 4.0}}))
+    spec = explore.model_spec(hf_config=str(cfg))
+    assert spec.context == 4096 and spec.max_context == 16384
+
+
+def test_heatmap_defaults_to_concat_halves(monkeypatch, tmp_path):
+    seen = {}
+    monkeypatch.setattr(explore, "draw_heatmap",
+                        lambda table, out, base, concat: seen.update(concat=concat))
+    assert explore.main(["heatmap", "--positions", "8", "--d-model", "8", "-o",
+                         str(tmp_path / "h.png")]) == 0
+    assert seen["concat"] is True
+    assert explore.main(["heatmap", "--positions", "8", "--d-model", "8", "--interleaved", "-o",
+                         str(tmp_path / "h.png")]) == 0
+    assert seen["concat"] is False
+
+
+@pytest.mark.parametrize("alias", ["posenc.explore", "posenc.pick"])
+def test_old_module_commands_still_work(tmp_path, alias):
+    args = ["heatmap", "--positions", "8", "--d-model", "8", "-o", "h.png"] \
+        if alias == "posenc.explore" else ["--train-context", "4096", "--target-context",
+                                           "16384", "--no-check"]
+    env = dict(os.environ, PYTHONPATH=PYDIR, MPLBACKEND="Agg")
+    r = subprocess.run([sys.executable, "-m", alias] + args, cwd=str(tmp_path), env=env,
+                       capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr

@@ -12,7 +12,7 @@ import sys
 import pytest
 
 import posenc
-from posenc import pick
+from posenc.tools import pick
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 PYDIR = os.path.dirname(HERE)
@@ -173,7 +173,7 @@ def test_invalid_inputs():
 def _cli(args, tmp_path):
     env = dict(os.environ)
     env["PYTHONPATH"] = PYDIR + os.pathsep + env.get("PYTHONPATH", "")
-    return subprocess.run([sys.executable, "-m", "posenc.pick"] + args, cwd=str(tmp_path),
+    return subprocess.run([sys.executable, "-m", "posenc.tools.pick"] + args, cwd=str(tmp_path),
                           env=env, capture_output=True, text=True, timeout=60)
 
 
@@ -248,3 +248,20 @@ def test_cli_prints_library_check(tmp_path):
     assert rec["check"]["unseen_angle_frequencies"] == 0
     r = _cli(["--train-context", "8192", "--target-context", "65536", "--no-check"], tmp_path)
     assert r.returncode == 0 and "Library check" not in r.stdout
+
+
+def test_the_table_is_what_selects(monkeypatch):
+    # The rows come from the docstring (pick.TABLE); change one and the choice follows.
+    assert pick.recommend(4096, 12288)["rule"] == "N1"            # 3x: 1 < r <= 4
+    moved = {("N1", "r", "<="): 2.0, ("N2", "r", ">"): 2.0}     # the N1/N2 split at 2x
+    rows = [(rule, archs, budgets, [(v, op, moved.get((rule, v, op), x)) for v, op, x in conds])
+            for rule, archs, budgets, conds in pick.TABLE]
+    monkeypatch.setattr(pick, "TABLE", rows)
+    assert pick.recommend(4096, 12288)["rule"] == "N2"
+    assert ("N1", ("decoder",), ("none",), [("r", ">", 1.0), ("r", "<=", 4.0)]) in \
+        pick._parse_table(pick.__doc__)
+
+
+def test_alias_is_the_tool_module():
+    from posenc import pick as alias
+    assert alias is pick

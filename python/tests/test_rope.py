@@ -226,4 +226,5 @@ def test_busy_pool_from_two_python_threads(rng):
     assert not any(t.is_alive() for t in threads)
     for e in errors:
         assert e.status == posenc.Status.ERR_BUSY and "busy" in e.message.lower()
+        assert isinstance(e, posenc.BusyError)
     pool.close()

@@ -176,7 +176,44 @@ def test_missing_context_is_a_value_error(rtype):
         cache({"rope_type": rtype, "factor": 2.0})
 
 
-def test_proportional_keeps_explicit_attention_factor():
-    c = cache({"rope_type": "proportional", "partial_rotary_factor": 0.5,
-               "attention_factor": 0.5}, head_dim=32)
-    assert c.attention_factor == 0.5
+ONE_MAPPING = [
+    dict(head_dim=64, rope_scaling={"rope_type": "linear", "factor": 4.0}),
+    dict(head_dim=64, rope_scaling={"rope_type": "dynamic", "factor": 2.0},
+         max_position_embeddings=2048, seq_len=8192),
+    dict(head_dim=128, rope_theta=5e5, rope_scaling={
+        "rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+        "original_max_position_embeddings": 8192}),
+    dict(head_dim=64, rope_theta=1.5e5, rope_scaling={
+        "rope_type": "yarn", "factor": 32.0, "original_max_position_embeddings": 4096,
+        "truncate": False}),
+    dict(head_dim=64, style="gptj", rope_scaling={
+        "type": "yarn", "factor": 40, "original_max_position_embeddings": 4096, "mscale": 1.0,
+        "mscale_all_dim": 1.0}, max_position_embeddings=163840),
+    dict(head_dim=96, rotary_dim=24, rope_scaling={"rope_type": "linear", "factor": 2.0}),
+    dict(head_dim=256, rope_theta=1e6, rope_scaling={
+        "rope_type": "proportional", "factor": 2.0, "partial_rotary_factor": 0.25}),
+]
+
+
+@pytest.mark.parametrize("kw", ONE_MAPPING)
+def test_one_mapping_with_the_loader(kw):
+    # RopeCache(rope_scaling=...) is the library's config.json loader fed the
+    # arguments as a config: the same numbers as from_hf_config on that config.
+    from posenc.rope import rope_config, STYLES
+    c = posenc.RopeCache(max_positions=8, **kw)
+    cfg = rope_config(kw["head_dim"], kw.get("rotary_dim"), STYLES[kw.get("style", "neox")],
+                      kw.get("rope_theta", 10000.0), kw["rope_scaling"],
+                      kw.get("max_position_embeddings"))
+    f = posenc.RopeCache.from_hf_config(cfg, max_positions=8, seq_len=kw.get("seq_len", 0))
+    assert np.array_equal(c.inv_freq, f.inv_freq)
+    assert c.params == f.params
+
+
+def test_partial_factor_from_rotary_dim_is_exact():
+    # int(head_dim * prf) must give rotary_dim back for every even rotary_dim
+    from posenc.rope import _prf_for
+    for hd in (64, 80, 96, 100, 128, 192, 256):
+        for rd in range(2, hd + 1, 2):
+            assert int(hd * _prf_for(rd, hd)) == rd
+    assert posenc.RopeCache(head_dim=100, rotary_dim=58, max_positions=4,
+                            rope_scaling={"rope_type": "linear", "factor": 2.0}).rotary_dim == 58
