@@ -308,6 +308,28 @@ pe_status pe__rope_check_qk(const char *fn, const pe_tensor *q, const pe_tensor 
   return PE_OK;
 }
 
+/* The sentence of a position error; formatted only when there is one. */
+static pe_status position_error(const char *fn, const char *axis_name, int64_t v, int64_t b,
+                                int64_t t, const pe_rope_cache *c, const int32_t *cache_index,
+                                int32_t ci, int64_t limit) {
+  const char *what = c && c->table ? "max_positions" : "limit 2^53 (not exact in double)";
+  char which[32] = "";
+  if (cache_index) snprintf(which, sizeof which, " %d", (int)ci);
+  if (t < 0) /* positions NULL: 0..tokens-1 */
+    return pe__fail(PE_ERR_POSITION_OUT_OF_RANGE,
+                    "%s: positions NULL means 0..%" PRId64 ", past cache%s %s %" PRId64, fn, v,
+                    which, what, limit);
+  if (v < 0)
+    return pe__fail(PE_ERR_POSITION_OUT_OF_RANGE,
+                    "%s: position %" PRId64 " at [%sbatch %" PRId64 ", token %" PRId64
+                    "] is negative",
+                    fn, v, axis_name, b, t);
+  return pe__fail(PE_ERR_POSITION_OUT_OF_RANGE,
+                  "%s: position %" PRId64 " at [%sbatch %" PRId64 ", token %" PRId64
+                  "] >= cache%s %s %" PRId64,
+                  fn, v, axis_name, b, t, which, what, limit);
+}
+
 pe_status pe__rope_check_positions(const char *fn, const char *axis_name, const int64_t *pos,
                                    int64_t batch, int64_t tokens,
                                    const pe_rope_cache *const *caches, const int32_t *cache_index) {
@@ -315,29 +337,15 @@ pe_status pe__rope_check_positions(const char *fn, const char *axis_name, const 
     int32_t ci = cache_index ? cache_index[b] : 0;
     const pe_rope_cache *c = caches ? caches[ci] : NULL;
     int64_t limit = c && c->table ? c->p.max_positions : PE_MAX_POSITION;
-    const char *what = c && c->table ? "max_positions" : "limit 2^53 (not exact in double)";
-    char which[32] = "";
-    if (cache_index) snprintf(which, sizeof which, " %d", (int)ci);
     if (!pos) {
       if (tokens > limit)
-        return pe__fail(PE_ERR_POSITION_OUT_OF_RANGE,
-                        "%s: positions NULL means 0..%" PRId64 ", past cache%s %s %" PRId64, fn,
-                        tokens - 1, which, what, limit);
+        return position_error(fn, axis_name, tokens - 1, b, -1, c, cache_index, ci, limit);
       continue;
     }
-    for (int64_t t = 0; t < tokens; t++) {
-      int64_t v = pos[b * tokens + t];
-      if (v < 0)
-        return pe__fail(PE_ERR_POSITION_OUT_OF_RANGE,
-                        "%s: position %" PRId64 " at [%sbatch %" PRId64 ", token %" PRId64
-                        "] is negative",
-                        fn, v, axis_name, b, t);
-      if (v >= limit)
-        return pe__fail(PE_ERR_POSITION_OUT_OF_RANGE,
-                        "%s: position %" PRId64 " at [%sbatch %" PRId64 ", token %" PRId64
-                        "] >= cache%s %s %" PRId64,
-                        fn, v, axis_name, b, t, which, what, limit);
-    }
+    const int64_t *row = pos + b * tokens;
+    for (int64_t t = 0; t < tokens; t++)
+      if (row[t] < 0 || row[t] >= limit)
+        return position_error(fn, axis_name, row[t], b, t, c, cache_index, ci, limit);
   }
   return PE_OK;
 }

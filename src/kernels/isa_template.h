@@ -34,9 +34,13 @@ PE_AI void rows_walk(int dt, int style, const pe_rope_block *b, void *data, int6
   const int64_t n_tokens = b->n_tokens, n_heads = b->n_heads;
   const int32_t n = b->n_pairs, dist = b->pair_dist;
   if (n_tokens == 1 || ahs <= ats) {
-    for (int64_t t = 0; t < n_tokens; t++)
-      for (int64_t h = 0; h < n_heads; h++)
-        rope_row(dt, style, base + t * ts + h * hs, b->cos[t], b->sin[t], n, dist);
+    for (int64_t t = 0; t < n_tokens; t++) {
+      /* in locals: the rows' stores (may_alias vectors) would otherwise
+       * make the compiler reload them for every head */
+      const float *c = b->cos[t], *s = b->sin[t];
+      char *row = base + t * ts;
+      for (int64_t h = 0; h < n_heads; h++) rope_row(dt, style, row + h * hs, c, s, n, dist);
+    }
   } else {
     for (int64_t h = 0; h < n_heads; h++)
       for (int64_t t = 0; t < n_tokens; t++)
@@ -60,9 +64,11 @@ PE_AI void store_walk(int sd, int dd, int style, const pe_rope_block *b, const v
   for (int64_t t = 0; t < b->n_tokens; t++) {
     const char *s = src[t];
     char *d = dst[t];
-    for (int64_t h = 0; h < b->n_heads; h++)
-      store_row(sd, dd, style, s + h * shs, d + h * dhs, b->cos[t], b->sin[t], b->n_pairs,
-                b->pair_dist);
+    const float *c = b->cos[t], *sn = b->sin[t]; /* in locals: see rows_walk */
+    const int64_t n_heads = b->n_heads;
+    const int32_t n = b->n_pairs, dist = b->pair_dist;
+    for (int64_t h = 0; h < n_heads; h++)
+      store_row(sd, dd, style, s + h * shs, d + h * dhs, c, sn, n, dist);
   }
 }
 
