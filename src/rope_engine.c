@@ -268,7 +268,9 @@ void pe__rope_plan_init(pe__rope_plan *p, const pe_rope_cache *c, const pe_tenso
 
 void pe__rope_operand_from(pe__rope_operand *op, const pe_tensor *t) {
   memset(op, 0, sizeof *op);
-  if (!t) return;
+  /* An empty tensor is absent: its strides were never validated (the other
+   * operand of the call may still have rows). */
+  if (!t || pe__tensor_empty(t)) return;
   op->data = t->data;
   op->dtype = t->dtype;
   op->esize = (int64_t)pe__dtype_size(t->dtype);

@@ -349,6 +349,10 @@ int32_t pe__rope_proportional_rotary_dim(const pe_rope_params *p, int32_t rotary
    * before the attention factor). The caller computes the frequencies with
    * p->rotary_dim still r (pe__rope_frequencies reads the count from it),
    * and only then stores this widened value in the cache's params. */
-  if (p->scaling == PE_ROPE_SCALING_PROPORTIONAL && rotary_dim < p->head_dim) return p->head_dim;
+  /* An odd head_dim keeps its last channel out of the rotation (as for any
+   * rotary_dim), so the layout spans its even part: the fuzzer found that
+   * the odd width made half disagree with pe__rope_frequencies' ceil. */
+  int32_t even = p->head_dim & ~1;
+  if (p->scaling == PE_ROPE_SCALING_PROPORTIONAL && rotary_dim < even) return even;
   return rotary_dim;
 }
