@@ -155,8 +155,15 @@ PE_AI void vst2(int dt, void *pa, int32_t na, vf a, void *pb, int32_t nb, vf b) 
     vf_storen(pb, nb, b);
     return;
   }
-  __m512i w = pack16(dt, a, b);
-  __m256i lo = _mm512_castsi512_si256(w), hi = _mm512_extracti64x4_epi64(w, 1);
+  __m256i lo, hi;
+  if (dt == PE_F16) { /* two narrowings stored as they are: no insert + extract */
+    lo = _mm512_cvtps_ph(a, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    hi = _mm512_cvtps_ph(b, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  } else {
+    __m512i w = pack16(dt, a, b);
+    lo = _mm512_castsi512_si256(w);
+    hi = _mm512_extracti64x4_epi64(w, 1);
+  }
   if (na >= VL) _mm256_storeu_si256(pa, lo); else _mm256_mask_storeu_epi16(pa, mask_n(na), lo);
   if (nb >= VL) _mm256_storeu_si256(pb, hi); else _mm256_mask_storeu_epi16(pb, mask_n(nb), hi);
 }
