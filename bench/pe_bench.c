@@ -14,6 +14,7 @@
  * looked up with dlsym so that this file builds and runs against a library
  * that does not have them yet: their suites then print "not available". */
 #include <ctype.h>
+#include <dirent.h>
 #include <dlfcn.h>
 #include <errno.h>
 #include <inttypes.h>
@@ -115,12 +116,15 @@ static void usage(FILE *f) {
           "\n"
           "Every figure is the median of --reps repetitions with its spread (min..max).\n"
           "GB/s counts bytes read + written in the tensors (the RoPE cos/sin table is not\n"
-          "counted; learned counts the table rows it gathers); 'x bound' = bound time /\n"
-          "kernel time with the same threads\n"
+          "counted; learned counts the table rows it gathers); 'x stream bound' = bound\n"
+          "time / kernel time with the same threads\n"
           "(1.0 = as fast as streaming the bytes once; with N threads the bound is the\n"
-          "faster of an N-thread and a 1-thread stream); 'x textbook' = textbook loop time /\n"
-          "kernel time (RoPE, f32, NeoX, one thread); 'x 1 thr' = the same case's\n"
+          "faster of an N-thread and a 1-thread stream); 'x textbook loop' = textbook loop\n"
+          "time / kernel time (RoPE, f32, NeoX, one thread); 'x 1 thread' = the same case's\n"
           "one-thread time / this time. The bound is compiled -O3 -march=native.\n"
+          "A '!' in the note marks a row measured while disturbed: spread (max - min) above\n"
+          "25 %% of the median, 1-minute load average above the CPU count, or the\n"
+          "benchmark's threads waiting for a CPU more than 10 %% of the time.\n"
           "The cutover suite times RoPE calls of 1..512 tokens on the caller alone and on\n"
           "a pool with its cut-over disabled (PE_POOL_MIN_BYTES=0), workers hot (calls\n"
           "back to back) and cold (2 ms asleep between calls): where a pool starts to pay.\n");
@@ -482,6 +486,9 @@ typedef struct result {
   double bytes;
   stats ns, bound, textbook;
   double speedup_1t; /* NAN: no one-thread row */
+  double load_max;   /* highest 1-minute load average seen while it ran */
+  double wait_frac;  /* time its threads waited for a CPU / its wall time */
+  char flag[80];     /* non-empty: measured while disturbed, and why */
   char note[96];
   char error[200]; /* non-empty: not measured */
 } result;
@@ -505,6 +512,7 @@ static result *new_result(const bench_case *c) {
   r->bytes = c->bytes;
   r->ns = r->bound = r->textbook = (stats){NAN, NAN, NAN};
   r->speedup_1t = NAN;
+  r->load_max = r->wait_frac = NAN;
   return r;
 }
 
@@ -552,6 +560,67 @@ static int64_t iterations_for(double ns_per_call) {
   return it < 1 ? 1 : it > 1e6 ? 1000000 : (int64_t)it;
 }
 
+/* ---- was the row disturbed? ----------------------------------------------
+ * A row gets a '!' (and the reason, in the note) when its figures cannot be
+ * trusted as the machine's: the spread of its samples (max - min) exceeds
+ * 25 % of the median, the 1-minute load average exceeded the CPU count while
+ * it ran, or its threads spent more than 10 % of its wall time runnable but
+ * waiting for a CPU (the sum of run_delay in /proc/self/task/N/schedstat: the
+ * direct measure of other processes taking our cores, which the lagging load
+ * average only shows after a minute). */
+#define FLAG_SPREAD 0.25
+#define FLAG_WAIT 0.10
+
+static double load_average(void);
+
+/* Nanoseconds the process's threads have waited on a run queue, or NAN. */
+static double run_wait_ns(void) {
+  DIR *d = opendir("/proc/self/task");
+  if (!d) return NAN;
+  double total = 0;
+  int n = 0;
+  struct dirent *e;
+  while ((e = readdir(d))) {
+    if (e->d_name[0] == '.') continue;
+    char path[64];
+    snprintf(path, sizeof path, "/proc/self/task/%.20s/schedstat", e->d_name);
+    FILE *f = fopen(path, "r");
+    if (!f) continue;
+    unsigned long long run, wait;
+    if (fscanf(f, "%llu %llu", &run, &wait) == 2) total += (double)wait, n++;
+    fclose(f);
+  }
+  closedir(d);
+  return n ? total : NAN;
+}
+
+typedef struct disturbance {
+  double t0, wait0, load_max;
+} disturbance;
+
+static disturbance disturbance_start(void) {
+  disturbance d = {now_ns(), run_wait_ns(), load_average()};
+  return d;
+}
+
+static void disturbance_end(const disturbance *d, result *r) {
+  double wall = now_ns() - d->t0, load = load_average();
+  r->load_max = isnan(load) || load < d->load_max ? d->load_max : load;
+  r->wait_frac = (run_wait_ns() - d->wait0) / wall;
+  double spread = (r->ns.max - r->ns.min) / r->ns.med;
+  long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+  size_t n = 0;
+  r->flag[0] = 0;
+  if (spread > FLAG_SPREAD)
+    n += (size_t)snprintf(r->flag + n, sizeof r->flag - n, "spread %.0f %%", 100 * spread);
+  if (r->load_max > (double)cpus && n < sizeof r->flag)
+    n += (size_t)snprintf(r->flag + n, sizeof r->flag - n, "%sload %.1f > %ld CPUs", n ? ", " : "",
+                          r->load_max, cpus);
+  if (r->wait_frac > FLAG_WAIT && n < sizeof r->flag)
+    snprintf(r->flag + n, sizeof r->flag - n, "%swaited %.0f %% for a CPU", n ? ", " : "",
+             100 * r->wait_frac);
+}
+
 /* Time a case: warm-up, then --reps samples of kernel, textbook and bound,
  * interleaved. Pauses between them let the other side's spinning threads
  * fall asleep (the library's workers spin ~0.1 ms after a call). */
@@ -579,6 +648,7 @@ static result *measure(bench_case *c) {
   }
   double *k = calloc((size_t)opt.reps * 3, sizeof *k), *b = k + opt.reps, *t = b + opt.reps;
   if (!k) abort();
+  disturbance dist = disturbance_start();
   for (int rep = 0; rep < opt.reps; rep++) {
     /* Wake the pool's workers and leave the data where the previous sample
      * did: at least two calls and 2 ms of them (a woken thread may take
@@ -601,6 +671,7 @@ static result *measure(bench_case *c) {
   r->ns = summarise(k, opt.reps);
   r->bound = summarise(b, opt.reps);
   if (c->textbook) r->textbook = summarise(t, opt.reps);
+  disturbance_end(&dist, r);
   free(k);
   return r;
 }
@@ -1244,6 +1315,7 @@ static void suite_cutover(void) {
     progress("[%.0fs] cutover %" PRId64 " tokens", (now_ns() - run_start) / 1e9, toks[i]);
     double bytes = 2.0 * (double)((g.heads + g.kv_heads) * toks[i]) * g.rotary_dim * 4;
     int cold_samples = opt.reps * 3;
+    disturbance dist = disturbance_start();
     /* Interleaved per sample round so that load from other processes hits
      * the three variants alike. */
     stats hot1 = rope_call_ns(&s, NULL, 0, opt.reps), hotp = rope_call_ns(&s, raw, 0, opt.reps);
@@ -1262,6 +1334,7 @@ static void suite_cutover(void) {
     result *r = new_result(&c);
     r->ns = hotp;
     r->speedup_1t = hot1.med / hotp.med;
+    disturbance_end(&dist, r);
     /* x = one thread's time / the pool's: median (best of the samples) */
     snprintf(r->note, sizeof r->note,
              "split hot x%.2f (%.2f) cold x%.2f (%.2f); cut-over hot x%.2f cold x%.2f",
@@ -1554,9 +1627,11 @@ static void fmt_ns(char *out, size_t len, double v) {
 }
 
 #define N_COLS 13
-static const char *const col_names[N_COLS] = {"suite", "case", "dtype", "isa", "thr", "GB/s",
-                                              "ns/call", "spread (min..max ns)", "bound GB/s",
-                                              "x bound", "x textbook", "x 1 thr", "note"};
+/* The README's Results tables use these names (a subset of the columns:
+ * scripts/bench-results.sh writes them from --csv). */
+static const char *const col_names[N_COLS] = {
+    "suite", "case", "dtype", "isa", "threads", "GB/s", "ns/call (median)", "spread (min..max ns)",
+    "bound GB/s", "x stream bound", "x textbook loop", "x 1 thread", "note"};
 
 static void result_cells(const result *r, char cells[N_COLS][256]) {
   snprintf(cells[0], 256, "%s", r->suite);
@@ -1583,7 +1658,16 @@ static void result_cells(const result *r, char cells[N_COLS][256]) {
   }
   fmt_num(cells[10], 256, r->textbook.med / r->ns.med, 2);
   fmt_num(cells[11], 256, r->speedup_1t, 2);
-  snprintf(cells[12], 256, "%s", r->note[0] ? r->note : "");
+  if (r->flag[0])
+    snprintf(cells[12], 256, "! %s%s%.96s", r->flag, r->note[0] ? "; " : "", r->note);
+  else
+    snprintf(cells[12], 256, "%s", r->note);
+}
+
+static int n_flagged(void) {
+  int n = 0;
+  for (int i = 0; i < n_results; i++) n += results[i].flag[0] != 0 && !results[i].error[0];
+  return n;
 }
 
 static void print_table(const char *cpu, const char *cmdline) {
@@ -1617,6 +1701,17 @@ static void print_table(const char *cpu, const char *cmdline) {
     }
     printf("|\n");
   }
+  int nf = n_flagged();
+  if (nf)
+    printf("\n! %d of %d rows measured while disturbed (the reason is in the note): the spread of "
+           "the samples (max - min) above %.0f %% of the median, the 1-minute load average above "
+           "the %ld CPUs, or the benchmark's threads waiting more than %.0f %% of the time for a "
+           "CPU. Their figures are not the machine's: rerun on a quiet machine.\n",
+           nf, n_results, 100 * FLAG_SPREAD, sysconf(_SC_NPROCESSORS_ONLN), 100 * FLAG_WAIT);
+  else
+    printf("\nNo row disturbed: every spread within %.0f %% of the median, load average at most "
+           "the CPU count, CPU waits under %.0f %%.\n",
+           100 * FLAG_SPREAD, 100 * FLAG_WAIT);
 }
 
 static void json_string(const char *s) {
@@ -1681,6 +1776,12 @@ static void print_json(const char *cpu, const char *cmdline) {
       json_number(r->speedup_1t);
       printf(", \"note\": ");
       json_string(r->note);
+      printf(", \"loadavg_max\": ");
+      json_number(r->load_max);
+      printf(", \"cpu_wait_fraction\": ");
+      json_number(r->wait_frac);
+      printf(", \"flag\": ");
+      json_string(r->flag);
     }
     printf("}%s\n", i + 1 < n_results ? "," : "");
   }
@@ -1702,7 +1803,8 @@ static void csv_field(const char *s) {
 
 static void print_csv(void) {
   printf("suite,case,dtype,isa,threads,bytes,gbps,ns_median,ns_min,ns_max,bound_ns_median,"
-         "ratio_bound,textbook_ns_median,ratio_textbook,speedup_vs_1_thread,note\n");
+         "ratio_bound,textbook_ns_median,ratio_textbook,speedup_vs_1_thread,note,"
+         "loadavg_max,cpu_wait_fraction,flag\n");
   for (int i = 0; i < n_results; i++) {
     const result *r = &results[i];
     csv_field(r->suite), putchar(',');
@@ -1713,6 +1815,7 @@ static void print_csv(void) {
     if (r->error[0]) {
       printf(",,,,,,,,,,");
       csv_field(r->error);
+      printf(",,,");
     } else {
       double v[9] = {r->bytes / r->ns.med, r->ns.med, r->ns.min, r->ns.max, r->bound.med,
                      r->bound.med / r->ns.med, r->textbook.med, r->textbook.med / r->ns.med,
@@ -1723,6 +1826,12 @@ static void print_csv(void) {
         putchar(',');
       }
       csv_field(r->note);
+      putchar(',');
+      if (!isnan(r->load_max)) printf("%.2f", r->load_max);
+      putchar(',');
+      if (!isnan(r->wait_frac)) printf("%.4f", r->wait_frac);
+      putchar(',');
+      csv_field(r->flag);
     }
     putchar('\n');
   }
@@ -1742,6 +1851,7 @@ static void run_suites(void) {
 }
 
 int main(int argc, char **argv) {
+  run_start = now_ns(); /* progress lines are stamped with the seconds since */
   if (parse_args(argc, argv) != 0) return 2;
   static const char *const known[] = {"rope", "table", "alibi", "t5", "sinusoidal", "learned", "cutover",
                                       "fused"};
