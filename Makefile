@@ -44,7 +44,7 @@ test-python: build
 	  $(PYTHON) -m pytest -q python/tests
 
 bench: build
-	@$(BUILD)/bench/pe-bench
+	@$(BUILD)/bench/pe-bench $(BENCH_ARGS)
 
 docs:
 	@scripts/install-deps.sh docs

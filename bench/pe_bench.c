@@ -14,7 +14,6 @@
  * looked up with dlsym so that this file builds and runs against a library
  * that does not have them yet: their suites then print "not available". */
 #include <ctype.h>
-#include <dirent.h>
 #include <dlfcn.h>
 #include <errno.h>
 #include <inttypes.h>
@@ -124,7 +123,7 @@ static void usage(FILE *f) {
           "one-thread time / this time. The bound is compiled -O3 -march=native.\n"
           "A '!' in the note marks a row measured while disturbed: spread (max - min) above\n"
           "25 %% of the median, 1-minute load average above the CPU count, or the\n"
-          "benchmark's threads waiting for a CPU more than 10 %% of the time.\n"
+          "calling thread waiting for its CPU more than 10 %% of the time.\n"
           "The cutover suite times RoPE calls of 1..512 tokens on the caller alone and on\n"
           "a pool with its cut-over disabled (PE_POOL_MIN_BYTES=0), workers hot (calls\n"
           "back to back) and cold (2 ms asleep between calls): where a pool starts to pay.\n");
@@ -564,34 +563,26 @@ static int64_t iterations_for(double ns_per_call) {
  * A row gets a '!' (and the reason, in the note) when its figures cannot be
  * trusted as the machine's: the spread of its samples (max - min) exceeds
  * 25 % of the median, the 1-minute load average exceeded the CPU count while
- * it ran, or its threads spent more than 10 % of its wall time runnable but
- * waiting for a CPU (the sum of run_delay in /proc/self/task/N/schedstat: the
- * direct measure of other processes taking our cores, which the lagging load
- * average only shows after a minute). */
+ * it ran, or the calling thread spent more than 10 % of its wall time
+ * runnable but waiting for its CPU (run_delay in /proc/thread-self/schedstat:
+ * the direct measure of other processes taking our cores, which the lagging
+ * load average only shows after a minute). */
 #define FLAG_SPREAD 0.25
 #define FLAG_WAIT 0.10
 
 static double load_average(void);
 
-/* Nanoseconds the process's threads have waited on a run queue, or NAN. */
+/* Nanoseconds the calling thread has waited on a run queue, or NAN. Only
+ * the caller's: it is pinned to its own CPU, so its waits are other
+ * processes' doing, while the pool's workers and the bound's team, which
+ * take turns on the other CPUs, also wait for each other. */
 static double run_wait_ns(void) {
-  DIR *d = opendir("/proc/self/task");
-  if (!d) return NAN;
-  double total = 0;
-  int n = 0;
-  struct dirent *e;
-  while ((e = readdir(d))) {
-    if (e->d_name[0] == '.') continue;
-    char path[64];
-    snprintf(path, sizeof path, "/proc/self/task/%.20s/schedstat", e->d_name);
-    FILE *f = fopen(path, "r");
-    if (!f) continue;
-    unsigned long long run, wait;
-    if (fscanf(f, "%llu %llu", &run, &wait) == 2) total += (double)wait, n++;
-    fclose(f);
-  }
-  closedir(d);
-  return n ? total : NAN;
+  FILE *f = fopen("/proc/thread-self/schedstat", "r");
+  if (!f) return NAN;
+  unsigned long long run, wait;
+  int ok = fscanf(f, "%llu %llu", &run, &wait) == 2;
+  fclose(f);
+  return ok ? (double)wait : NAN;
 }
 
 typedef struct disturbance {
@@ -617,7 +608,7 @@ static void disturbance_end(const disturbance *d, result *r) {
     n += (size_t)snprintf(r->flag + n, sizeof r->flag - n, "%sload %.1f > %ld CPUs", n ? ", " : "",
                           r->load_max, cpus);
   if (r->wait_frac > FLAG_WAIT && n < sizeof r->flag)
-    snprintf(r->flag + n, sizeof r->flag - n, "%swaited %.0f %% for a CPU", n ? ", " : "",
+    snprintf(r->flag + n, sizeof r->flag - n, "%swaited %.0f %% for its CPU", n ? ", " : "",
              100 * r->wait_frac);
 }
 
@@ -1705,7 +1696,7 @@ static void print_table(const char *cpu, const char *cmdline) {
   if (nf)
     printf("\n! %d of %d rows measured while disturbed (the reason is in the note): the spread of "
            "the samples (max - min) above %.0f %% of the median, the 1-minute load average above "
-           "the %ld CPUs, or the benchmark's threads waiting more than %.0f %% of the time for a "
+           "the %ld CPUs, or the calling thread waiting more than %.0f %% of the time for its "
            "CPU. Their figures are not the machine's: rerun on a quiet machine.\n",
            nf, n_results, 100 * FLAG_SPREAD, sysconf(_SC_NPROCESSORS_ONLN), 100 * FLAG_WAIT);
   else
