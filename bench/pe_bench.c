@@ -77,6 +77,7 @@ typedef struct options {
   int fmt;
   int no_pin;
   double sample_ns; /* a timed sample lasts at least this long */
+  int64_t max_positions; /* rope suite's table rows; -1: max(8192, tokens) */
 } options;
 
 static options opt;
@@ -108,6 +109,8 @@ static void usage(FILE *f) {
           "  --hf-config FILE   rope cache from a HuggingFace config.json (heads from it too)\n"
           "  --reps N           timed repetitions (default 15)\n"
           "  --warmup N         untimed repetitions first (default 2)\n"
+          "  --max-positions N  rope suite: cos/sin table rows (default max(8192, tokens));\n"
+          "                     0 = no table, cos/sin computed on the fly\n"
           "  --json | --csv     machine-readable output instead of the table\n"
           "  --no-pin           leave the calling thread unpinned (default: pinned to the\n"
           "                     CPU it starts on; the pool's workers take the other cores)\n"
@@ -162,6 +165,7 @@ static int parse_args(int argc, char **argv) {
   opt.reps = 15;
   opt.warmup = 2;
   opt.sample_ns = 5e5;
+  opt.max_positions = -1;
   for (int i = 1; i < argc; i++) {
     char *a = argv[i], *val = NULL;
     char key[64];
@@ -173,7 +177,7 @@ static int parse_args(int argc, char **argv) {
     if (!strcmp(a, "--no-pin")) { opt.no_pin = 1; continue; }
     if (!strcmp(a, "--csv")) { opt.fmt = FMT_CSV; continue; }
     if (strncmp(a, "--", 2) != 0) goto bad;
-    static const char *const with_value[] = {"--suite", "--suites", "--model", "--heads",
+    static const char *const with_value[] = {"--max-positions", "--suite", "--suites", "--model", "--heads",
                                              "--kv-heads", "--head-dim", "--rotary-dim",
                                              "--style", "--tokens", "--batch", "--dtype",
                                              "--layout", "--isa", "--threads", "--hf-config",
@@ -260,6 +264,9 @@ static int parse_args(int argc, char **argv) {
     } else if (!strcmp(key, "--warmup")) {
       if (parse_int(key, val, 0, 100000, &x)) return -1;
       opt.warmup = (int)x;
+    } else if (!strcmp(key, "--max-positions")) {
+      if (parse_int(key, val, 0, 1L << 30, &x)) return -1;
+      opt.max_positions = x;
     } else {
       goto bad;
     }
@@ -931,7 +938,9 @@ static void rope_case(const char *name, int64_t tokens, int dt, int threads) {
   rope_geom g = geometry();
   rope_state s;
   memset(&s, 0, sizeof s);
-  int64_t max_pos = tokens > 8192 ? tokens : 8192;
+  /* tb_pos: rows of the textbook loop's table, which always has one. */
+  int64_t tb_pos = tokens > 8192 ? tokens : 8192;
+  int64_t max_pos = opt.max_positions >= 0 ? opt.max_positions : tb_pos;
   char why[200] = "";
   if (rope_cache_for(&g, max_pos, &s.cache, why, sizeof why) != PE_OK) {
     not_available("rope", why);
@@ -963,11 +972,18 @@ static void rope_case(const char *name, int64_t tokens, int dt, int threads) {
   c.n_probe = 2;
   snprintf(c.note, sizeof c.note, "%dq/%dkv x %d (rot %d) %s %s", g.heads, g.kv_heads, g.head_dim,
            g.rotary_dim, g.style == PE_ROPE_NEOX ? "neox" : "gptj", opt.bthd ? "bthd" : "bhtd");
+  if (opt.max_positions >= 0) {
+    size_t l = strlen(c.note);
+    if (max_pos)
+      snprintf(c.note + l, sizeof c.note - l, " table %" PRId64, max_pos);
+    else
+      snprintf(c.note + l, sizeof c.note - l, " on the fly");
+  }
   if (dt == PE_F32 && g.style == PE_ROPE_NEOX && threads == 1) {
-    s.cos_t = xalloc((size_t)max_pos * (size_t)s.half * sizeof(float));
-    s.sin_t = xalloc((size_t)max_pos * (size_t)s.half * sizeof(float));
+    s.cos_t = xalloc((size_t)tb_pos * (size_t)s.half * sizeof(float));
+    s.sin_t = xalloc((size_t)tb_pos * (size_t)s.half * sizeof(float));
     float *cs = xalloc((size_t)s.half * 2 * sizeof(float));
-    for (int64_t p = 0; p < max_pos; p++) {
+    for (int64_t p = 0; p < tb_pos; p++) {
       pe_rope_cache_cos_sin(s.cache, p, cs, cs + s.half);
       memcpy(s.cos_t + p * s.half, cs, (size_t)s.half * sizeof(float));
       memcpy(s.sin_t + p * s.half, cs + s.half, (size_t)s.half * sizeof(float));
