@@ -103,6 +103,22 @@ if [ -n "$inner" ]; then
   done
   mkdir -p "$tmp/home"
   lib=/usr/local/$libdir
+  # First without `ldconfig`: a program without a run path must fail to find
+  # the library (else nothing below would show that the documented step is
+  # what makes it work).
+  step "install to /usr/local without ldconfig: a program without run path must not start"
+  cmake --install "$build" --prefix /usr/local >/dev/null
+  # shellcheck disable=SC2046
+  cc -std=c11 "$src/examples/quickstart.c" -o "$tmp/quickstart-norpath" $(pkg-config --cflags --libs posenc)
+  if /sbin/ldconfig -p | grep -q "libposenc.so.$major "; then
+    echo "-- before ldconfig: not checked: this machine's loader cache already lists libposenc.so.$major"
+  elif "$tmp/quickstart-norpath" > "$tmp/norpath.log" 2>&1; then
+    fail "a program without run path ran before ldconfig"
+  else
+    grep -q "libposenc.so.$major: cannot open shared object file" "$tmp/norpath.log" \
+      || { cat "$tmp/norpath.log"; fail "unexpected failure before ldconfig"; }
+    echo "-- before ldconfig: $(cat "$tmp/norpath.log")"
+  fi
   run_readme /usr/local system
   [ -f /usr/local/include/posenc.h ] && [ -f "$lib/libposenc.so.$version" ] \
     || fail "the README's install line did not install into /usr/local"
@@ -115,10 +131,8 @@ if [ -n "$inner" ]; then
   cmake --build "$tmp/sys-cmake" -- --no-print-directory >/dev/null
   run_examples "$tmp/sys-make" "system pkg-config" "$lib"
   run_examples "$tmp/sys-cmake" "system cmake" "$lib"
-  # What `ldconfig` is for: a program with no run path finds the library in
-  # the loader's cache.
-  # shellcheck disable=SC2046
-  cc -std=c11 "$src/examples/quickstart.c" -o "$tmp/quickstart-norpath" $(pkg-config --cflags --libs posenc)
+  # What `ldconfig` is for: the same program, with no run path, now finds the
+  # library in the loader's cache.
   readelf -d "$tmp/quickstart-norpath" | grep -q 'R.*PATH' && fail "quickstart-norpath has a run path"
   "$tmp/quickstart-norpath" >/dev/null || fail "a program without run path does not run after ldconfig"
   echo "-- no run path: quickstart runs (libposenc from the ld.so cache)"
