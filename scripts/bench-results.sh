@@ -30,6 +30,7 @@ while [ $# -gt 0 ]; do
   esac
 done
 args="--csv${reps:+ --reps $reps}${*:+ $*}"
+shown="pe-bench${reps:+ --reps $reps}${*:+ $*}"   # the run's command, as make bench runs it
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/posenc-bench.XXXXXX")
 trap 'rm -rf "$tmp"' EXIT
 
@@ -37,6 +38,7 @@ trap 'rm -rf "$tmp"' EXIT
 vendor=$(sed -n 's/^vendor_id[[:space:]]*: //p' /proc/cpuinfo | head -n 1)
 family=$(sed -n 's/^cpu family[[:space:]]*: //p' /proc/cpuinfo | head -n 1)
 model=$(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -n 1)
+cpumodel=$(sed -n 's/^model[[:space:]]*: //p' /proc/cpuinfo | head -n 1)
 flags=$(sed -n 's/^flags[[:space:]]*: //p' /proc/cpuinfo | head -n 1)
 has() { case " $flags " in *" $1 "*) return 0 ;; esac; return 1; }
 features="AVX2"
@@ -91,11 +93,11 @@ for r in rows:
                  ns(r["ns_median"]), num(r["ratio_bound"], 2), num(r["ratio_textbook"], 2),
                  num(r["speedup_vs_1_thread"], 2), note]
     out.append("| " + " | ".join(c.replace("|", "/") for c in cells) + " |")
-reps = "$reps" or "15"
-head = ("From one \`make bench\` run (\`pe-bench --reps %s\`, written by "
-        "\`scripts/bench-results.sh\`) on %s: %s, $cpus vCPUs%s, %s; %s path; "
-        "load average $load0 at the start, $load1 at the end." %
-        (reps, "$date", "$model".strip(), " under $hyp" if "$hyp" else "", "$features", "$isa"))
+head = ("From one \`make bench\` run (\`$shown\`: %s repetitions, written by "
+        "\`scripts/bench-results.sh\`) on %s: %s (family $family model $cpumodel), $cpus vCPUs%s, "
+        "%s; %s path; load average $load0 at the start, $load1 at the end." %
+        ("$reps" or "15", "$date", "$model".strip(), " under $hyp" if "$hyp" else "", "$features",
+         "$isa"))
 if flagged:
     head += (" **%d of %d rows are flagged '!'** (measured while disturbed: see the note)." %
              (flagged, len(rows)))
