@@ -9,6 +9,8 @@ PYTHON ?= /usr/bin/python3
 # Quiet by default: each step prints one line and keeps its output in
 # $(BUILD)/<step>.log (shown when the step fails); V=1 shows everything.
 V ?=
+# make bench BENCH_ARGS="--suite rope --reps 5": pe-bench's arguments (--help).
+BENCH_ARGS ?=
 MAKEFLAGS += --no-print-directory
 
 # $(call step,NAME,COMMAND): run COMMAND, one summary line, the log on failure.
@@ -48,7 +50,7 @@ bench: build
 
 docs:
 	@scripts/install-deps.sh docs
-	@scripts/make-docs.sh $(BUILD)/docs
+	@$(call step,docs,scripts/make-docs.sh $(BUILD)/docs,$(BUILD)/docs/html/index.html)
 
 # A system prefix needs `ldconfig` before programs without a run path find
 # the new library: run it when installing as root (not for DESTDIR staging).
