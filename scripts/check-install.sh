@@ -47,13 +47,13 @@ libdir=${libdir:-lib}
 have_numpy() { "$PYTHON" -c "import numpy" 2>/dev/null; }
 EXAMPLES="quickstart hf_config rope_decode alibi_scores dlopen_demo"
 
-# The shell lines of the README's "## Install" and "## Examples" code blocks
+# The lines of the README's "## Install" and "## Examples" sh code blocks
 # that contain $1 (a fixed string), comments and `make build` dropped, with
 # the scratch paths made private: /tmp/ -> $tmp/, `build` -> the build
 # directory checked, $HOME -> $tmp/home.
 readme_lines() {
-  awk '/^## /{sec = ($0 == "## Install" || $0 == "## Examples")} sec && /^```/{inb = !inb; next}
-       sec && inb' "$src/README.md" |
+  awk '/^## /{sec = ($0 == "## Install" || $0 == "## Examples")}
+       /^```/{inb = !inb && $0 == "```sh"; next} sec && inb' "$src/README.md" |
     sed -e 's/[[:space:]]*#.*$//' | grep -F -- "$1" | grep -v '^make build$' |
     sed -e "s|/tmp/|$tmp/|g" -e "s|--install build |--install \"$build\" |g"
 }
