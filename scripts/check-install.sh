@@ -99,7 +99,8 @@ if [ -n "$inner" ]; then
   for d in /usr/local /etc; do
     o="$tmp/overlay$(echo "$d" | tr / _)"
     mkdir -p "$o/upper" "$o/work"
-    mount -t overlay overlay -o "lowerdir=$d,upperdir=$o/upper,workdir=$o/work" "$d"
+    mount -t overlay overlay -o "lowerdir=$d,upperdir=$o/upper,workdir=$o/work" "$d" 2>/dev/null \
+      || { echo "== system prefix /usr/local: skipped (cannot mount an overlay on $d here)"; exit 0; }
   done
   mkdir -p "$tmp/home"
   lib=/usr/local/$libdir
@@ -202,7 +203,11 @@ elif [ "$(id -u)" -ne 0 ] || ! command -v unshare >/dev/null; then
   echo "== system prefix /usr/local: skipped (needs root and unshare)"
 else
   step "system prefix /usr/local (private mount namespace: the machine's /usr/local is untouched)"
-  unshare --mount --propagation private "$0" --system-inner "$tmp" "$build"
+  if unshare --mount --propagation private true 2>/dev/null; then
+    unshare --mount --propagation private "$0" --system-inner "$tmp" "$build"
+  else
+    echo "== system prefix /usr/local: skipped (unshare --mount is not permitted here)"
+  fi
 fi
 
 # ---- 3. README code blocks ---------------------------------------------------
