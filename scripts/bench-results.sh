@@ -16,6 +16,8 @@
 #   --build DIR  build directory (default: build)
 #   --reps N     repetitions (default: pe-bench's, 15, as `make bench`)
 #   --print      print the block instead of writing README.md
+# Environment: SETTLE=N waits at most N s (default 120) after the build for
+# the load average to fall below 0.75 x the CPU count.
 set -eu
 src=$(cd "$(dirname "$0")/.." && pwd)
 build=build reps="" print=0
@@ -55,11 +57,25 @@ else
 fi
 cpus=$(nproc)
 hyp=$(lscpu 2>/dev/null | sed -n 's/^Hypervisor vendor:[[:space:]]*//p')
-load0=$(cut -d' ' -f1 /proc/loadavg)
 
+# Build first, with the build directory's own -Werror setting (a different
+# one would reconfigure and rebuild everything), then let the load average
+# the compilers raised settle: pe-bench flags rows measured while it exceeds
+# the CPU count.
+case "$build" in /*) cache=$build/CMakeCache.txt ;; *) cache=$src/$build/CMakeCache.txt ;; esac
+werror=$(sed -n 's/^PE_WERROR:BOOL=//p' "$cache" 2>/dev/null || true)
+make --no-print-directory -C "$src" build BUILD="$build" WERROR="${werror:-OFF}" >&2
+waited=0
+while [ "$waited" -lt "${SETTLE:-120}" ] &&
+      awk -v c="$cpus" '{exit !($1 >= 0.75 * c)}' /proc/loadavg; do
+  [ "$waited" = 0 ] && echo "bench-results: waiting (up to ${SETTLE:-120} s) for the load average $(cut -d' ' -f1 /proc/loadavg) to fall below $(awk -v c="$cpus" 'BEGIN{print 0.75 * c}')" >&2
+  sleep 5
+  waited=$((waited + 5))
+done
+load0=$(cut -d' ' -f1 /proc/loadavg)
 echo "bench-results: $title ($kind), $cpus CPUs, load average $load0: make bench BENCH_ARGS=\"$args\"" >&2
 # The same run as `make bench` (build, then pe-bench), machine-readable.
-make --no-print-directory -C "$src" bench BUILD="$build" BENCH_ARGS="$args" > "$tmp/out" \
+make --no-print-directory -C "$src" bench BUILD="$build" WERROR="${werror:-OFF}" BENCH_ARGS="$args" > "$tmp/out" \
   || { cat "$tmp/out" >&2; exit 1; }
 grep -v '^make: ' "$tmp/out" > "$tmp/bench.csv"
 load1=$(cut -d' ' -f1 /proc/loadavg)
