@@ -90,7 +90,7 @@ static void usage(FILE *f) {
           "\n"
           "  --suite LIST       comma list of rope,table,alibi,t5,sinusoidal,learned,cutover,\n"
           "                     fused (serving entry points against their unfused\n"
-          "                     equivalent: the 'x textbook' column)\n"
+          "                     equivalent: the 'x textbook loop' column)\n"
           "                     or all (default: rope,table,alibi,t5,sinusoidal,learned)\n"
           "  --model NAME       llama3-8b (default), llama3-70b, qwen2.5-7b, mistral-7b,\n"
           "                     phi3-mini, gpt-j, neox-20b: heads, kv heads, head_dim,\n"
@@ -1359,7 +1359,7 @@ static void suite_cutover(void) {
 
 /* Each case's baseline is what an engine does without the fused entry
  * point, timed interleaved with it in the same run; its ratio is the
- * "x textbook" column (baseline ns / kernel ns):
+ * "x textbook loop" column (baseline ns / kernel ns):
  *   store   pe_apply_rope_qk_store  vs  pe_apply_rope_qk + copying k's rows
  *           into their cache slots (vLLM's rotary_embedding + reshape_and_cache);
  *   mrope   pe_apply_mrope_qk       vs  pe_apply_rope_qk (plain RoPE, same shape);
@@ -1507,7 +1507,7 @@ static void fused_case(int kind, int64_t batch, int64_t tokens, int dt, int thre
     c.probe[0] = probe_like(&s.k, g.head_dim);
     c.n_probe = 1;
     if (kind == 1) c.probe[c.n_probe++] = probe_like(&s.q, g.head_dim);
-    snprintf(c.note, sizeof c.note, "x textbook = vs apply + copy to the cache; %dq/%dkv x %d",
+    snprintf(c.note, sizeof c.note, "x textbook loop = vs apply + copy to the cache; %dq/%dkv x %d",
              g.heads, g.kv_heads, g.head_dim);
   } else if (kind == 2) {
     s.section[0] = 16, s.section[1] = 24, s.section[2] = 24;
@@ -1526,7 +1526,7 @@ static void fused_case(int kind, int64_t batch, int64_t tokens, int dt, int thre
     c.probe[0] = probe_like(&s.q, g.head_dim);
     c.probe[1] = probe_like(&s.k, g.head_dim);
     c.n_probe = 2;
-    snprintf(c.note, sizeof c.note, "x textbook = vs plain RoPE; Qwen2-VL 28q/4kv x 128, 32x32 image");
+    snprintf(c.note, sizeof c.note, "x textbook loop = vs plain RoPE; Qwen2-VL 28q/4kv x 128, 32x32 image");
   } else {
     static const double factors[FUSED_CACHES] = {1.0, 2.0, 4.0, 8.0};
     for (int i = 0; i < FUSED_CACHES; i++) {
@@ -1552,7 +1552,7 @@ static void fused_case(int kind, int64_t batch, int64_t tokens, int dt, int thre
     c.probe[0] = probe_like(&s.q, g.head_dim);
     c.probe[1] = probe_like(&s.k, g.head_dim);
     c.n_probe = 2;
-    snprintf(c.note, sizeof c.note, "x textbook = vs one call per row; %d dynamic-NTK caches", FUSED_CACHES);
+    snprintf(c.note, sizeof c.note, "x textbook loop = vs one call per row; %d dynamic-NTK caches", FUSED_CACHES);
   }
   progress("[%.0fs] fused %s %s %d thr", (now_ns() - run_start) / 1e9, c.name, dtype_name(dt), threads);
   measure(&c);
