@@ -6,6 +6,20 @@ CMAKE_FLAGS ?=
 WERROR ?= OFF
 # Debian's python3 (with python3-numpy/pytest/torch), not a pyenv one without them.
 PYTHON ?= /usr/bin/python3
+# Quiet by default: each step prints one line and keeps its output in
+# $(BUILD)/<step>.log (shown when the step fails); V=1 shows everything.
+V ?=
+# make bench BENCH_ARGS="--suite rope --reps 5": pe-bench's arguments (--help).
+BENCH_ARGS ?=
+MAKEFLAGS += --no-print-directory
+
+# $(call step,NAME,COMMAND): run COMMAND, one summary line, the log on failure.
+step = mkdir -p $(BUILD); log=$(BUILD)/$(1).log; \
+  if [ -n "$(V)" ]; then { $(2) 2>&1; echo $$? > $$log.rc; } | tee $$log; st=$$(cat $$log.rc); else $(2) > $$log 2>&1; st=$$?; fi; \
+  w=$$(grep -c 'warning:' $$log || true); \
+  if [ $$st -ne 0 ]; then echo "make: $(1) FAILED (full output: $$log):" >&2; \
+    [ -n "$(V)" ] || tail -n 60 $$log >&2; exit 1; fi; \
+  echo "make: $(1) ok$(if $(3), - $(3),)$$([ $$w -gt 0 ] && echo ", $$w compiler warnings (see $$log)")"
 
 .PHONY: all deps configure build test test-c test-python bench docs install install-check clean
 
@@ -15,10 +29,10 @@ deps:
 	@scripts/install-deps.sh build
 
 configure: deps
-	@cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=Release -DPE_WERROR=$(WERROR) $(CMAKE_FLAGS) >/dev/null
+	@$(call step,configure,cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=Release -DPE_WERROR=$(WERROR) -DCMAKE_VERBOSE_MAKEFILE=OFF $(CMAKE_FLAGS),$(BUILD)/ Release$(if $(CMAKE_FLAGS), $(CMAKE_FLAGS)) WERROR=$(WERROR))
 
 build: configure
-	@cmake --build $(BUILD) -j$(JOBS)
+	@$(call step,build,cmake --build $(BUILD) -j$(JOBS) -- --no-print-directory,$$(ls $(BUILD)/libposenc.so.*.*.* 2>/dev/null))
 
 test-c: build
 	@cd $(BUILD) && ctest --output-on-failure -j$(JOBS)
@@ -36,14 +50,18 @@ test-python: build
 	  $(PYTHON) -m pytest -q python/tests
 
 bench: build
-	@$(BUILD)/bench/pe-bench
+	@$(BUILD)/bench/pe-bench $(BENCH_ARGS)
 
 docs:
 	@scripts/install-deps.sh docs
-	@scripts/make-docs.sh $(BUILD)/docs
+	@$(call step,docs,scripts/make-docs.sh $(BUILD)/docs,$(BUILD)/docs/html/index.html)
 
+# A system prefix needs `ldconfig` before programs without a run path find
+# the new library: run it when installing as root (not for DESTDIR staging).
 install: build
-	cmake --install $(BUILD) $(if $(PREFIX),--prefix $(PREFIX))
+	@cmake --install $(BUILD) $(if $(PREFIX),--prefix $(PREFIX))
+	@if [ "$$(id -u)" = 0 ] && [ -z "$(DESTDIR)" ]; then ldconfig && echo "make: install ok - ldconfig run"; \
+	 else echo "make: install ok - not root: run ldconfig for a system prefix, or see README 'Install'"; fi
 
 install-check: build
 	@scripts/check-install.sh $(BUILD)

@@ -77,6 +77,7 @@ typedef struct options {
   int fmt;
   int no_pin;
   double sample_ns; /* a timed sample lasts at least this long */
+  int64_t max_positions; /* rope suite's table rows; -1: max(8192, tokens) */
 } options;
 
 static options opt;
@@ -89,7 +90,7 @@ static void usage(FILE *f) {
           "\n"
           "  --suite LIST       comma list of rope,table,alibi,t5,sinusoidal,learned,cutover,\n"
           "                     fused (serving entry points against their unfused\n"
-          "                     equivalent: the 'x textbook' column)\n"
+          "                     equivalent: the 'x textbook loop' column)\n"
           "                     or all (default: rope,table,alibi,t5,sinusoidal,learned)\n"
           "  --model NAME       llama3-8b (default), llama3-70b, qwen2.5-7b, mistral-7b,\n"
           "                     phi3-mini, gpt-j, neox-20b: heads, kv heads, head_dim,\n"
@@ -108,6 +109,8 @@ static void usage(FILE *f) {
           "  --hf-config FILE   rope cache from a HuggingFace config.json (heads from it too)\n"
           "  --reps N           timed repetitions (default 15)\n"
           "  --warmup N         untimed repetitions first (default 2)\n"
+          "  --max-positions N  rope suite: cos/sin table rows (default max(8192, tokens));\n"
+          "                     0 = no table, cos/sin computed on the fly\n"
           "  --json | --csv     machine-readable output instead of the table\n"
           "  --no-pin           leave the calling thread unpinned (default: pinned to the\n"
           "                     CPU it starts on; the pool's workers take the other cores)\n"
@@ -115,12 +118,15 @@ static void usage(FILE *f) {
           "\n"
           "Every figure is the median of --reps repetitions with its spread (min..max).\n"
           "GB/s counts bytes read + written in the tensors (the RoPE cos/sin table is not\n"
-          "counted; learned counts the table rows it gathers); 'x bound' = bound time /\n"
-          "kernel time with the same threads\n"
+          "counted; learned counts the table rows it gathers); 'x stream bound' = bound\n"
+          "time / kernel time with the same threads\n"
           "(1.0 = as fast as streaming the bytes once; with N threads the bound is the\n"
-          "faster of an N-thread and a 1-thread stream); 'x textbook' = textbook loop time /\n"
-          "kernel time (RoPE, f32, NeoX, one thread); 'x 1 thr' = the same case's\n"
+          "faster of an N-thread and a 1-thread stream); 'x textbook loop' = textbook loop\n"
+          "time / kernel time (RoPE, f32, NeoX, one thread); 'x 1 thread' = the same case's\n"
           "one-thread time / this time. The bound is compiled -O3 -march=native.\n"
+          "A '!' in the note marks a row measured while disturbed: spread (max - min) above\n"
+          "25 %% of the median, 1-minute load average above the CPU count, or the\n"
+          "calling thread waiting for its CPU more than 10 %% of the time.\n"
           "The cutover suite times RoPE calls of 1..512 tokens on the caller alone and on\n"
           "a pool with its cut-over disabled (PE_POOL_MIN_BYTES=0), workers hot (calls\n"
           "back to back) and cold (2 ms asleep between calls): where a pool starts to pay.\n");
@@ -159,6 +165,7 @@ static int parse_args(int argc, char **argv) {
   opt.reps = 15;
   opt.warmup = 2;
   opt.sample_ns = 5e5;
+  opt.max_positions = -1;
   for (int i = 1; i < argc; i++) {
     char *a = argv[i], *val = NULL;
     char key[64];
@@ -170,7 +177,7 @@ static int parse_args(int argc, char **argv) {
     if (!strcmp(a, "--no-pin")) { opt.no_pin = 1; continue; }
     if (!strcmp(a, "--csv")) { opt.fmt = FMT_CSV; continue; }
     if (strncmp(a, "--", 2) != 0) goto bad;
-    static const char *const with_value[] = {"--suite", "--suites", "--model", "--heads",
+    static const char *const with_value[] = {"--max-positions", "--suite", "--suites", "--model", "--heads",
                                              "--kv-heads", "--head-dim", "--rotary-dim",
                                              "--style", "--tokens", "--batch", "--dtype",
                                              "--layout", "--isa", "--threads", "--hf-config",
@@ -257,6 +264,9 @@ static int parse_args(int argc, char **argv) {
     } else if (!strcmp(key, "--warmup")) {
       if (parse_int(key, val, 0, 100000, &x)) return -1;
       opt.warmup = (int)x;
+    } else if (!strcmp(key, "--max-positions")) {
+      if (parse_int(key, val, 0, 1L << 30, &x)) return -1;
+      opt.max_positions = x;
     } else {
       goto bad;
     }
@@ -482,6 +492,9 @@ typedef struct result {
   double bytes;
   stats ns, bound, textbook;
   double speedup_1t; /* NAN: no one-thread row */
+  double load_max;   /* highest 1-minute load average seen while it ran */
+  double wait_frac;  /* time its threads waited for a CPU / its wall time */
+  char flag[80];     /* non-empty: measured while disturbed, and why */
   char note[96];
   char error[200]; /* non-empty: not measured */
 } result;
@@ -505,6 +518,7 @@ static result *new_result(const bench_case *c) {
   r->bytes = c->bytes;
   r->ns = r->bound = r->textbook = (stats){NAN, NAN, NAN};
   r->speedup_1t = NAN;
+  r->load_max = r->wait_frac = NAN;
   return r;
 }
 
@@ -552,6 +566,59 @@ static int64_t iterations_for(double ns_per_call) {
   return it < 1 ? 1 : it > 1e6 ? 1000000 : (int64_t)it;
 }
 
+/* ---- was the row disturbed? ----------------------------------------------
+ * A row gets a '!' (and the reason, in the note) when its figures cannot be
+ * trusted as the machine's: the spread of its samples (max - min) exceeds
+ * 25 % of the median, the 1-minute load average exceeded the CPU count while
+ * it ran, or the calling thread spent more than 10 % of its wall time
+ * runnable but waiting for its CPU (run_delay in /proc/thread-self/schedstat:
+ * the direct measure of other processes taking our cores, which the lagging
+ * load average only shows after a minute). */
+#define FLAG_SPREAD 0.25
+#define FLAG_WAIT 0.10
+
+static double load_average(void);
+
+/* Nanoseconds the calling thread has waited on a run queue, or NAN. Only
+ * the caller's: it is pinned to its own CPU, so its waits are other
+ * processes' doing, while the pool's workers and the bound's team, which
+ * take turns on the other CPUs, also wait for each other. */
+static double run_wait_ns(void) {
+  FILE *f = fopen("/proc/thread-self/schedstat", "r");
+  if (!f) return NAN;
+  unsigned long long run, wait;
+  int ok = fscanf(f, "%llu %llu", &run, &wait) == 2;
+  fclose(f);
+  return ok ? (double)wait : NAN;
+}
+
+typedef struct disturbance {
+  double t0, wait0, load_max;
+} disturbance;
+
+static disturbance disturbance_start(void) {
+  disturbance d = {now_ns(), run_wait_ns(), load_average()};
+  return d;
+}
+
+static void disturbance_end(const disturbance *d, result *r) {
+  double wall = now_ns() - d->t0, load = load_average();
+  r->load_max = isnan(load) || load < d->load_max ? d->load_max : load;
+  r->wait_frac = (run_wait_ns() - d->wait0) / wall;
+  double spread = (r->ns.max - r->ns.min) / r->ns.med;
+  long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+  size_t n = 0;
+  r->flag[0] = 0;
+  if (spread > FLAG_SPREAD)
+    n += (size_t)snprintf(r->flag + n, sizeof r->flag - n, "spread %.0f %%", 100 * spread);
+  if (r->load_max > (double)cpus && n < sizeof r->flag)
+    n += (size_t)snprintf(r->flag + n, sizeof r->flag - n, "%sload %.1f > %ld CPUs", n ? ", " : "",
+                          r->load_max, cpus);
+  if (r->wait_frac > FLAG_WAIT && n < sizeof r->flag)
+    snprintf(r->flag + n, sizeof r->flag - n, "%swaited %.0f %% for its CPU", n ? ", " : "",
+             100 * r->wait_frac);
+}
+
 /* Time a case: warm-up, then --reps samples of kernel, textbook and bound,
  * interleaved. Pauses between them let the other side's spinning threads
  * fall asleep (the library's workers spin ~0.1 ms after a call). */
@@ -579,6 +646,7 @@ static result *measure(bench_case *c) {
   }
   double *k = calloc((size_t)opt.reps * 3, sizeof *k), *b = k + opt.reps, *t = b + opt.reps;
   if (!k) abort();
+  disturbance dist = disturbance_start();
   for (int rep = 0; rep < opt.reps; rep++) {
     /* Wake the pool's workers and leave the data where the previous sample
      * did: at least two calls and 2 ms of them (a woken thread may take
@@ -601,6 +669,7 @@ static result *measure(bench_case *c) {
   r->ns = summarise(k, opt.reps);
   r->bound = summarise(b, opt.reps);
   if (c->textbook) r->textbook = summarise(t, opt.reps);
+  disturbance_end(&dist, r);
   free(k);
   return r;
 }
@@ -972,7 +1041,9 @@ static void rope_case(const char *name, int64_t tokens, int dt, int threads) {
   rope_geom g = geometry();
   rope_state s;
   memset(&s, 0, sizeof s);
-  int64_t max_pos = tokens > 8192 ? tokens : 8192;
+  /* tb_pos: rows of the textbook loop's table, which always has one. */
+  int64_t tb_pos = tokens > 8192 ? tokens : 8192;
+  int64_t max_pos = opt.max_positions >= 0 ? opt.max_positions : tb_pos;
   char why[200] = "";
   if (rope_cache_for(&g, max_pos, &s.cache, why, sizeof why) != PE_OK) {
     not_available("rope", why);
@@ -1004,11 +1075,18 @@ static void rope_case(const char *name, int64_t tokens, int dt, int threads) {
   c.n_probe = 2;
   snprintf(c.note, sizeof c.note, "%dq/%dkv x %d (rot %d) %s %s", g.heads, g.kv_heads, g.head_dim,
            g.rotary_dim, g.style == PE_ROPE_NEOX ? "neox" : "gptj", opt.bthd ? "bthd" : "bhtd");
+  if (opt.max_positions >= 0) {
+    size_t l = strlen(c.note);
+    if (max_pos)
+      snprintf(c.note + l, sizeof c.note - l, " table %" PRId64, max_pos);
+    else
+      snprintf(c.note + l, sizeof c.note - l, " on the fly");
+  }
   if (dt == PE_F32 && g.style == PE_ROPE_NEOX && threads == 1) {
-    s.cos_t = xalloc((size_t)max_pos * (size_t)s.half * sizeof(float));
-    s.sin_t = xalloc((size_t)max_pos * (size_t)s.half * sizeof(float));
+    s.cos_t = xalloc((size_t)tb_pos * (size_t)s.half * sizeof(float));
+    s.sin_t = xalloc((size_t)tb_pos * (size_t)s.half * sizeof(float));
     float *cs = xalloc((size_t)s.half * 2 * sizeof(float));
-    for (int64_t p = 0; p < max_pos; p++) {
+    for (int64_t p = 0; p < tb_pos; p++) {
       pe_rope_cache_cos_sin(s.cache, p, cs, cs + s.half);
       memcpy(s.cos_t + p * s.half, cs, (size_t)s.half * sizeof(float));
       memcpy(s.sin_t + p * s.half, cs + s.half, (size_t)s.half * sizeof(float));
@@ -1347,6 +1425,7 @@ static void suite_cutover(void) {
     progress("[%.0fs] cutover %" PRId64 " tokens", (now_ns() - run_start) / 1e9, toks[i]);
     double bytes = 2.0 * (double)((g.heads + g.kv_heads) * toks[i]) * g.rotary_dim * 4;
     int cold_samples = opt.reps * 3;
+    disturbance dist = disturbance_start();
     /* Interleaved per sample round so that load from other processes hits
      * the three variants alike. */
     stats hot1 = rope_call_ns(&s, NULL, 0, opt.reps), hotp = rope_call_ns(&s, raw, 0, opt.reps);
@@ -1365,6 +1444,7 @@ static void suite_cutover(void) {
     result *r = new_result(&c);
     r->ns = hotp;
     r->speedup_1t = hot1.med / hotp.med;
+    disturbance_end(&dist, r);
     /* x = one thread's time / the pool's: median (best of the samples) */
     snprintf(r->note, sizeof r->note,
              "split hot x%.2f (%.2f) cold x%.2f (%.2f); cut-over hot x%.2f cold x%.2f",
@@ -1382,7 +1462,7 @@ static void suite_cutover(void) {
 
 /* Each case's baseline is what an engine does without the fused entry
  * point, timed interleaved with it in the same run; its ratio is the
- * "x textbook" column (baseline ns / kernel ns):
+ * "x textbook loop" column (baseline ns / kernel ns):
  *   store   pe_apply_rope_qk_store  vs  pe_apply_rope_qk + copying k's rows
  *           into their cache slots (vLLM's rotary_embedding + reshape_and_cache);
  *   mrope   pe_apply_mrope_qk       vs  pe_apply_rope_qk (plain RoPE, same shape);
@@ -1530,7 +1610,7 @@ static void fused_case(int kind, int64_t batch, int64_t tokens, int dt, int thre
     c.probe[0] = probe_like(&s.k, g.head_dim);
     c.n_probe = 1;
     if (kind == 1) c.probe[c.n_probe++] = probe_like(&s.q, g.head_dim);
-    snprintf(c.note, sizeof c.note, "x textbook = vs apply + copy to the cache; %dq/%dkv x %d",
+    snprintf(c.note, sizeof c.note, "x textbook loop = vs apply + copy to the cache; %dq/%dkv x %d",
              g.heads, g.kv_heads, g.head_dim);
   } else if (kind == 2) {
     s.section[0] = 16, s.section[1] = 24, s.section[2] = 24;
@@ -1549,7 +1629,7 @@ static void fused_case(int kind, int64_t batch, int64_t tokens, int dt, int thre
     c.probe[0] = probe_like(&s.q, g.head_dim);
     c.probe[1] = probe_like(&s.k, g.head_dim);
     c.n_probe = 2;
-    snprintf(c.note, sizeof c.note, "x textbook = vs plain RoPE; Qwen2-VL 28q/4kv x 128, 32x32 image");
+    snprintf(c.note, sizeof c.note, "x textbook loop = vs plain RoPE; Qwen2-VL 28q/4kv x 128, 32x32 image");
   } else {
     static const double factors[FUSED_CACHES] = {1.0, 2.0, 4.0, 8.0};
     for (int i = 0; i < FUSED_CACHES; i++) {
@@ -1575,7 +1655,7 @@ static void fused_case(int kind, int64_t batch, int64_t tokens, int dt, int thre
     c.probe[0] = probe_like(&s.q, g.head_dim);
     c.probe[1] = probe_like(&s.k, g.head_dim);
     c.n_probe = 2;
-    snprintf(c.note, sizeof c.note, "x textbook = vs one call per row; %d dynamic-NTK caches", FUSED_CACHES);
+    snprintf(c.note, sizeof c.note, "x textbook loop = vs one call per row; %d dynamic-NTK caches", FUSED_CACHES);
   }
   progress("[%.0fs] fused %s %s %d thr", (now_ns() - run_start) / 1e9, c.name, dtype_name(dt), threads);
   measure(&c);
@@ -1657,9 +1737,11 @@ static void fmt_ns(char *out, size_t len, double v) {
 }
 
 #define N_COLS 13
-static const char *const col_names[N_COLS] = {"suite", "case", "dtype", "isa", "thr", "GB/s",
-                                              "ns/call", "spread (min..max ns)", "bound GB/s",
-                                              "x bound", "x textbook", "x 1 thr", "note"};
+/* The README's Results tables use these names (a subset of the columns:
+ * scripts/bench-results.sh writes them from --csv). */
+static const char *const col_names[N_COLS] = {
+    "suite", "case", "dtype", "isa", "threads", "GB/s", "ns/call (median)", "spread (min..max ns)",
+    "bound GB/s", "x stream bound", "x textbook loop", "x 1 thread", "note"};
 
 static void result_cells(const result *r, char cells[N_COLS][256]) {
   snprintf(cells[0], 256, "%s", r->suite);
@@ -1686,7 +1768,16 @@ static void result_cells(const result *r, char cells[N_COLS][256]) {
   }
   fmt_num(cells[10], 256, r->textbook.med / r->ns.med, 2);
   fmt_num(cells[11], 256, r->speedup_1t, 2);
-  snprintf(cells[12], 256, "%s", r->note[0] ? r->note : "");
+  if (r->flag[0])
+    snprintf(cells[12], 256, "! %s%s%.96s", r->flag, r->note[0] ? "; " : "", r->note);
+  else
+    snprintf(cells[12], 256, "%s", r->note);
+}
+
+static int n_flagged(void) {
+  int n = 0;
+  for (int i = 0; i < n_results; i++) n += results[i].flag[0] != 0 && !results[i].error[0];
+  return n;
 }
 
 static void print_table(const char *cpu, const char *cmdline) {
@@ -1720,6 +1811,17 @@ static void print_table(const char *cpu, const char *cmdline) {
     }
     printf("|\n");
   }
+  int nf = n_flagged();
+  if (nf)
+    printf("\n! %d of %d rows measured while disturbed (the reason is in the note): the spread of "
+           "the samples (max - min) above %.0f %% of the median, the 1-minute load average above "
+           "the %ld CPUs, or the calling thread waiting more than %.0f %% of the time for its "
+           "CPU. Their figures are not the machine's: rerun on a quiet machine.\n",
+           nf, n_results, 100 * FLAG_SPREAD, sysconf(_SC_NPROCESSORS_ONLN), 100 * FLAG_WAIT);
+  else
+    printf("\nNo row disturbed: every spread within %.0f %% of the median, load average at most "
+           "the CPU count, CPU waits under %.0f %%.\n",
+           100 * FLAG_SPREAD, 100 * FLAG_WAIT);
 }
 
 static void json_string(const char *s) {
@@ -1784,6 +1886,12 @@ static void print_json(const char *cpu, const char *cmdline) {
       json_number(r->speedup_1t);
       printf(", \"note\": ");
       json_string(r->note);
+      printf(", \"loadavg_max\": ");
+      json_number(r->load_max);
+      printf(", \"cpu_wait_fraction\": ");
+      json_number(r->wait_frac);
+      printf(", \"flag\": ");
+      json_string(r->flag);
     }
     printf("}%s\n", i + 1 < n_results ? "," : "");
   }
@@ -1805,7 +1913,8 @@ static void csv_field(const char *s) {
 
 static void print_csv(void) {
   printf("suite,case,dtype,isa,threads,bytes,gbps,ns_median,ns_min,ns_max,bound_ns_median,"
-         "ratio_bound,textbook_ns_median,ratio_textbook,speedup_vs_1_thread,note\n");
+         "ratio_bound,textbook_ns_median,ratio_textbook,speedup_vs_1_thread,note,"
+         "loadavg_max,cpu_wait_fraction,flag\n");
   for (int i = 0; i < n_results; i++) {
     const result *r = &results[i];
     csv_field(r->suite), putchar(',');
@@ -1816,6 +1925,7 @@ static void print_csv(void) {
     if (r->error[0]) {
       printf(",,,,,,,,,,");
       csv_field(r->error);
+      printf(",,,");
     } else {
       double v[9] = {r->bytes / r->ns.med, r->ns.med, r->ns.min, r->ns.max, r->bound.med,
                      r->bound.med / r->ns.med, r->textbook.med, r->textbook.med / r->ns.med,
@@ -1826,6 +1936,12 @@ static void print_csv(void) {
         putchar(',');
       }
       csv_field(r->note);
+      putchar(',');
+      if (!isnan(r->load_max)) printf("%.2f", r->load_max);
+      putchar(',');
+      if (!isnan(r->wait_frac)) printf("%.4f", r->wait_frac);
+      putchar(',');
+      csv_field(r->flag);
     }
     putchar('\n');
   }
@@ -1845,6 +1961,7 @@ static void run_suites(void) {
 }
 
 int main(int argc, char **argv) {
+  run_start = now_ns(); /* progress lines are stamped with the seconds since */
   if (parse_args(argc, argv) != 0) return 2;
   if (opt.hf_config && hf_load() != 0) return 1;
   static const char *const known[] = {"rope", "table", "alibi", "t5", "sinusoidal", "learned", "cutover",

@@ -42,15 +42,19 @@ install(FILES
 # ---- pkg-config: posenc.pc --------------------------------------------------
 # libposenc is installed as a shared library only: its own DT_NEEDED entries
 # bring in SLEEF, cJSON, hwloc and libm at run time, so `pkg-config --libs
-# posenc` is just -lposenc (no overlinking of the consumer). The
-# dependencies go in Requires.private / Libs.private, which pkg-config reads
-# only for --static (and, being pkg-config, for their --cflags, harmless:
-# the public header includes nothing but <stddef.h> and <stdint.h>).
-set(PE_PC_REQUIRES_PRIVATE "sleef libcjson")
+# posenc` is just -lposenc (no overlinking of the consumer), and `--cflags`
+# just the header's directory. The dependencies' link flags go in
+# Libs.private, read only for --static. Not Requires.private: pkg-config
+# (pkgconf) adds the Cflags of Requires.private packages to every --cflags,
+# which leaked cJSON's -I/usr/include/cjson into every consumer, and the
+# public header includes nothing but <stddef.h> and <stdint.h>.
+set(_pe_private_ldflags ${SLEEF_LDFLAGS} ${CJSON_LDFLAGS})
 if(HWLOC_FOUND)
-  string(APPEND PE_PC_REQUIRES_PRIVATE " hwloc")
+  list(APPEND _pe_private_ldflags ${HWLOC_LDFLAGS})
 endif()
-set(PE_PC_LIBS_PRIVATE "-lm -pthread")
+list(APPEND _pe_private_ldflags -lm -pthread)
+list(REMOVE_DUPLICATES _pe_private_ldflags)
+list(JOIN _pe_private_ldflags " " PE_PC_LIBS_PRIVATE)
 if(IS_ABSOLUTE "${CMAKE_INSTALL_LIBDIR}")
   set(PE_PC_LIBDIR "${CMAKE_INSTALL_LIBDIR}")
 else()

@@ -199,7 +199,15 @@ typedef struct pe_rope_params {
   double base;                    /* theta, default 10000; finite and > 0 */
   int64_t max_positions;          /* rows of the cos/sin table, default 4096;
                                      0 = no table: cos/sin computed on the fly
-                                     per token, any position < 2^53 allowed */
+                                     per token, any position < 2^53 allowed.
+                                     A table costs rotary_dim * 4 bytes per row
+                                     (131072 rows at rotary_dim 128: 64 MiB),
+                                     built once at create time; a position >=
+                                     max_positions fails the call with
+                                     PE_ERR_POSITION_OUT_OF_RANGE, nothing
+                                     written. Set it to the longest context
+                                     served, not to the model's maximum by
+                                     default (README: "Choosing max_positions") */
   pe_rope_scaling scaling;        /* default PE_ROPE_SCALING_NONE */
   double factor;                  /* linear, ntk, dynamic, yarn, longrope, llama3,
                                      proportional; default 1 */

@@ -15,7 +15,7 @@ PE_API const char *pe_status_string(pe_status s) {
     case PE_ERR_POSITION_OUT_OF_RANGE: return "PE_ERR_POSITION_OUT_OF_RANGE: a position is negative or past the table";
     case PE_ERR_OUT_OF_MEMORY: return "PE_ERR_OUT_OF_MEMORY: an allocation failed";
     case PE_ERR_OVERFLOW: return "PE_ERR_OVERFLOW: a size overflows";
-    case PE_ERR_UNSUPPORTED: return "PE_ERR_UNSUPPORTED: not available on this CPU or build";
+    case PE_ERR_UNSUPPORTED: return "PE_ERR_UNSUPPORTED: not supported: an ISA path this CPU or build lacks, or a rope type, scaling or config libposenc does not implement";
     case PE_ERR_PARSE: return "PE_ERR_PARSE: malformed or incomplete configuration";
     case PE_ERR_BUSY: return "PE_ERR_BUSY: the pool is running another call: retry";
   }
