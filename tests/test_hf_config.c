@@ -117,7 +117,7 @@ static double ref_default(double base, int i, int d) { return 1.0 / pow(base, (d
 
 static double ref_mscale(double s, double m) { return s <= 1.0 ? 1.0 : 0.1 * m * log(s) + 1.0; }
 
-/* HF yarn (ROPE_SCALING.md §3), d/2 frequencies into inv. */
+/* HF yarn (transformers' _compute_yarn_parameters), d/2 frequencies into inv. */
 static void ref_yarn(int d, double base, double s, double m0, int truncate, double *inv) {
   double lo = d * log(m0 / (32.0 * 2.0 * PI_D)) / (2.0 * log(base));
   double hi = d * log(m0 / (1.0 * 2.0 * PI_D)) / (2.0 * log(base));
@@ -157,7 +157,7 @@ static void test_llama31(void **state) {
       double sm = (8192.0 / lam - 1.0) / (4.0 - 1.0);
       ref[i] = (1.0 - sm) * f / 8.0 + sm * f;
     }
-    /* ROPE_SCALING.md: i <= 28 unchanged, 29..34 smoothed, >= 35 divided by 8 */
+    /* transformers' _compute_llama3_parameters: i <= 28 unchanged, 29..34 smoothed, >= 35 divided by 8 */
     if (i <= 28) assert_true(ref[i] == f);
     if (i >= 35) assert_true(ref[i] == f / 8.0);
     if (i >= 29 && i <= 34) assert_true(ref[i] < f && ref[i] > f / 8.0);
@@ -586,7 +586,7 @@ static void test_errors(void **state) {
 /* HF's own float32 numbers                                               */
 /* ---------------------------------------------------------------------- */
 
-/* HF's float32 inv_freq, in the order of operations ROPE_SCALING.md §1/§3
+/* HF's float32 inv_freq, in the order of operations of transformers' _compute_default_rope_parameters / _compute_yarn_parameters
  * records (e_i = f32(f32(2i)/d), P_i = powf(f32(B), e_i), 1/P_i; the scaled
  * types' tensor ops in float32 with Python scalars rounded to float). §7:
  * this matches torch bit for bit for bases 1e4 and 5e5. */

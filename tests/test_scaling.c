@@ -198,7 +198,7 @@ typedef struct yarn_cfg {
   double mscale, mscale_all_dim, attn; /* attn 0 = derived */
 } yarn_cfg;
 
-/* lo and hi of the correction range as ROPE_SCALING.md §3 writes them. */
+/* lo and hi of the correction range as transformers' _compute_yarn_parameters (find_correction_range) writes them. */
 static void ref_yarn_range(const yarn_cfg *y, double *lo, double *hi) {
   double bf = y->bf ? y->bf : 32.0, bs = y->bs ? y->bs : 1.0;
   double l = y->d * log((double)y->m0 / (bf * 2.0 * PI_D)) / (2.0 * log(y->base));
@@ -434,7 +434,7 @@ static void test_llama3(void **state) {
     assert_true(pe_rope_cache_attention_factor(c) == 1.0);
     pe_rope_cache_destroy(c);
   }
-  /* ROPE_SCALING.md: d = 128, B = 5e5, M0 = 8192, low 1, high 4, s = 8:
+  /* transformers' _compute_llama3_parameters: d = 128, B = 5e5, M0 = 8192, low 1, high 4, s = 8:
    * i <= 28 unchanged, 29..34 smoothed (strictly between), >= 35 divided by 8. */
   pe_rope_cache *c = make_llama3(128, 500000.0, 8.0, 8192, 1.0, 4.0);
   float got[64];

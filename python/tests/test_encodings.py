@@ -39,7 +39,7 @@ def test_alibi_slopes(n):
 
 
 def test_alibi_slopes_bloom_values():
-    # ROPE_SCALING.md section 4: n=1 -> 2^-8; n=3 -> [2^-4, 2^-8, 2^-2]
+    # Press et al. (ALiBi), BLOOM's build_alibi_tensor: n=1 -> 2^-8; n=3 -> [2^-4, 2^-8, 2^-2]
     assert posenc.alibi_slopes(1).tolist() == [2.0 ** -8]
     assert posenc.alibi_slopes(3).tolist() == [2.0 ** -4, 2.0 ** -8, 2.0 ** -2]
     with pytest.raises(posenc.PosencError) as e:

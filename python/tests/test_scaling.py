@@ -1,6 +1,6 @@
 """HF rope_scaling dicts -> pe_rope_params, and the frequencies/attention
 factors each type produces, against float64 NumPy transcriptions of the HF
-formulas (/work/shared/ROPE_SCALING.md section 3)."""
+formulas (transformers' modeling_rope_utils.py, _compute_*_parameters)."""
 import math
 
 import numpy as np
@@ -126,7 +126,7 @@ def test_llama3():
     want = np.where(lam > lo, inv / s, np.where(lam < hi, inv, (1 - smooth) * inv / s + smooth * inv))
     close(c.inv_freq, want, rtol=1e-6)
     got = c.inv_freq
-    # ROPE_SCALING.md: i <= 28 unchanged, 29..34 smoothed, >= 35 divided by 8
+    # transformers' _compute_llama3_parameters: i <= 28 unchanged, 29..34 smoothed, >= 35 divided by 8
     close(got[:29], inv[:29], rtol=1e-6)
     close(got[35:], inv[35:] / 8, rtol=1e-6)
 

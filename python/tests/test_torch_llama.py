@@ -4,7 +4,7 @@ here from the formulas: float32 inv_freq, a float32 angle, cos/sin cast to the
 activation dtype, q*cos + rotate_half(q)*sin in that dtype.
 
 HF rounds the angle to float32, posenc computes it in double; both are within
-2^-24*|angle| + 2.4e-7 of the exact cos/sin (ROPE_SCALING.md section 7), which
+2^-24*|angle| + 2.4e-7 of the exact cos/sin (float32 angles as transformers forms them), which
 sets the tolerances below."""
 import math
 
