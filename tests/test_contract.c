@@ -694,11 +694,15 @@ static int child_compare(int with_pool) {
   }
   pthread_attr_t attr;
   pthread_t th;
-  if (pthread_attr_init(&attr) || pthread_attr_setstacksize(&attr, PE_SMALL_STACK)) {
-    printf("pthread_attr_setstacksize(%d) failed\n", PE_SMALL_STACK);
+  /* The smallest stack the platform allows, if it is larger (aarch64 glibc:
+   * PTHREAD_STACK_MIN is 128 KiB, for its 64 KiB pages). */
+  long min = sysconf(_SC_THREAD_STACK_MIN);
+  size_t size = min > PE_SMALL_STACK ? (size_t)min : PE_SMALL_STACK;
+  if (pthread_attr_init(&attr) || pthread_attr_setstacksize(&attr, size)) {
+    printf("pthread_attr_setstacksize(%zu) failed\n", size);
     return 1;
   }
-  printf("# running every entry point on a %d KiB stack, %s\n", PE_SMALL_STACK / 1024,
+  printf("# running every entry point on a %zu KiB stack, %s\n", size / 1024,
          with_pool ? "with a pool of 2" : "without a pool");
   fflush(stdout);
   if (pthread_create(&th, &attr, small_stack_main, &small)) {
@@ -728,6 +732,14 @@ static int child_compare(int with_pool) {
 static void small_stack(int with_pool) {
   fflush(stdout);
   fflush(stderr);
+#if defined(__aarch64__)
+  /* Under qemu-user (how this build is tested) a forked child that starts
+   * threads trips qemu's own assertions: run in this process. A crash then
+   * fails the whole program, which ctest reports just the same. */
+  if (child_compare(with_pool)) fail_msg("the small-stack run (%s) failed (message above)",
+                                         with_pool ? "pool of 2" : "no pool");
+  return;
+#endif
   pid_t pid = fork();
   assert_true(pid >= 0);
   if (pid == 0) {
