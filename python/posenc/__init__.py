@@ -9,6 +9,9 @@ inference on the CPU), pure ctypes: nothing to compile.
     k = np.random.randn(1, 8, 16, 128).astype(np.float32)
     cache.apply_(q, k, positions=np.arange(100, 116))       # in place, no copy
 
+A model whose layers differ (Gemma 3's local and global layers, NoPE layers):
+posenc.ModelRope.from_hf_config(config) and m.layer(i), a RopeCache or None.
+
 Arrays are [batch, heads, tokens, head_dim] numpy arrays or CPU torch
 tensors of float32, float16 or bfloat16 (numpy: uint16 arrays with
 dtype="bf16", or ml_dtypes.bfloat16), any strides with a contiguous last
@@ -31,6 +34,7 @@ posenc.tools holds what is built on the binding: the figures
 from ._lib import PosencError, BusyError, Status, library_path, has_symbol as _has_symbol
 from . import _lib
 from .rope import RopeCache, rerotate_k_
+from .model import ModelRope
 from .threads import ThreadPool, isa_name, force_isa
 from .encodings import (alibi_slopes, alibi_add_bias_, t5_bucket, t5_add_bias_,
                         sinusoidal_table, sinusoidal_add_, learned_add_)
@@ -39,7 +43,7 @@ from .rope_ext import (apply_rope_qk_store_, apply_mrope_, apply_rope_qk_multi_,
 
 __all__ = [
     "version", "library_path", "PosencError", "BusyError", "Status",
-    "RopeCache", "rerotate_k_", "ThreadPool", "isa_name", "force_isa",
+    "RopeCache", "rerotate_k_", "ModelRope", "ThreadPool", "isa_name", "force_isa",
     "alibi_slopes", "alibi_add_bias_", "t5_bucket", "t5_add_bias_",
     "sinusoidal_table", "sinusoidal_add_", "learned_add_",
     "apply_rope_qk_store_", "apply_mrope_", "apply_rope_qk_multi_",

@@ -155,6 +155,15 @@ _PROTOTYPES = {
     "pe_apply_rope_qk_multi": (_st, [_p, _i32, _p, _T, _T, _p, _u32, _p]),
     "pe_mrope_section_from_hf_config": (_st, [ctypes.c_char_p, ctypes.c_size_t, _p,
                                               ctypes.POINTER(_u32)]),
+    "pe_model_rope_from_hf_config": (_st, [ctypes.c_char_p, ctypes.c_size_t, _i64, _i64,
+                                           ctypes.POINTER(_p)]),
+    "pe_model_rope_num_layers": (_i32, [_p]),
+    "pe_model_rope_layer": (_p, [_p, _i32]),
+    "pe_model_rope_pairing_guessed": (_i32, [_p]),
+    "pe_model_rope_heads": (_st, [_p, ctypes.POINTER(_i32), ctypes.POINTER(_i32)]),
+    "pe_model_rope_nope_temperature": (_st, [_p, _i32, ctypes.POINTER(_dbl),
+                                             ctypes.POINTER(_dbl)]),
+    "pe_model_rope_destroy": (None, [_p]),
 }
 
 # Flags and enum values of include/posenc.h: the only copy in the binding
@@ -165,6 +174,7 @@ PE_ROPE_MROPE_INTERLEAVED = 0x2
 PE_MASK_CAUSAL = 0x100
 PE_SINUSOIDAL_CONCAT = 0x10000
 PE_F32, PE_F16, PE_BF16 = 0, 1, 2
+PE_MAX_POSITIONS_FROM_CONFIG = -1
 
 
 # ---- loading ------------------------------------------------------------------
@@ -284,15 +294,24 @@ if _major != SONAME_MAJOR:
 # ---- one base class for the C objects -------------------------------------------
 
 class Handle:
-    """A C object owned by Python: `_destroy` names its destroy function.
-    Passed to ctypes as itself (_as_parameter_); close() is idempotent, and
-    the object is also freed when collected or at the end of a with block."""
+    """A C object, passed to ctypes as itself (_as_parameter_).
+
+    Owned (the default): Python frees it with the function `_destroy` names,
+    at close() (idempotent), at the end of a with block or when collected.
+    Borrowed (_set_handle(h, owner=...)): the C object belongs to `owner`,
+    another Handle (a ModelRope's layer caches belong to its pe_model_rope).
+    A borrowed handle holds a reference to its owner, so the C object lives
+    as long as either; it is never destroyed through the borrowed handle -
+    its close() and finalizer do nothing - and the owner's side calls
+    _release() on it before freeing the C object (see ModelRope.close)."""
 
     _destroy = None   # "pe_..._destroy", set by the subclass
     _handle = None
+    _owner = None     # the Handle a borrowed handle belongs to; None = owned
 
-    def _set_handle(self, handle):
+    def _set_handle(self, handle, owner=None):
         self._handle = handle
+        self._owner = owner
 
     @property
     def _as_parameter_(self):
@@ -304,11 +323,26 @@ class Handle:
     def closed(self):
         return self._handle is None
 
+    @property
+    def borrowed(self):
+        """True if the C object belongs to another object (a ModelRope's
+        layer cache): close() leaves it to its owner."""
+        return self._owner is not None
+
     def close(self):
-        """Free the C object. Idempotent."""
+        """Free the C object. Idempotent. A borrowed one is not freed here:
+        it is closed with its owner (nothing happens)."""
+        if self._owner is not None:
+            return
         h, self._handle = self._handle, None
         if h is not None:
             getattr(lib, self._destroy)(h)
+
+    def _release(self):
+        """The owner's side, before it frees the C object: a borrowed handle
+        lets go of it and becomes closed."""
+        self._handle = None
+        self._owner = None
 
     def __enter__(self):
         return self

@@ -220,12 +220,20 @@ class RopeCache(_lib.Handle):
             p.inv_freq = keep.ctypes.data_as(ctypes.POINTER(ctypes.c_double))
         _lib.check(_lib.lib.pe_rope_cache_create(ctypes.byref(p), ctypes.byref(handle)))
 
-    def _init_from_handle(self, handle):
-        self._set_handle(handle)
+    def _init_from_handle(self, handle, owner=None):
+        self._set_handle(handle, owner)
         p = _lib.RopeParams()
         _lib.lib.pe_rope_params_init(ctypes.byref(p))
         _lib.check(_lib.lib.pe_rope_cache_params(handle, ctypes.byref(p)))
         self._params = _params_dict(p, handle)
+
+    @classmethod
+    def _borrowed(cls, handle, owner):
+        """A cache over a C cache that `owner` (a Handle) owns: keeps owner
+        alive, never destroys the cache (ModelRope's layers)."""
+        self = cls.__new__(cls)
+        self._init_from_handle(handle, owner)
+        return self
 
     @classmethod
     def from_hf_config(cls, config, max_positions=8192, seq_len=0):
@@ -236,6 +244,9 @@ class RopeCache(_lib.Handle):
         dict, a transformers PretrainedConfig, or the JSON text / bytes.
         max_positions: table rows (0 = on the fly). seq_len: the context the
         frequencies serve; 0 = max_position_embeddings.
+        A model whose layers differ (Gemma 2/3, ModernBERT, Cohere2, Llama 4,
+        EXAONE 4, ...) is refused with PosencError(UNSUPPORTED) naming the C
+        per-layer loader: load it with posenc.ModelRope.from_hf_config.
         """
         text = _lib.config_text(config)
         handle = ctypes.c_void_p()
