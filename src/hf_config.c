@@ -381,6 +381,9 @@ static pe_status read_lengths(hf_rope *h) {
   h->m = 0;
   if ((st = get_count(h->root, "", "max_position_embeddings", &h->m, &found)) != PE_OK) return st;
   if (!found && (st = get_count(h->root, "", "n_positions", &h->m, &found)) != PE_OK) return st;
+  /* An omitted max_position_embeddings takes the config class's default
+   * (Gemma3TextConfig: 131072), as transformers does. */
+  if (!found && h->info && h->info->max_pos) h->m = h->info->max_pos;
   /* M0: a top-level value wins (Phi-3), then the dict's, then M. */
   h->m0 = 0;
   if ((st = get_count(h->root, "", "original_max_position_embeddings", &h->m0, &found)) != PE_OK)

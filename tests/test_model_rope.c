@@ -494,6 +494,16 @@ static void test_max_positions_from_config(void **state) {
   assert_non_null(strstr(pe_last_error(), "max_position_embeddings"));
   assert_int_equal(pe_model_rope_from_hf_config(cfg, strlen(cfg), -2, 0, &m), PE_ERR_INVALID_ARGUMENT);
   assert_non_null(strstr(pe_last_error(), "max_positions -2"));
+  /* A key the config omits takes its config class's default: transformers'
+   * Gemma3TextConfig has max_position_embeddings = 131072. */
+  const char *gemma = "{\"model_type\":\"gemma3_text\",\"head_dim\":16,\"num_hidden_layers\":6,"
+                      "\"rope_theta\":1000000.0,\"rope_local_base_freq\":10000.0}";
+  m = NULL;
+  assert_int_equal(pe_model_rope_from_hf_config(gemma, strlen(gemma), -1, 0, &m), PE_OK);
+  pe_rope_params_init(&p);
+  assert_int_equal(pe_rope_cache_params(pe_model_rope_layer(m, 5), &p), PE_OK);
+  assert_int_equal(p.max_positions, 131072);
+  pe_model_rope_destroy(m);
 }
 
 static void test_errors(void **state) {
