@@ -226,13 +226,18 @@ PE_API void pe_rope_params_init(pe_rope_params *p);
 
 /* Compute the frequencies and attention factor of *p and, when
  * max_positions > 0, the table of cos and sin (rotary_dim/2 of each per
- * position, already multiplied by the attention factor). Angles are computed
- * in double precision and reduced mod 2*pi in double, so the accuracy does
- * not depend on the position: every entry is within 1e-7 of the exact
- * cos/sin of the double angle p*inv_freq (8.1e-8 measured up to position
- * 2^24: below FLT_EPSILON, one float32 ulp of 1.0), and within 1.5 ulp of its
- * own value (1.34 measured; one more rounding when the attention factor is
- * not 1). HF's float32 angles are off by ~2e-3 at position 131071.
+ * position, already multiplied by the attention factor). The angle p*inv_freq
+ * is formed exactly (a double-double: the product and its FMA rounding
+ * error) and reduced mod 2*pi in double-double arithmetic, so the accuracy
+ * does not depend on the position: every entry is within 1e-7 of cos/sin of
+ * the exact angle for the double inv_freq at every position < 2^53 (7.8e-8
+ * measured up to position 2^24, 6.3e-8 at positions 2^31 .. 2^53-1 on the
+ * on-the-fly, shift and re-rotation paths: below FLT_EPSILON, one float32 ulp
+ * of 1.0), and within 1.5 ulp of its own value (1.31 measured; one more
+ * rounding when the attention factor is not 1). This holds while
+ * |p*inv_freq| < 2^52 * 2*pi (every position with inv_freq <= 3); beyond, the
+ * result is bounded but not accurate. HF's float32 angles are off by ~2e-3
+ * at position 131071.
  * Returns PE_ERR_NULL_POINTER, PE_ERR_INVALID_ARGUMENT (a field out of its
  * domain: the message names it), PE_ERR_SHAPE (head_dim/rotary_dim),
  * PE_ERR_OVERFLOW (table size), PE_ERR_OUT_OF_MEMORY, PE_ERR_UNSUPPORTED.
