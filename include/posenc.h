@@ -529,7 +529,9 @@ PE_API pe_status pe_apply_rope_qk_store(const pe_rope_cache *c, const pe_tensor 
  *   Both halves of the NeoX pair (or the GPT-J pair) use frequency i's angle.
  * flags: PE_ROPE_INVERSE, PE_ROPE_MROPE_INTERLEAVED.
  * A token whose three positions are equal (text) is rotated bit for bit as
- * pe_apply_rope_qk rotates it at that position.
+ * pe_apply_rope_qk rotates it at that position. The same bits as
+ * pe_apply_rope_axes_qk with 3 axes and the map of pe_axis_map_sections
+ * (or pe_axis_map_interleaved) of mrope_section.
  * Errors (nothing written): PE_ERR_NULL_POINTER, PE_ERR_SHAPE, PE_ERR_DTYPE,
  * PE_ERR_OVERFLOW, PE_ERR_POSITION_OUT_OF_RANGE (names the axis),
  * PE_ERR_INVALID_ARGUMENT (mrope_section, flags), PE_ERR_BUSY (busy pool).
