@@ -235,13 +235,18 @@ PE_API void pe_rope_params_init(pe_rope_params *p);
 
 /* Compute the frequencies and attention factor of *p and, when
  * max_positions > 0, the table of cos and sin (rotary_dim/2 of each per
- * position, already multiplied by the attention factor). Angles are computed
- * in double precision and reduced mod 2*pi in double, so the accuracy does
- * not depend on the position: every entry is within 1e-7 of the exact
- * cos/sin of the double angle p*inv_freq (8.1e-8 measured up to position
- * 2^24: below FLT_EPSILON, one float32 ulp of 1.0), and within 1.5 ulp of its
- * own value (1.34 measured; one more rounding when the attention factor is
- * not 1). HF's float32 angles are off by ~2e-3 at position 131071.
+ * position, already multiplied by the attention factor). The angle p*inv_freq
+ * is formed exactly (a double-double: the product and its FMA rounding
+ * error) and reduced mod 2*pi in double-double arithmetic, so the accuracy
+ * does not depend on the position: every entry is within 1e-7 of cos/sin of
+ * the exact angle for the double inv_freq at every position < 2^53 (7.8e-8
+ * measured up to position 2^24, 6.3e-8 at positions 2^31 .. 2^53-1 on the
+ * on-the-fly, shift and re-rotation paths: below FLT_EPSILON, one float32 ulp
+ * of 1.0), and within 1.5 ulp of its own value (1.31 measured; one more
+ * rounding when the attention factor is not 1). This holds while
+ * |p*inv_freq| < 2^52 * 2*pi (every position with inv_freq <= 3); beyond, the
+ * result is bounded but not accurate. HF's float32 angles are off by ~2e-3
+ * at position 131071.
  * Returns PE_ERR_NULL_POINTER, PE_ERR_INVALID_ARGUMENT (a field out of its
  * domain: the message names it), PE_ERR_SHAPE (head_dim/rotary_dim),
  * PE_ERR_OVERFLOW (table size), PE_ERR_OUT_OF_MEMORY, PE_ERR_UNSUPPORTED.
@@ -533,7 +538,9 @@ PE_API pe_status pe_apply_rope_qk_store(const pe_rope_cache *c, const pe_tensor 
  *   Both halves of the NeoX pair (or the GPT-J pair) use frequency i's angle.
  * flags: PE_ROPE_INVERSE, PE_ROPE_MROPE_INTERLEAVED.
  * A token whose three positions are equal (text) is rotated bit for bit as
- * pe_apply_rope_qk rotates it at that position.
+ * pe_apply_rope_qk rotates it at that position. The same bits as
+ * pe_apply_rope_axes_qk with 3 axes and the map of pe_axis_map_sections
+ * (or pe_axis_map_interleaved) of mrope_section.
  * Errors (nothing written): PE_ERR_NULL_POINTER, PE_ERR_SHAPE, PE_ERR_DTYPE,
  * PE_ERR_OVERFLOW, PE_ERR_POSITION_OUT_OF_RANGE (names the axis),
  * PE_ERR_INVALID_ARGUMENT (mrope_section, flags), PE_ERR_BUSY (busy pool).
@@ -552,6 +559,87 @@ PE_API pe_status pe_apply_mrope_qk(const pe_rope_cache *c, const pe_tensor *q, c
  * mrope_section, not 3 non-negative integers). Thread-safe. */
 PE_API pe_status pe_mrope_section_from_hf_config(const char *json, size_t len,
                                                  int32_t *mrope_section, uint32_t *flags);
+
+/* ------------------------------------------------------------------------ */
+/* Multi-axis RoPE, any layout                                              */
+/* ------------------------------------------------------------------------ */
+
+/* The most axes pe_apply_rope_axes_qk takes (ggml's rope_multi has 4
+ * position rows: t, h, w and an extra one). */
+#define PE_MAX_AXES 4
+
+/* Rotate q and/or k in place, each frequency by the position of its own
+ * axis: the general form of pe_apply_mrope_qk (which is this function with
+ * the map of pe_axis_map_sections or pe_axis_map_interleaved, bit for bit).
+ * c: the cache (frequencies, table or on the fly, attention factor, style).
+ * q, k: as pe_apply_rope_qk (either may be NULL, not both).
+ * positions: [n_axes][batch][tokens] int64, each < max_positions with a
+ *   table (< 2^53 without); NULL = 0..tokens-1 on every axis.
+ * n_axes: 1..PE_MAX_AXES.
+ * axis_of_freq: [rotary_dim/2] (rotary_dim as pe_rope_cache_params reports
+ *   it), each < n_axes: frequency i (both halves of its NeoX or GPT-J pair)
+ *   rotates by positions[axis_of_freq[i]]. The caller's array, read during
+ *   the call only; build it with the helpers below or by hand (openPangu's
+ *   or any other per-frequency order).
+ * flags: PE_ROPE_INVERSE.
+ * A token whose axes all hold the same position is rotated bit for bit as
+ * pe_apply_rope_qk rotates it there.
+ * 2-D vision RoPE is a CUSTOM cache plus a two-axis map, positions
+ * [h or y][w or x]:
+ *   - Qwen2-VL / Qwen2.5-VL vision towers (VisionRotaryEmbedding(head_dim/2),
+ *     NeoX over all head_dim channels): inv_freq[i] = theta^(-4i/head_dim)
+ *     for i < head_dim/4, repeated once (inv_freq[head_dim/4 + i] =
+ *     inv_freq[i]), map sections {head_dim/4, head_dim/4}: the first half
+ *     of the frequencies at the row (h), the second at the column (w).
+ *   - Llama-4 vision (Llama4VisionRotaryEmbedding, GPT-J pairs): the same
+ *     with freq_dim = head_dim/2, inv_freq[i] = theta^(-2i/freq_dim) for
+ *     i < freq_dim/2, repeated once, sections {freq_dim/2, freq_dim/2},
+ *     positions x + 1 then y + 1 (HF's frequencies_x then frequencies_y;
+ *     the CLS token, whose angles HF masks to 0, at 0 and 0).
+ * Errors (nothing written): PE_ERR_NULL_POINTER (c, axis_of_freq, q and k),
+ * PE_ERR_SHAPE, PE_ERR_DTYPE, PE_ERR_OVERFLOW, PE_ERR_POSITION_OUT_OF_RANGE
+ * (names the axis), PE_ERR_INVALID_ARGUMENT (n_axes, an axis_of_freq entry,
+ * flags), PE_ERR_BUSY (busy pool). No tokens: PE_OK. Thread-safe as
+ * pe_apply_rope_qk. */
+PE_API pe_status pe_apply_rope_axes_qk(const pe_rope_cache *c, const pe_tensor *q,
+                                       const pe_tensor *k, const int64_t *positions,
+                                       int32_t n_axes, const uint8_t *axis_of_freq,
+                                       uint32_t flags, pe_threadpool *pool);
+
+/* axis_of_freq[0..n_freq) for contiguous sections (Qwen2-VL's
+ * mrope_section; ggml's GGML_ROPE_TYPE_MROPE with up to 4 sections):
+ * sections[0..n_sections) >= 0 with sum S in [1, n_freq]; frequency i is in
+ * section j when s_0 + .. + s_{j-1} <= i % S < s_0 + .. + s_j, i.e. the
+ * sections repeat cyclically when S < n_freq (as ggml's rope_multi does).
+ * With S == n_freq and 3 sections this is HF's Qwen2-VL
+ * (cos.split(mrope_section * 2)[j] from axis j % 3). n_sections 1..4 (the
+ * n_axes to pass). Errors (nothing written): PE_ERR_NULL_POINTER,
+ * PE_ERR_INVALID_ARGUMENT. Thread-safe. */
+PE_API pe_status pe_axis_map_sections(const int32_t *sections, int32_t n_sections,
+                                      int32_t n_freq, uint8_t *axis_of_freq);
+
+/* axis_of_freq[0..n_freq) for interleaved sections (Qwen3-VL's
+ * apply_interleaved_mrope; ggml's GGML_ROPE_TYPE_IMROPE): with
+ * j = i % S (S = the sum, in [1, n_freq]): axis 1 when j % 3 == 1 and
+ * j < 3*s_1, axis 2 when j % 3 == 2 and j < 3*s_2, else axis 0 - except,
+ * with 4 sections (ggml), axis 3 for the j that are not (j % 3 == 0 and
+ * j < 3*s_0). n_sections 3 or 4. With 3 sections summing to n_freq it is
+ * HF's Qwen3-VL exactly. Errors (nothing written): PE_ERR_NULL_POINTER,
+ * PE_ERR_INVALID_ARGUMENT. Thread-safe. */
+PE_API pe_status pe_axis_map_interleaved(const int32_t *sections, int32_t n_sections,
+                                         int32_t n_freq, uint8_t *axis_of_freq);
+
+/* axis_of_freq[0..n_freq) for Ernie-4.5-VL (HF's Ernie4_5_VL rope "ernie_3d",
+ * vLLM's Ernie4_5_VLRotaryEmbedding): the first n_freq - t_freqs
+ * frequencies alternate h (axis 1, even i) and w (axis 2, odd i), the last
+ * t_freqs follow t (axis 0); positions [t][h][w] as HF's position_ids.
+ * t_freqs is the config's freq_allocation (mrope_section[2] of HF's
+ * rope_parameters, e.g. {22, 22, 20} for head_dim 128), 0 <= t_freqs <=
+ * n_freq with n_freq - t_freqs even. The model uses GPT-J pairs and default
+ * frequencies (base 500000): HF's pre-rotated inv_freq and vLLM's cache both
+ * reduce to frequency i at pair i. Errors (nothing written):
+ * PE_ERR_NULL_POINTER, PE_ERR_INVALID_ARGUMENT. Thread-safe. */
+PE_API pe_status pe_axis_map_ernie45_vl(int32_t t_freqs, int32_t n_freq, uint8_t *axis_of_freq);
 
 /* Rotate a batch whose sequences use different frequency sets, in one call:
  * batch row b uses caches[cache_index[b]] (its table or on-the-fly

@@ -36,6 +36,7 @@ PE_API pe_status pe_apply_mrope_qk(const pe_rope_cache *c, const pe_tensor *q, c
   pe__rope_plan_init(&p, c, q, k, flags, PE_SOURCE_AXES);
   p.caches = caches;
   p.pos = positions;
+  p.n_axes = 3;
   memcpy(p.mrope_section, s, sizeof p.mrope_section);
   p.mrope_interleaved = (flags & PE_ROPE_MROPE_INTERLEAVED) != 0;
   pe__rope_run(&p, pool);

@@ -191,7 +191,7 @@ PE_API pe_status pe_rope_cache_create(const pe_rope_params *user, pe_rope_cache 
                       "%s: cannot allocate the %zu-byte cos/sin table (max_positions %" PRId64 ")",
                       fn, table_bytes, p.max_positions);
     }
-    pe__isa()->rope_sincos(0, p.max_positions, c->inv_freq, half, (float)c->attention_factor,
+    pe__isa()->rope_sincos(0, p.max_positions, c->inv_freq, NULL, half, (float)c->attention_factor,
                                c->table);
   }
   *out = c;
@@ -250,7 +250,7 @@ PE_API pe_status pe_rope_cache_cos_sin(const pe_rope_cache *c, int64_t pos, floa
   float tmp[2 * PIECE];
   for (int32_t i = 0; i < half; i += PIECE) {
     int32_t n = half - i < PIECE ? half - i : PIECE;
-    pe__isa()->rope_sincos(pos, 1, c->inv_freq + i, n, (float)c->attention_factor, tmp);
+    pe__isa()->rope_sincos(pos, 1, c->inv_freq + i, NULL, n, (float)c->attention_factor, tmp);
     memcpy(cos_out + i, tmp, (size_t)n * sizeof(float));
     memcpy(sin_out + i, tmp + n, (size_t)n * sizeof(float));
   }

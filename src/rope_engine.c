@@ -9,10 +9,13 @@
 
 /* ---- row sources ---- */
 
-/* Frequency i's axis under M-RoPE. Sectioned (Qwen2-VL): the first s[0]
- * frequencies follow t, the next s[1] h, the rest w. Interleaved (Qwen3-VL):
- * i % 3 == 1 and i < 3*s[1] -> h, i % 3 == 2 and i < 3*s[2] -> w, else t. */
+/* Frequency i's axis (PE_SOURCE_AXES): the caller's map when there is one
+ * (pe_apply_rope_axes_qk), else M-RoPE's rule. Sectioned (Qwen2-VL): the
+ * first s[0] frequencies follow t, the next s[1] h, the rest w. Interleaved
+ * (Qwen3-VL): i % 3 == 1 and i < 3*s[1] -> h, i % 3 == 2 and i < 3*s[2] -> w,
+ * else t. */
 static inline int axis_of(const pe__rope_plan *p, int32_t i) {
+  if (p->axis_of_freq) return p->axis_of_freq[i];
   const int32_t *s = p->mrope_section;
   if (p->mrope_interleaved)
     return i % 3 == 1 && i < 3 * (int64_t)s[1] ? 1 : i % 3 == 2 && i < 3 * (int64_t)s[2] ? 2 : 0;
@@ -39,33 +42,40 @@ static void fill_row(const pe__rope_plan *p, const pe_rope_cache *c, int64_t u, 
         memcpy(row, r, (size_t)m * sizeof(float));
         memcpy(row + m, r + p->half, (size_t)m * sizeof(float));
       } else {
-        isa->rope_sincos(pos, 1, c->inv_freq + i0, m, (float)c->attention_factor, row);
+        isa->rope_sincos(pos, 1, c->inv_freq + i0, NULL, m, (float)c->attention_factor, row);
       }
       return;
     }
     case PE_SOURCE_SHIFT:
-      isa->rope_sincos(p->pos[u], 1, c->inv_freq + i0, m, 1.0f, row);
+      isa->rope_sincos(p->pos[u], 1, c->inv_freq + i0, NULL, m, 1.0f, row);
       return;
     case PE_SOURCE_REROTATE: {
       /* One rotation by p*(f_to - f_from), scaled by a_to/a_from: undoes
-       * `from` and applies `to` with a single rounding of the data. */
+       * `from` and applies `to` with a single rounding of the data. The
+       * difference is exact as a double-double (TwoSum), so the angle is
+       * p*f_to - p*f_from exactly before its reduction. */
       int64_t pos = position(p, 0, u, t);
       float scale = (float)(p->to->attention_factor / p->from->attention_factor);
-      double diff[SUBCHUNK];
+      double diff[SUBCHUNK], diff_lo[SUBCHUNK];
       float tmp[2 * SUBCHUNK];
       for (int32_t j = 0; j < m; j += SUBCHUNK) {
         int32_t n = m - j < SUBCHUNK ? m - j : SUBCHUNK;
-        for (int32_t i = 0; i < n; i++)
-          diff[i] = p->to->inv_freq[i0 + j + i] - p->from->inv_freq[i0 + j + i];
-        isa->rope_sincos(pos, 1, diff, n, scale, tmp);
+        for (int32_t i = 0; i < n; i++) {
+          double a = p->to->inv_freq[i0 + j + i], b = -p->from->inv_freq[i0 + j + i];
+          double d = a + b, bb = d - a;
+          diff[i] = d;
+          diff_lo[i] = (a - (d - bb)) + (b - bb);
+        }
+        isa->rope_sincos(pos, 1, diff, diff_lo, n, scale, tmp);
         memcpy(row + j, tmp, (size_t)n * sizeof(float));
         memcpy(row + m + j, tmp + n, (size_t)n * sizeof(float));
       }
       return;
     }
     case PE_SOURCE_AXES: {
-      int64_t ap[3];
-      for (int a = 0; a < 3; a++) ap[a] = position(p, a, u, t);
+      const int n_axes = p->n_axes;
+      int64_t ap[PE_ENGINE_MAX_AXES];
+      for (int a = 0; a < n_axes; a++) ap[a] = position(p, a, u, t);
       if (c->table) {
         for (int32_t i = 0; i < m; i++) {
           const float *r = c->table + ap[axis_of(p, i0 + i)] * 2 * (int64_t)p->half;
@@ -77,16 +87,25 @@ static void fill_row(const pe__rope_plan *p, const pe_rope_cache *c, int64_t u, 
       /* On the fly: each piece of frequencies at each distinct axis
        * position it needs (the values are elementwise, so a piece equals
        * the row's; an axis at an earlier axis' position takes its values). */
-      int src[3];
-      for (int a = 0; a < 3; a++) src[a] = ap[a] == ap[0] ? 0 : ap[a] == ap[1] ? 1 : 2;
+      int src[PE_ENGINE_MAX_AXES];
+      for (int a = 0; a < n_axes; a++) {
+        src[a] = a;
+        for (int e = 0; e < a; e++)
+          if (ap[e] == ap[a]) {
+            src[a] = e;
+            break;
+          }
+      }
       float tmp[2 * SUBCHUNK];
       for (int32_t j = 0; j < m; j += SUBCHUNK) {
         int32_t n = m - j < SUBCHUNK ? m - j : SUBCHUNK;
-        for (int a = 0; a < 3; a++) {
+        for (int a = 0; a < n_axes; a++) {
+          if (src[a] != a) continue;
           int need = 0;
           for (int32_t i = 0; i < n && !need; i++) need = src[axis_of(p, i0 + j + i)] == a;
           if (!need) continue;
-          isa->rope_sincos(ap[a], 1, c->inv_freq + i0 + j, n, (float)c->attention_factor, tmp);
+          isa->rope_sincos(ap[a], 1, c->inv_freq + i0 + j, NULL, n, (float)c->attention_factor,
+                           tmp);
           for (int32_t i = 0; i < n; i++) {
             if (src[axis_of(p, i0 + j + i)] != a) continue;
             row[j + i] = tmp[i];

@@ -24,6 +24,7 @@
 
 #define PE_ENGINE_BLOCK_TOKENS 32
 #define PE_ENGINE_SCRATCH_FLOATS 4096
+#define PE_ENGINE_MAX_AXES 4 /* position rows of PE_SOURCE_AXES */
 
 /* A tensor as the engine walks it: strides in elements, 0 for size-1
  * dimensions (pe__stride). data NULL: absent. */
@@ -36,7 +37,7 @@ typedef struct pe__rope_operand {
 
 typedef enum pe__rope_source {
   PE_SOURCE_POSITIONS = 0, /* the row cache's table row, or its on-the-fly row */
-  PE_SOURCE_AXES = 1,      /* M-RoPE: frequency i at the position of its axis */
+  PE_SOURCE_AXES = 1,      /* multi-axis: frequency i at the position of its axis */
   PE_SOURCE_SHIFT = 2,     /* on the fly at deltas, scale 1 */
   PE_SOURCE_REROTATE = 3   /* on the fly at positions, to - from frequencies */
 } pe__rope_source;
@@ -52,8 +53,10 @@ typedef struct pe__rope_plan {
   const int32_t *cache_index;
   const pe_rope_cache *from, *to;     /* PE_SOURCE_REROTATE */
   const int64_t *pos;                 /* [n_axes][batch][tokens]; NULL = token index */
-  int32_t mrope_section[3];           /* PE_SOURCE_AXES: Qwen2-VL sections or */
-  int32_t mrope_interleaved;          /* Qwen3-VL interleaving */
+  int32_t n_axes;                     /* PE_SOURCE_AXES: 1..PE_ENGINE_MAX_AXES position rows */
+  const uint8_t *axis_of_freq;        /* [half], each < n_axes; NULL: M-RoPE's rule from */
+  int32_t mrope_section[3];           /* Qwen2-VL sections or */
+  int32_t mrope_interleaved;          /* Qwen3-VL interleaving (n_axes 3) */
 
   /* sinks: q and k in place, unless slots is set: then k is read and its
    * rotation written to the cache rows at slots */

@@ -189,18 +189,27 @@ static void test_rope_sincos(void **state) {
       if (odd == 2) freq[i] = -freq[i];
       if (odd == 3) freq[i] = 3.0e7; /* |theta| far past 2^55 at large positions */
     }
+    /* every other case a double-double frequency (the re-rotation's exact
+     * difference): a low part below half an ulp of freq, either sign */
+    double *lo = NULL;
+    if (nf % 2) {
+      lo = xmalloc((size_t)nf * sizeof(double));
+      for (int32_t i = 0; i < nf; i++)
+        lo[i] = freq[i] * ldexp((double)rnd_below(2001) - 1000.0, -64);
+    }
     int64_t pos0 = pos0s[rnd_below(sizeof pos0s / sizeof pos0s[0])];
     int64_t n = 1 + rnd_below(3);
     float scale = scales[rnd_below(3)];
     size_t len = (size_t)(n * 2 * nf + 8);
     float *a = xmalloc(len * sizeof(float)), *b = xmalloc(len * sizeof(float));
     for (size_t i = 0; i < len; i++) a[i] = b[i] = bits_f32(0x7fa5a5a5u);
-    ref->rope_sincos(pos0, n, freq, nf, scale, a);
-    isa->rope_sincos(pos0, n, freq, nf, scale, b);
-    char what[96];
-    snprintf(what, sizeof what, "rope_sincos n_freq %d pos0 %lld scale %g", (int)nf,
-             (long long)pos0, (double)scale);
+    ref->rope_sincos(pos0, n, freq, lo, nf, scale, a);
+    isa->rope_sincos(pos0, n, freq, lo, nf, scale, b);
+    char what[112];
+    snprintf(what, sizeof what, "rope_sincos n_freq %d pos0 %lld scale %g freq_lo %s", (int)nf,
+             (long long)pos0, (double)scale, lo ? "yes" : "NULL");
     assert_same(a, b, len * sizeof(float), 4, what);
+    free(lo);
     free(a);
     free(b);
     free(freq);

@@ -13,6 +13,10 @@
  *    sincosf is itself up to 1 ulp, and the correction's fma rounds once
  *    more), 7.9e-8 absolute. Asserted: 1.5 ulp, and 1.5e-7 absolute (the
  *    issue's bound against the exact angle).
+ * 2b. Large positions (issue 19): cos_sin, apply, shift (+-delta) and
+ *    rerotate at positions 2^31 .. 2^53-1 against mpmath's cos/sin of the
+ *    exact angle for the double frequencies (tests/data/exact_angles.h, from
+ *    tests/gen_exact_angles.py): within 1.5e-7.
  * 3. Golden: outputs for deterministic inputs (integer PRNG, no libm), written
  *    by the x86-64 build to tests/data/golden/rope.bin and checked byte for
  *    byte on every path, including NEON under qemu. Inputs are finite: NaN
@@ -377,8 +381,18 @@ static double ulp_error(float got, double ref) {
   return fabs((double)got - ref) / ulp;
 }
 
-/* The path within 1.5 ulp of float32 of the exact cos/sin of the double
- * angle (the library's definition) for positions up to 2^24. */
+/* cos/sin of the exact angle p*f for the double f: p*f = th + tl exactly
+ * (tl = fma(p, f, -th)), then the angle-addition formula in double (tl is
+ * below 2^-29 here, libm's cos/sin of th are good to the double's ulp). */
+static void exact_cs_ref(int64_t p, double f, double *c, double *s) {
+  double th = (double)p * f, tl = fma((double)p, f, -th);
+  double ct = cos(th), st = sin(th), cl = cos(tl), sl = sin(tl);
+  *c = ct * cl - st * sl;
+  *s = st * cl + ct * sl;
+}
+
+/* The path within 1.5 ulp of float32 of the exact cos/sin of the angle for
+ * the double frequency (the library's definition) for positions up to 2^24. */
 static void table_accuracy(const char *path) {
   require_path(path);
   static const double bases[] = {10000.0, 500000.0, 1e6};
@@ -402,9 +416,10 @@ static void table_accuracy(const char *path) {
         int64_t p = s < 1000 ? s : s == 1000 ? (1 << 24) : (int64_t)rnd_below(1u << 24);
         cos_sin(cache, p, row, 64);
         for (int j = 0; j < 64; j++) {
-          double th = (double)p * inv[j];
-          double ec = ulp_error(row[j], cos(th)), es = ulp_error(row[64 + j], sin(th));
-          double ac = fabs((double)row[j] - cos(th)), as = fabs((double)row[64 + j] - sin(th));
+          double rc, rs;
+          exact_cs_ref(p, inv[j], &rc, &rs);
+          double ec = ulp_error(row[j], rc), es = ulp_error(row[64 + j], rs);
+          double ac = fabs((double)row[j] - rc), as = fabs((double)row[64 + j] - rs);
           if (ec > worst) worst = ec;
           if (es > worst) worst = es;
           if (ac > worst_abs) worst_abs = ac;
@@ -422,6 +437,91 @@ static void table_accuracy(const char *path) {
     assert_true(worst_abs <= 1.5e-7);
   }
   assert_int_equal(pe_force_isa("scalar"), PE_OK);
+}
+
+/* ---- large positions: the exact angle for the double frequency ---- */
+
+#include "data/exact_angles.h" /* tests/gen_exact_angles.py (mpmath) */
+
+/* Largest |got - exact| per position over cos and sin of every frequency:
+ * got[t][0..NF) cos, got[t][NF..2NF) sin (a NeoX row of head_dim 2*NF that
+ * held x = 1, y = 0 before the rotation, or a cos_sin row). sign -1: the
+ * negated angle (a negative shift). */
+static void exact_errors(const float *got, const double (*ref)[EXACT_NF][2], double sign,
+                         double *err) {
+  for (int t = 0; t < EXACT_NP; t++)
+    for (int i = 0; i < EXACT_NF; i++) {
+      double ec = fabs((double)got[t * 2 * EXACT_NF + i] - ref[t][i][0]);
+      double es = fabs((double)got[t * 2 * EXACT_NF + EXACT_NF + i] - sign * ref[t][i][1]);
+      if (ec > err[t]) err[t] = ec;
+      if (es > err[t]) err[t] = es;
+    }
+}
+
+static pe_rope_cache *exact_cache(const double *freq) {
+  pe_rope_params prm;
+  pe_rope_params_init(&prm);
+  prm.head_dim = 2 * EXACT_NF;
+  prm.max_positions = 0;
+  prm.scaling = PE_ROPE_SCALING_CUSTOM;
+  prm.inv_freq = freq;
+  prm.attention_factor = 1.0;
+  pe_rope_cache *cache = NULL;
+  assert_int_equal(pe_rope_cache_create(&prm, &cache), PE_OK);
+  return cache;
+}
+
+/* k = rows (x = 1, y = 0) of EXACT_NP tokens, one head. */
+static void unit_rows(float *buf, pe_tensor *t, int64_t tokens) {
+  for (int64_t r = 0; r < tokens; r++)
+    for (int i = 0; i < 2 * EXACT_NF; i++) buf[r * 2 * EXACT_NF + i] = i < EXACT_NF ? 1.0f : 0.0f;
+  make_tensor(t, buf, PE_F32, 1, 1, tokens, 2 * EXACT_NF, tokens * 2 * EXACT_NF,
+              tokens * 2 * EXACT_NF, 2 * EXACT_NF);
+}
+
+/* Issue 19: at positions 2^31 .. 2^53-1 every on-the-fly path (cos_sin,
+ * apply, shift by +-delta, rerotate) is within 1.5e-7 of cos/sin of the
+ * exact angle (mpmath), not of the rounded double product p*f. */
+static void large_positions(const char *path) {
+  require_path(path);
+  pe_rope_cache *c = exact_cache(exact_freq), *to = exact_cache(exact_to);
+  float rows[2 * EXACT_NP][2 * EXACT_NF];
+  double err[4][EXACT_NP] = {{0}}, err_neg[EXACT_NP] = {0};
+  static const char *const what[4] = {"cos_sin", "apply", "shift", "rerotate"};
+  /* cos_sin */
+  for (int t = 0; t < EXACT_NP; t++)
+    assert_int_equal(pe_rope_cache_cos_sin(c, exact_pos[t], rows[t], rows[t] + EXACT_NF), PE_OK);
+  exact_errors(&rows[0][0], exact_cs, 1.0, err[0]);
+  /* apply on unit vectors: x' = c, y' = s exactly (fmaf(1, c, -(0*s))) */
+  pe_tensor k;
+  unit_rows(&rows[0][0], &k, EXACT_NP);
+  assert_int_equal(pe_apply_rope_qk(c, NULL, &k, exact_pos, 0, NULL), PE_OK);
+  exact_errors(&rows[0][0], exact_cs, 1.0, err[1]);
+  /* shift by +delta and -delta */
+  int64_t deltas[2 * EXACT_NP];
+  for (int t = 0; t < EXACT_NP; t++) deltas[t] = exact_pos[t], deltas[EXACT_NP + t] = -exact_pos[t];
+  unit_rows(&rows[0][0], &k, 2 * EXACT_NP);
+  assert_int_equal(pe_rope_shift_k(c, &k, deltas, NULL), PE_OK);
+  exact_errors(&rows[0][0], exact_cs, 1.0, err[2]);
+  exact_errors(&rows[EXACT_NP][0], exact_cs, -1.0, err_neg);
+  for (int t = 0; t < EXACT_NP; t++) err[2][t] = fmax(err[2][t], err_neg[t]);
+  /* rerotate from exact_freq to exact_to: the angle p*(to - from) */
+  unit_rows(&rows[0][0], &k, EXACT_NP);
+  assert_int_equal(pe_rope_rerotate_k(c, to, &k, exact_pos, NULL), PE_OK);
+  exact_errors(&rows[0][0], exact_rr_cs, 1.0, err[3]);
+  int bad = 0;
+  for (int w = 0; w < 4; w++) {
+    printf("# %s %-8s max |error| vs exact:", path, what[w]);
+    for (int t = 0; t < EXACT_NP; t++) {
+      printf(" p=%lld %.3g", (long long)exact_pos[t], err[w][t]);
+      bad |= !(err[w][t] <= 1.5e-7);
+    }
+    printf("\n");
+  }
+  pe_rope_cache_destroy(c);
+  pe_rope_cache_destroy(to);
+  assert_int_equal(pe_force_isa("scalar"), PE_OK);
+  if (bad) fail_msg("path %s: an error above 1.5e-7 at a large position (listed above)", path);
 }
 
 /* ---- golden file ---- */
@@ -510,17 +610,19 @@ static void golden(const char *path) {
   static void identity_shapes_##p(void **s) { (void)s; differential_shapes(#p); }    \
   static void table_rows_##p(void **s) { (void)s; table_rows(#p); }                  \
   static void table_accuracy_##p(void **s) { (void)s; table_accuracy(#p); }          \
-  static void golden_##p(void **s) { (void)s; golden(#p); }
+  static void golden_##p(void **s) { (void)s; golden(#p); }                          \
+  static void large_positions_##p(void **s) { (void)s; large_positions(#p); }
 PATH_TESTS(avx2)
 PATH_TESTS(avx512)
 PATH_TESTS(neon)
 static void table_accuracy_scalar(void **s) { (void)s; table_accuracy("scalar"); }
 static void golden_scalar(void **s) { (void)s; golden("scalar"); }
+static void large_positions_scalar(void **s) { (void)s; large_positions("scalar"); }
 #define PATH_ENTRIES(p)                                                              \
   cmocka_unit_test(identity_f32_##p), cmocka_unit_test(identity_f16_##p),            \
       cmocka_unit_test(identity_bf16_##p), cmocka_unit_test(identity_shapes_##p),    \
       cmocka_unit_test(table_rows_##p), cmocka_unit_test(table_accuracy_##p),        \
-      cmocka_unit_test(golden_##p)
+      cmocka_unit_test(golden_##p), cmocka_unit_test(large_positions_##p)
 
 /* Forcing a path this CPU or build lacks is reported, never a crash. */
 static void test_force_isa(void **state) {
@@ -541,6 +643,7 @@ int main(void) {
       cmocka_unit_test(test_force_isa),
       cmocka_unit_test(table_accuracy_scalar),
       cmocka_unit_test(golden_scalar),
+      cmocka_unit_test(large_positions_scalar),
       PATH_ENTRIES(avx512),
       PATH_ENTRIES(avx2),
       PATH_ENTRIES(neon),

@@ -280,6 +280,15 @@ static void run_all(fixture *f, pe_threadpool *pool) {
     NO_ALLOC("mrope interleaved on the fly",
              pe_apply_mrope_qk(f->fly, &q, NULL, f->mpos, section, PE_ROPE_MROPE_INTERLEAVED, pool));
     NO_ALLOC("mrope NULL positions", pe_apply_mrope_qk(f->fly, NULL, &k, NULL, section, 0, pool));
+    uint8_t axis_map[64];
+    for (int i = 0; i < 64; i++) axis_map[i] = (uint8_t)(i % 3);
+    NO_ALLOC("axes table", pe_apply_rope_axes_qk(f->table, &q, &k, f->mpos, 3, axis_map, 0, pool));
+    NO_ALLOC("axes on the fly inverse",
+             pe_apply_rope_axes_qk(f->fly, &q, NULL, f->mpos, 3, axis_map, PE_ROPE_INVERSE, pool));
+    NO_ALLOC("axes NULL positions", pe_apply_rope_axes_qk(f->fly, NULL, &k, NULL, 3, axis_map, 0, pool));
+    NO_ALLOC("axis map sections", pe_axis_map_sections(section, 3, 64, axis_map));
+    NO_ALLOC("axis map interleaved", pe_axis_map_interleaved(section, 3, 64, axis_map));
+    NO_ALLOC("axis map ernie", pe_axis_map_ernie45_vl(20, 64, axis_map));
     const pe_rope_cache *caches[3] = {f->table, f->fly, f->other};
     const int32_t index[2] = {2, 0};
     NO_ALLOC("multi", pe_apply_rope_qk_multi(caches, 3, index, &q, &k, f->pos, 0, pool));
@@ -314,6 +323,13 @@ static void run_all(fixture *f, pe_threadpool *pool) {
                   pe_apply_mrope_qk(f->table, &q, &k, mbad, section, 0, pool));
   NO_ALLOC_STATUS("mrope bad section", PE_ERR_INVALID_ARGUMENT,
                   pe_apply_mrope_qk(f->table, &q, &k, f->mpos, bad_section, 0, pool));
+  uint8_t bad_map[64] = {0};
+  bad_map[40] = 3;
+  NO_ALLOC_STATUS("axes map entry >= n_axes", PE_ERR_INVALID_ARGUMENT,
+                  pe_apply_rope_axes_qk(f->table, &q, &k, f->mpos, 3, bad_map, 0, pool));
+  bad_map[40] = 2;
+  NO_ALLOC_STATUS("axes position past the table", PE_ERR_POSITION_OUT_OF_RANGE,
+                  pe_apply_rope_axes_qk(f->table, &q, &k, mbad, 3, bad_map, 0, pool));
   const pe_rope_cache *caches[2] = {f->table, f->fly};
   const int32_t bad_index[2] = {0, 2};
   NO_ALLOC_STATUS("multi bad cache_index", PE_ERR_INVALID_ARGUMENT,

@@ -631,8 +631,8 @@ static void test_errors(void **state) {
 /* table accuracy at 2^24                                                  */
 /* ---------------------------------------------------------------------- */
 
-/* The reference is sinl/cosl (x87, 64-bit mantissa) of the double angle
- * p*f, with f the very double the library uses (passed as CUSTOM
+/* The reference is sinl/cosl (x87, 64-bit mantissa) of the exact angle
+ * p*f (exact_cos_sin), with f the very double the library uses (passed as CUSTOM
  * frequencies, so no formula drift enters): "the float64 value of the same
  * frequencies", good to ~2^-64.
  *
@@ -650,14 +650,25 @@ static void test_errors(void **state) {
  * magnitude. */
 #define TABLE_ULP_BOUND 1.5
 
+/* cos and sin of the exact angle pos*f (f the double frequency): pos*f is
+ * the double-double th + tl (tl = fma(pos, f, -th), exact), and
+ * cos(th + tl) = cos th cos tl - sin th sin tl in long double. */
+static void exact_cos_sin(int64_t pos, double f, long double *c, long double *s) {
+  double th = (double)pos * f, tl = fma((double)pos, f, -th);
+  long double ct = cosl((long double)th), st = sinl((long double)th);
+  long double cl = cosl((long double)tl), sl = sinl((long double)tl);
+  *c = ct * cl - st * sl;
+  *s = st * cl + ct * sl;
+}
+
 static void check_row_ulps(const pe_rope_cache *c, const double *f, int half, int64_t pos,
                            double *worst, long *over1) {
   float cs[MAXH], sn[MAXH];
   assert_int_equal(pe_rope_cache_cos_sin(c, pos, cs, sn), PE_OK);
   for (int i = 0; i < half; i++) {
-    double theta = (double)pos * f[i]; /* the double angle, as the library forms it */
-    long double tl = (long double)theta;
-    double rc = (double)cosl(tl), rs = (double)sinl(tl);
+    long double lc, ls;
+    exact_cos_sin(pos, f[i], &lc, &ls); /* the exact angle for the double frequency */
+    double rc = (double)lc, rs = (double)ls;
     double ec = fabs((double)cs[i] - rc) / ulp_f32(rc), es = fabs((double)sn[i] - rs) / ulp_f32(rs);
     if (ec > *worst) *worst = ec;
     if (es > *worst) *worst = es;
@@ -747,8 +758,9 @@ static void test_scaled_table_accuracy_2_24(void **state) {
       float cs[64], sn[64];
       assert_int_equal(pe_rope_cache_cos_sin(c, pos, cs, sn), PE_OK);
       for (int i = 0; i < 64; i++) {
-        long double th = (long double)((double)pos * f[i]);
-        double rc = (double)(factors[a] * cosl(th)), rs = (double)(factors[a] * sinl(th));
+        long double lc, ls;
+        exact_cos_sin(pos, f[i], &lc, &ls);
+        double rc = (double)(factors[a] * lc), rs = (double)(factors[a] * ls);
         double ec = fabs((double)cs[i] - rc) / ulp_f32(rc), es = fabs((double)sn[i] - rs) / ulp_f32(rs);
         worst = fmax(worst, fmax(ec, es));
         if (ec > SCALED_ULP_BOUND || es > SCALED_ULP_BOUND)

@@ -44,21 +44,32 @@
 /* ------------------------------------------------------------------------ */
 
 /* Rows of cos/sin for positions pos0, pos0+1, ..., pos0+n-1 and the
- * frequencies freq[0..n_freq). Row r is out[r*2*n_freq .. +n_freq) = cos,
- * out[r*2*n_freq + n_freq .. +n_freq) = sin of the angle
- * (double)(pos0 + r) * freq[i] (double product), times scale (float
- * multiply, skipped when scale == 1). Algorithm, identical on every ISA:
- *   theta = p * freq[i]                       (double)
- *   k = nearbyint(theta / 2pi); r = theta - k*2pi (hi/lo split, fma, double)
- *   if !(|r| <= PE_REDUCED_MAX) r = 0 (see sincos_consts.h)
+ * frequencies freq[0..n_freq) (plus freq_lo[0..n_freq) when freq_lo is not
+ * NULL: the frequency is the double-double freq[i] + freq_lo[i], e.g. the
+ * exact difference of two frequencies). Row r is out[r*2*n_freq .. +n_freq)
+ * = cos, out[r*2*n_freq + n_freq .. +n_freq) = sin of the angle
+ * p*(freq[i] + freq_lo[i]), p = (double)(pos0 + r) (exact: |p| < 2^53),
+ * times scale (float multiply, skipped when scale == 1). Algorithm,
+ * identical on every ISA (constants in sincos_consts.h):
+ *   th = p * f;  tl = fma(p, f, -th)       th + tl == p*f exactly
+ *   (freq_lo:)   tl = fma(p, flo, tl)
+ *   k = nearbyint(th * PE_INV_2PI)
+ *   r = fma(-k, PE_2PI_HI, th)             exact (sincos_consts.h)
+ *   r = r + tl
+ *   r = fma(-k, PE_2PI_LO, r)
+ *   if !(|r| <= PE_REDUCED_MAX) r = 0
  *   rf = (float)r; dr = (float)(r - rf)
  *   (s, c) = SLEEF sincosf u10 (FMA variant) of rf
  *   c' = fmaf(-s, dr, c); s' = fmaf(c, dr, s) (first-order fix of rf's rounding)
- * Every value depends only on (p, freq[i], scale): a row computed in chunks
- * of frequencies equals the row computed whole. pos0 may be negative (shift
- * by a negative delta). n_freq >= 1. */
-typedef void (*pe_rope_sincos_fn)(int64_t pos0, int64_t n, const double *freq, int32_t n_freq,
-                                  float scale, float *out);
+ * r is within ~2e-15 of the exact p*f mod 2pi for every |p*f| < 2^52 * 2pi
+ * (all positions < 2^53 with frequencies up to 3), so
+ * cos/sin are within SLEEF's float accuracy of the exact values for the
+ * double frequency whatever the position. Every value depends only on (p,
+ * freq[i], freq_lo[i], scale): a row computed in chunks of frequencies
+ * equals the row computed whole. pos0 may be negative (shift by a negative
+ * delta). n_freq >= 1. */
+typedef void (*pe_rope_sincos_fn)(int64_t pos0, int64_t n, const double *freq,
+                                  const double *freq_lo, int32_t n_freq, float scale, float *out);
 
 /* A block of rows that one kernel call rotates: n_tokens tokens x n_heads
  * heads, and the first n_pairs pairs of each row (the engine passes a row

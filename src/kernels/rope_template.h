@@ -11,21 +11,29 @@
 
 /* ---- cos/sin rows ---- */
 
-/* theta - k*2pi, k = nearbyint(theta/2pi): scalar.c's sincos_one. */
-PE_AI vd reduce_2pi(vd theta) {
-  vd k = vd_round(vd_mul(theta, vd_set1(PE_INV_2PI)));
-  vd r = vd_fnma(k, vd_set1(PE_2PI_HI), theta); /* fma(-k, hi, theta) */
-  r = vd_fnma(k, vd_set1(PE_2PI_LO), r);
+/* The reduced angle of p*f (+ p*flo when lo, a constant), isa.h's
+ * algorithm: scalar.c's reduce_one lane by lane. */
+PE_AI vd reduce_2pi(vd p, vd f, vd flo, int lo) {
+  vd th = vd_mul(p, f);
+  vd tl = vd_fms(p, f, th);                    /* fma(p, f, -th): exact */
+  if (lo) tl = vd_fma(p, flo, tl);
+  vd k = vd_round(vd_mul(th, vd_set1(PE_INV_2PI)));
+  vd r = vd_fnma(k, vd_set1(PE_2PI_HI), th);   /* fma(-k, hi, th): exact */
+  r = vd_add(r, tl);
+  r = vd_fnma(k, vd_set1(PE_2PI_LO), r);       /* fma(-k, lo, r) */
   return vd_keep_reduced(r);
 }
 
-/* cos/sin of p*freq[0..m) (m <= VL; lanes past m are computed on zero
- * angles and not stored): the double reduction, SLEEF's float sincos of the
- * rounded angle, then the first-order fix for the rounding dr. */
-PE_AI void sincos_step(vd p, const double *freq, int32_t m, float scale, float *cos_out,
-                       float *sin_out) {
-  vd r0 = reduce_2pi(vd_mul(p, vd_loadn(freq, m)));
-  vd r1 = reduce_2pi(vd_mul(p, vd_loadn(freq + VDL, m - VDL)));
+/* cos/sin of p*(freq[0..m) + freq_lo[0..m)) (m <= VL; lanes past m are
+ * computed on zero angles and not stored): the double reduction, SLEEF's
+ * float sincos of the rounded angle, then the first-order fix for the
+ * rounding dr. */
+PE_AI void sincos_step(vd p, const double *freq, const double *freq_lo, int lo, int32_t m,
+                       float scale, float *cos_out, float *sin_out) {
+  vd z = vd_set1(0.0);
+  vd r0 = reduce_2pi(p, vd_loadn(freq, m), lo ? vd_loadn(freq_lo, m) : z, lo);
+  vd r1 = reduce_2pi(p, vd_loadn(freq + VDL, m - VDL),
+                     lo ? vd_loadn(freq_lo + VDL, m - VDL) : z, lo);
   vf rf = vf_from_vd2(r0, r1);
   vf dr = vf_from_vd2(vd_sub(r0, vd_widen_lo(rf)), vd_sub(r1, vd_widen_hi(rf)));
   __typeof__(VEC_SINCOSF(rf)) sc = VEC_SINCOSF(rf); /* .x = sin, .y = cos */
@@ -39,15 +47,26 @@ PE_AI void sincos_step(vd p, const double *freq, int32_t m, float scale, float *
   vf_storen(sin_out, m, sf);
 }
 
-static void FN(rope_sincos)(int64_t pos0, int64_t n, const double *freq, int32_t n_freq,
-                            float scale, float *out) {
+PE_AI void sincos_rows(int lo, int64_t pos0, int64_t n, const double *freq,
+                       const double *freq_lo, int32_t n_freq, float scale, float *out) {
   for (int64_t r = 0; r < n; r++) {
     vd p = vd_set1((double)(pos0 + r));
     float *row = out + r * 2 * n_freq;
     int32_t i = 0;
-    for (; i + VL <= n_freq; i += VL) sincos_step(p, freq + i, VL, scale, row + i, row + n_freq + i);
-    if (i < n_freq) sincos_step(p, freq + i, n_freq - i, scale, row + i, row + n_freq + i);
+    for (; i + VL <= n_freq; i += VL)
+      sincos_step(p, freq + i, lo ? freq_lo + i : NULL, lo, VL, scale, row + i, row + n_freq + i);
+    if (i < n_freq)
+      sincos_step(p, freq + i, lo ? freq_lo + i : NULL, lo, n_freq - i, scale, row + i,
+                  row + n_freq + i);
   }
+}
+
+static void FN(rope_sincos)(int64_t pos0, int64_t n, const double *freq, const double *freq_lo,
+                            int32_t n_freq, float scale, float *out) {
+  if (freq_lo)
+    sincos_rows(1, pos0, n, freq, freq_lo, n_freq, scale, out);
+  else
+    sincos_rows(0, pos0, n, freq, freq_lo, n_freq, scale, out);
 }
 
 /* ---- rotation ---- */

@@ -30,11 +30,23 @@ static Sleef_float_2 sleef_sincosf(float x) {
 #endif
 }
 
-static inline void sincos_one(double theta, float scale, float *c_out, float *s_out) {
-  double k = nearbyint(theta * PE_INV_2PI);
-  double r = fma(-k, PE_2PI_HI, theta);
+/* The reduced angle of p*f + p*flo (isa.h): p*f as the double-double
+ * th + tl (the fma gives the product's rounding error exactly), k the
+ * nearest multiple of 2pi to th, then th - k*hi (exact: see
+ * sincos_consts.h), the low part, and - k*lo. */
+static inline double reduce_one(double p, double f, const double *flo) {
+  double th = p * f;
+  double tl = fma(p, f, -th);
+  if (flo) tl = fma(p, *flo, tl);
+  double k = nearbyint(th * PE_INV_2PI);
+  double r = fma(-k, PE_2PI_HI, th);
+  r = r + tl;
   r = fma(-k, PE_2PI_LO, r);
   if (!(fabs(r) <= PE_REDUCED_MAX)) r = 0.0; /* see sincos_consts.h */
+  return r;
+}
+
+static inline void sincos_one(double r, float scale, float *c_out, float *s_out) {
   float rf = (float)r;
   float dr = (float)(r - (double)rf);
   Sleef_float_2 sc = sleef_sincosf(rf);
@@ -48,12 +60,14 @@ static inline void sincos_one(double theta, float scale, float *c_out, float *s_
   *s_out = s;
 }
 
-static void rope_sincos_scalar(int64_t pos0, int64_t n, const double *freq, int32_t n_freq,
-                               float scale, float *out) {
+static void rope_sincos_scalar(int64_t pos0, int64_t n, const double *freq, const double *freq_lo,
+                               int32_t n_freq, float scale, float *out) {
   for (int64_t r = 0; r < n; r++) {
     double p = (double)(pos0 + r);
     float *row = out + r * 2 * n_freq;
-    for (int32_t i = 0; i < n_freq; i++) sincos_one(p * freq[i], scale, &row[i], &row[n_freq + i]);
+    for (int32_t i = 0; i < n_freq; i++)
+      sincos_one(reduce_one(p, freq[i], freq_lo ? freq_lo + i : NULL), scale, &row[i],
+                 &row[n_freq + i]);
   }
 }
 

@@ -36,6 +36,9 @@ PE_AI vf vf_neg(vf a) { return _mm256_xor_ps(a, _mm256_set1_ps(-0.0f)); }
 #define vd_mul _mm256_mul_pd
 #define vd_sub _mm256_sub_pd
 #define vd_fnma _mm256_fnmadd_pd
+#define vd_add _mm256_add_pd
+#define vd_fma _mm256_fmadd_pd /* a*b + c, one rounding */
+#define vd_fms _mm256_fmsub_pd /* a*b - c = fma(a, b, -c), one rounding */
 PE_AI vd vd_round(vd x) { return _mm256_round_pd(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC); }
 /* r where |r| <= PE_REDUCED_MAX (false for NaN), else 0. */
 PE_AI vd vd_keep_reduced(vd r) {

@@ -51,6 +51,9 @@ PE_AI void vf_storen(float *p, int32_t n, vf v) {
 #define vd_mul _mm512_mul_pd
 #define vd_sub _mm512_sub_pd
 #define vd_fnma _mm512_fnmadd_pd
+#define vd_add _mm512_add_pd
+#define vd_fma _mm512_fmadd_pd /* a*b + c, one rounding */
+#define vd_fms _mm512_fmsub_pd /* a*b - c = fma(a, b, -c), one rounding */
 PE_AI vd vd_loadn(const double *p, int32_t n) {
   return n >= VDL ? _mm512_loadu_pd(p) : _mm512_maskz_loadu_pd((__mmask8)mask_n(n), p);
 }

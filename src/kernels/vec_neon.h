@@ -36,6 +36,9 @@ typedef float64x2_t vd;
 #define vd_sub vsubq_f64
 #define vd_round vrndnq_f64
 #define vd_fnma(a, b, c) vfmsq_f64(c, a, b)
+#define vd_add vaddq_f64
+#define vd_fma(a, b, c) vfmaq_f64(c, a, b) /* a*b + c */
+#define vd_fms(a, b, c) vfmaq_f64(vnegq_f64(c), a, b) /* fma(a, b, -c) */
 /* r where |r| <= PE_REDUCED_MAX (false for NaN), else 0. */
 PE_AI vd vd_keep_reduced(vd r) {
   uint64x2_t ok = vcaleq_f64(r, vdupq_n_f64(PE_REDUCED_MAX));
