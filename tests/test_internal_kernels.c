@@ -601,7 +601,7 @@ static void test_scalar_sincos_alibi_reference(void **state) {
   for (int i = 0; i < 64; i++) freq[i] = pow(10000.0, -i / 64.0);
   float out[2 * 64];
   for (size_t k = 0; k < sizeof ps / sizeof ps[0]; k++) {
-    ref->rope_sincos(ps[k], 1, freq, 64, 0.5f, out);
+    ref->rope_sincos(ps[k], 1, freq, NULL, 64, 0.5f, out);
     for (int i = 0; i < 64; i++) {
       double a = (double)ps[k] * freq[i];
       assert_true(fabs(out[i] - 0.5 * cos(a)) <= 0x1p-22);
