@@ -179,6 +179,14 @@ PE_API pe_status pe_rope_cache_create(const pe_rope_params *user, pe_rope_cache 
     return pe__fail(PE_ERR_INVALID_ARGUMENT, "%s: the attention factor %g is not a finite positive float",
                     fn, bad);
   }
+  if (!isfinite(c->softmax_scale) || c->softmax_scale <= 0.0) {
+    /* mscale(factor, mscale_all_dim)^2 overflows for an absurd mscale_all_dim */
+    double bad = c->softmax_scale;
+    cache_free(c);
+    return pe__fail(PE_ERR_INVALID_ARGUMENT,
+                    "%s: the softmax scale %g (from mscale_all_dim %g) is not a finite positive "
+                    "number", fn, bad, p.mscale_all_dim);
+  }
   p.short_factor = c->short_factor;
   p.long_factor = c->long_factor;
   p.inv_freq = c->custom_inv_freq;

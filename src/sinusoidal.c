@@ -62,6 +62,7 @@ static void sin_freqs(const sin_geometry *g, int32_t k0, int32_t n, double *freq
 static int32_t sin_chunk(const pe_isa *isa, const sin_geometry *g, const double *freq, int32_t k0,
                          int32_t n, int64_t pos, float *v) {
   double p = (double)pos, angle[SIN_CHUNK];
+  if (n <= 0) return 0; /* never: callers pass a chunk; tells gcc angle[] is written */
   float sv[SIN_CHUNK], cv[SIN_CHUNK];
   if (g->concat)
     for (int32_t i = 0; i < n; i++) angle[i] = p * freq[i];
