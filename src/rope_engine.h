@@ -128,4 +128,17 @@ PE_HIDDEN pe_status pe__rope_check_positions(const char *fn, const char *axis_na
 PE_HIDDEN pe_status pe__rope_check_same_geometry(const char *fn, const char *what,
                                                  const pe_rope_cache *a, const pe_rope_cache *b);
 
+/* slot_mapping ([batch][tokens]): each in [-1, n_slots), no slot twice
+ * (rope_store.c). */
+PE_HIDDEN pe_status pe__rope_check_slots(const char *fn, const int64_t *slots, int64_t batch,
+                                         int64_t tokens, int64_t n_slots);
+
+/* The cache store every entry point shares (qk_norm.c): validation, then one
+ * engine run. norm NULL: no norm; v and v_cache NULL: no v. */
+PE_HIDDEN pe_status pe__rope_store(const char *fn, const pe_rope_cache *c, const pe_qk_norm *norm,
+                                   const pe_tensor *q, const pe_tensor *k, const pe_tensor *v,
+                                   const pe_tensor *k_cache, const pe_tensor *v_cache,
+                                   const int64_t *slot_mapping, const int64_t *positions,
+                                   uint32_t flags, pe_threadpool *pool);
+
 #endif
