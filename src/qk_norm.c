@@ -51,6 +51,9 @@ static pe_status check_weight(const char *fn, const char *name, const pe_qk_norm
                     (int)n->kind);
   int64_t len = n->scope == PE_QK_NORM_PER_TOKEN ? t->shape[1] * hd : hd;
   if (len <= 0) return PE_OK;
+  if (len > INT64_MAX / 8)
+    return pe__fail(PE_ERR_OVERFLOW, "%s: norm %s of %" PRId64 " floats: byte count overflows", fn,
+                    name, len);
   pe_tensor wt = weight_tensor(w, len);
   for (int i = 0; i < n_written; i++)
     if (written[i] && pe__tensors_overlap(&wt, written[i]))
