@@ -126,12 +126,13 @@ static void block_rows(const pe__rope_plan *p, const pe_rope_cache *c, int64_t u
 
 /* ---- the norm stage ---- */
 
-float pe__norm_scale(const float *acc, int64_t n, float eps) {
-  float a[16];
-  memcpy(a, acc, sizeof a);
-  for (int w = 8; w >= 1; w /= 2)
-    for (int i = 0; i < w; i++) a[i] = a[i] + a[i + w];
-  float r = 1.0f / sqrtf(a[0] / (float)n + eps);
+float pe__norm_scale(const float *a, int64_t n, float eps) {
+  /* the tree of isa.h, in locals (an array round trip per level is slow) */
+  float s0 = a[0] + a[8], s1 = a[1] + a[9], s2 = a[2] + a[10], s3 = a[3] + a[11];
+  float s4 = a[4] + a[12], s5 = a[5] + a[13], s6 = a[6] + a[14], s7 = a[7] + a[15];
+  float t0 = s0 + s4, t1 = s1 + s5, t2 = s2 + s6, t3 = s3 + s7;
+  float u0 = t0 + t2, u1 = t1 + t3;
+  float r = 1.0f / sqrtf((u0 + u1) / (float)n + eps);
   return isnan(r) ? 0.0f : r;
 }
 
@@ -146,24 +147,26 @@ static inline const char *op_row(const pe__rope_operand *op, int64_t b, int64_t 
 
 /* The scales of op's rows of tokens [t0, t0+n) of batch row b, [token][row]:
  * the sums of squares of whole rows (every head in order, per token), read
- * before anything of the block is written. */
+ * before anything of the block is written. A token's heads go to the kernel
+ * in groups of 64 rows (their lanes on the stack). */
 static void norm_scales(const pe__rope_plan *p, const pe__rope_operand *op, int64_t b,
                         int64_t t0, int64_t n, float *out) {
+  enum { GROUP = 64 };
   pe_norm_sumsq_fn sumsq = p->isa->norm_sumsq[op->dtype];
   const int64_t hd = p->head_dim, hs = op->s_head * op->esize;
-  float acc[16];
+  float acc[16 * GROUP] __attribute__((aligned(64)));
   for (int64_t i = 0; i < n; i++) {
     const char *row = op_row(op, b, t0 + i);
     if (p->norm_per_token) {
-      memset(acc, 0, sizeof acc);
-      for (int64_t h = 0; h < op->heads; h++) sumsq(row + h * hs, hd, acc);
+      sumsq(row, hd, op->heads, op->s_head, 1, acc);
       out[i] = pe__norm_scale(acc, op->heads * hd, p->norm_eps);
       continue;
     }
-    for (int64_t h = 0; h < op->heads; h++) {
-      memset(acc, 0, sizeof acc);
-      sumsq(row + h * hs, hd, acc);
-      out[i * op->heads + h] = pe__norm_scale(acc, hd, p->norm_eps);
+    for (int64_t h0 = 0; h0 < op->heads; h0 += GROUP) {
+      int64_t g = op->heads - h0 < GROUP ? op->heads - h0 : GROUP;
+      sumsq(row + h0 * hs, hd, g, op->s_head, 0, acc);
+      for (int64_t h = 0; h < g; h++)
+        out[i * op->heads + h0 + h] = pe__norm_scale(acc + 16 * h, hd, p->norm_eps);
     }
   }
 }

@@ -106,14 +106,17 @@ typedef struct pe_rope_block {
 #define PE_NORM_W1 2
 #define PE_NORM_UNIT 3
 
-/* Sum of squares of a row, accumulated into 16 float32 lanes (the fixed
- * order every ISA reproduces): element e of src (n elements of the kernel's
- * dtype, widened as the rotation loads them) does
- *   acc[e % 16] = fmaf(x_e, x_e, acc[e % 16])      in increasing e.
- * acc is read and written (a per-token norm accumulates every head's row in
- * head order, each row starting again at lane 0). pe__norm_scale combines
- * the lanes. */
-typedef void (*pe_norm_sumsq_fn)(const void *src, int64_t n, float *acc);
+/* Sums of squares of `rows` rows of n elements (row r at src + r*row_stride
+ * elements of the kernel's dtype, widened as the rotation loads them), in 16
+ * float32 lanes that start at +0 (the fixed order every ISA reproduces):
+ * element e of a row does
+ *   lane[e % 16] = fmaf(x_e, x_e, lane[e % 16])     in increasing e,
+ * rows in order. combine 1: one set of lanes for all rows (a per-token norm:
+ * every head of the token, each row starting again at lane 0), written to
+ * acc[0..16); combine 0: each row its own lanes, acc[16r .. 16r+16).
+ * pe__norm_scale combines a set of lanes. */
+typedef void (*pe_norm_sumsq_fn)(const void *src, int64_t n, int64_t rows, int64_t row_stride,
+                                 int combine, float *acc);
 
 /* dst[e] = round(pe_norm_apply(mode, x_e, r, w[e])) for e in [0, n) (mode not
  * PE_NORM_OFF): src of the first dtype index, dst of the second; dst may be

@@ -78,28 +78,36 @@ PE_AI vf norm_ld(int mode, vf x, vf r, const float *w, int32_t m) {
   return norm_v(mode, x, r, weighted ? vf_loadn(w, m) : x);
 }
 
-/* The sum of squares in 16 lanes (isa.h): VL-lane accumulators, 16/VL of
+/* The sums of squares in 16 lanes (isa.h): VL-lane accumulators, 16/VL of
  * them, element e in accumulator (e % 16) / VL, lane e % VL; lanes past a
  * tail add fmaf(0, 0, acc) = acc (every acc is +0, positive, Inf or NaN). */
-PE_AI void sumsq_gen(int dt, const void *src, int64_t n, float *acc) {
+PE_AI void sumsq_gen(int dt, const void *src, int64_t n, int64_t rows, int64_t row_stride,
+                     int combine, float *acc) {
   enum { NA = 16 / VL };
-  const char *p = src;
   const int64_t es = pe__esize(dt);
   vf a[NA];
-  for (int i = 0; i < NA; i++) a[i] = vf_load(acc + i * VL);
-  int64_t e = 0;
-  for (; e + 16 <= n; e += 16)
-    for (int i = 0; i < NA; i++) {
-      vf x = vld(dt, PE_AT(p, e + i * VL, es), VL);
-      a[i] = vf_fma(x, x, a[i]);
-    }
-  if (e < n)
-    for (int i = 0; i < NA; i++) {
-      int64_t left = n - e - i * VL;
-      vf x = vld(dt, PE_AT(p, e + i * VL, es), left > VL ? VL : (int32_t)left);
-      a[i] = vf_fma(x, x, a[i]);
-    }
-  for (int i = 0; i < NA; i++) vf_store(acc + i * VL, a[i]);
+  for (int i = 0; i < NA; i++) a[i] = vf_set1(0.0f);
+  for (int64_t r = 0; r < rows; r++) {
+    const char *p = (const char *)src + r * row_stride * es;
+    if (r > 0 && !combine)
+      for (int i = 0; i < NA; i++) a[i] = vf_set1(0.0f);
+    int64_t e = 0;
+    for (; e + 16 <= n; e += 16)
+      for (int i = 0; i < NA; i++) {
+        vf x = vld(dt, PE_AT(p, e + i * VL, es), VL);
+        a[i] = vf_fma(x, x, a[i]);
+      }
+    if (e < n)
+      for (int i = 0; i < NA; i++) {
+        int64_t left = n - e - i * VL;
+        vf x = vld(dt, PE_AT(p, e + i * VL, es), left > VL ? VL : (int32_t)left);
+        a[i] = vf_fma(x, x, a[i]);
+      }
+    if (!combine)
+      for (int i = 0; i < NA; i++) vf_store(acc + 16 * r + i * VL, a[i]);
+  }
+  if (combine)
+    for (int i = 0; i < NA; i++) vf_store(acc + i * VL, a[i]);
 }
 
 /* NeoX, m <= VL pairs: x at sx, y at sy (dtype sd), written to dx, dy

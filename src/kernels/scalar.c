@@ -116,11 +116,20 @@ PE_AI void rope_row(int dt, int style, void *row, const float *cosv, const float
 
 /* ---- the QK-norm's other kernels ---- */
 
-PE_AI void sumsq_gen(int dt, const void *src, int64_t n, float *acc) {
-  for (int64_t e = 0; e < n; e++) {
-    float x = rot_load(dt, src, e);
-    acc[e % 16] = fmaf(x, x, acc[e % 16]);
+PE_AI void sumsq_gen(int dt, const void *src, int64_t n, int64_t rows, int64_t row_stride,
+                     int combine, float *acc) {
+  for (int64_t r = 0; r < rows; r++) {
+    const char *p = (const char *)src + r * row_stride * pe__esize(dt);
+    float *a = combine ? acc : acc + 16 * r;
+    if (r == 0 || !combine)
+      for (int i = 0; i < 16; i++) a[i] = 0.0f;
+    for (int64_t e = 0; e < n; e++) {
+      float x = rot_load(dt, p, e);
+      a[e % 16] = fmaf(x, x, a[e % 16]);
+    }
   }
+  if (combine && rows <= 0)
+    for (int i = 0; i < 16; i++) acc[i] = 0.0f;
 }
 
 PE_AI void norm_row_gen(int sd, int dd, const void *src, void *dst, int64_t n, float r,
