@@ -125,6 +125,19 @@ PE_API pe_status pe_qk_norm_rope(const pe_rope_cache *c, const pe_qk_norm *norm,
 
 /* ---- into the cache ---- */
 
+/* a's first three dimensions (named by dims) equal b's. */
+static pe_status same_dims(const char *fn, const char *an, const pe_tensor *a, const char *bn,
+                           const pe_tensor *b, const char *dims) {
+  for (int d = 0; d < 3; d++)
+    if (a->shape[d] != b->shape[d])
+      return pe__fail(PE_ERR_SHAPE,
+                      "%s: %s [%s] = [%" PRId64 ", %" PRId64 ", %" PRId64 "] must match %s's [%" PRId64
+                      ", %" PRId64 ", %" PRId64 "]",
+                      fn, an, dims, a->shape[0], a->shape[1], a->shape[2], bn, b->shape[0],
+                      b->shape[1], b->shape[2]);
+  return PE_OK;
+}
+
 /* v and its cache: present together, v's [batch, heads, tokens] k's, the v
  * cache's [num_blocks, heads, block_size] the k cache's, nothing shared with
  * what the call writes or reads into them. */
@@ -136,20 +149,9 @@ static pe_status check_v(const char *fn, const pe_tensor *q, const pe_tensor *k,
   if (!vc) return pe__fail(PE_ERR_NULL_POINTER, "%s: v is given but the v cache is NULL", fn);
   if ((st = pe__check_tensor(fn, "v", v, 0)) != PE_OK) return st;
   if ((st = pe__check_tensor(fn, "v_cache", vc, 1)) != PE_OK) return st;
-  for (int d = 0; d < 3; d++)
-    if (v->shape[d] != k->shape[d])
-      return pe__fail(PE_ERR_SHAPE,
-                      "%s: v [batch %" PRId64 ", heads %" PRId64 ", tokens %" PRId64
-                      "] must match k's [%" PRId64 ", %" PRId64 ", %" PRId64 "]",
-                      fn, v->shape[0], v->shape[1], v->shape[2], k->shape[0], k->shape[1],
-                      k->shape[2]);
-  for (int d = 0; d < 3; d++)
-    if (vc->shape[d] != kc->shape[d])
-      return pe__fail(PE_ERR_SHAPE,
-                      "%s: v_cache [num_blocks %" PRId64 ", heads %" PRId64 ", block_size %" PRId64
-                      "] must match k_cache's [%" PRId64 ", %" PRId64 ", %" PRId64 "]",
-                      fn, vc->shape[0], vc->shape[1], vc->shape[2], kc->shape[0], kc->shape[1],
-                      kc->shape[2]);
+  if ((st = same_dims(fn, "v", v, "k", k, "batch, heads, tokens")) != PE_OK) return st;
+  if ((st = same_dims(fn, "v_cache", vc, "k_cache", kc, "num_blocks, heads, block_size")) != PE_OK)
+    return st;
   if (vc->shape[3] != v->shape[3])
     return pe__fail(PE_ERR_SHAPE, "%s: v_cache head_dim (shape[3]) %" PRId64 " != v's %" PRId64,
                     fn, vc->shape[3], v->shape[3]);
