@@ -676,7 +676,8 @@ PE_API void pe_kv_cache_init(pe_kv_cache *kv);
  * Errors (nothing written on any): PE_ERR_NULL_POINTER (c, norm, q and k,
  * a required weight, data), PE_ERR_INVALID_ARGUMENT (kind, scope, eps, a
  * weight given to NONE or L2, struct_size with a non-zero unknown tail,
- * flags), PE_ERR_SHAPE (as pe_apply_rope_qk; a weight overlapping q or k),
+ * flags, a struct_size below sizeof(pe_qk_norm) of this first layout),
+ * PE_ERR_SHAPE (as pe_apply_rope_qk; a weight overlapping q or k),
  * PE_ERR_DTYPE, PE_ERR_OVERFLOW, PE_ERR_POSITION_OUT_OF_RANGE, PE_ERR_BUSY
  * (busy pool). No allocation. Thread-safe as pe_apply_rope_qk. */
 PE_API pe_status pe_qk_norm_rope(const pe_rope_cache *c, const pe_qk_norm *norm,
@@ -706,7 +707,8 @@ PE_API pe_status pe_qk_norm_rope(const pe_rope_cache *c, const pe_qk_norm *norm,
  * tokens differ from k's, v_head_dim differs from the v cache's, the v cache's
  * num_blocks, kv_heads or block_size differ from the k cache's, the v cache
  * overlaps q, k, v or the k cache, k_cache overlaps v), PE_ERR_INVALID_ARGUMENT
- * (reserved kv_cache fields not zero). No allocation. Thread-safety: as
+ * (reserved kv_cache fields not zero, kv_cache struct_size below this first
+ * layout's). No allocation. Thread-safety: as
  * pe_apply_rope_qk_store. */
 PE_API pe_status pe_qk_norm_rope_store(const pe_rope_cache *c, const pe_qk_norm *norm,
                                        const pe_tensor *q, const pe_tensor *k,
