@@ -597,8 +597,10 @@ PE_API pe_status pe_apply_rope_qk_multi(const pe_rope_cache *const *caches, int3
  * w, (x * r) * (1.0f + w) or x * r; then n is rotated as pe_apply_rope_qk
  * rotates (fmaf(n_x, c, -(n_y*s)), fmaf(n_y, c, n_x*s)) and rounded once to
  * the output dtype. Relative to a float64 evaluation of the same formulas the
- * error is at most about (ceil(n/16)/2 + 12) float32 ulps of |n_x| + |n_y|
- * (the sum's rounding dominates; tests/test_qk_norm.c checks it).
+ * error is at most about (L/2 + 12) float32 ulps of |n_x| + |n_y| (n_x, n_y
+ * the pair's exact normed values; L = ceil(head_dim/16), the terms a lane
+ * sums, times the heads for a per-token norm; the sum's rounding dominates;
+ * tests/test_qk_norm.c checks it).
  *
  * How that relates to HF's rounding for bf16/f16 models: HF upcasts x to
  * float32 for the mean and r, like this library. Gemma3RMSNorm multiplies by

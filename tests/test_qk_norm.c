@@ -391,12 +391,17 @@ static void test_partial_rotary_and_tails(void **state) {
   check_values(&s);
 }
 
+static void check_store(const scen *s);
+
 /* More head rows per token than the norm stage holds at once. */
 static void test_many_heads(void **state) {
   (void)state;
   scen s = qwen3;
   s.hd = 8, s.Hq = 1100, s.Hk = 3, s.T = 2, s.B = 1;
   check_values(&s);
+  /* the store, k's heads in groups too */
+  s.Hq = 600, s.Hk = 600, s.vd = 8, s.nb = 1, s.bs = 4, s.dt = PE_BF16, s.kcd = PE_F32;
+  check_store(&s);
 }
 
 /* ---- the store ---- */
