@@ -90,7 +90,9 @@ static void usage(FILE *f) {
           "\n"
           "  --suite LIST       comma list of rope,table,alibi,t5,sinusoidal,learned,cutover,\n"
           "                     fused (serving entry points against their unfused\n"
-          "                     equivalent: the 'x textbook loop' column)\n"
+          "                     equivalent: the 'x textbook loop' column), qknorm (QK-norm +\n"
+          "                     RoPE + K/V into the cache, Qwen3-8B, against the unfused\n"
+          "                     sequence)\n"
           "                     or all (default: rope,table,alibi,t5,sinusoidal,learned)\n"
           "  --model NAME       llama3-8b (default), llama3-70b, qwen2.5-7b, mistral-7b,\n"
           "                     phi3-mini, gpt-j, neox-20b: heads, kv heads, head_dim,\n"
@@ -202,7 +204,7 @@ static int parse_args(int argc, char **argv) {
     long x;
     if (!strcmp(key, "--suite") || !strcmp(key, "--suites")) {
       if (!strcmp(val, "all"))
-        snprintf(opt.suites, sizeof opt.suites, "rope,table,alibi,t5,sinusoidal,learned,cutover,fused");
+        snprintf(opt.suites, sizeof opt.suites, "rope,table,alibi,t5,sinusoidal,learned,cutover,fused,qknorm");
       else
         snprintf(opt.suites, sizeof opt.suites, "%s", val);
     } else if (!strcmp(key, "--model")) {
@@ -1681,6 +1683,193 @@ static void suite_fused(void) {
 }
 
 /* ------------------------------------------------------------------------ */
+/* qknorm: QK-norm + RoPE + K and V into the paged cache (issue 16)          */
+/* ------------------------------------------------------------------------ */
+
+/* Qwen3-8B's attention (32 q / 8 kv heads x 128, NeoX, theta 1e6, per-head
+ * RMSNorm eps 1e-6) on a packed QKV buffer [B, T, (32 + 2*8) * 128] and an
+ * NHD paged cache of the same dtype. The call is pe_qk_norm_rope_store; the
+ * "x textbook" column is the unfused sequence an engine runs without it,
+ * timed interleaved: a plain C RMSNorm loop over each q and k head row (in
+ * place, float32 sum), pe_apply_rope_qk, then memcpy of each token's k and v
+ * rows into their slots. The bound streams the bytes the fused call touches
+ * once: q read and written, k and v read, their cache rows written. */
+typedef pe_status (*qkn_store_fn)(const pe_rope_cache *, const pe_qk_norm *, const pe_tensor *,
+                                  const pe_tensor *, const pe_tensor *, const pe_kv_cache *,
+                                  const int64_t *, const int64_t *, uint32_t, pe_threadpool *);
+
+typedef struct qkn_state {
+  pe_rope_cache *cache;
+  pe_qk_norm norm;
+  pe_kv_cache kv;
+  pe_tensor q, k, v, kc, vc;
+  float *qw, *kw;
+  void *qkv;
+  int64_t *slots, *pos;
+  qkn_store_fn store;
+} qkn_state;
+
+static pe_status qkn_call(bench_case *c) {
+  qkn_state *s = c->st;
+  return s->store(s->cache, &s->norm, &s->q, &s->k, &s->v, &s->kv, s->slots, s->pos, 0, c->pool);
+}
+
+static float qkn_load(int dt, const void *p, int64_t i) {
+  if (dt == PE_F32) return ((const float *)p)[i];
+  uint32_t u = (uint32_t)((const uint16_t *)p)[i] << 16; /* bf16 */
+  float f;
+  memcpy(&f, &u, 4);
+  return f;
+}
+static void qkn_store(int dt, void *p, int64_t i, float f) {
+  if (dt == PE_F32) {
+    ((float *)p)[i] = f;
+    return;
+  }
+  uint32_t u;
+  memcpy(&u, &f, 4);
+  ((uint16_t *)p)[i] = (uint16_t)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16); /* RNE, no NaN here */
+}
+
+/* The plain RMSNorm of every head row of x, in place (Qwen3RMSNorm). */
+static void qkn_rmsnorm(const pe_tensor *x, const float *w, float eps) {
+  int dt = x->dtype;
+  int64_t hd = x->shape[3], es = (int64_t)dtype_size(dt);
+  for (int64_t b = 0; b < x->shape[0]; b++)
+    for (int64_t t = 0; t < x->shape[2]; t++)
+      for (int64_t h = 0; h < x->shape[1]; h++) {
+        char *row = (char *)x->data + (b * x->stride[0] + t * x->stride[2] + h * x->stride[1]) * es;
+        float ss = 0;
+        for (int64_t e = 0; e < hd; e++) {
+          float v = qkn_load(dt, row, e);
+          ss += v * v;
+        }
+        float r = 1.0f / sqrtf(ss / (float)hd + eps);
+        for (int64_t e = 0; e < hd; e++) qkn_store(dt, row, e, qkn_load(dt, row, e) * r * w[e]);
+      }
+}
+
+/* Each token's rows of x copied to its slot of cache (same dtype). */
+static void qkn_copy_rows(const pe_tensor *x, const pe_tensor *cache, const int64_t *slots) {
+  size_t es = dtype_size(x->dtype), row = (size_t)x->shape[3] * es;
+  for (int64_t b = 0; b < x->shape[0]; b++)
+    for (int64_t t = 0; t < x->shape[2]; t++) {
+      int64_t slot = slots[b * x->shape[2] + t];
+      if (slot < 0) continue;
+      const char *src = (const char *)x->data + (b * x->stride[0] + t * x->stride[2]) * (int64_t)es;
+      char *dst = (char *)cache->data + ((slot / FUSED_BLOCK) * cache->stride[0] +
+                                         (slot % FUSED_BLOCK) * cache->stride[2]) * (int64_t)es;
+      for (int64_t h = 0; h < x->shape[1]; h++)
+        memcpy(dst + h * cache->stride[1] * (int64_t)es, src + h * x->stride[1] * (int64_t)es, row);
+    }
+}
+
+static void qkn_unfused(bench_case *c) {
+  qkn_state *s = c->st;
+  qkn_rmsnorm(&s->q, s->qw, s->norm.eps);
+  qkn_rmsnorm(&s->k, s->kw, s->norm.eps);
+  pe_apply_rope_qk(s->cache, &s->q, &s->k, s->pos, 0, c->pool);
+  qkn_copy_rows(&s->k, &s->kc, s->slots);
+  qkn_copy_rows(&s->v, &s->vc, s->slots);
+}
+
+static void qkn_case(int64_t batch, int64_t tokens, int dt, int threads) {
+  enum { HQ = 32, HKV = 8, HD = 128 };
+  qkn_state s;
+  memset(&s, 0, sizeof s);
+  s.store = (qkn_store_fn)optional_symbol("pe_qk_norm_rope_store");
+  if (!s.store) {
+    not_available("qknorm", "pe_qk_norm_rope_store is not in this library");
+    return;
+  }
+  pe_rope_params p;
+  pe_rope_params_init(&p);
+  p.head_dim = HD, p.style = PE_ROPE_NEOX, p.base = 1000000.0;
+  p.max_positions = tokens + 64 > 8192 ? tokens + 64 : 8192;
+  if (pe_rope_cache_create(&p, &s.cache) != PE_OK) {
+    not_available("qknorm", pe_last_error());
+    return;
+  }
+  int64_t row = (HQ + 2 * HKV) * HD, n = batch * tokens, es = (int64_t)dtype_size(dt);
+  s.qkv = xalloc((size_t)(n * row * es));
+  fill(s.qkv, dt, (size_t)(n * row));
+  pe_tensor base = {s.qkv, (pe_dtype)dt, {batch, HQ, tokens, HD}, {tokens * row, HD, row, 1}};
+  s.q = s.k = s.v = base;
+  s.k.shape[1] = s.v.shape[1] = HKV;
+  s.k.data = (char *)s.qkv + HQ * HD * es;
+  s.v.data = (char *)s.qkv + (HQ + HKV) * HD * es;
+  int64_t blocks = (n + FUSED_BLOCK - 1) / FUSED_BLOCK + 2;
+  size_t cache_elems = (size_t)(blocks * FUSED_BLOCK * HKV * HD);
+  pe_tensor kc = {xalloc(cache_elems * (size_t)es), (pe_dtype)dt, {blocks, HKV, FUSED_BLOCK, HD},
+                  {FUSED_BLOCK * HKV * HD, HD, HKV * HD, 1}};
+  memset(kc.data, 0, cache_elems * (size_t)es);
+  s.kc = s.vc = kc;
+  s.vc.data = xalloc(cache_elems * (size_t)es);
+  memset(s.vc.data, 0, cache_elems * (size_t)es);
+  s.qw = xalloc(HD * sizeof(float));
+  s.kw = xalloc(HD * sizeof(float));
+  for (int i = 0; i < HD; i++) s.qw[i] = 1.0f + frand() / 8, s.kw[i] = 1.0f + frand() / 8;
+  pe_qk_norm_init(&s.norm);
+  s.norm.kind = PE_QK_NORM_RMS;
+  s.norm.eps = 1e-6f;
+  s.norm.q_weight = s.qw;
+  s.norm.k_weight = s.kw;
+  pe_kv_cache_init(&s.kv);
+  s.kv.k = &s.kc;
+  s.kv.v = &s.vc;
+  s.slots = xalloc((size_t)n * sizeof *s.slots);
+  s.pos = xalloc((size_t)n * sizeof *s.pos);
+  for (int64_t b = 0; b < batch; b++)
+    for (int64_t t = 0; t < tokens; t++) {
+      s.slots[b * tokens + t] = FUSED_BLOCK + b * tokens + t; /* block 0 unused */
+      s.pos[b * tokens + t] = (tokens == 1 ? 4000 + 7 * b : 0) + t;
+    }
+  bench_case c;
+  memset(&c, 0, sizeof c);
+  c.suite = "qknorm";
+  snprintf(c.name, sizeof c.name, "qwen3-8b %s %" PRId64 "x%" PRId64,
+           tokens == 1 ? "decode" : "prefill", batch, tokens);
+  c.dtype = dt;
+  c.threads = threads;
+  c.pool = pool_for(threads);
+  c.st = &s;
+  c.call = qkn_call;
+  c.textbook = qkn_unfused;
+  /* q read + written, k and v read, their cache rows written */
+  c.bytes = 2.0 * (double)(n * row * es);
+  c.probe[0] = probe_flat(c.bytes);
+  c.n_probe = 1;
+  snprintf(c.note, sizeof c.note, "x textbook = vs RMSNorm loop + apply + copy k, v; 32q/8kv x 128");
+  progress("[%.0fs] qknorm %s %s %d thr", (now_ns() - run_start) / 1e9, c.name, dtype_name(dt),
+           threads);
+  measure(&c);
+  free_probes(&c);
+  free(s.qkv);
+  free(s.kc.data);
+  free(s.vc.data);
+  free(s.qw);
+  free(s.kw);
+  free(s.slots);
+  free(s.pos);
+  pe_rope_cache_destroy(s.cache);
+}
+
+static void suite_qknorm(void) {
+  for (int ti = 0; ti < opt.n_threads; ti++)
+    for (int d = 0; d < 2; d++) {
+      int dt = opt.dtype >= 0 ? opt.dtype : d ? PE_BF16 : PE_F32;
+      if (opt.tokens) {
+        qkn_case(opt.batch, opt.tokens, dt, opt.threads[ti]);
+      } else {
+        qkn_case(1, 1, dt, opt.threads[ti]);     /* decode, one sequence */
+        qkn_case(32, 1, dt, opt.threads[ti]);    /* decode, a batch of 32 */
+        qkn_case(1, 512, dt, opt.threads[ti]);   /* prefill */
+      }
+      if (opt.dtype >= 0) break;
+    }
+}
+
+/* ------------------------------------------------------------------------ */
 /* output                                                                   */
 /* ------------------------------------------------------------------------ */
 
@@ -1958,6 +2147,7 @@ static void run_suites(void) {
   if (suite_selected("learned")) embed_suite("learned");
   if (suite_selected("cutover")) suite_cutover();
   if (suite_selected("fused")) suite_fused();
+  if (suite_selected("qknorm")) suite_qknorm();
 }
 
 int main(int argc, char **argv) {
@@ -1965,7 +2155,7 @@ int main(int argc, char **argv) {
   if (parse_args(argc, argv) != 0) return 2;
   if (opt.hf_config && hf_load() != 0) return 1;
   static const char *const known[] = {"rope", "table", "alibi", "t5", "sinusoidal", "learned", "cutover",
-                                      "fused"};
+                                      "fused", "qknorm"};
   {
     char buf[256];
     snprintf(buf, sizeof buf, "%s", opt.suites);

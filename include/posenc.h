@@ -663,6 +663,159 @@ PE_API pe_status pe_apply_rope_qk_multi(const pe_rope_cache *const *caches, int3
                                         uint32_t flags, pe_threadpool *pool);
 
 /* ------------------------------------------------------------------------ */
+/* The post-projection step: QK-norm + RoPE + K and V into the cache          */
+/* ------------------------------------------------------------------------ */
+
+/* After the QKV projection a decoder layer may norm each q and k row (QK-norm),
+ * rotate q and k, and write k and v into the KV cache. These calls do all of
+ * it in one pass over the bytes: every element of q, k and v is read once and
+ * every output written once.
+ *
+ * The norm, in transformers' terms (r is the row's scale):
+ *   PE_QK_NORM_RMS             x * r * w        Qwen3RMSNorm (Qwen3, Qwen3-MoE
+ *                                               q_norm/k_norm), Olmo2RMSNorm
+ *   PE_QK_NORM_RMS_UNIT_OFFSET x * r * (1 + w)  Gemma3RMSNorm (Gemma 3)
+ *   PE_QK_NORM_L2              x * r            Llama4TextL2Norm (Llama 4)
+ *   with r = 1 / sqrt(mean(x^2) + eps) over the row: the head's head_dim
+ *   channels (PE_QK_NORM_PER_HEAD: HF's q_norm/k_norm over head_dim, one weight
+ *   of head_dim floats shared by every head) or the token's heads * head_dim
+ *   channels (PE_QK_NORM_PER_TOKEN: OLMo 2's q_norm/k_norm over the whole
+ *   projection, a weight of heads * head_dim floats, head-major as the
+ *   projection's output), every channel including those past rotary_dim.
+ *
+ * Exact arithmetic (float32, each operation rounded, the same bits on every
+ * ISA and pool size): the sum of squares s accumulates element e of the row
+ * (a per-token row: each head's row in head order, e restarting at 0 in each)
+ * into lane e % 16 by fmaf(x, x, lane), in increasing e; the 16 lanes are
+ * added pairwise (lane i += lane i+8, then +4, +2, +1); r = 1.0f /
+ * sqrtf(s / (float)n + eps) (n channels), r = 0 when it is NaN (an element is
+ * NaN: that element stays NaN, the others become 0, as a row holding an Inf
+ * does in HF too; HF would make the whole row NaN); each element n = (x * r) *
+ * w, (x * r) * (1.0f + w) or x * r; then n is rotated as pe_apply_rope_qk
+ * rotates (fmaf(n_x, c, -(n_y*s)), fmaf(n_y, c, n_x*s)) and rounded once to
+ * the output dtype. Relative to a float64 evaluation of the same formulas the
+ * error is at most about (L/2 + 12) float32 ulps of |n_x| + |n_y| (n_x, n_y
+ * the pair's exact normed values; L = ceil(head_dim/16), the terms a lane
+ * sums, times the heads for a per-token norm; the sum's rounding dominates;
+ * tests/test_qk_norm.c checks it).
+ *
+ * How that relates to HF's rounding for bf16/f16 models: HF upcasts x to
+ * float32 for the mean and r, like this library. Gemma3RMSNorm multiplies by
+ * (1 + w) in float32 and casts once, Llama4TextL2Norm casts x * r once; Qwen3
+ * and OLMo 2 cast x * r to the input dtype before multiplying by the weight
+ * (a bf16 product), and apply_rotary_pos_emb then rounds q*cos, rotate_half(q)
+ * *sin and their sum to bf16 again. This library keeps everything in float32
+ * and rounds once, so its bf16 output is the float32 result correctly
+ * rounded: within half a bf16 ulp of the exact value where HF's is within a
+ * few.
+ *
+ * The weights are float32 (convert a bf16 checkpoint's weight once with an
+ * exact widening; it is read on every call, not copied). A NaN weight gives
+ * NaN outputs whose payload may differ between ISAs (the one exception to
+ * bit identity). */
+typedef enum pe_qk_norm_kind {
+  PE_QK_NORM_NONE = 0,            /* no norm: RoPE only */
+  PE_QK_NORM_RMS = 1,             /* x * r * w (Qwen3, OLMo 2) */
+  PE_QK_NORM_RMS_UNIT_OFFSET = 2, /* x * r * (1 + w) (Gemma 3) */
+  PE_QK_NORM_L2 = 3               /* x * r, no weight (Llama 4 L2Norm) */
+} pe_qk_norm_kind;
+
+typedef enum pe_qk_norm_scope {
+  PE_QK_NORM_PER_HEAD = 0,  /* over each head's head_dim channels */
+  PE_QK_NORM_PER_TOKEN = 1  /* over each token's heads * head_dim channels (OLMo 2) */
+} pe_qk_norm_scope;
+
+/* The QK-norm of a layer. Size-prefixed like pe_rope_params: call
+ * pe_qk_norm_init(), then set the fields. The weights are the caller's
+ * (read during each call, not copied); they must not overlap a tensor the
+ * call writes. */
+typedef struct pe_qk_norm {
+  uint32_t struct_size;     /* sizeof(pe_qk_norm), set by init */
+  pe_qk_norm_kind kind;     /* default PE_QK_NORM_NONE */
+  pe_qk_norm_scope scope;   /* default PE_QK_NORM_PER_HEAD */
+  float eps;                /* finite and >= 0; default 1e-6 (HF rms_norm_eps) */
+  const float *q_weight;    /* RMS kinds: head_dim (per head) or q_heads*head_dim
+                               (per token) floats, required when q is given;
+                               NONE and L2: must be NULL */
+  const float *k_weight;    /* the same for k (kv_heads*head_dim per token) */
+} pe_qk_norm;
+
+/* struct_size = sizeof(pe_qk_norm), kind NONE, per head, eps 1e-6, no
+ * weights. */
+PE_API void pe_qk_norm_init(pe_qk_norm *n);
+
+/* The KV cache a store call writes: one descriptor for every cache format,
+ * so the quantized caches to come (fp8 with a per-tensor scale, Q8_0 blocks)
+ * are new fields of this struct, not new entry points. Size-prefixed: call
+ * pe_kv_cache_init(), then set k and v. Today the fields after v are
+ * reserved and must be zero (PE_ERR_INVALID_ARGUMENT otherwise).
+ * k: [num_blocks, kv_heads, block_size, head_dim], as pe_apply_rope_qk_store's
+ *   k_cache (any strides with stride[3] == 1, any dtype).
+ * v: NULL (no v written), or [num_blocks, kv_heads, block_size, v_head_dim]
+ *   with k's num_blocks, kv_heads and block_size, any strides and dtype;
+ *   v_head_dim may differ from head_dim. */
+typedef struct pe_kv_cache {
+  uint32_t struct_size;     /* sizeof(pe_kv_cache), set by init */
+  const pe_tensor *k;
+  const pe_tensor *v;
+  uint32_t k_quant, v_quant;        /* reserved: 0 (plain f32/f16/bf16 rows) */
+  const float *k_scale, *v_scale;   /* reserved: NULL */
+} pe_kv_cache;
+
+/* struct_size = sizeof(pe_kv_cache), everything else zero. */
+PE_API void pe_kv_cache_init(pe_kv_cache *kv);
+
+/* QK-norm then RoPE, q and k in place (either may be NULL, not both). q, k,
+ * positions, flags (PE_ROPE_INVERSE, rotating the normed rows backwards) and
+ * the layouts are pe_apply_rope_qk's: strided views of one packed QKV buffer
+ * are fine. Every channel of a normed row is written (those past rotary_dim
+ * are normed, not rotated); with PE_QK_NORM_NONE the call is
+ * pe_apply_rope_qk, bit for bit. The result per element is the norm's exact
+ * arithmetic above, rounded once to the tensor's dtype.
+ * Errors (nothing written on any): PE_ERR_NULL_POINTER (c, norm, q and k,
+ * a required weight, data), PE_ERR_INVALID_ARGUMENT (kind, scope, eps, a
+ * weight given to NONE or L2, struct_size with a non-zero unknown tail,
+ * flags, a struct_size below sizeof(pe_qk_norm) of this first layout),
+ * PE_ERR_SHAPE (as pe_apply_rope_qk; a weight overlapping q or k),
+ * PE_ERR_DTYPE, PE_ERR_OVERFLOW, PE_ERR_POSITION_OUT_OF_RANGE, PE_ERR_BUSY
+ * (busy pool). No allocation. Thread-safe as pe_apply_rope_qk. */
+PE_API pe_status pe_qk_norm_rope(const pe_rope_cache *c, const pe_qk_norm *norm,
+                                 const pe_tensor *q, const pe_tensor *k,
+                                 const int64_t *positions, uint32_t flags, pe_threadpool *pool);
+
+/* The whole post-projection step: q normed and rotated in place; k normed,
+ * rotated and written at slot_mapping into kv_cache->k; v converted into
+ * kv_cache->v at the same slots; k and v only read.
+ * q: [batch, q_heads, tokens, head_dim] or NULL; k: [batch, kv_heads, tokens,
+ *   head_dim]; v: [batch, kv_heads, tokens, v_head_dim], or NULL exactly
+ *   when kv_cache->v is NULL.
+ * kv_cache: the cache descriptor above; slot_mapping, positions and flags
+ *   as pe_apply_rope_qk_store (-1 skips a token: its k and v rows are not
+ *   written, its q is still normed and rotated; a duplicate slot is an
+ *   error).
+ * Stored values: k's row normed and rotated in float32 and rounded once to
+ * the k cache's dtype (so, for a cache of k's dtype, bit for bit what
+ * pe_qk_norm_rope on k and a copy give; a wider cache keeps the float32
+ * result); channels past rotary_dim normed and rounded; v's elements
+ * converted exactly as pe_apply_rope_qk_store converts (bits copied when the
+ * dtypes match). With PE_QK_NORM_NONE and no v this is
+ * pe_apply_rope_qk_store.
+ * Errors (nothing written on any): those of pe_qk_norm_rope and of
+ * pe_apply_rope_qk_store, and PE_ERR_NULL_POINTER (kv_cache, its k; v
+ * without kv_cache->v or the reverse), PE_ERR_SHAPE (v's batch, heads or
+ * tokens differ from k's, v_head_dim differs from the v cache's, the v cache's
+ * num_blocks, kv_heads or block_size differ from the k cache's, the v cache
+ * overlaps q, k, v or the k cache, k_cache overlaps v), PE_ERR_INVALID_ARGUMENT
+ * (reserved kv_cache fields not zero, kv_cache struct_size below this first
+ * layout's). No allocation. Thread-safety: as
+ * pe_apply_rope_qk_store. */
+PE_API pe_status pe_qk_norm_rope_store(const pe_rope_cache *c, const pe_qk_norm *norm,
+                                       const pe_tensor *q, const pe_tensor *k,
+                                       const pe_tensor *v, const pe_kv_cache *kv_cache,
+                                       const int64_t *slot_mapping, const int64_t *positions,
+                                       uint32_t flags, pe_threadpool *pool);
+
+/* ------------------------------------------------------------------------ */
 /* RoPE per layer (model configs)                                           */
 /* ------------------------------------------------------------------------ */
 

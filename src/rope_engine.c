@@ -2,6 +2,7 @@
  * rope_engine.h): row sources, sinks, the thread cost model, and the
  * validation the entry points share. */
 #include <inttypes.h>
+#include <math.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -142,10 +143,69 @@ static void block_rows(const pe__rope_plan *p, const pe_rope_cache *c, int64_t u
   }
 }
 
+/* ---- the norm stage ---- */
+
+float pe__norm_scale(float s, int64_t n, float eps) {
+  float r = 1.0f / sqrtf(s / (float)n + eps);
+  return isnan(r) ? 0.0f : r;
+}
+
+/* Scales of the norm per token of a block: one per head row, or one. */
+static inline int64_t norm_rows(const pe__rope_plan *p, const pe__rope_operand *op) {
+  return !p->norm_mode || !op->data ? 0 : p->norm_per_token ? 1 : op->heads;
+}
+
+static inline const char *op_row(const pe__rope_operand *op, int64_t b, int64_t t) {
+  return op->data + (b * op->s_batch + t * op->s_token) * op->esize;
+}
+
+/* The scales of op's rows of tokens [t0, t0+n) of batch row b, [token][row]:
+ * the sums of squares of whole rows (every head in order, per token), read
+ * before anything of the block is written; one kernel call per token. */
+static void norm_scales(const pe__rope_plan *p, const pe__rope_operand *op, int64_t b,
+                        int64_t t0, int64_t n, float *out) {
+  pe_norm_sumsq_fn sumsq = p->isa->norm_sumsq[op->dtype];
+  const int64_t hd = p->head_dim;
+  for (int64_t i = 0; i < n; i++) {
+    const char *row = op_row(op, b, t0 + i);
+    if (p->norm_per_token) {
+      float s;
+      sumsq(row, hd, op->heads, op->s_head, 1, &s);
+      out[i] = pe__norm_scale(s, op->heads * hd, p->norm_eps);
+      continue;
+    }
+    float *o = out + i * op->heads;
+    sumsq(row, hd, op->heads, op->s_head, 0, o);
+    for (int64_t h = 0; h < op->heads; h++) o[h] = pe__norm_scale(o[h], hd, p->norm_eps);
+  }
+}
+
+static inline int norm_weighted(const pe__rope_plan *p) {
+  return p->norm_mode == PE_NORM_W || p->norm_mode == PE_NORM_W1;
+}
+
+/* The weight of element e of head h's row (NULL without weights). */
+static inline const float *norm_weight(const pe__rope_plan *p, const float *w, int64_t h,
+                                       int64_t e) {
+  return norm_weighted(p) ? w + (p->norm_per_token ? h * p->head_dim : 0) + e : NULL;
+}
+
 /* ---- sinks ---- */
 
 static inline int64_t pair_offset(const pe__rope_plan *p, int32_t i0) {
   return p->style == PE_ROPE_GPTJ ? 2 * (int64_t)i0 : i0;
+}
+
+/* The block's norm fields for op's rows (scales [token][row], w its weight). */
+static void block_norm(const pe__rope_plan *p, pe_rope_block *blk, const float *scales,
+                       int64_t rows, const float *w, int32_t i0, const float **sp) {
+  if (!p->norm_mode) return;
+  for (int64_t i = 0; i < blk->n_tokens; i++) sp[i] = scales + i * rows;
+  blk->norm = p->norm_mode;
+  blk->scale = sp;
+  blk->scale_head_stride = p->norm_per_token ? 0 : 1;
+  blk->weight = norm_weight(p, w, 0, pair_offset(p, i0));
+  blk->weight_head_stride = p->norm_per_token ? p->head_dim : 0;
 }
 
 static void rotate_in_place(const pe__rope_plan *p, const pe__rope_operand *op, int64_t b,
@@ -154,13 +214,28 @@ static void rotate_in_place(const pe__rope_plan *p, const pe__rope_operand *op, 
   p->isa->rope_rows[op->dtype](blk, base, op->s_head, op->s_token);
 }
 
-static inline char *cache_row(const pe__rope_plan *p, int64_t slot) {
-  int64_t blk = slot / p->dst_block, off = slot % p->dst_block;
-  return p->dst + (blk * p->dst_s_block + off * p->dst_s_slot) * p->dst_esize;
+/* Channels [rotary_dim, head_dim) of normed rows in place: normed only. */
+static void norm_pass_through(const pe__rope_plan *p, const pe__rope_operand *op, const float *w,
+                              const float *scales, int64_t b, int64_t t0, int64_t n) {
+  int64_t rot = 2 * (int64_t)p->half, rest = p->head_dim - rot, rows = norm_rows(p, op);
+  if (rest <= 0) return;
+  pe_norm_row_fn f = p->isa->norm_row[op->dtype][op->dtype];
+  for (int64_t i = 0; i < n; i++)
+    for (int64_t h = 0; h < op->heads; h++) {
+      char *r = (char *)op_row(op, b, t0 + i) + (h * op->s_head + rot) * op->esize;
+      f(r, r, rest, scales[i * rows + (p->norm_per_token ? 0 : h)], norm_weight(p, w, h, rot),
+        p->norm_mode);
+    }
 }
 
-static inline const char *k_row(const pe__rope_plan *p, int64_t b, int64_t t) {
-  return p->k.data + (b * p->k.s_batch + t * p->k.s_token) * p->k.esize;
+/* Row `slot` of a paged cache: block slot / block_size, row slot % block_size. */
+static inline char *slot_row(char *base, int64_t esize, int64_t block, int64_t s_block,
+                             int64_t s_slot, int64_t slot) {
+  return base + ((slot / block) * s_block + (slot % block) * s_slot) * esize;
+}
+
+static inline char *cache_row(const pe__rope_plan *p, int64_t slot) {
+  return slot_row(p->dst, p->dst_esize, p->dst_block, p->dst_s_block, p->dst_s_slot, slot);
 }
 
 /* k's rotated pairs into the cache rows of the block's tokens that have a
@@ -170,37 +245,64 @@ static void store_pairs(const pe__rope_plan *p, int64_t b, int64_t u, int64_t t0
   const void *src[PE_ENGINE_BLOCK_TOKENS];
   void *dst[PE_ENGINE_BLOCK_TOKENS];
   const float *cosp[PE_ENGINE_BLOCK_TOKENS], *sinp[PE_ENGINE_BLOCK_TOKENS];
+  const float *scp[PE_ENGINE_BLOCK_TOKENS];
   int64_t m = 0, off = pair_offset(p, i0);
   for (int64_t i = 0; i < blk->n_tokens; i++) {
     int64_t s = p->slots[u + i];
     if (s < 0) continue; /* -1: padding, nothing stored */
-    src[m] = k_row(p, b, t0 + i) + off * p->k.esize;
+    src[m] = op_row(&p->k, b, t0 + i) + off * p->k.esize;
     dst[m] = cache_row(p, s) + off * p->dst_esize;
     cosp[m] = blk->cos[i];
     sinp[m] = blk->sin[i];
+    scp[m] = blk->norm ? blk->scale[i] : NULL;
     m++;
   }
   if (!m) return;
   pe_rope_block sb = *blk;
   sb.cos = cosp;
   sb.sin = sinp;
+  sb.scale = scp;
   sb.n_tokens = m;
   p->isa->rope_store_rows[p->k.dtype][p->dst_dtype](&sb, src, p->k.s_head, dst, p->dst_s_head);
 }
 
-/* Channels [rotary_dim, head_dim) of stored rows: converted, not rotated. */
+/* Channels [rotary_dim, head_dim) of stored rows: converted (normed first
+ * under a norm), not rotated. */
 static void store_pass_through(const pe__rope_plan *p, int64_t b, int64_t u, int64_t t0,
-                               int64_t n) {
-  int64_t rot = 2 * (int64_t)p->half, rest = p->head_dim - rot;
+                               int64_t n, const float *scales) {
+  int64_t rot = 2 * (int64_t)p->half, rest = p->head_dim - rot, rows = norm_rows(p, &p->k);
   if (rest <= 0) return;
   pe_convert_fn conv = p->isa->convert[p->k.dtype][p->dst_dtype];
+  pe_norm_row_fn nf = p->isa->norm_row[p->k.dtype][p->dst_dtype];
   for (int64_t i = 0; i < n; i++) {
     int64_t s = p->slots[u + i];
     if (s < 0) continue;
-    const char *src = k_row(p, b, t0 + i) + rot * p->k.esize;
+    const char *src = op_row(&p->k, b, t0 + i) + rot * p->k.esize;
     char *dst = cache_row(p, s) + rot * p->dst_esize;
-    for (int64_t h = 0; h < p->k.heads; h++)
-      conv(src + h * p->k.s_head * p->k.esize, dst + h * p->dst_s_head * p->dst_esize, rest);
+    for (int64_t h = 0; h < p->k.heads; h++) {
+      const char *sh = src + h * p->k.s_head * p->k.esize;
+      char *dh = dst + h * p->dst_s_head * p->dst_esize;
+      if (p->norm_mode)
+        nf(sh, dh, rest, scales[i * rows + (p->norm_per_token ? 0 : h)],
+           norm_weight(p, p->k_weight, h, rot), p->norm_mode);
+      else
+        conv(sh, dh, rest);
+    }
+  }
+}
+
+/* v's rows converted into the v cache rows of the block's tokens' slots. */
+static void store_v(const pe__rope_plan *p, int64_t b, int64_t u, int64_t t0, int64_t n) {
+  pe_convert_fn conv = p->isa->convert[p->v.dtype][p->v_dst_dtype];
+  for (int64_t i = 0; i < n; i++) {
+    int64_t s = p->slots[u + i];
+    if (s < 0) continue;
+    const char *src = op_row(&p->v, b, t0 + i);
+    char *dst = slot_row(p->v_dst, p->v_dst_esize, p->dst_block, p->v_dst_s_block,
+                         p->v_dst_s_slot, s);
+    for (int64_t h = 0; h < p->v.heads; h++)
+      conv(src + h * p->v.s_head * p->v.esize, dst + h * p->v_dst_s_head * p->v_dst_esize,
+           p->v_dim);
   }
 }
 
@@ -211,22 +313,19 @@ static const pe_rope_cache *row_cache(const pe__rope_plan *p, int64_t b) {
   return p->caches[p->cache_index ? p->cache_index[b] : 0];
 }
 
-static void engine_range(void *ctx, int64_t begin, int64_t end) {
-  const pe__rope_plan *p = ctx;
-  float scratch[PE_ENGINE_SCRATCH_FLOATS] __attribute__((aligned(64)));
+/* Tokens [u, u+n) of one sequence: the norm stage, the rows chunk by chunk
+ * and their sinks, then the channels past rotary_dim and v. */
+static void run_block(const pe__rope_plan *p, int64_t u, int64_t n, float *scratch,
+                      float *scales) {
   const float *cosp[PE_ENGINE_BLOCK_TOKENS], *sinp[PE_ENGINE_BLOCK_TOKENS];
+  const float *qsp[PE_ENGINE_BLOCK_TOKENS], *ksp[PE_ENGINE_BLOCK_TOKENS];
   const int32_t half = p->half;
-  /* Tokens per block: their rows (2*half floats each) are reused by every
-   * head of q and k, so they must stay in L1 (the scratch size); rows larger
-   * than that alone are computed in chunks of frequencies. */
-  int64_t block = PE_ENGINE_SCRATCH_FLOATS / (2 * (int64_t)half);
-  if (block > PE_ENGINE_BLOCK_TOKENS) block = PE_ENGINE_BLOCK_TOKENS;
-  if (block < 1) block = 1;
-  for (int64_t u = begin; u < end;) {
-    int64_t b = u / p->tokens, t0 = u % p->tokens;
-    int64_t n = block;
-    if (n > p->tokens - t0) n = p->tokens - t0; /* a block never crosses a sequence */
-    if (n > end - u) n = end - u;
+  int64_t b = u / p->tokens, t0 = u % p->tokens;
+  int64_t rq = norm_rows(p, &p->q), rk = norm_rows(p, &p->k);
+  float *qs = scales, *ks = scales + n * rq;
+  if (rq) norm_scales(p, &p->q, b, t0, n, qs);
+  if (rk) norm_scales(p, &p->k, b, t0, n, ks);
+  if (p->q.data || p->k.data) {
     const pe_rope_cache *c = row_cache(p, b);
     int direct = p->source == PE_SOURCE_POSITIONS && c->table && !p->inverse;
     int32_t chunk = direct ? half : (int32_t)(PE_ENGINE_SCRATCH_FLOATS / (2 * n));
@@ -237,28 +336,90 @@ static void engine_range(void *ctx, int64_t begin, int64_t end) {
       pe_rope_block blk = {.cos = cosp, .sin = sinp, .n_tokens = n, .n_pairs = m,
                            .pair_dist = half, .style = p->style};
       if (p->q.data) {
-        blk.n_heads = p->q.heads;
-        rotate_in_place(p, &p->q, b, t0, &blk, i0);
+        pe_rope_block qb = blk;
+        qb.n_heads = p->q.heads;
+        block_norm(p, &qb, qs, rq, p->q_weight, i0, qsp);
+        rotate_in_place(p, &p->q, b, t0, &qb, i0);
       }
       if (p->k.data) {
-        blk.n_heads = p->k.heads;
-        if (p->slots) store_pairs(p, b, u, t0, &blk, i0);
-        else rotate_in_place(p, &p->k, b, t0, &blk, i0);
+        pe_rope_block kb = blk;
+        kb.n_heads = p->k.heads;
+        block_norm(p, &kb, ks, rk, p->k_weight, i0, ksp);
+        if (p->slots) store_pairs(p, b, u, t0, &kb, i0);
+        else rotate_in_place(p, &p->k, b, t0, &kb, i0);
       }
     }
-    if (p->k.data && p->slots) store_pass_through(p, b, u, t0, n);
+    if (rq) norm_pass_through(p, &p->q, p->q_weight, qs, b, t0, n);
+    if (rk && !p->slots) norm_pass_through(p, &p->k, p->k_weight, ks, b, t0, n);
+    if (p->k.data && p->slots) store_pass_through(p, b, u, t0, n, ks);
+  }
+  if (p->v.data && p->slots) store_v(p, b, u, t0, n);
+}
+
+/* A token with more normed head rows than the stage holds: q's heads, then
+ * k's, in groups of PE_ENGINE_NORM_ROWS, each group a plan of its own (the
+ * per-head weight is shared by every head, so only the tensors move), then
+ * v. */
+static void run_head_groups(const pe__rope_plan *p, int64_t u, float *scratch, float *scales) {
+  pe__rope_plan g = *p;
+  g.k.data = NULL;
+  g.v.data = NULL;
+  for (int64_t h0 = 0; h0 < p->q.heads; h0 += PE_ENGINE_NORM_ROWS) {
+    g.q.data = p->q.data + h0 * p->q.s_head * p->q.esize;
+    g.q.heads = p->q.heads - h0 < PE_ENGINE_NORM_ROWS ? p->q.heads - h0 : PE_ENGINE_NORM_ROWS;
+    run_block(&g, u, 1, scratch, scales);
+  }
+  g = *p;
+  g.q.data = NULL;
+  g.v.data = NULL;
+  for (int64_t h0 = 0; h0 < p->k.heads; h0 += PE_ENGINE_NORM_ROWS) {
+    g.k.data = p->k.data + h0 * p->k.s_head * p->k.esize;
+    g.k.heads = p->k.heads - h0 < PE_ENGINE_NORM_ROWS ? p->k.heads - h0 : PE_ENGINE_NORM_ROWS;
+    if (p->slots) g.dst = p->dst + h0 * p->dst_s_head * p->dst_esize;
+    run_block(&g, u, 1, scratch, scales);
+  }
+  if (p->v.data) {
+    g = *p;
+    g.q.data = g.k.data = NULL;
+    run_block(&g, u, 1, scratch, scales);
+  }
+}
+
+static void engine_range(void *ctx, int64_t begin, int64_t end) {
+  const pe__rope_plan *p = ctx;
+  float scratch[PE_ENGINE_SCRATCH_FLOATS] __attribute__((aligned(64)));
+  float scales[PE_ENGINE_NORM_ROWS];
+  /* Tokens per block: their rows (2*half floats each) are reused by every
+   * head of q and k, so they must stay in L1 (the scratch size); rows larger
+   * than that alone are computed in chunks of frequencies. Under a norm the
+   * block's scales must fit too. */
+  int64_t block = PE_ENGINE_SCRATCH_FLOATS / (2 * (int64_t)p->half);
+  if (block > PE_ENGINE_BLOCK_TOKENS) block = PE_ENGINE_BLOCK_TOKENS;
+  int64_t rows = norm_rows(p, &p->q) + norm_rows(p, &p->k);
+  int grouped = rows > PE_ENGINE_NORM_ROWS;
+  if (rows && block > PE_ENGINE_NORM_ROWS / rows) block = PE_ENGINE_NORM_ROWS / rows;
+  if (block < 1) block = 1;
+  for (int64_t u = begin; u < end;) {
+    int64_t t0 = u % p->tokens;
+    int64_t n = block;
+    if (n > p->tokens - t0) n = p->tokens - t0; /* a block never crosses a sequence */
+    if (n > end - u) n = end - u;
+    if (grouped) run_head_groups(p, u, scratch, scales);
+    else run_block(p, u, n, scratch, scales);
     u += n;
   }
 }
 
 /* Bytes one token costs, for the pool's cut-over: what the sinks read and
- * write - the rotated channels in place, every channel of a stored row. */
+ * write - the rotated channels in place (every channel under a norm), every
+ * channel of a stored row. */
 static int64_t bytes_per_token(const pe__rope_plan *p) {
-  int64_t rot = 2 * (int64_t)p->half, bytes = 0;
+  int64_t rot = p->norm_mode ? p->head_dim : 2 * (int64_t)p->half, bytes = 0;
   if (p->q.data) bytes += p->q.heads * rot * p->q.esize * 2;
   if (p->k.data)
     bytes += p->slots ? p->k.heads * p->head_dim * (p->k.esize + p->dst_esize)
                       : p->k.heads * rot * p->k.esize * 2;
+  if (p->v.data) bytes += p->v.heads * p->v_dim * (p->v.esize + p->v_dst_esize);
   return bytes;
 }
 

@@ -5,16 +5,22 @@
  * PE_ENGINE_BLOCK_TOKENS tokens of one sequence (the unit the thread pool
  * splits), and for each block:
  *   row source -> the block's cos/sin rows (a frequency chunk of them)
- *   sinks      -> q and/or k rotated in place, or k rotated into a cache row
+ *   stage      -> (optional) the QK-norm scale of each q/k row (rows_norm)
+ *   sinks      -> q and/or k rotated in place, or k rotated into a cache row,
+ *                 and v converted into its cache row
  * Sources: a cache's table row or on-the-fly row at each position (one cache,
  * or one per batch row), the rows of several axes gathered per frequency
  * (M-RoPE), a shift by a delta, the difference of two caches' frequencies
  * (re-rotation). The inverse rotation is a source property: its rows carry
  * -sin, so every sink and kernel only ever rotates forward.
  *
+ * A stage between them normalizes rows before their rotation (QK-norm), and
+ * a second cache sink converts v into its cache rows.
+ *
  * Stack: one block's scratch rows (PE_ENGINE_SCRATCH_FLOATS floats, 16 KiB)
- * plus a few hundred bytes, whatever head_dim: rows that do not fit are
- * computed in chunks of frequencies. */
+ * and the norm stage's scales (PE_ENGINE_NORM_ROWS floats, 4 KiB) plus a few
+ * hundred bytes, whatever head_dim: rows that do not fit are computed in
+ * chunks of frequencies. */
 #ifndef PE_ROPE_ENGINE_H
 #define PE_ROPE_ENGINE_H
 
@@ -65,7 +71,28 @@ typedef struct pe__rope_plan {
   char *dst;
   pe_dtype dst_dtype;
   int64_t dst_esize, dst_block, dst_s_block, dst_s_head, dst_s_slot;
+
+  /* stage: the QK-norm of q's and k's rows before they are rotated (mode
+   * PE_NORM_OFF: none). Every channel of a normed row is written (those past
+   * rotary_dim normed too). */
+  int32_t norm_mode;                  /* PE_NORM_* (isa.h) */
+  int32_t norm_per_token;             /* 0: one scale per head row; 1: per token */
+  float norm_eps;
+  const float *q_weight, *k_weight;   /* mode W/W1: head_dim or heads*head_dim floats */
+
+  /* sink: v converted into the v cache rows at slots (v.data NULL: none);
+   * v_dst's geometry has dst's block size */
+  pe__rope_operand v;
+  int64_t v_dim;
+  char *v_dst;
+  pe_dtype v_dst_dtype;
+  int64_t v_dst_esize, v_dst_s_block, v_dst_s_head, v_dst_s_slot;
 } pe__rope_plan;
+
+/* Scales the norm stage holds per block (q's rows then k's): blocks are cut
+ * so n_tokens * (rows of q + rows of k) fit; a token with more head rows than
+ * this (per-head norm of > PE_ENGINE_NORM_ROWS heads) runs in head groups. */
+#define PE_ENGINE_NORM_ROWS 1024
 
 /* A plan over q and/or k with the geometry of cache c (batch and tokens
  * from q, else k), flags' PE_ROPE_INVERSE, and the given source; the
@@ -103,5 +130,18 @@ PE_HIDDEN pe_status pe__rope_check_positions(const char *fn, const char *axis_na
  * and style as caches[0]. */
 PE_HIDDEN pe_status pe__rope_check_same_geometry(const char *fn, const char *what,
                                                  const pe_rope_cache *a, const pe_rope_cache *b);
+
+/* slot_mapping ([batch][tokens]): each in [-1, n_slots), no slot twice
+ * (rope_store.c). */
+PE_HIDDEN pe_status pe__rope_check_slots(const char *fn, const int64_t *slots, int64_t batch,
+                                         int64_t tokens, int64_t n_slots);
+
+/* The cache store every entry point shares (qk_norm.c): validation, then one
+ * engine run. norm NULL: no norm; v and v_cache NULL: no v. */
+PE_HIDDEN pe_status pe__rope_store(const char *fn, const pe_rope_cache *c, const pe_qk_norm *norm,
+                                   const pe_tensor *q, const pe_tensor *k, const pe_tensor *v,
+                                   const pe_tensor *k_cache, const pe_tensor *v_cache,
+                                   const int64_t *slot_mapping, const int64_t *positions,
+                                   uint32_t flags, pe_threadpool *pool);
 
 #endif

@@ -1,6 +1,8 @@
 /* rope_store.c - pe_apply_rope_qk_store: q rotated in place and the rotated
  * k written straight into a (paged) KV cache, converted to the cache's
- * dtype, in one pass of the engine (its cache sink). */
+ * dtype, in one pass of the engine (its cache sink); and the slot_mapping
+ * checks every cache store shares (the store itself: qk_norm.c's
+ * pe__rope_store, which also norms and writes v). */
 #include <inttypes.h>
 #include <string.h>
 
@@ -74,7 +76,7 @@ static pe_status duplicate_error(const char *fn, int64_t tokens, const slot_run 
  * pass) for any realistic mapping; a pathological one costs a pass per group. */
 #define RUNS_CAP 512
 
-static pe_status check_slots(const char *fn, const int64_t *slots, int64_t batch, int64_t tokens,
+pe_status pe__rope_check_slots(const char *fn, const int64_t *slots, int64_t batch, int64_t tokens,
                              int64_t n_slots) {
   if (!slots) return pe__fail(PE_ERR_NULL_POINTER, "%s: slot_mapping is NULL", fn);
   int64_t n = batch * tokens;
@@ -114,50 +116,12 @@ static pe_status check_slots(const char *fn, const int64_t *slots, int64_t batch
   }
 }
 
-/* ---- the entry point ---- */
+/* ---- the entry point: the cache store of qk_norm.c without norm or v ---- */
 
 PE_API pe_status pe_apply_rope_qk_store(const pe_rope_cache *c, const pe_tensor *q,
                                         const pe_tensor *k, const pe_tensor *k_cache,
                                         const int64_t *slot_mapping, const int64_t *positions,
                                         uint32_t flags, pe_threadpool *pool) {
-  static const char fn[] = "pe_apply_rope_qk_store";
-  pe_status st;
-  if (!c) return pe__fail(PE_ERR_NULL_POINTER, "%s: cache is NULL", fn);
-  if (!k) return pe__fail(PE_ERR_NULL_POINTER, "%s: k is NULL (use pe_apply_rope_qk for q alone)", fn);
-  if (!k_cache) return pe__fail(PE_ERR_NULL_POINTER, "%s: k_cache is NULL", fn);
-  int32_t hd = c->p.head_dim;
-  if ((st = pe__rope_check_qk(fn, q, k, hd, 0)) != PE_OK) return st;
-  if ((st = pe__rope_check_operand(fn, "k_cache", k_cache, hd, 1)) != PE_OK) return st;
-  if (k_cache->shape[1] != k->shape[1])
-    return pe__fail(PE_ERR_SHAPE, "%s: k_cache heads (shape[1]) %" PRId64 " != k heads %" PRId64,
-                    fn, k_cache->shape[1], k->shape[1]);
-  if (pe__tensors_overlap(k_cache, k))
-    return pe__fail(PE_ERR_SHAPE, "%s: k_cache and k overlap in memory", fn);
-  if (q && pe__tensors_overlap(k_cache, q))
-    return pe__fail(PE_ERR_SHAPE, "%s: k_cache and q overlap in memory", fn);
-  if ((st = pe__check_flags(fn, flags, PE_ROPE_INVERSE)) != PE_OK) return st;
-  if (!slot_mapping) return pe__fail(PE_ERR_NULL_POINTER, "%s: slot_mapping is NULL", fn);
-  int64_t batch = k->shape[0], tokens = k->shape[2];
-  const pe_rope_cache *const caches[1] = {c};
-  if ((st = pe__rope_check_positions(fn, "", positions, batch, tokens, caches, NULL)) != PE_OK)
-    return st;
-  if ((st = check_slots(fn, slot_mapping, batch, tokens, k_cache->shape[0] * k_cache->shape[2])) !=
-      PE_OK)
-    return st;
-  if (pe__tensor_empty(k) && (!q || pe__tensor_empty(q))) return PE_OK;
-  if ((st = pe__pool_acquire(fn, pool)) != PE_OK) return st;
-  pe__rope_plan p;
-  pe__rope_plan_init(&p, c, q, k, flags, PE_SOURCE_POSITIONS);
-  p.caches = caches;
-  p.pos = positions;
-  p.slots = slot_mapping;
-  p.dst = k_cache->data;
-  p.dst_dtype = k_cache->dtype;
-  p.dst_esize = (int64_t)pe__dtype_size(k_cache->dtype);
-  p.dst_block = k_cache->shape[2];
-  p.dst_s_block = pe__stride(k_cache, 0);
-  p.dst_s_head = pe__stride(k_cache, 1);
-  p.dst_s_slot = pe__stride(k_cache, 2);
-  pe__rope_run(&p, pool);
-  return PE_OK;
+  return pe__rope_store("pe_apply_rope_qk_store", c, NULL, q, k, NULL, k_cache, NULL,
+                        slot_mapping, positions, flags, pool);
 }

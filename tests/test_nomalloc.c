@@ -8,7 +8,8 @@
  * the runtime owns those symbols, so the sanitizer's allocation hooks count
  * instead. Caches and pools are created before counting starts; every
  * apply/add/shift/rerotate entry point (and the serving ones: the fused
- * store, M-RoPE, multi-cache) is then called, with and without a pool of 2
+ * store, QK-norm + RoPE and its cache store, M-RoPE, multi-cache) is then
+ * called, with and without a pool of 2
  * threads, on success and on error paths, and must allocate nothing. Each
  * call must also return the status it is meant to (PE_OK, or the error of
  * the error-path cases): a call that fails early would allocate nothing
@@ -275,6 +276,35 @@ static void run_all(fixture *f, pe_threadpool *pool) {
       NO_ALLOC("store on the fly, no q",
                pe_apply_rope_qk_store(f->fly, NULL, &k, &kc, f->slots, NULL, PE_ROPE_INVERSE, pool));
     }
+    /* QK-norm + RoPE (+ k and v into the caches): v read from the learned
+     * table's buffer, the v cache in the scores' buffer (both big enough). */
+    static float qw[8 * 128], kw[2 * 128];
+    for (int i = 0; i < 8 * 128; i++) qw[i] = 1.0f + (float)(i % 5) / 8;
+    for (int i = 0; i < 2 * 128; i++) kw[i] = (float)(i % 3) / 4;
+    pe_tensor v = tensor(f->learned, dt, 2, 2, 64, 128);
+    for (int kind = 0; kind < 4; kind++)
+      for (int scope = 0; scope < 2; scope++) {
+        pe_qk_norm nm;
+        pe_qk_norm_init(&nm);
+        nm.kind = (pe_qk_norm_kind)kind;
+        nm.scope = (pe_qk_norm_scope)scope;
+        int weighted = kind == PE_QK_NORM_RMS || kind == PE_QK_NORM_RMS_UNIT_OFFSET;
+        nm.q_weight = weighted ? qw : NULL;
+        nm.k_weight = weighted ? kw : NULL;
+        NO_ALLOC("qk_norm_rope", pe_qk_norm_rope(f->table, &nm, &q, &k, f->pos, 0, pool));
+        pe_tensor kc = tensor(f->kcache, dts[(di + kind) % 3], 16, 2, 16, 128);
+        pe_tensor vc = tensor(f->scores, dts[(di + scope) % 3], 16, 2, 16, 128);
+        pe_kv_cache kv;
+        pe_kv_cache_init(&kv);
+        kv.k = &kc;
+        kv.v = &vc;
+        NO_ALLOC("qk_norm_rope_store",
+                 pe_qk_norm_rope_store(f->fly, &nm, &q, &k, &v, &kv, f->slots, f->pos, 0, pool));
+        nm.eps = -1.0f;
+        NO_ALLOC_STATUS("qk_norm_rope_store bad eps", PE_ERR_INVALID_ARGUMENT,
+                        pe_qk_norm_rope_store(f->fly, &nm, &q, &k, &v, &kv, f->slots, f->pos, 0,
+                                              pool));
+      }
     static const int32_t section[3] = {16, 24, 24}; /* Qwen2-VL: sums to 64 */
     NO_ALLOC("mrope", pe_apply_mrope_qk(f->table, &q, &k, f->mpos, section, 0, pool));
     NO_ALLOC("mrope interleaved on the fly",

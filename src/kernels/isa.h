@@ -92,7 +92,52 @@ typedef struct pe_rope_block {
   int32_t n_pairs;         /* >= 1 */
   int32_t pair_dist;       /* NEOX: offset of y from x, in elements */
   int32_t style;           /* PE_ROPE_NEOX or PE_ROPE_GPTJ */
+  /* The QK-norm stage (norm PE_NORM_OFF, the zero value: none; the fields
+   * below unused). Otherwise each element is normed before the rotation,
+   * as pe_norm_apply below: with r = scale[t][h * scale_head_stride] and the
+   * weight of element e of the row (e counted as in the row, from the
+   * row pointer the kernel gets) at weight[h * weight_head_stride + e]. */
+  int32_t norm;            /* PE_NORM_* */
+  const float *const *scale; /* [n_tokens] */
+  int64_t scale_head_stride; /* 1 per head, 0 per token (one scale per token) */
+  const float *weight;       /* PE_NORM_W, PE_NORM_W1: float32; else unused */
+  int64_t weight_head_stride; /* 0 (one weight row for every head) or head_dim */
 } pe_rope_block;
+
+/* The QK-norm: modes (equal to the public pe_qk_norm_kind values) and the
+ * element operation, the definition every ISA follows. x is the element
+ * widened as the rotation loads it, r the row's scale (pe__norm_scale), w its
+ * weight:
+ *   PE_NORM_W:    n = (x * r) * w              (Qwen3, OLMo 2)
+ *   PE_NORM_W1:   n = (x * r) * (1.0f + w)     (Gemma 3; the add first)
+ *   PE_NORM_UNIT: n = x * r                    (Llama 4 L2Norm)
+ * float32 multiplies, each rounded, in this order; n is then rotated (or,
+ * past rotary_dim, stored) and rounded once to the output dtype. */
+#define PE_NORM_OFF 0
+#define PE_NORM_W 1
+#define PE_NORM_W1 2
+#define PE_NORM_UNIT 3
+
+/* Sums of squares of `rows` rows of n elements (row r at src + r*row_stride
+ * elements of the kernel's dtype, widened as the rotation loads them), in the
+ * fixed order every ISA reproduces: 16 float32 lanes start at +0; element e
+ * of a row does
+ *   lane[e % 16] = fmaf(x_e, x_e, lane[e % 16])     in increasing e,
+ * rows in order; then the lanes are added as a tree:
+ *   lane[i] += lane[i + 8] (i < 8), then += lane[i + 4] (i < 4), +2, +1
+ * (float adds) and lane[0] is the sum. combine 1: one set of lanes for all
+ * rows (a per-token norm: every head of the token, each row starting again at
+ * lane 0), the sum to out[0]; combine 0: each row its own lanes, its sum to
+ * out[r]. */
+typedef void (*pe_norm_sumsq_fn)(const void *src, int64_t n, int64_t rows, int64_t row_stride,
+                                 int combine, float *out);
+
+/* dst[e] = round(pe_norm_apply(mode, x_e, r, w[e])) for e in [0, n) (mode not
+ * PE_NORM_OFF): src of the first dtype index, dst of the second; dst may be
+ * src (in place), otherwise they do not overlap. The channels past
+ * rotary_dim of a normed row. */
+typedef void (*pe_norm_row_fn)(const void *src, void *dst, int64_t n, float r, const float *w,
+                               int32_t mode);
 
 /* In place: the row of token t, head h starts at (element) data +
  * t*token_stride + h*head_stride (strides in elements of the kernel's dtype,
@@ -161,7 +206,16 @@ typedef struct pe_isa {
   pe_add_row_fn add_row[3];                 /* [pe_dtype of row] */
   pe_alibi_row_fn alibi_row[3];             /* [pe_dtype of row] */
   pe_load_row_fn load_row[3];               /* [pe_dtype of src] */
+  pe_norm_sumsq_fn norm_sumsq[3];           /* [pe_dtype of src] */
+  pe_norm_row_fn norm_row[3][3];            /* [src pe_dtype][dst pe_dtype] */
 } pe_isa;
+
+/* The scale of a normed row from its sum of squares s (pe_norm_sumsq) over n
+ * elements, portable code shared by every ISA (rope_engine.c):
+ *   r = 1.0f / sqrtf(s / (float)n + eps)      (float32, each op rounded)
+ * and r = 0 when it is NaN (a NaN element: the row's NaNs stay NaN and its
+ * other elements become 0, as an Inf row does in HF). */
+PE_HIDDEN float pe__norm_scale(float s, int64_t n, float eps);
 
 extern PE_HIDDEN const pe_isa pe__isa_scalar;
 #if defined(PE_HAVE_AVX2)

@@ -3,8 +3,10 @@
  * pattern). Included once, last, by each src/kernels/<isa>.c, which first
  * defines:
  *   ISA                     the suffix token (scalar, avx2, avx512, neon)
- *   rope_row(dt, style, row, cos, sin, n, dist)           in-place pairs
- *   store_row(sd, dd, style, src, dst, cos, sin, n, dist) rotate src -> dst
+ *   rope_row(dt, style, row, cos, sin, n, dist, mode, r, w)           in-place pairs
+ *   store_row(sd, dd, style, src, dst, cos, sin, n, dist, mode, r, w) rotate src -> dst
+ *     (both normed first when mode, a constant, is not PE_NORM_OFF)
+ *   sumsq_gen(dt, src, n, rows, rs, combine, out), norm_row_gen(sd, dd, src, dst, n, r, w, mode)  the QK-norm
  *   convert_row(sd, dd, src, dst, n)                      sd != dd
  *   add_row_gen(dt, ..), alibi_row_gen(dt, ..), load_row_gen(dt, ..)
  *   FN(rope_sincos), FN(sincos)
@@ -23,43 +25,71 @@
 
 /* ---- the walks ---- */
 
+/* Row (t, h)'s QK-norm scale and weights (mode a constant; OFF: none). */
+PE_AI float row_scale(int mode, const pe_rope_block *b, int64_t t, int64_t h) {
+  return mode == PE_NORM_OFF ? 0.0f : b->scale[t][h * b->scale_head_stride];
+}
+PE_AI const float *row_weight(int mode, const pe_rope_block *b, int64_t h) {
+  return wat(mode, b->weight, h * b->weight_head_stride);
+}
+
 /* In place: the nearer of the two strides goes innermost, so the rows stream
  * in address order whatever the layout ([B,T,H,D] or [B,H,T,D]) while the
  * block's cos/sin stay in L1. */
-PE_AI void rows_walk(int dt, int style, const pe_rope_block *b, void *data, int64_t head_stride,
-                     int64_t token_stride) {
+PE_AI void rows_walk(int dt, int style, int mode, const pe_rope_block *b, void *data,
+                     int64_t head_stride, int64_t token_stride) {
   char *base = data;
   int64_t es = pe__esize(dt), hs = head_stride * es, ts = token_stride * es;
   int64_t ahs = hs < 0 ? -hs : hs, ats = ts < 0 ? -ts : ts;
   const int64_t n_tokens = b->n_tokens, n_heads = b->n_heads;
   const int32_t n = b->n_pairs, dist = b->pair_dist;
+#define ROW_(t, h)                                                                               \
+  rope_row(dt, style, base + (t) * ts + (h) * hs, b->cos[t], b->sin[t], n, dist, mode,           \
+           row_scale(mode, b, t, h), row_weight(mode, b, h))
   if (n_tokens == 1 || ahs <= ats) {
     for (int64_t t = 0; t < n_tokens; t++) {
       /* in locals: the rows' stores (may_alias vectors) would otherwise
        * make the compiler reload them for every head */
       const float *c = b->cos[t], *s = b->sin[t];
       char *row = base + t * ts;
-      for (int64_t h = 0; h < n_heads; h++) rope_row(dt, style, row + h * hs, c, s, n, dist);
+      for (int64_t h = 0; h < n_heads; h++)
+        rope_row(dt, style, row + h * hs, c, s, n, dist, mode, row_scale(mode, b, t, h),
+                 row_weight(mode, b, h));
     }
   } else {
     for (int64_t h = 0; h < n_heads; h++)
-      for (int64_t t = 0; t < n_tokens; t++)
-        rope_row(dt, style, base + t * ts + h * hs, b->cos[t], b->sin[t], n, dist);
+      for (int64_t t = 0; t < n_tokens; t++) ROW_(t, h);
   }
+#undef ROW_
 }
 
+/* The block's (style, norm mode) as constants: one loop per combination. */
+#define BY_MODE_(walk, style, ...)                                                               \
+  switch (b->norm) {                                                                             \
+    case PE_NORM_W: walk(__VA_ARGS__, style, PE_NORM_W, b, ARGS_); break;                        \
+    case PE_NORM_W1: walk(__VA_ARGS__, style, PE_NORM_W1, b, ARGS_); break;                      \
+    case PE_NORM_UNIT: walk(__VA_ARGS__, style, PE_NORM_UNIT, b, ARGS_); break;                  \
+    default: walk(__VA_ARGS__, style, PE_NORM_OFF, b, ARGS_); break;                             \
+  }
+#define BY_STYLE_(walk, ...)                                                                     \
+  if (b->style == PE_ROPE_GPTJ) {                                                                \
+    BY_MODE_(walk, PE_ROPE_GPTJ, __VA_ARGS__)                                                    \
+  } else {                                                                                       \
+    BY_MODE_(walk, PE_ROPE_NEOX, __VA_ARGS__)                                                    \
+  }
+
 PE_AI void rows_gen(int dt, const pe_rope_block *b, void *data, int64_t hs, int64_t ts) {
-  if (b->style == PE_ROPE_GPTJ)
-    rows_walk(dt, PE_ROPE_GPTJ, b, data, hs, ts);
-  else
-    rows_walk(dt, PE_ROPE_NEOX, b, data, hs, ts);
+#define ARGS_ data, hs, ts
+  BY_STYLE_(rows_walk, dt)
+#undef ARGS_
 }
 
 /* The cache write: tokens outer (each goes to its own cache slot), heads
  * inner (adjacent in both the activations' [T, H, D] and the cache's slot
  * rows of the common layouts). */
-PE_AI void store_walk(int sd, int dd, int style, const pe_rope_block *b, const void *const *src,
-                      int64_t src_head_stride, void *const *dst, int64_t dst_head_stride) {
+PE_AI void store_walk(int sd, int dd, int style, int mode, const pe_rope_block *b,
+                      const void *const *src, int64_t src_head_stride, void *const *dst,
+                      int64_t dst_head_stride) {
   int64_t shs = src_head_stride * pe__esize(sd), dhs = dst_head_stride * pe__esize(dd);
   for (int64_t t = 0; t < b->n_tokens; t++) {
     const char *s = src[t];
@@ -68,17 +98,19 @@ PE_AI void store_walk(int sd, int dd, int style, const pe_rope_block *b, const v
     const int64_t n_heads = b->n_heads;
     const int32_t n = b->n_pairs, dist = b->pair_dist;
     for (int64_t h = 0; h < n_heads; h++)
-      store_row(sd, dd, style, s + h * shs, d + h * dhs, c, sn, n, dist);
+      store_row(sd, dd, style, s + h * shs, d + h * dhs, c, sn, n, dist, mode,
+                row_scale(mode, b, t, h), row_weight(mode, b, h));
   }
 }
 
 PE_AI void store_gen(int sd, int dd, const pe_rope_block *b, const void *const *src, int64_t shs,
                      void *const *dst, int64_t dhs) {
-  if (b->style == PE_ROPE_GPTJ)
-    store_walk(sd, dd, PE_ROPE_GPTJ, b, src, shs, dst, dhs);
-  else
-    store_walk(sd, dd, PE_ROPE_NEOX, b, src, shs, dst, dhs);
+#define ARGS_ src, shs, dst, dhs
+  BY_STYLE_(store_walk, sd, dd)
+#undef ARGS_
 }
+#undef BY_STYLE_
+#undef BY_MODE_
 
 /* ---- the entry points, one per dtype (pair) ---- */
 
@@ -108,6 +140,33 @@ FROM_(f16, PE_F16)
 FROM_(bf16, PE_BF16)
 #undef FROM_
 #undef PAIR_
+
+#define NORM_(S, sd)                                                                             \
+  static void FN(norm_sumsq_##S)(const void *src, int64_t n, int64_t rows, int64_t rs,          \
+                                 int combine, float *out) {                                      \
+    sumsq_gen(sd, src, n, rows, rs, combine, out);                                               \
+  }
+NORM_(f32, PE_F32)
+NORM_(f16, PE_F16)
+NORM_(bf16, PE_BF16)
+#undef NORM_
+
+#define NPAIR_(S, sd, D, dd)                                                                     \
+  static void FN(norm_row_##S##_##D)(const void *src, void *dst, int64_t n, float r,             \
+                                     const float *w, int32_t mode) {                             \
+    if (mode == PE_NORM_W)                                                                       \
+      norm_row_gen(sd, dd, src, dst, n, r, w, PE_NORM_W);                                        \
+    else if (mode == PE_NORM_W1)                                                                 \
+      norm_row_gen(sd, dd, src, dst, n, r, w, PE_NORM_W1);                                       \
+    else                                                                                         \
+      norm_row_gen(sd, dd, src, dst, n, r, w, PE_NORM_UNIT);                                     \
+  }
+#define NFROM_(S, sd) NPAIR_(S, sd, f32, PE_F32) NPAIR_(S, sd, f16, PE_F16) NPAIR_(S, sd, bf16, PE_BF16)
+NFROM_(f32, PE_F32)
+NFROM_(f16, PE_F16)
+NFROM_(bf16, PE_BF16)
+#undef NFROM_
+#undef NPAIR_
 
 #define ENC_(S, dt)                                                                              \
   static void FN(add_row_##S)(void *row, const float *v, int64_t n) { add_row_gen(dt, row, v, n); } \
@@ -140,6 +199,8 @@ const pe_isa PE_CAT(pe__isa_, ISA) = {
     .add_row = ROW3_(add_row),
     .alibi_row = ROW3_(alibi_row),
     .load_row = ROW3_(load_row),
+    .norm_sumsq = ROW3_(norm_sumsq),
+    .norm_row = {ROW3_(norm_row_f32), ROW3_(norm_row_f16), ROW3_(norm_row_bf16)},
 };
 #undef ROW3_
 #undef ISA_ROPE_ROWS_BF16

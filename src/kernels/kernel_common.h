@@ -30,6 +30,12 @@
  * private variant of bf16 > PE_BF16). */
 PE_AI int64_t pe__esize(int dt) { return dt == PE_F32 ? 4 : 2; }
 
+/* The QK-norm's weight pointer advanced by k elements, only for the modes
+ * that have weights (mode a constant; otherwise w may be NULL and stays so). */
+PE_AI const float *wat(int mode, const float *w, int64_t k) {
+  return mode == PE_NORM_W || mode == PE_NORM_W1 ? w + k : w;
+}
+
 /* Pointer to element i of a row of elements of es bytes. */
 #define PE_AT(p, i, es) ((p) + (int64_t)(i) * (es))
 

@@ -89,12 +89,62 @@ PE_AI void rotate(vf x, vf y, vf c, vf s, vf *xo, vf *yo) {
   *yo = vf_fma(y, c, vf_mul(x, s));
 }
 
+/* ---- the QK-norm (isa.h's pe_norm_apply) ---- */
+
+/* mode a constant; w (mode W/W1) the weights of x's lanes, already loaded. */
+PE_AI vf norm_v(int mode, vf x, vf r, vf w) {
+  if (mode == PE_NORM_OFF) return x;
+  vf n = vf_mul(x, r);
+  if (mode == PE_NORM_W) n = vf_mul(n, w);
+  if (mode == PE_NORM_W1) n = vf_mul(n, vf_add(vf_set1(1.0f), w));
+  return n;
+}
+/* The same with the weights of m lanes loaded from w (none for OFF, UNIT). */
+PE_AI vf norm_ld(int mode, vf x, vf r, const float *w, int32_t m) {
+  int weighted = mode == PE_NORM_W || mode == PE_NORM_W1;
+  return norm_v(mode, x, r, weighted ? vf_loadn(w, m) : x);
+}
+
+/* The sums of squares in 16 lanes (isa.h): VL-lane accumulators, 16/VL of
+ * them, element e in accumulator (e % 16) / VL, lane e % VL; lanes past a
+ * tail add fmaf(0, 0, acc) = acc (every acc is +0, positive, Inf or NaN);
+ * vf_tree16 (vec_<isa>.h) adds the lanes in isa.h's order. */
+PE_AI void sumsq_gen(int dt, const void *src, int64_t n, int64_t rows, int64_t row_stride,
+                     int combine, float *out) {
+  enum { NA = 16 / VL };
+  const int64_t es = pe__esize(dt);
+  vf a[NA];
+  for (int i = 0; i < NA; i++) a[i] = vf_set1(0.0f);
+  for (int64_t r = 0; r < rows; r++) {
+    const char *p = (const char *)src + r * row_stride * es;
+    if (r > 0 && !combine)
+      for (int i = 0; i < NA; i++) a[i] = vf_set1(0.0f);
+    int64_t e = 0;
+    for (; e + 16 <= n; e += 16)
+      for (int i = 0; i < NA; i++) {
+        vf x = vld(dt, PE_AT(p, e + i * VL, es), VL);
+        a[i] = vf_fma(x, x, a[i]);
+      }
+    if (e < n)
+      for (int i = 0; i < NA; i++) {
+        int64_t left = n - e - i * VL;
+        vf x = vld(dt, PE_AT(p, e + i * VL, es), left > VL ? VL : (int32_t)left);
+        a[i] = vf_fma(x, x, a[i]);
+      }
+    if (!combine) out[r] = vf_tree16(a);
+  }
+  if (combine) out[0] = vf_tree16(a);
+}
+
 /* NeoX, m <= VL pairs: x at sx, y at sy (dtype sd), written to dx, dy
- * (dtype dd; the same addresses in place). */
+ * (dtype dd; the same addresses in place); normed first (mode, r, the
+ * weights of x at wx and of y at wy). */
 PE_AI void neox_step(int sd, int dd, const char *sx, const char *sy, char *dx, char *dy,
-                     const float *c, const float *s, int32_t m) {
+                     const float *c, const float *s, int32_t m, int mode, vf r, const float *wx,
+                     const float *wy) {
   vf xn, yn;
-  rotate(vld(sd, sx, m), vld(sd, sy, m), vf_loadn(c, m), vf_loadn(s, m), &xn, &yn);
+  rotate(norm_ld(mode, vld(sd, sx, m), r, wx, m), norm_ld(mode, vld(sd, sy, m), r, wy, m),
+         vf_loadn(c, m), vf_loadn(s, m), &xn, &yn);
   vst2(dd, dx, m, xn, dy, m, yn);
 }
 
@@ -102,16 +152,28 @@ PE_AI void neox_step(int sd, int dd, const char *sx, const char *sy, char *dx, c
  * whole (a constant): a full step stores its 2*VL elements as the cache
  * write's whole lines (vstw) rather than two vectors (vst2). */
 PE_AI void gptj_step(int sd, int dd, const char *sp, char *dp, const float *c, const float *s,
-                     int32_t m, int whole) {
+                     int32_t m, int whole, int mode, vf r, const float *w) {
   vf x, y, xn, yn;
 #if defined(VEC_LD2)
   vldi(sd, sp, m, &x, &y);
+  if (mode == PE_NORM_W || mode == PE_NORM_W1) {
+    vf wx, wy;
+    vldi(PE_F32, w, m, &wx, &wy);
+    x = norm_v(mode, x, r, wx);
+    y = norm_v(mode, y, r, wy);
+  } else {
+    x = norm_v(mode, x, r, x);
+    y = norm_v(mode, y, r, y);
+  }
   rotate(x, y, vf_loadn(c, m), vf_loadn(s, m), &xn, &yn);
   vsti(dd, dp, m, xn, yn);
   (void)whole;
 #else
   const int64_t ses = pe__esize(sd), des = pe__esize(dd);
-  vf_deinterleave(vld(sd, sp, 2 * m), vld(sd, sp + VL * ses, 2 * m - VL), &x, &y);
+  /* the norm is elementwise: applied to the interleaved vectors */
+  vf_deinterleave(norm_ld(mode, vld(sd, sp, 2 * m), r, w, 2 * m),
+                  norm_ld(mode, vld(sd, sp + VL * ses, 2 * m - VL), r, wat(mode, w, VL), 2 * m - VL), &x,
+                  &y);
   rotate(x, y, vf_gptj_cs(vf_loadn(c, m)), vf_gptj_cs(vf_loadn(s, m)), &xn, &yn);
   vf lo, hi;
   vf_interleave(xn, yn, &lo, &hi);
@@ -122,22 +184,28 @@ PE_AI void gptj_step(int sd, int dd, const char *sp, char *dp, const float *c, c
 #endif
 }
 
-/* One row in place: full steps of VL pairs, then one tail step. */
+/* One row in place: full steps of VL pairs, then one tail step; normed
+ * first (mode, scale rs, weights w of the row's elements). */
 PE_AI void rope_row(int dt, int style, void *row, const float *c, const float *s, int32_t n,
-                    int32_t dist) {
+                    int32_t dist, int mode, float rs, const float *w) {
   char *r = row;
   const int64_t es = pe__esize(dt);
+  const vf rv = vf_set1(rs);
   int32_t j = 0;
   if (style == PE_ROPE_GPTJ) {
-    for (; j + VL <= n; j += VL) gptj_step(dt, dt, r + 2 * j * es, r + 2 * j * es, c + j, s + j, VL, 0);
-    if (j < n) gptj_step(dt, dt, r + 2 * j * es, r + 2 * j * es, c + j, s + j, n - j, 0);
+    for (; j + VL <= n; j += VL)
+      gptj_step(dt, dt, r + 2 * j * es, r + 2 * j * es, c + j, s + j, VL, 0, mode, rv, wat(mode, w, 2 * j));
+    if (j < n)
+      gptj_step(dt, dt, r + 2 * j * es, r + 2 * j * es, c + j, s + j, n - j, 0, mode, rv,
+                wat(mode, w, 2 * j));
   } else {
     char *y = r + dist * es;
+    const float *wy = wat(mode, w, dist);
     for (; j + VL <= n; j += VL)
       neox_step(dt, dt, PE_AT(r, j, es), PE_AT(y, j, es), PE_AT(r, j, es), PE_AT(y, j, es), c + j,
-                s + j, VL);
+                s + j, VL, mode, rv, wat(mode, w, j), wat(mode, wy, j));
     if (j < n)
       neox_step(dt, dt, PE_AT(r, j, es), PE_AT(y, j, es), PE_AT(r, j, es), PE_AT(y, j, es), c + j,
-                s + j, n - j);
+                s + j, n - j, mode, rv, wat(mode, w, j), wat(mode, wy, j));
   }
 }

@@ -1,0 +1,755 @@
+/* test_qk_norm.c - pe_qk_norm_rope and pe_qk_norm_rope_store: QK-norm, RoPE
+ * and the K/V cache write in one pass.
+ *
+ * What is checked against what:
+ * - Values (f32): against float64 references written here from
+ *   transformers' Qwen3RMSNorm (x * rsqrt(mean(x^2) + eps) * w over head_dim),
+ *   Gemma3RMSNorm (* (1 + w)), Llama4TextL2Norm (no weight) and Olmo2's
+ *   q_norm/k_norm (Olmo2RMSNorm over the whole projection, heads*head_dim),
+ *   each followed by apply_rotary_pos_emb (q*cos + rotate_half(q)*sin, cos
+ *   and sin of position * base^(-2i/rotary_dim) in float64; GPT-J pairs as
+ *   rotate_every_two), within the
+ *   bound posenc.h states: (ceil(n/16)/2 + 12) float32 ulps of |n_x| + |n_y|
+ *   (n_x, n_y the pair's normed values), |n| alone past rotary_dim.
+ * - bf16/f16: bit for bit the float32 call's result on the widened inputs,
+ *   rounded once (the rounding written here, via double arithmetic).
+ * - Store: q as the in-place call gives it; every k cache row the float32
+ *   result rounded to the cache dtype (bit for bit the in-place k when the
+ *   dtypes match); v cache rows v converted; k and v unchanged; every cache
+ *   byte no slot maps (and those of -1 slots) untouched.
+ * - PE_QK_NORM_NONE is pe_apply_rope_qk / pe_apply_rope_qk_store bit for bit.
+ * - Errors: each leaves every buffer byte for byte unchanged and names the
+ *   function and the argument.
+ * - Bit identity across ISAs (every path pe_force_isa accepts here, against
+ *   scalar) on inputs with NaN, Inf, subnormals and overflowing squares, with
+ *   vector tails, both styles, every kind and scope, every dtype; and across
+ *   pool sizes (NULL and 2 threads). A token with more head rows than the
+ *   engine's norm stage holds at once (1100 heads) is checked too.
+ */
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "posenc.h"
+
+/* ---- PRNG ---- */
+static uint64_t rng = 0x243f6a8885a308d3ull;
+static uint64_t rnd(void) {
+  rng ^= rng >> 12;
+  rng ^= rng << 25;
+  rng ^= rng >> 27;
+  return rng * 0x2545f4914f6cdd1dull;
+}
+static double uni(void) { return (double)(rnd() >> 11) * 0x1p-53 * 2.0 - 1.0; } /* [-1, 1) */
+
+/* ---- conversions written here, via double arithmetic ---- */
+static float bits_f32(uint32_t u) {
+  float f;
+  memcpy(&f, &u, 4);
+  return f;
+}
+static uint32_t f32_bits(float f) {
+  uint32_t u;
+  memcpy(&u, &f, 4);
+  return u;
+}
+static size_t esz(pe_dtype d) { return d == PE_F32 ? 4 : 2; }
+
+/* Round |a| (finite, >= 0) to a binary format with p-bit significands and
+ * minimum normal exponent emin, to nearest even. */
+static double round_fmt(double a, int p, int emin) {
+  if (a == 0) return 0;
+  int e;
+  frexp(a, &e);
+  e -= 1; /* a in [2^e, 2^(e+1)) */
+  if (e < emin) e = emin;
+  double q = ldexp(1.0, e - (p - 1));
+  return nearbyint(a / q) * q;
+}
+static uint16_t f2bf(float f) {
+  uint32_t u = f32_bits(f);
+  uint16_t sign = (uint16_t)((u >> 16) & 0x8000);
+  if (isnan(f)) return (uint16_t)((u >> 16) | 0x40);
+  if (isinf(f)) return (uint16_t)(sign | 0x7f80);
+  double r = round_fmt(fabs((double)f), 8, -126);
+  if (r >= 0x1p128) return (uint16_t)(sign | 0x7f80);
+  return (uint16_t)(sign | (f32_bits((float)r) >> 16));
+}
+static float bf2f(uint16_t h) { return bits_f32((uint32_t)h << 16); }
+static uint16_t f2h(float f) {
+  uint32_t u = f32_bits(f);
+  uint16_t sign = (uint16_t)((u >> 16) & 0x8000);
+  if (isnan(f)) return (uint16_t)(sign | 0x7e00 | ((u >> 13) & 0x3ff));
+  if (isinf(f)) return (uint16_t)(sign | 0x7c00);
+  double r = round_fmt(fabs((double)f), 11, -14);
+  if (r >= 65536.0) return (uint16_t)(sign | 0x7c00);
+  if (r < 0x1p-14) return (uint16_t)(sign | (uint16_t)(r * 0x1p24));
+  int e;
+  double m = frexp(r, &e); /* r = m 2^e, m in [0.5, 1) */
+  return (uint16_t)(sign | (uint16_t)((e - 1 + 15) << 10) | (uint16_t)(m * 2048.0 - 1024.0));
+}
+static float h2f(uint16_t h) {
+  int e = (h >> 10) & 31, m = h & 1023;
+  if (e == 31) return bits_f32(((uint32_t)(h & 0x8000) << 16) | 0x7f800000u | ((uint32_t)m << 13));
+  double v = e ? ldexp(1024 + m, e - 25) : ldexp(m, -24);
+  return (float)((h & 0x8000) ? -v : v);
+}
+static float get(pe_dtype d, const void *b, size_t i) {
+  if (d == PE_F32) return ((const float *)b)[i];
+  uint16_t h = ((const uint16_t *)b)[i];
+  return d == PE_F16 ? h2f(h) : bf2f(h);
+}
+static void set(pe_dtype d, void *b, size_t i, float v) {
+  if (d == PE_F32) ((float *)b)[i] = v;
+  else ((uint16_t *)b)[i] = d == PE_F16 ? f2h(v) : f2bf(v);
+}
+/* The element's bits, widened to 32 for comparison. */
+static uint32_t bits(pe_dtype d, const void *b, size_t i) {
+  return d == PE_F32 ? ((const uint32_t *)b)[i] : ((const uint16_t *)b)[i];
+}
+/* f32 value v rounded to dtype d, as bits. */
+static uint32_t round_bits(pe_dtype d, float v) {
+  return d == PE_F32 ? f32_bits(v) : d == PE_F16 ? f2h(v) : f2bf(v);
+}
+
+/* ---- a scenario: packed QKV [B, T, Hq*hd + Hk*hd + Hk*vd], NHD caches ---- */
+typedef struct scen {
+  int32_t hd, rd;
+  pe_rope_style style;
+  double base;
+  int64_t maxp; /* 0: no table */
+  pe_qk_norm_kind kind;
+  pe_qk_norm_scope scope;
+  float eps;
+  pe_dtype dt, kcd, vcd;
+  int64_t B, T, Hq, Hk, vd, nb, bs;
+  int wild;
+} scen;
+
+typedef struct run {
+  int64_t row, n;      /* elements per token row; rows */
+  void *qkv, *kc, *vc; /* buffers */
+  size_t qkv_bytes, kc_bytes, vc_bytes;
+  float *qw, *kw;
+  int64_t *pos, *slots;
+  pe_tensor q, k, v, tkc, tvc;
+  pe_rope_cache *c;
+  pe_qk_norm norm;
+  pe_kv_cache kv;
+} run;
+
+static float draw(int wild) {
+  double mag = ldexp(1.0, (int)(rnd() % 9) - 4);
+  if (wild) {
+    switch (rnd() % 40) {
+      case 0: return NAN;
+      case 1: return -INFINITY;
+      case 2: return 1e-41f;
+      case 3: return 3e19f; /* its square overflows */
+      case 4: return bits_f32(0x7fa00001u); /* signaling NaN */
+      case 5: return -0.0f;
+      default: break;
+    }
+  }
+  return (float)(uni() * mag);
+}
+
+static void run_make(run *r, const scen *s, uint64_t seed) {
+  memset(r, 0, sizeof *r);
+  rng = seed | 1;
+  r->row = (s->Hq + s->Hk) * s->hd + s->Hk * s->vd;
+  r->n = s->B * s->T;
+  r->qkv_bytes = (size_t)(r->n * r->row) * esz(s->dt);
+  r->qkv = malloc(r->qkv_bytes + 1);
+  for (int64_t i = 0; i < r->n * r->row; i++) set(s->dt, r->qkv, (size_t)i, draw(s->wild));
+  int64_t slots = s->nb * s->bs;
+  r->kc_bytes = (size_t)(slots * s->Hk * s->hd) * esz(s->kcd);
+  r->vc_bytes = (size_t)(slots * s->Hk * (s->vd ? s->vd : 1)) * esz(s->vcd);
+  r->kc = malloc(r->kc_bytes);
+  r->vc = malloc(r->vc_bytes);
+  memset(r->kc, 0xa5, r->kc_bytes);
+  memset(r->vc, 0xa5, r->vc_bytes);
+  int64_t wq = s->scope == PE_QK_NORM_PER_TOKEN ? s->Hq * s->hd : s->hd;
+  int64_t wk = s->scope == PE_QK_NORM_PER_TOKEN ? s->Hk * s->hd : s->hd;
+  r->qw = malloc((size_t)wq * 4);
+  r->kw = malloc((size_t)wk * 4);
+  double center = s->kind == PE_QK_NORM_RMS_UNIT_OFFSET ? 0.0 : 1.0;
+  for (int64_t i = 0; i < wq; i++) r->qw[i] = (float)(center + 0.5 * uni());
+  for (int64_t i = 0; i < wk; i++) r->kw[i] = (float)(center + 0.5 * uni());
+  r->pos = malloc((size_t)r->n * 8);
+  int64_t lim = s->maxp ? s->maxp : 100000;
+  for (int64_t i = 0; i < r->n; i++) r->pos[i] = (int64_t)(rnd() % (uint64_t)lim);
+  /* slots: a random injection into [0, slots), about one in six -1 */
+  r->slots = malloc((size_t)r->n * 8);
+  int64_t *perm = malloc((size_t)slots * 8);
+  for (int64_t i = 0; i < slots; i++) perm[i] = i;
+  for (int64_t i = slots - 1; i > 0; i--) {
+    int64_t j = (int64_t)(rnd() % (uint64_t)(i + 1)), t = perm[i];
+    perm[i] = perm[j];
+    perm[j] = t;
+  }
+  for (int64_t i = 0; i < r->n; i++) r->slots[i] = i < slots && rnd() % 6 ? perm[i] : -1;
+  free(perm);
+  int64_t T = s->T, row = r->row;
+  r->q = (pe_tensor){r->qkv, s->dt, {s->B, s->Hq, T, s->hd}, {T * row, s->hd, row, 1}};
+  r->k = (pe_tensor){(char *)r->qkv + (size_t)(s->Hq * s->hd) * esz(s->dt), s->dt,
+                     {s->B, s->Hk, T, s->hd}, {T * row, s->hd, row, 1}};
+  r->v = (pe_tensor){(char *)r->qkv + (size_t)((s->Hq + s->Hk) * s->hd) * esz(s->dt), s->dt,
+                     {s->B, s->Hk, T, s->vd}, {T * row, s->vd ? s->vd : 1, row, 1}};
+  r->tkc = (pe_tensor){r->kc, s->kcd, {s->nb, s->Hk, s->bs, s->hd},
+                       {s->bs * s->Hk * s->hd, s->hd, s->Hk * s->hd, 1}};
+  r->tvc = (pe_tensor){r->vc, s->vcd, {s->nb, s->Hk, s->bs, s->vd},
+                       {s->bs * s->Hk * s->vd, s->vd ? s->vd : 1, s->Hk * s->vd, 1}};
+  pe_rope_params p;
+  pe_rope_params_init(&p);
+  p.head_dim = s->hd;
+  p.rotary_dim = s->rd;
+  p.style = s->style;
+  p.base = s->base;
+  p.max_positions = s->maxp;
+  assert_int_equal(pe_rope_cache_create(&p, &r->c), PE_OK);
+  pe_qk_norm_init(&r->norm);
+  r->norm.kind = s->kind;
+  r->norm.scope = s->scope;
+  r->norm.eps = s->eps;
+  int weighted = s->kind == PE_QK_NORM_RMS || s->kind == PE_QK_NORM_RMS_UNIT_OFFSET;
+  r->norm.q_weight = weighted ? r->qw : NULL;
+  r->norm.k_weight = weighted ? r->kw : NULL;
+  pe_kv_cache_init(&r->kv);
+  r->kv.k = &r->tkc;
+  r->kv.v = s->vd ? &r->tvc : NULL;
+}
+
+static void run_free(run *r) {
+  free(r->qkv);
+  free(r->kc);
+  free(r->vc);
+  free(r->qw);
+  free(r->kw);
+  free(r->pos);
+  free(r->slots);
+  pe_rope_cache_destroy(r->c);
+}
+
+/* The same inputs widened to float32 (run a2 made from the same scenario). */
+static void widen_into(run *f32, const run *r, const scen *s) {
+  for (int64_t i = 0; i < r->n * r->row; i++)
+    ((float *)f32->qkv)[i] = get(s->dt, r->qkv, (size_t)i);
+}
+
+/* ---- the float64 reference: HF's norm, then apply_rotary_pos_emb ---- */
+
+/* Row of n doubles normed in place: Qwen3RMSNorm / Olmo2RMSNorm (w),
+ * Gemma3RMSNorm (1 + w), Llama4TextL2Norm (none). */
+static void ref_norm(double *x, int64_t n, const scen *s, const float *w) {
+  if (s->kind == PE_QK_NORM_NONE) return;
+  double ss = 0;
+  for (int64_t i = 0; i < n; i++) ss += x[i] * x[i];
+  double r = 1.0 / sqrt(ss / (double)n + (double)s->eps);
+  for (int64_t i = 0; i < n; i++) {
+    double f = s->kind == PE_QK_NORM_RMS ? w[i]
+               : s->kind == PE_QK_NORM_RMS_UNIT_OFFSET ? 1.0 + (double)w[i]
+                                                       : 1.0;
+    x[i] = x[i] * r * f;
+  }
+}
+
+/* Check heads [0, H) of token u (input `in`, output `out`, tensor t's offsets)
+ * against the reference; weights w. */
+static void check_token(const scen *s, const run *r, const void *in, const void *out,
+                        const pe_tensor *t, const float *w, int64_t u) {
+  int64_t H = t->shape[1], hd = s->hd, rd = s->rd ? s->rd : hd, half = rd / 2;
+  int64_t b = u / s->T, tok = u % s->T;
+  size_t base = (size_t)(((char *)t->data - (char *)r->qkv) / (ptrdiff_t)esz(s->dt));
+  int per_token = s->scope == PE_QK_NORM_PER_TOKEN;
+  double *x = malloc((size_t)(H * hd) * sizeof(double));
+  for (int64_t h = 0; h < H; h++)
+    for (int64_t e = 0; e < hd; e++)
+      x[h * hd + e] = get(s->dt, in, base + (size_t)(b * t->stride[0] + tok * t->stride[2] +
+                                                     h * t->stride[1] + e));
+  if (per_token) ref_norm(x, H * hd, s, w);
+  else
+    for (int64_t h = 0; h < H; h++) ref_norm(x + h * hd, hd, s, w);
+  int64_t lanes = per_token ? H * ((hd + 15) / 16) : (hd + 15) / 16;
+  double ulps = (double)lanes / 2 + 12;
+  double pos = (double)r->pos[u];
+  for (int64_t h = 0; h < H; h++) {
+    const double *n = x + h * hd;
+    size_t o = base + (size_t)(b * t->stride[0] + tok * t->stride[2] + h * t->stride[1]);
+    for (int64_t j = 0; j < half; j++) {
+      /* NeoX pairs (j, j + half); GPT-J (2j, 2j + 1), HF's rotate_every_two */
+      int64_t ix = s->style == PE_ROPE_GPTJ ? 2 * j : j, iy = s->style == PE_ROPE_GPTJ ? 2 * j + 1 : j + half;
+      double f = pow(s->base, -(double)(2 * j) / (double)rd), c = cos(pos * f), sn = sin(pos * f);
+      /* HF: q*cos + rotate_half(q)*sin, rotate_half(q) = cat(-q2, q1) */
+      double xo = n[ix] * c + (-n[iy]) * sn, yo = n[iy] * c + n[ix] * sn;
+      double tol = ulps * 0x1p-24 * (fabs(n[ix]) + fabs(n[iy])) + 1e-38;
+      double gx = get(s->dt, out, o + (size_t)ix), gy = get(s->dt, out, o + (size_t)iy);
+      if (!(fabs(gx - xo) <= tol) || !(fabs(gy - yo) <= tol)) {
+        printf("token %lld head %lld pair %lld: got %.9g %.9g want %.9g %.9g tol %.3g\n",
+               (long long)u, (long long)h, (long long)j, gx, gy, xo, yo, tol);
+        fail();
+      }
+    }
+    for (int64_t e = rd; e < hd; e++) {
+      double g = get(s->dt, out, o + (size_t)e), tol = (ulps - 6) * 0x1p-24 * fabs(n[e]) + 1e-38;
+      if (!(fabs(g - n[e]) <= tol)) {
+        printf("token %lld head %lld channel %lld: got %.9g want %.9g\n", (long long)u,
+               (long long)h, (long long)e, g, n[e]);
+        fail();
+      }
+    }
+  }
+  free(x);
+}
+
+static void check_values(const scen *s0) {
+  scen s = *s0;
+  s.dt = PE_F32;
+  run r;
+  run_make(&r, &s, 11);
+  void *in = malloc(r.qkv_bytes);
+  memcpy(in, r.qkv, r.qkv_bytes);
+  assert_int_equal(pe_qk_norm_rope(r.c, &r.norm, &r.q, &r.k, r.pos, 0, NULL), PE_OK);
+  for (int64_t u = 0; u < r.n; u++) {
+    check_token(&s, &r, in, r.qkv, &r.q, r.qw, u);
+    check_token(&s, &r, in, r.qkv, &r.k, r.kw, u);
+  }
+  /* the half types: the float32 result on the widened inputs, rounded once */
+  for (int d = 1; d <= 2; d++) {
+    scen h = s;
+    h.dt = (pe_dtype)d;
+    run rh, rf;
+    run_make(&rh, &h, 12);
+    run_make(&rf, &s, 12);
+    widen_into(&rf, &rh, &h);
+    assert_int_equal(pe_qk_norm_rope(rh.c, &rh.norm, &rh.q, &rh.k, rh.pos, 0, NULL), PE_OK);
+    assert_int_equal(pe_qk_norm_rope(rf.c, &rf.norm, &rf.q, &rf.k, rf.pos, 0, NULL), PE_OK);
+    for (int64_t i = 0; i < rh.n * rh.row; i++)
+      if (bits(h.dt, rh.qkv, (size_t)i) != round_bits(h.dt, ((float *)rf.qkv)[i])) {
+        printf("dtype %d element %lld: %#x, want %#x\n", d, (long long)i,
+               bits(h.dt, rh.qkv, (size_t)i), round_bits(h.dt, ((float *)rf.qkv)[i]));
+        fail();
+      }
+    run_free(&rh);
+    run_free(&rf);
+  }
+  free(in);
+  run_free(&r);
+}
+
+static const scen qwen3 = {.hd = 128, .style = PE_ROPE_NEOX, .base = 1e6, .maxp = 4096,
+                           .kind = PE_QK_NORM_RMS, .eps = 1e-6f, .B = 2, .T = 5, .Hq = 4,
+                           .Hk = 2, .vd = 128, .nb = 4, .bs = 4};
+
+static void test_qwen3(void **state) {
+  (void)state;
+  check_values(&qwen3);
+  scen s = qwen3;
+  s.maxp = 0; /* on the fly */
+  s.T = 40;   /* more than one block */
+  check_values(&s);
+}
+
+static void test_gemma3(void **state) {
+  (void)state;
+  scen s = qwen3;
+  s.hd = 256, s.base = 10000, s.kind = PE_QK_NORM_RMS_UNIT_OFFSET, s.Hq = 2, s.Hk = 1;
+  check_values(&s);
+}
+
+static void test_llama4_l2(void **state) {
+  (void)state;
+  scen s = qwen3;
+  s.base = 500000, s.kind = PE_QK_NORM_L2, s.eps = 1e-5f;
+  check_values(&s);
+}
+
+static void test_olmo2_per_token(void **state) {
+  (void)state;
+  scen s = qwen3;
+  s.hd = 64, s.base = 500000, s.scope = PE_QK_NORM_PER_TOKEN, s.Hq = 4, s.Hk = 4;
+  check_values(&s);
+}
+
+static void test_partial_rotary_and_tails(void **state) {
+  (void)state;
+  scen s = qwen3;
+  s.hd = 72, s.rd = 40, s.Hq = 3, s.Hk = 1;
+  check_values(&s);
+  s.kind = PE_QK_NORM_RMS_UNIT_OFFSET, s.scope = PE_QK_NORM_PER_TOKEN, s.hd = 34, s.rd = 0;
+  check_values(&s);
+  s.style = PE_ROPE_GPTJ, s.hd = 64, s.rd = 32, s.kind = PE_QK_NORM_L2; /* GPT-J pairs */
+  check_values(&s);
+  s.hd = 130, s.rd = 0, s.kind = PE_QK_NORM_RMS, s.scope = PE_QK_NORM_PER_HEAD;
+  check_values(&s);
+}
+
+static void check_store(const scen *s);
+
+/* More head rows per token than the norm stage holds at once. */
+static void test_many_heads(void **state) {
+  (void)state;
+  scen s = qwen3;
+  s.hd = 8, s.Hq = 1100, s.Hk = 3, s.T = 2, s.B = 1;
+  check_values(&s);
+  /* the store, k's heads in groups too */
+  s.Hq = 600, s.Hk = 600, s.vd = 8, s.nb = 1, s.bs = 4, s.dt = PE_BF16, s.kcd = PE_F32;
+  check_store(&s);
+}
+
+/* ---- the store ---- */
+
+static void check_store(const scen *s) {
+  run st, ip, f32;
+  scen sf = *s;
+  sf.dt = PE_F32;
+  run_make(&st, s, 21);
+  run_make(&ip, s, 21);
+  run_make(&f32, &sf, 21);
+  widen_into(&f32, &st, s);
+  void *orig = malloc(st.qkv_bytes);
+  memcpy(orig, st.qkv, st.qkv_bytes);
+  assert_int_equal(pe_qk_norm_rope_store(st.c, &st.norm, &st.q, &st.k, s->vd ? &st.v : NULL,
+                                         &st.kv, st.slots, st.pos, 0, NULL),
+                   PE_OK);
+  assert_int_equal(pe_qk_norm_rope(ip.c, &ip.norm, &ip.q, &ip.k, ip.pos, 0, NULL), PE_OK);
+  assert_int_equal(pe_qk_norm_rope(f32.c, &f32.norm, &f32.q, &f32.k, f32.pos, 0, NULL), PE_OK);
+  size_t es = esz(s->dt), qn = (size_t)(s->Hq * s->hd);
+  unsigned char *kc_mark = calloc(st.kc_bytes, 1), *vc_mark = calloc(st.vc_bytes, 1);
+  for (int64_t u = 0; u < st.n; u++) {
+    size_t rowo = (size_t)(u * st.row);
+    /* q: the in-place call's; k and v: unchanged */
+    assert_memory_equal((char *)st.qkv + rowo * es, (char *)ip.qkv + rowo * es, qn * es);
+    assert_memory_equal((char *)st.qkv + (rowo + qn) * es, (char *)orig + (rowo + qn) * es,
+                        (size_t)(st.row - (int64_t)qn) * es);
+    int64_t slot = st.slots[u];
+    if (slot < 0) continue;
+    int64_t blk = slot / s->bs, off = slot % s->bs;
+    for (int64_t h = 0; h < s->Hk; h++) {
+      size_t co = (size_t)(blk * st.tkc.stride[0] + h * st.tkc.stride[1] + off * st.tkc.stride[2]);
+      size_t ko = rowo + qn + (size_t)(h * s->hd);
+      for (int64_t e = 0; e < s->hd; e++) {
+        uint32_t got = bits(s->kcd, st.kc, co + (size_t)e);
+        assert_int_equal(got, round_bits(s->kcd, ((float *)f32.qkv)[ko + (size_t)e]));
+        if (s->kcd == s->dt) assert_int_equal(got, bits(s->dt, ip.qkv, ko + (size_t)e));
+      }
+      memset(kc_mark + co * esz(s->kcd), 1, (size_t)s->hd * esz(s->kcd));
+      if (!s->vd) continue;
+      size_t vo = (size_t)(blk * st.tvc.stride[0] + h * st.tvc.stride[1] + off * st.tvc.stride[2]);
+      size_t so = rowo + (size_t)((s->Hq + s->Hk) * s->hd + h * s->vd);
+      for (int64_t e = 0; e < s->vd; e++) {
+        uint32_t want = s->vcd == s->dt ? bits(s->dt, orig, so + (size_t)e)
+                                        : round_bits(s->vcd, get(s->dt, orig, so + (size_t)e));
+        assert_int_equal(bits(s->vcd, st.vc, vo + (size_t)e), want);
+      }
+      memset(vc_mark + vo * esz(s->vcd), 1, (size_t)s->vd * esz(s->vcd));
+    }
+  }
+  for (size_t i = 0; i < st.kc_bytes; i++)
+    if (!kc_mark[i]) assert_int_equal(((unsigned char *)st.kc)[i], 0xa5);
+  for (size_t i = 0; i < st.vc_bytes; i++)
+    if (!vc_mark[i]) assert_int_equal(((unsigned char *)st.vc)[i], 0xa5);
+  free(kc_mark);
+  free(vc_mark);
+  free(orig);
+  run_free(&st);
+  run_free(&ip);
+  run_free(&f32);
+}
+
+static void test_store_all_dtypes(void **state) {
+  (void)state;
+  for (int kd = 0; kd < 3; kd++)
+    for (int cd = 0; cd < 3; cd++) {
+      scen s = qwen3;
+      s.dt = (pe_dtype)kd, s.kcd = (pe_dtype)cd, s.vcd = (pe_dtype)((cd + 1) % 3);
+      s.T = 9, s.nb = 5;
+      check_store(&s);
+      s.hd = 40, s.rd = 24, s.vd = 24, s.scope = PE_QK_NORM_PER_TOKEN, s.style = PE_ROPE_GPTJ;
+      check_store(&s);
+      s.vd = 0; /* no v */
+      s.kind = PE_QK_NORM_L2;
+      check_store(&s);
+    }
+}
+
+/* PE_QK_NORM_NONE: the existing calls, bit for bit. */
+static void test_none_is_rope(void **state) {
+  (void)state;
+  scen s = qwen3;
+  s.kind = PE_QK_NORM_NONE, s.dt = PE_BF16, s.kcd = PE_F16, s.vd = 0, s.hd = 80, s.rd = 64;
+  run a, b;
+  run_make(&a, &s, 5);
+  run_make(&b, &s, 5);
+  assert_int_equal(pe_qk_norm_rope(a.c, &a.norm, &a.q, &a.k, a.pos, PE_ROPE_INVERSE, NULL), PE_OK);
+  assert_int_equal(pe_apply_rope_qk(b.c, &b.q, &b.k, b.pos, PE_ROPE_INVERSE, NULL), PE_OK);
+  assert_memory_equal(a.qkv, b.qkv, a.qkv_bytes);
+  run_free(&a);
+  run_free(&b);
+  run_make(&a, &s, 6);
+  run_make(&b, &s, 6);
+  assert_int_equal(
+      pe_qk_norm_rope_store(a.c, &a.norm, &a.q, &a.k, NULL, &a.kv, a.slots, a.pos, 0, NULL), PE_OK);
+  assert_int_equal(pe_apply_rope_qk_store(b.c, &b.q, &b.k, &b.tkc, b.slots, b.pos, 0, NULL), PE_OK);
+  assert_memory_equal(a.qkv, b.qkv, a.qkv_bytes);
+  assert_memory_equal(a.kc, b.kc, a.kc_bytes);
+  run_free(&a);
+  run_free(&b);
+}
+
+/* ---- errors: nothing written ---- */
+
+typedef struct snap {
+  void *qkv, *kc, *vc;
+} snap;
+static snap take(const run *r) {
+  snap s = {malloc(r->qkv_bytes), malloc(r->kc_bytes), malloc(r->vc_bytes)};
+  memcpy(s.qkv, r->qkv, r->qkv_bytes);
+  memcpy(s.kc, r->kc, r->kc_bytes);
+  memcpy(s.vc, r->vc, r->vc_bytes);
+  return s;
+}
+static void expect_error(pe_status got, pe_status want, const char *fn, const char *text,
+                         const run *r, snap *s) {
+  if (got != want || !strstr(pe_last_error(), fn) || !strstr(pe_last_error(), text)) {
+    printf("status %d (want %d), message \"%s\" (want \"%s\", \"%s\")\n", (int)got, (int)want,
+           pe_last_error(), fn, text);
+    fail();
+  }
+  assert_memory_equal(r->qkv, s->qkv, r->qkv_bytes);
+  assert_memory_equal(r->kc, s->kc, r->kc_bytes);
+  assert_memory_equal(r->vc, s->vc, r->vc_bytes);
+}
+
+static void test_errors_write_nothing(void **state) {
+  (void)state;
+  static const char S[] = "pe_qk_norm_rope_store", I[] = "pe_qk_norm_rope";
+  run r;
+  run_make(&r, &qwen3, 31);
+  snap s = take(&r);
+  pe_qk_norm n = r.norm;
+  pe_kv_cache kv = r.kv;
+#define STORE(nn, vv, kvp, sl, ps, fl) \
+  pe_qk_norm_rope_store(r.c, nn, &r.q, &r.k, vv, kvp, sl, ps, fl, NULL)
+  expect_error(STORE(NULL, &r.v, &kv, r.slots, r.pos, 0), PE_ERR_NULL_POINTER, S, "norm is NULL", &r, &s);
+  expect_error(pe_qk_norm_rope(r.c, NULL, &r.q, &r.k, r.pos, 0, NULL), PE_ERR_NULL_POINTER, I,
+               "norm is NULL", &r, &s);
+  n.kind = (pe_qk_norm_kind)7;
+  expect_error(STORE(&n, &r.v, &kv, r.slots, r.pos, 0), PE_ERR_INVALID_ARGUMENT, S, "kind 7", &r, &s);
+  expect_error(pe_qk_norm_rope(r.c, &n, &r.q, &r.k, r.pos, 0, NULL), PE_ERR_INVALID_ARGUMENT, I,
+               "kind 7", &r, &s);
+  n = r.norm, n.scope = (pe_qk_norm_scope)2;
+  expect_error(STORE(&n, &r.v, &kv, r.slots, r.pos, 0), PE_ERR_INVALID_ARGUMENT, S, "scope 2", &r, &s);
+  n = r.norm, n.eps = -1e-6f;
+  expect_error(STORE(&n, &r.v, &kv, r.slots, r.pos, 0), PE_ERR_INVALID_ARGUMENT, S, "eps", &r, &s);
+  n.eps = NAN;
+  expect_error(pe_qk_norm_rope(r.c, &n, &r.q, &r.k, r.pos, 0, NULL), PE_ERR_INVALID_ARGUMENT, I,
+               "eps", &r, &s);
+  n = r.norm, n.k_weight = NULL;
+  expect_error(STORE(&n, &r.v, &kv, r.slots, r.pos, 0), PE_ERR_NULL_POINTER, S, "k_weight is NULL", &r, &s);
+  n = r.norm, n.kind = PE_QK_NORM_L2;
+  expect_error(STORE(&n, &r.v, &kv, r.slots, r.pos, 0), PE_ERR_INVALID_ARGUMENT, S, "q_weight is set", &r, &s);
+  n = r.norm, n.q_weight = (const float *)r.qkv; /* inside q, which is written */
+  expect_error(pe_qk_norm_rope(r.c, &n, &r.q, &r.k, r.pos, 0, NULL), PE_ERR_SHAPE, I,
+               "q_weight", &r, &s);
+  n = r.norm, n.k_weight = (const float *)r.kc; /* inside the k cache */
+  expect_error(STORE(&n, &r.v, &kv, r.slots, r.pos, 0), PE_ERR_SHAPE, S, "k_weight", &r, &s);
+  struct {
+    pe_qk_norm n;
+    uint32_t extra;
+  } big = {r.norm, 1};
+  big.n.struct_size = sizeof big;
+  expect_error(STORE(&big.n, &r.v, &kv, r.slots, r.pos, 0), PE_ERR_INVALID_ARGUMENT, S,
+               "struct_size", &r, &s);
+  n = r.norm, n.struct_size = 0; /* not initialised */
+  expect_error(pe_qk_norm_rope(r.c, &n, &r.q, &r.k, r.pos, 0, NULL), PE_ERR_INVALID_ARGUMENT, I,
+               "struct_size 0", &r, &s);
+  kv.struct_size = (uint32_t)offsetof(pe_kv_cache, k_quant);
+  expect_error(STORE(&r.norm, &r.v, &kv, r.slots, r.pos, 0), PE_ERR_INVALID_ARGUMENT, S,
+               "kv_cache struct_size", &r, &s);
+  kv = r.kv;
+  expect_error(STORE(&r.norm, &r.v, NULL, r.slots, r.pos, 0), PE_ERR_NULL_POINTER, S, "kv_cache is NULL", &r, &s);
+  kv.k_quant = 1;
+  expect_error(STORE(&r.norm, &r.v, &kv, r.slots, r.pos, 0), PE_ERR_INVALID_ARGUMENT, S, "reserved", &r, &s);
+  kv = r.kv, kv.v_scale = r.qw;
+  expect_error(STORE(&r.norm, &r.v, &kv, r.slots, r.pos, 0), PE_ERR_INVALID_ARGUMENT, S, "reserved", &r, &s);
+  kv = r.kv, kv.k = NULL;
+  expect_error(STORE(&r.norm, &r.v, &kv, r.slots, r.pos, 0), PE_ERR_NULL_POINTER, S, "kv_cache->k", &r, &s);
+  kv = r.kv, kv.v = NULL;
+  expect_error(STORE(&r.norm, &r.v, &kv, r.slots, r.pos, 0), PE_ERR_NULL_POINTER, S, "v cache is NULL", &r, &s);
+  kv = r.kv;
+  expect_error(STORE(&r.norm, NULL, &kv, r.slots, r.pos, 0), PE_ERR_NULL_POINTER, S, "v is NULL", &r, &s);
+  pe_tensor v2 = r.v;
+  v2.shape[3] = 64;
+  expect_error(STORE(&r.norm, &v2, &kv, r.slots, r.pos, 0), PE_ERR_SHAPE, S, "v_cache head_dim", &r, &s);
+  v2 = r.v, v2.shape[1] = 1;
+  expect_error(STORE(&r.norm, &v2, &kv, r.slots, r.pos, 0), PE_ERR_SHAPE, S, "must match k's", &r, &s);
+  pe_tensor vc2 = r.tvc;
+  vc2.shape[2] = 2;
+  kv.v = &vc2;
+  expect_error(STORE(&r.norm, &r.v, &kv, r.slots, r.pos, 0), PE_ERR_SHAPE, S, "must match k_cache's", &r, &s);
+  vc2 = r.tkc; /* the v cache is the k cache */
+  expect_error(STORE(&r.norm, &r.v, &kv, r.slots, r.pos, 0), PE_ERR_SHAPE, S, "v_cache and k_cache overlap", &r, &s);
+  kv = r.kv;
+  int64_t dup[10];
+  memcpy(dup, r.slots, sizeof dup);
+  dup[3] = 7, dup[8] = 7;
+  expect_error(STORE(&r.norm, &r.v, &kv, dup, r.pos, 0), PE_ERR_INVALID_ARGUMENT, S, "slot 7 twice", &r, &s);
+  int64_t badpos[10];
+  memcpy(badpos, r.pos, sizeof badpos);
+  badpos[9] = 4096;
+  expect_error(STORE(&r.norm, &r.v, &kv, r.slots, badpos, 0), PE_ERR_POSITION_OUT_OF_RANGE, S,
+               "4096", &r, &s);
+  expect_error(pe_qk_norm_rope(r.c, &r.norm, &r.q, &r.k, badpos, 0, NULL),
+               PE_ERR_POSITION_OUT_OF_RANGE, I, "4096", &r, &s);
+  expect_error(STORE(&r.norm, &r.v, &kv, r.slots, r.pos, 0x100), PE_ERR_INVALID_ARGUMENT, S, "flag", &r, &s);
+  expect_error(STORE(&r.norm, &r.v, &kv, NULL, r.pos, 0), PE_ERR_NULL_POINTER, S, "slot_mapping", &r, &s);
+  v2 = r.v, v2.shape[3] = 64; /* as k: not the cache's head_dim */
+  expect_error(pe_qk_norm_rope_store(r.c, &r.norm, &r.q, &v2, &r.v, &kv, r.slots, r.pos, 0, NULL),
+               PE_ERR_SHAPE, S, "head_dim", &r, &s);
+  /* q overlapping v (q written, v read) */
+  pe_tensor q2 = r.q;
+  q2.data = r.v.data;
+  q2.shape[1] = 1;
+  expect_error(pe_qk_norm_rope_store(r.c, &r.norm, &q2, &r.k, &r.v, &kv, r.slots, r.pos, 0, NULL),
+               PE_ERR_SHAPE, S, "q and v overlap", &r, &s);
+#undef STORE
+  /* zero tokens: OK, nothing written */
+  pe_tensor q0 = r.q, k0 = r.k, v0 = r.v;
+  q0.shape[2] = k0.shape[2] = v0.shape[2] = 0;
+  assert_int_equal(pe_qk_norm_rope_store(r.c, &r.norm, &q0, &k0, &v0, &kv, r.slots, NULL, 0, NULL), PE_OK);
+  assert_int_equal(pe_qk_norm_rope(r.c, &r.norm, &q0, &k0, NULL, 0, NULL), PE_OK);
+  assert_memory_equal(r.qkv, s.qkv, r.qkv_bytes);
+  assert_memory_equal(r.kc, s.kc, r.kc_bytes);
+  free(s.qkv);
+  free(s.kc);
+  free(s.vc);
+  run_free(&r);
+}
+
+/* ---- bit identity across ISAs and pool sizes ---- */
+
+static const char *const isas[] = {"scalar", "avx2", "avx512", "neon"};
+
+/* Both calls on the scenario (store first on one copy, in place on another);
+ * the results concatenated into out (caller frees). */
+static unsigned char *results(const scen *s, pe_threadpool *pool, size_t *len) {
+  run a, b;
+  run_make(&a, s, 41);
+  run_make(&b, s, 41);
+  assert_int_equal(pe_qk_norm_rope_store(a.c, &a.norm, &a.q, &a.k, s->vd ? &a.v : NULL, &a.kv,
+                                         a.slots, a.pos, 0, pool),
+                   PE_OK);
+  assert_int_equal(pe_qk_norm_rope(b.c, &b.norm, &b.q, &b.k, b.pos, 0, pool), PE_OK);
+  *len = a.qkv_bytes + a.kc_bytes + a.vc_bytes + b.qkv_bytes;
+  unsigned char *o = malloc(*len), *p = o;
+  memcpy(p, a.qkv, a.qkv_bytes), p += a.qkv_bytes;
+  memcpy(p, a.kc, a.kc_bytes), p += a.kc_bytes;
+  memcpy(p, a.vc, a.vc_bytes), p += a.vc_bytes;
+  memcpy(p, b.qkv, b.qkv_bytes);
+  run_free(&a);
+  run_free(&b);
+  return o;
+}
+
+static void test_bit_identical_across_isas(void **state) {
+  (void)state;
+  if (!pe_test_any_simd_path()) skip(); /* only scalar here: nothing to compare */
+  const int32_t dims[][2] = {{8, 0}, {34, 0}, {40, 24}, {72, 0}, {128, 0}, {130, 96}};
+  int n_cases = 0;
+  for (size_t d = 0; d < sizeof dims / sizeof dims[0]; d++)
+    for (int kind = 0; kind < 4; kind++)
+      for (int dt = 0; dt < 3; dt++) {
+        scen s = qwen3;
+        s.hd = dims[d][0], s.rd = dims[d][1], s.vd = dims[d][0] / 2;
+        s.kind = (pe_qk_norm_kind)kind, s.scope = (pe_qk_norm_scope)((d + kind) & 1);
+        s.style = (pe_rope_style)((d + dt) & 1), s.dt = (pe_dtype)dt;
+        s.kcd = (pe_dtype)((dt + kind) % 3), s.vcd = (pe_dtype)((dt + 2) % 3);
+        s.maxp = (d & 1) ? 0 : 4096, s.Hq = 3, s.T = 7, s.wild = 1;
+        assert_int_equal(pe_force_isa("scalar"), PE_OK);
+        size_t n0, n1;
+        unsigned char *ref = results(&s, NULL, &n0);
+        for (size_t i = 1; i < sizeof isas / sizeof isas[0]; i++) {
+          if (pe_force_isa(isas[i]) != PE_OK) continue;
+          unsigned char *got = results(&s, NULL, &n1);
+          assert_int_equal(n0, n1);
+          if (memcmp(ref, got, n0)) {
+            printf("path %s differs from scalar: head_dim %d rotary %d kind %d dtype %d\n",
+                   isas[i], (int)s.hd, (int)s.rd, kind, dt);
+            fail();
+          }
+          free(got);
+          n_cases++;
+        }
+        free(ref);
+      }
+  pe_force_isa("auto");
+  printf("# %d comparisons with scalar\n", n_cases);
+  assert_true(n_cases > 0);
+}
+
+static void test_pool_sizes(void **state) {
+  (void)state;
+  pe_threadpool *pool = NULL;
+  assert_int_equal(pe_threadpool_create(2, &pool), PE_OK);
+  scen s = qwen3;
+  s.B = 4, s.T = 300, s.Hq = 8, s.nb = 80, s.bs = 16, s.dt = PE_BF16, s.kcd = PE_BF16,
+  s.vcd = PE_BF16;
+  for (int scope = 0; scope < 2; scope++) {
+    s.scope = (pe_qk_norm_scope)scope;
+    size_t n0, n1;
+    unsigned char *a = results(&s, NULL, &n0), *b = results(&s, pool, &n1);
+    assert_int_equal(n0, n1);
+    assert_memory_equal(a, b, n0);
+    free(a);
+    free(b);
+  }
+  pe_threadpool_destroy(pool);
+}
+
+static void test_init(void **state) {
+  (void)state;
+  pe_qk_norm n;
+  memset(&n, 0xff, sizeof n);
+  pe_qk_norm_init(&n);
+  assert_int_equal(n.struct_size, sizeof n);
+  assert_int_equal(n.kind, PE_QK_NORM_NONE);
+  assert_int_equal(n.scope, PE_QK_NORM_PER_HEAD);
+  assert_true(n.eps == 1e-6f);
+  assert_null(n.q_weight);
+  assert_null(n.k_weight);
+  pe_kv_cache kv;
+  memset(&kv, 0xff, sizeof kv);
+  pe_kv_cache_init(&kv);
+  assert_int_equal(kv.struct_size, sizeof kv);
+  assert_null(kv.k);
+  assert_null(kv.v);
+  assert_int_equal(kv.k_quant | kv.v_quant, 0);
+  assert_null(kv.k_scale);
+  assert_null(kv.v_scale);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_init),
+      cmocka_unit_test(test_qwen3),
+      cmocka_unit_test(test_gemma3),
+      cmocka_unit_test(test_llama4_l2),
+      cmocka_unit_test(test_olmo2_per_token),
+      cmocka_unit_test(test_partial_rotary_and_tails),
+      cmocka_unit_test(test_many_heads),
+      cmocka_unit_test(test_store_all_dtypes),
+      cmocka_unit_test(test_none_is_rope),
+      cmocka_unit_test(test_errors_write_nothing),
+      cmocka_unit_test(test_bit_identical_across_isas),
+      cmocka_unit_test(test_pool_sizes),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
