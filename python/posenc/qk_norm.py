@@ -22,7 +22,8 @@ import ctypes
 import numpy as np
 
 from . import _lib
-from ._arrays import tensor, int64_grid, ptr, pool_handle
+from ._arrays import tensor, int64_grid, ptr, ref
+from .threads import pool_handle
 from .rope import RopeCache
 
 __all__ = ["qk_norm_rope_", "qk_norm_rope_store_"]
@@ -70,10 +71,6 @@ for _name, (_res, _args) in _PROTOTYPES.items():
     if _f is not None:
         _f.restype = _res
         _f.argtypes = _args
-
-
-def _ref(t):
-    return None if t is None else ctypes.byref(t)
 
 
 def _weight(w, name, needed, n_heads, head_dim, scope):
@@ -126,11 +123,11 @@ def qk_norm_rope_(cache, q=None, k=None, *, kind="rms", scope="head", eps=1e-6,
     tk = tensor(k, "k", dtype=dtype) if k is not None else None
     head_dim = (q if q is not None else k).shape[3]
     norm, keep = _norm(kind, scope, eps, q_weight, k_weight, q, k, head_dim)
-    ref = q if q is not None else k
-    pos = int64_grid(positions, ref.shape[0], ref.shape[2], "positions")
+    first = q if q is not None else k
+    pos = int64_grid(positions, first.shape[0], first.shape[2], "positions")
     flags = _lib.PE_ROPE_INVERSE if inverse else 0
-    _lib.check(_lib.fn("pe_qk_norm_rope")(cache._as_parameter_, ctypes.byref(norm), _ref(tq),
-                                          _ref(tk), ptr(pos), flags, pool_handle(pool)))
+    _lib.check(_lib.fn("pe_qk_norm_rope")(cache._as_parameter_, ctypes.byref(norm), ref(tq),
+                                          ref(tk), ptr(pos), flags, pool_handle(pool)))
     del keep
 
 
@@ -156,15 +153,15 @@ def qk_norm_rope_store_(cache, k, k_cache, slot_mapping, q=None, v=None, v_cache
     norm, keep = _norm(kind, scope, eps, q_weight, k_weight, q, k, k.shape[3])
     kv = KvCache()
     _lib.fn("pe_kv_cache_init")(ctypes.byref(kv))
-    kv.k = ctypes.pointer(tkc)
+    kv.k = ctypes.pointer(tkc.t)
     if tvc is not None:
-        kv.v = ctypes.pointer(tvc)
+        kv.v = ctypes.pointer(tvc.t)
     slots = int64_grid(slot_mapping, k.shape[0], k.shape[2], "slot_mapping")
     if slots is None:
         raise ValueError("qk_norm_rope_store_: slot_mapping is required")
     pos = int64_grid(positions, k.shape[0], k.shape[2], "positions")
     flags = _lib.PE_ROPE_INVERSE if inverse else 0
     _lib.check(_lib.fn("pe_qk_norm_rope_store")(
-        cache._as_parameter_, ctypes.byref(norm), _ref(tq), ctypes.byref(tk), _ref(tv),
+        cache._as_parameter_, ctypes.byref(norm), ref(tq), ref(tk), ref(tv),
         ctypes.byref(kv), ptr(slots), ptr(pos), flags, pool_handle(pool)))
     del keep
