@@ -60,8 +60,9 @@ docs:
 # the new library: run it when installing as root (not for DESTDIR staging).
 install: build
 	@cmake --install $(BUILD) $(if $(PREFIX),--prefix $(PREFIX))
-	@if [ "$$(id -u)" = 0 ] && [ -z "$(DESTDIR)" ]; then ldconfig && echo "make: install ok - ldconfig run"; \
-	 else echo "make: install ok - not root: run ldconfig for a system prefix, or see README 'Install'"; fi
+	@if [ -n "$(DESTDIR)" ]; then echo "make: install ok - staged in $(DESTDIR) (no ldconfig)"; \
+	 elif [ "$$(id -u)" = 0 ]; then ldconfig && echo "make: install ok - ldconfig run"; \
+	 else echo "make: install ok - not root: run ldconfig for a system prefix (README 'Install')"; fi
 
 install-check: build
 	@scripts/check-install.sh $(BUILD)
