@@ -1,0 +1,156 @@
+/* quant_template.h - the quantized KV-cache row kernels (isa.h's kv_quant /
+ * kv_dequant) written once for the vector ISAs: FP8 e4m3fn / e5m2 and Q8_0,
+ * VL lanes a step. None of these CPUs has FP8 conversions, so the code is
+ * quant_common.h's definition in integer and float lane operations, written
+ * with GCC/clang generic vectors of VL lanes (bit casts of the ISA's vf),
+ * which each ISA file compiles to its own instructions. Bit-identical to
+ * scalar.c by construction: the same integer operations, the same float
+ * divide / add / multiply per lane; the per-block steps of Q8_0 (d, 1/d, the
+ * f16 of d) are quant_common.h's scalar code itself. Tails: lanes past n are
+ * computed on zeros and never stored. Included by isa_template.h after
+ * rope_template.h. */
+
+typedef float qf __attribute__((vector_size(VL * 4)));
+typedef int32_t qi __attribute__((vector_size(VL * 4)));
+typedef uint32_t qu __attribute__((vector_size(VL * 4)));
+typedef uint8_t qb __attribute__((vector_size(VL)));
+typedef int8_t qsb __attribute__((vector_size(VL)));
+
+PE_AI qu q_sel(qi m, qu a, qu b) { return ((qu)m & a) | (~(qu)m & b); }
+#define QU1(c) ((qu){0} + (uint32_t)(c)) /* every lane c */
+
+/* n lanes (n <= VL) of dtype dt widened to float32 (zeros past n). */
+PE_AI qf q_load(int dt, const void *p, int32_t n) { return (qf)vld(dt, p, n); }
+
+/* ---- FP8 ---- */
+
+/* quant_common.h's pe_fp8_from_f32, lane by lane. */
+PE_AI qb fp8_encode(int fmt, qf y) {
+  qu u = (qu)y, sign = (u >> 24) & 0x80u, a = u & 0x7fffffffu;
+  qi nan = (qi)(a > 0x7f800000u);
+  a = q_sel((qi)(a > PE_FP8_MAXB(fmt)), QU1(PE_FP8_MAXB(fmt)), a);
+  qi sub = (qi)(a < PE_FP8_MINNB(fmt));
+  qf magic = (qf){0} + PE_FP8_MAGIC(fmt);
+  qu ms = (qu)((qf)a + magic) - (qu)magic; /* bits(|y| + MAGIC) - bits(MAGIC) */
+  qu r = a - PE_FP8_REBIAS(fmt);
+  r += (1u << (PE_FP8_SHIFT(fmt) - 1)) - 1u + ((r >> PE_FP8_SHIFT(fmt)) & 1u);
+  qu m = q_sel(sub, ms, r >> PE_FP8_SHIFT(fmt));
+  m = q_sel(nan, QU1(PE_FP8_NAN(fmt)), m) | sign;
+  return __builtin_convertvector(m, qb);
+}
+
+/* quant_common.h's pe_fp8_to_f32, lane by lane. */
+PE_AI qf fp8_decode(int fmt, qb c) {
+  qu cu = __builtin_convertvector(c, qu);
+  qu sign = (cu & 0x80u) << 24, m = cu & 0x7fu, b;
+  qu nanb = QU1(0x7fc00000u);
+  if (fmt == PE_KVQ_E4M3) {
+    qu sub = (qu)(__builtin_convertvector(m, qf) * 0x1p-9f);
+    b = q_sel((qi)(m < 8u), sub, (m << 20) + (120u << 23));
+    b = q_sel((qi)(m == 0x7fu), nanb, b);
+  } else {
+    qu sub = (qu)(__builtin_convertvector(m, qf) * 0x1p-16f);
+    b = q_sel((qi)(m < 4u), sub, (m << 21) + (112u << 23));
+    b = q_sel((qi)(m == 0x7cu), QU1(0x7f800000u), b);
+    b = q_sel((qi)(m > 0x7cu), nanb, b);
+  }
+  return (qf)(b | sign);
+}
+
+PE_AI void kvq_fp8_gen(int fmt, int sd, const void *src, void *dst, int64_t n, float scale) {
+  const char *in = src;
+  uint8_t *out = dst;
+  const int64_t ses = pe__esize(sd);
+  const qf vs = (qf)vf_set1(scale);
+  int64_t j = 0;
+  for (; j + VL <= n; j += VL) {
+    qb c = fp8_encode(fmt, q_load(sd, PE_AT(in, j, ses), VL) / vs);
+    memcpy(out + j, &c, VL);
+  }
+  if (j < n) {
+    qb c = fp8_encode(fmt, q_load(sd, PE_AT(in, j, ses), (int32_t)(n - j)) / vs);
+    memcpy(out + j, &c, (size_t)(n - j));
+  }
+}
+
+PE_AI void kvd_fp8_gen(int fmt, int dd, const void *src, void *dst, int64_t n, float scale) {
+  const uint8_t *in = src;
+  char *out = dst;
+  const int64_t des = pe__esize(dd);
+  const qf vs = (qf)vf_set1(scale);
+  for (int64_t j = 0; j < n; j += VL) {
+    int32_t m = n - j >= VL ? VL : (int32_t)(n - j);
+    qb c = {0};
+    memcpy(&c, in + j, (size_t)m);
+    vf y = (vf)(fp8_decode(fmt, c) * vs);
+    vst2(dd, PE_AT(out, j, des), m, y, PE_AT(out, j, des), 0, y);
+  }
+}
+
+/* ---- Q8_0 ---- */
+
+enum { QV = PE_Q8_0_BLOCK / VL }; /* vectors per block */
+
+/* roundf(q) of lanes with |q| < 2^23 as int32: t = trunc(q) (exact through
+ * int32), +-1 where |q - t| >= 0.5 (q - t is exact): half away from zero. */
+PE_AI qi q_roundf(qf q) {
+  qi t = __builtin_convertvector(q, qi);
+  qf f = q - __builtin_convertvector(t, qf);
+  return t - (qi)(f >= 0.5f) + (qi)(f <= -0.5f); /* masks are -1 */
+}
+
+PE_AI void kvq_q8_gen(int sd, const void *src, void *dst, int64_t n) {
+  const char *in = src;
+  uint8_t *out = dst;
+  const int64_t ses = pe__esize(sd);
+  for (int64_t b = 0; b < n / PE_Q8_0_BLOCK; b++) {
+    const char *p = PE_AT(in, b * PE_Q8_0_BLOCK, ses);
+    uint8_t *blk = out + b * PE_Q8_0_BYTES;
+    qf x[QV];
+    qu amax = {0}, big = {0};
+    for (int i = 0; i < QV; i++) {
+      x[i] = q_load(sd, PE_AT(p, i * VL, ses), VL);
+      qu a = (qu)x[i] & 0x7fffffffu; /* |x| as bits: order = float order when finite */
+      big |= (qu)(a > 0x7f7fffffu);
+      amax = q_sel((qi)(a > amax), a, amax);
+    }
+    uint32_t nf = 0, am = 0;
+    for (int l = 0; l < VL; l++) {
+      nf |= big[l];
+      am = am > amax[l] ? am : amax[l];
+    }
+    if (nf) {
+      blk[0] = PE_Q8_0_NONFINITE_D & 0xffu;
+      blk[1] = PE_Q8_0_NONFINITE_D >> 8;
+      memset(blk + 2, 0, PE_Q8_0_BLOCK);
+      continue;
+    }
+    uint16_t d16;
+    float id = pe_q8_0_inv(pe_bits_f32(am), &d16);
+    blk[0] = (uint8_t)(d16 & 0xffu);
+    blk[1] = (uint8_t)(d16 >> 8);
+    for (int i = 0; i < QV; i++) {
+      qf q = x[i] * id;
+      qi fin = (qi)(((qu)q & 0x7fffffffu) <= 0x7f7fffffu);
+      q = (qf)((qu)q & (qu)fin); /* not finite -> +0 */
+      qsb s = __builtin_convertvector(q_roundf(q), qsb);
+      memcpy(blk + 2 + i * VL, &s, VL);
+    }
+  }
+}
+
+PE_AI void kvd_q8_gen(int dd, const void *src, void *dst, int64_t n) {
+  const uint8_t *in = src;
+  char *out = dst;
+  const int64_t des = pe__esize(dd);
+  for (int64_t b = 0; b < n / PE_Q8_0_BLOCK; b++) {
+    const uint8_t *blk = in + b * PE_Q8_0_BYTES;
+    float d = pe_f16_to_f32((uint16_t)(blk[0] | blk[1] << 8));
+    for (int i = 0; i < QV; i++) {
+      qsb s;
+      memcpy(&s, blk + 2 + i * VL, VL);
+      qf y = __builtin_convertvector(s, qf) * d;
+      vst(dd, PE_AT(out, (b * PE_Q8_0_BLOCK + i * VL), des), (vf)y);
+    }
+  }
+}
