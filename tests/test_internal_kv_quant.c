@@ -29,20 +29,9 @@
 #include "internal.h"
 #include "kernels/isa.h"
 
-enum { E4M3 = 0, E5M2 = 1, Q8_0 = 2 }; /* isa.h's format index */
+#include "kv_quant_ref.h"
 
 static const pe_isa *const ref = &pe__isa_scalar;
-
-static float bits_f32(uint32_t u) {
-  float f;
-  memcpy(&f, &u, 4);
-  return f;
-}
-static uint32_t f32_bits(float f) {
-  uint32_t u;
-  memcpy(&u, &f, 4);
-  return u;
-}
 
 static uint64_t rng_s = 0x9e3779b97f4a7c15ull;
 static uint64_t rnd(void) {
@@ -50,67 +39,6 @@ static uint64_t rnd(void) {
   z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
   z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
   return z ^ (z >> 31);
-}
-
-/* ---- the OCP FP8 reference ---- */
-
-/* Format parameters (OFP8 table 1): exponent bits, mantissa bits, bias. */
-static int ebits(int f) { return f == E4M3 ? 4 : 5; }
-static int mbits(int f) { return f == E4M3 ? 3 : 2; }
-static int bias(int f) { return f == E4M3 ? 7 : 15; }
-
-/* 0: finite, 1: Inf, 2: NaN (e4m3fn: S.1111.111 only; e5m2: exponent all
- * ones, mantissa 0 Inf, else NaN). */
-static int code_class(int f, unsigned c) {
-  unsigned e = (c >> mbits(f)) & ((1u << ebits(f)) - 1), m = c & ((1u << mbits(f)) - 1);
-  if (f == E4M3) return (c & 0x7f) == 0x7f ? 2 : 0;
-  if (e == 31) return m ? 2 : 1;
-  return 0;
-}
-/* The value of a finite code: (-1)^s 2^(e-bias) (1 + m/2^M), or for e = 0
- * 2^(1-bias) m/2^M. */
-static double code_value(int f, unsigned c) {
-  unsigned e = (c >> mbits(f)) & ((1u << ebits(f)) - 1), m = c & ((1u << mbits(f)) - 1);
-  double v = e ? ldexp(1.0 + m / (double)(1 << mbits(f)), (int)e - bias(f))
-               : ldexp(m / (double)(1 << mbits(f)), 1 - bias(f));
-  return (c & 0x80) ? -v : v;
-}
-static double max_finite(int f) { return f == E4M3 ? 448.0 : 57344.0; }
-
-/* The code of float y: NaN -> the NaN code the header defines (e4m3fn
- * sign|0x7f, e5m2 sign|0x7e); otherwise the nearest finite magnitude to |y|
- * over all non-negative finite codes (ties: the even code), |y| beyond the
- * largest finite magnitude (Inf included) saturating to it; the sign of y. */
-static unsigned ref_encode(int f, float y) {
-  unsigned sign = (f32_bits(y) >> 24) & 0x80;
-  if (isnan(y)) return sign | (f == E4M3 ? 0x7f : 0x7e);
-  double a = fabs((double)y);
-  if (a >= max_finite(f)) {
-    for (unsigned c = 0; c < 0x80; c++)
-      if (code_class(f, c) == 0 && code_value(f, c) == max_finite(f)) return sign | c;
-  }
-  unsigned best = 0;
-  double bd = INFINITY;
-  for (unsigned c = 0; c < 0x80; c++) {
-    if (code_class(f, c) != 0) continue;
-    /* exact for the two neighbours of a, which decide: their distance to a is
-     * below a quarter of a and a multiple of a's float32 ulp */
-    double d = fabs(a - code_value(f, c));
-    if (d < bd || (d == bd && (c & 1) == 0)) {
-      bd = d;
-      best = c;
-    }
-  }
-  return sign | best;
-}
-
-/* The float32 value of a code (dequantized with scale 1): the code's value,
- * Inf, or a NaN (any NaN accepted by the caller). */
-static float ref_decode(int f, unsigned c) {
-  int k = code_class(f, c);
-  if (k == 2) return NAN;
-  if (k == 1) return (c & 0x80) ? -INFINITY : INFINITY;
-  return (float)code_value(f, c);
 }
 
 /* ---- scalar vs reference ---- */
@@ -236,75 +164,6 @@ static void test_fp8_scale(void **state) {
         assert_int_equal(f32_bits(back[i]), f32_bits(want));
       }
     }
-}
-
-/* ---- Q8_0: a transcription of ggml ---- */
-
-/* ggml-impl.h ggml_compute_fp32_to_fp16 (from the FP16 library): RNE,
- * overflow to Inf, NaN 0x7e00. */
-static uint16_t ggml_fp32_to_fp16(float f) {
-  const float scale_to_inf = 0x1.0p+112f;
-  const float scale_to_zero = 0x1.0p-110f;
-  float base = (fabsf(f) * scale_to_inf) * scale_to_zero;
-  const uint32_t w = f32_bits(f);
-  const uint32_t shl1_w = w + w;
-  const uint32_t sign = w & 0x80000000u;
-  uint32_t bias_ = shl1_w & 0xff000000u;
-  if (bias_ < 0x71000000u) bias_ = 0x71000000u;
-  base = bits_f32((bias_ >> 1) + 0x07800000u) + base;
-  const uint32_t bits = f32_bits(base);
-  const uint32_t exp_bits = (bits >> 13) & 0x00007c00u;
-  const uint32_t mantissa_bits = bits & 0x00000fffu;
-  const uint32_t nonsign = exp_bits + mantissa_bits;
-  return (uint16_t)((sign >> 16) | (shl1_w > 0xff000000u ? 0x7e00u : nonsign));
-}
-/* ggml-impl.h ggml_compute_fp16_to_fp32 (FP16 library). */
-static float ggml_fp16_to_fp32(uint16_t h) {
-  const uint32_t w = (uint32_t)h << 16;
-  const uint32_t sign = w & 0x80000000u;
-  const uint32_t two_w = w + w;
-  const uint32_t exp_offset = 0xe0u << 23;
-  const float exp_scale = 0x1.0p-112f;
-  const float normalized_value = bits_f32((two_w >> 4) + exp_offset) * exp_scale;
-  const uint32_t magic_mask = 126u << 23;
-  const float magic_bias = 0.5f;
-  const float denormalized_value = bits_f32((two_w >> 17) | magic_mask) - magic_bias;
-  const uint32_t denormalized_cutoff = 1u << 27;
-  const uint32_t result =
-      sign | (two_w < denormalized_cutoff ? f32_bits(denormalized_value) : f32_bits(normalized_value));
-  return bits_f32(result);
-}
-
-#define GGML_MAX(x, y) (((x) > (y)) ? (x) : (y))
-
-/* quantize_row_q8_0_ref, for finite rows (its roundf + int8 conversion of a
- * non-finite x*id is not defined C; the header defines 0 there, which the
- * dedicated test below checks). */
-static void ggml_quantize_row_q8_0_ref(const float *x, uint8_t *y, int64_t k) {
-  const int nb = (int)(k / 32);
-  for (int i = 0; i < nb; i++) {
-    float amax = 0.0f;
-    for (int j = 0; j < 32; j++) {
-      const float v = x[i * 32 + j];
-      amax = GGML_MAX(amax, fabsf(v));
-    }
-    const float d = amax / ((1 << 7) - 1);
-    const float id = d ? 1.0f / d : 0.0f;
-    uint16_t dh = ggml_fp32_to_fp16(d);
-    y[i * 34] = (uint8_t)(dh & 0xff);
-    y[i * 34 + 1] = (uint8_t)(dh >> 8);
-    for (int j = 0; j < 32; ++j) {
-      const float x0 = x[i * 32 + j] * id;
-      y[i * 34 + 2 + j] = (uint8_t)(int8_t)roundf(x0);
-    }
-  }
-}
-/* dequantize_row_q8_0. */
-static void ggml_dequantize_row_q8_0(const uint8_t *x, float *y, int64_t k) {
-  for (int i = 0; i < k / 32; i++) {
-    const float d = ggml_fp16_to_fp32((uint16_t)(x[i * 34] | x[i * 34 + 1] << 8));
-    for (int j = 0; j < 32; ++j) y[i * 32 + j] = (float)(int8_t)x[i * 34 + 2 + j] * d;
-  }
 }
 
 /* Block kinds: random magnitudes, all zero, +-amax ties (both signs of the

@@ -1,0 +1,219 @@
+/* kv_quant.c - quantized KV caches (posenc.h's pe_kv_cache, issue 17): the
+ * validation of a quantized cache tensor (a tensor of bytes, rows of
+ * pe__kv_row_bytes), its byte-range overlap test, the formats read from a
+ * descriptor, and pe_kv_read (cache rows at slots, dequantized). The stores
+ * themselves are the engine's quantizing cache sinks (rope_engine.c). */
+#include <inttypes.h>
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "kernels/quant_common.h"
+#include "rope_engine.h"
+
+int64_t pe__kv_row_bytes(uint32_t quant, int64_t dim, pe_dtype dt) {
+  switch (quant) {
+    case PE_KV_FP8_E4M3:
+    case PE_KV_FP8_E5M2: return dim;
+    case PE_KV_Q8_0: return dim / PE_Q8_0_BLOCK * PE_Q8_0_BYTES;
+    default: return dim * (int64_t)pe__dtype_size(dt);
+  }
+}
+
+static const char *quant_name(uint32_t q) {
+  static const char *const n[4] = {"PE_KV_PLAIN", "PE_KV_FP8_E4M3", "PE_KV_FP8_E5M2",
+                                   "PE_KV_Q8_0"};
+  return q < 4 ? n[q] : "?";
+}
+
+pe_status pe__kv_format(const char *fn, const char *which, uint32_t quant, const float *scale,
+                        float *out) {
+  *out = 1.0f;
+  if (quant > PE_KV_Q8_0)
+    return pe__fail(PE_ERR_INVALID_ARGUMENT,
+                    "%s: kv_cache %s_quant %u is not a pe_kv_quant (0 plain, 1 fp8 e4m3, 2 fp8 "
+                    "e5m2, 3 q8_0)",
+                    fn, which, (unsigned)quant);
+  int fp8 = quant == PE_KV_FP8_E4M3 || quant == PE_KV_FP8_E5M2;
+  if (!fp8) {
+    if (scale)
+      return pe__fail(PE_ERR_INVALID_ARGUMENT,
+                      "%s: kv_cache %s_scale is set (%p) but %s has no per-tensor scale", fn, which,
+                      (const void *)scale, quant_name(quant));
+    return PE_OK;
+  }
+  if (!scale)
+    return pe__fail(PE_ERR_NULL_POINTER, "%s: kv_cache %s_scale is NULL (%s needs one float)", fn,
+                    which, quant_name(quant));
+  float s = *scale;
+  if (!isfinite(s) || !(s > 0.0f))
+    return pe__fail(PE_ERR_INVALID_ARGUMENT, "%s: kv_cache %s_scale %g must be finite and > 0", fn,
+                    which, (double)s);
+  *out = s;
+  return PE_OK;
+}
+
+pe_status pe__kv_check_tensor(const char *fn, const char *name, const pe_tensor *t,
+                              uint32_t quant, int64_t dim) {
+  if (quant == PE_KV_PLAIN) {
+    pe_status st = pe__check_tensor(fn, name, t, 1);
+    if (st != PE_OK) return st;
+    if (dim >= 0 && t->shape[3] != dim)
+      return pe__fail(PE_ERR_SHAPE, "%s: %s head_dim (shape[3]) %" PRId64 " != cache head_dim %" PRId64,
+                      fn, name, t->shape[3], dim);
+    return PE_OK;
+  }
+  if (!t) return pe__fail(PE_ERR_NULL_POINTER, "%s: %s is NULL", fn, name);
+  if (!t->data) return pe__fail(PE_ERR_NULL_POINTER, "%s: %s->data is NULL", fn, name);
+  for (int i = 0; i < 3; i++)
+    if (t->shape[i] < 0)
+      return pe__fail(PE_ERR_SHAPE, "%s: %s->shape[%d] = %" PRId64 " must be >= 0", fn, name, i,
+                      t->shape[i]);
+  if (t->shape[3] <= 0)
+    return pe__fail(PE_ERR_SHAPE, "%s: %s->shape[3] = %" PRId64 " must be > 0", fn, name,
+                    t->shape[3]);
+  if (dim >= 0 && t->shape[3] != dim)
+    return pe__fail(PE_ERR_SHAPE, "%s: %s head_dim (shape[3]) %" PRId64 " != cache head_dim %" PRId64,
+                    fn, name, t->shape[3], dim);
+  if (t->shape[3] > PE_KV_QUANT_MAX_DIM)
+    return pe__fail(PE_ERR_SHAPE, "%s: %s head_dim %" PRId64 " > %d, the limit of a %s cache", fn,
+                    name, t->shape[3], PE_KV_QUANT_MAX_DIM, quant_name(quant));
+  if (quant == PE_KV_Q8_0 && t->shape[3] % PE_Q8_0_BLOCK)
+    return pe__fail(PE_ERR_SHAPE,
+                    "%s: %s head_dim %" PRId64 " is not a multiple of 32 (PE_KV_Q8_0 blocks)", fn,
+                    name, t->shape[3]);
+  if (t->stride[3] != 1)
+    return pe__fail(PE_ERR_SHAPE, "%s: %s->stride[3] = %" PRId64 " must be 1 (unit inner stride)",
+                    fn, name, t->stride[3]);
+  if (!t->shape[0] || !t->shape[1] || !t->shape[2]) return PE_OK;
+  int64_t lo = 0, hi = pe__kv_row_bytes(quant, t->shape[3], PE_F32);
+  for (int i = 0; i < 3; i++) {
+    int64_t s = t->stride[i], span;
+    if (s == INT64_MIN || __builtin_mul_overflow(t->shape[i] - 1, s < 0 ? -s : s, &span) ||
+        (s < 0 ? __builtin_sub_overflow(lo, span, &lo) : __builtin_add_overflow(hi, span, &hi)))
+      return pe__fail(PE_ERR_OVERFLOW, "%s: %s byte extent overflows int64 (stride[%d] %" PRId64 ")",
+                      fn, name, i, s);
+  }
+  uintptr_t base = (uintptr_t)t->data, end;
+  if ((uintptr_t)(-lo) > base || __builtin_add_overflow(base, (uintptr_t)hi, &end))
+    return pe__fail(PE_ERR_OVERFLOW, "%s: %s spans past the address space (strides too large)", fn,
+                    name);
+  return PE_OK;
+}
+
+/* [lo, hi) of a validated non-empty tensor: strides in elements of es bytes
+ * (1 for a quantized tensor), rows of row_bytes. */
+static void span(const pe_tensor *t, uint32_t quant, intptr_t *lo, intptr_t *hi) {
+  int64_t es = quant ? 1 : (int64_t)pe__dtype_size(t->dtype), a = 0;
+  int64_t b = pe__kv_row_bytes(quant, t->shape[3], t->dtype);
+  for (int i = 0; i < 3; i++) {
+    int64_t sp = (t->shape[i] - 1) * pe__stride(t, i) * es;
+    if (sp < 0) a += sp;
+    else b += sp;
+  }
+  *lo = (intptr_t)t->data + (intptr_t)a;
+  *hi = (intptr_t)t->data + (intptr_t)b;
+}
+
+int pe__kv_overlap(const pe_tensor *a, uint32_t qa, const pe_tensor *b, uint32_t qb) {
+  if (!a || !b || pe__tensor_empty(a) || pe__tensor_empty(b)) return 0;
+  if (!qa && !qb) return pe__tensors_overlap(a, b);
+  intptr_t alo, ahi, blo, bhi;
+  span(a, qa, &alo, &ahi);
+  span(b, qb, &blo, &bhi);
+  return alo < bhi && blo < ahi;
+}
+
+/* ---- pe_kv_read ---- */
+
+/* One cache of the descriptor and its output, validated. */
+static pe_status check_read(const char *fn, const char *which, const pe_tensor *cache,
+                            uint32_t quant, const pe_tensor *out) {
+  char cn[16], on[16];
+  snprintf(cn, sizeof cn, "kv_cache->%s", which);
+  snprintf(on, sizeof on, "%s_out", which);
+  pe_status st;
+  if (!cache) return pe__fail(PE_ERR_NULL_POINTER, "%s: %s is NULL but %s is given", fn, cn, on);
+  if ((st = pe__kv_check_tensor(fn, cn, cache, quant, -1)) != PE_OK) return st;
+  if ((st = pe__check_tensor(fn, on, out, 1)) != PE_OK) return st;
+  if (out->shape[1] != cache->shape[1] || out->shape[3] != cache->shape[3])
+    return pe__fail(PE_ERR_SHAPE,
+                    "%s: %s [heads %" PRId64 ", dim %" PRId64 "] must match %s's [%" PRId64
+                    ", %" PRId64 "]",
+                    fn, on, out->shape[1], out->shape[3], cn, cache->shape[1], cache->shape[3]);
+  if (pe__kv_overlap(out, 0, cache, quant))
+    return pe__fail(PE_ERR_SHAPE, "%s: %s and %s overlap in memory", fn, on, cn);
+  return PE_OK;
+}
+
+static void read_rows(const pe_tensor *cache, uint32_t quant, float scale, const pe_tensor *out,
+                      const int64_t *slots) {
+  const pe_isa *isa = pe__isa();
+  int64_t ces = quant ? 1 : (int64_t)pe__dtype_size(cache->dtype);
+  int64_t oes = (int64_t)pe__dtype_size(out->dtype), bs = cache->shape[2], dim = out->shape[3];
+  int64_t batch = out->shape[0], tokens = out->shape[2];
+  for (int64_t b = 0; b < batch; b++)
+    for (int64_t t = 0; t < tokens; t++) {
+      int64_t s = slots[b * tokens + t];
+      if (s < 0) continue;
+      const char *crow = (const char *)cache->data +
+                         ((s / bs) * pe__stride(cache, 0) + (s % bs) * pe__stride(cache, 2)) * ces;
+      char *orow = (char *)out->data + (b * pe__stride(out, 0) + t * pe__stride(out, 2)) * oes;
+      for (int64_t h = 0; h < out->shape[1]; h++) {
+        const char *src = crow + h * pe__stride(cache, 1) * ces;
+        char *dst = orow + h * pe__stride(out, 1) * oes;
+        if (quant)
+          isa->kv_dequant[quant - 1][out->dtype](src, dst, dim, scale);
+        else
+          isa->convert[cache->dtype][out->dtype](src, dst, dim);
+      }
+    }
+}
+
+PE_API pe_status pe_kv_read(const pe_kv_cache *kv_cache, const pe_tensor *k_out,
+                            const pe_tensor *v_out, const int64_t *slot_mapping) {
+  static const char fn[] = "pe_kv_read";
+  if (!kv_cache) return pe__fail(PE_ERR_NULL_POINTER, "%s: kv_cache is NULL", fn);
+  pe_kv_cache kv;
+  pe_kv_cache_init(&kv);
+  pe_status st = pe__copy_sized(fn, &kv, sizeof kv, kv_cache, kv_cache->struct_size);
+  if (st != PE_OK) return st;
+  if (!k_out && !v_out) return pe__fail(PE_ERR_NULL_POINTER, "%s: k_out and v_out are both NULL", fn);
+  float ks = 1.0f, vs = 1.0f;
+  if (k_out) {
+    if ((st = pe__kv_format(fn, "k", kv.k_quant, kv.k_scale, &ks)) != PE_OK) return st;
+    if ((st = check_read(fn, "k", kv.k, kv.k_quant, k_out)) != PE_OK) return st;
+  }
+  if (v_out) {
+    if ((st = pe__kv_format(fn, "v", kv.v_quant, kv.v_scale, &vs)) != PE_OK) return st;
+    if ((st = check_read(fn, "v", kv.v, kv.v_quant, v_out)) != PE_OK) return st;
+  }
+  if (k_out && v_out) {
+    if (k_out->shape[0] != v_out->shape[0] || k_out->shape[2] != v_out->shape[2])
+      return pe__fail(PE_ERR_SHAPE,
+                      "%s: k_out [batch %" PRId64 ", tokens %" PRId64 "] and v_out [batch %" PRId64
+                      ", tokens %" PRId64 "] must match",
+                      fn, k_out->shape[0], k_out->shape[2], v_out->shape[0], v_out->shape[2]);
+    if (pe__tensors_overlap(k_out, v_out))
+      return pe__fail(PE_ERR_SHAPE, "%s: k_out and v_out overlap in memory", fn);
+    if (kv.k->shape[0] != kv.v->shape[0] || kv.k->shape[2] != kv.v->shape[2])
+      return pe__fail(PE_ERR_SHAPE,
+                      "%s: kv_cache->k and ->v differ in num_blocks or block_size", fn);
+    if (pe__kv_overlap(k_out, 0, kv.v, kv.v_quant) || pe__kv_overlap(v_out, 0, kv.k, kv.k_quant))
+      return pe__fail(PE_ERR_SHAPE, "%s: an output overlaps the other cache tensor", fn);
+  }
+  const pe_tensor *any = k_out ? k_out : v_out;
+  const pe_tensor *cache = k_out ? kv.k : kv.v;
+  if (pe__tensor_empty(any)) return PE_OK;
+  if (!slot_mapping) return pe__fail(PE_ERR_NULL_POINTER, "%s: slot_mapping is NULL", fn);
+  int64_t batch = any->shape[0], tokens = any->shape[2], n_slots = cache->shape[0] * cache->shape[2];
+  for (int64_t u = 0; u < batch * tokens; u++)
+    if (slot_mapping[u] < -1 || slot_mapping[u] >= n_slots)
+      return pe__fail(PE_ERR_INVALID_ARGUMENT,
+                      "%s: slot_mapping %" PRId64 " at [batch %" PRId64 ", token %" PRId64
+                      "] is outside [-1, %" PRId64 ") (num_blocks * block_size)",
+                      fn, slot_mapping[u], u / tokens, u % tokens, n_slots);
+  if (k_out) read_rows(kv.k, kv.k_quant, ks, k_out, slot_mapping);
+  if (v_out) read_rows(kv.v, kv.v_quant, vs, v_out, slot_mapping);
+  return PE_OK;
+}
