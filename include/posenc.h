@@ -722,6 +722,29 @@ PE_API void pe_kv_cache_init(pe_kv_cache *kv);
 PE_API pe_status pe_kv_read(const pe_kv_cache *kv_cache, const pe_tensor *k_out,
                             const pe_tensor *v_out, const int64_t *slot_mapping);
 
+/* pe_rope_shift_k and pe_rope_rerotate_k on the cache rows at slots of
+ * kv_cache->k (a plain or quantized cache; kv_cache->v is not read):
+ * slots[i] (distinct, in [-1, num_blocks * block_size), -1 skips) is moved
+ * by deltas[i] / re-rotated at positions[i], i < n_slots. Each row is
+ * rotated once: a plain row in place in its dtype, exactly as
+ * pe_rope_shift_k / pe_rope_rerotate_k on a tensor of those rows; a
+ * quantized row dequantized (posenc.h's pe_kv_cache formats, its scale),
+ * rotated in float32 and quantized again in the same pass (every channel of
+ * the row re-quantized; an FP8 code past rotary_dim whose value times the
+ * scale is a normal float32 comes back unchanged). Bit-identical on every ISA and pool size. Errors (nothing
+ * written): as pe_rope_shift_k / pe_rope_rerotate_k, and those of the
+ * descriptor (pe_qk_norm_rope_store), PE_ERR_NULL_POINTER (slots, deltas,
+ * positions), PE_ERR_INVALID_ARGUMENT (a slot outside the range or twice),
+ * PE_ERR_SHAPE (n_slots < 0, the cache's head_dim). No allocation.
+ * Thread-safe as pe_rope_shift_k. */
+PE_API pe_status pe_rope_shift_k_cache(const pe_rope_cache *c, const pe_kv_cache *kv_cache,
+                                       const int64_t *slots, const int64_t *deltas,
+                                       int64_t n_slots, pe_threadpool *pool);
+PE_API pe_status pe_rope_rerotate_k_cache(const pe_rope_cache *from, const pe_rope_cache *to,
+                                          const pe_kv_cache *kv_cache, const int64_t *slots,
+                                          const int64_t *positions, int64_t n_slots,
+                                          pe_threadpool *pool);
+
 /* QK-norm then RoPE, q and k in place (either may be NULL, not both). q, k,
  * positions, flags (PE_ROPE_INVERSE, rotating the normed rows backwards) and
  * the layouts are pe_apply_rope_qk's: strided views of one packed QKV buffer

@@ -217,3 +217,94 @@ PE_API pe_status pe_kv_read(const pe_kv_cache *kv_cache, const pe_tensor *k_out,
   if (v_out) read_rows(kv.v, kv.v_quant, vs, v_out, slot_mapping);
   return PE_OK;
 }
+
+/* ---- position operations on a cache: pe_rope_shift_k_cache, pe_rope_rerotate_k_cache ---- */
+
+/* The descriptor's k cache and slots, validated; the plan's cache sink. */
+static pe_status cache_plan(const char *fn, const pe_rope_cache *c, const pe_kv_cache *user,
+                            const int64_t *slots, int64_t n, pe__rope_source source,
+                            pe__rope_plan *p, int *empty) {
+  if (!user) return pe__fail(PE_ERR_NULL_POINTER, "%s: kv_cache is NULL", fn);
+  pe_kv_cache kv;
+  pe_kv_cache_init(&kv);
+  pe_status st = pe__copy_sized(fn, &kv, sizeof kv, user, user->struct_size);
+  if (st != PE_OK) return st;
+  if (!kv.k) return pe__fail(PE_ERR_NULL_POINTER, "%s: kv_cache->k is NULL", fn);
+  float scale;
+  if ((st = pe__kv_format(fn, "k", kv.k_quant, kv.k_scale, &scale)) != PE_OK) return st;
+  const pe_tensor *t = kv.k;
+  if ((st = pe__kv_check_tensor(fn, "kv_cache->k", t, kv.k_quant, c->p.head_dim)) != PE_OK)
+    return st;
+  if (n < 0) return pe__fail(PE_ERR_SHAPE, "%s: n_slots %" PRId64 " must be >= 0", fn, n);
+  if (n && (st = pe__rope_check_slots(fn, slots, 1, n, t->shape[0] * t->shape[2])) != PE_OK)
+    return st;
+  *empty = !n || pe__tensor_empty(t);
+  memset(p, 0, sizeof *p);
+  p->isa = pe__isa();
+  p->half = c->half;
+  p->head_dim = c->p.head_dim;
+  p->style = c->p.style;
+  p->batch = 1;
+  p->tokens = n;
+  p->source = source;
+  p->cache_in_place = 1;
+  p->slots = slots;
+  p->k.data = t->data; /* non-NULL: the engine's k sinks run; rows come from dst */
+  p->k.dtype = kv.k_quant ? PE_F32 : t->dtype;
+  p->k.esize = kv.k_quant ? 1 : (int64_t)pe__dtype_size(t->dtype);
+  p->k.heads = t->shape[1];
+  p->dst = t->data;
+  p->dst_dtype = p->k.dtype;
+  p->dst_esize = p->k.esize;
+  p->dst_block = t->shape[2];
+  p->dst_s_block = pe__stride(t, 0);
+  p->dst_s_head = pe__stride(t, 1);
+  p->dst_s_slot = pe__stride(t, 2);
+  p->dst_quant = kv.k_quant;
+  p->dst_scale = scale;
+  return PE_OK;
+}
+
+PE_API pe_status pe_rope_shift_k_cache(const pe_rope_cache *c, const pe_kv_cache *kv_cache,
+                                       const int64_t *slots, const int64_t *deltas,
+                                       int64_t n_slots, pe_threadpool *pool) {
+  static const char fn[] = "pe_rope_shift_k_cache";
+  if (!c) return pe__fail(PE_ERR_NULL_POINTER, "%s: cache is NULL", fn);
+  pe__rope_plan p;
+  int empty = 0;
+  pe_status st = cache_plan(fn, c, kv_cache, slots, n_slots, PE_SOURCE_SHIFT, &p, &empty);
+  if (st != PE_OK) return st;
+  if (empty) return PE_OK;
+  if (!deltas) return pe__fail(PE_ERR_NULL_POINTER, "%s: deltas is NULL", fn);
+  if ((st = pe__check_deltas(fn, deltas, 1, n_slots)) != PE_OK) return st;
+  if ((st = pe__pool_acquire(fn, pool)) != PE_OK) return st;
+  const pe_rope_cache *const caches[1] = {c};
+  p.caches = caches;
+  p.pos = deltas;
+  pe__rope_run(&p, pool);
+  return PE_OK;
+}
+
+PE_API pe_status pe_rope_rerotate_k_cache(const pe_rope_cache *from, const pe_rope_cache *to,
+                                          const pe_kv_cache *kv_cache, const int64_t *slots,
+                                          const int64_t *positions, int64_t n_slots,
+                                          pe_threadpool *pool) {
+  static const char fn[] = "pe_rope_rerotate_k_cache";
+  if (!from || !to)
+    return pe__fail(PE_ERR_NULL_POINTER, "%s: %s cache is NULL", fn, from ? "to" : "from");
+  pe_status st;
+  if ((st = pe__rope_check_same_geometry(fn, "the `to` cache", from, to)) != PE_OK) return st;
+  pe__rope_plan p;
+  int empty = 0;
+  if ((st = cache_plan(fn, from, kv_cache, slots, n_slots, PE_SOURCE_REROTATE, &p, &empty)) != PE_OK)
+    return st;
+  if (empty) return PE_OK;
+  if (!positions) return pe__fail(PE_ERR_NULL_POINTER, "%s: positions is NULL", fn);
+  if ((st = pe__rope_check_positions(fn, "", positions, 1, n_slots, NULL, NULL)) != PE_OK) return st;
+  if ((st = pe__pool_acquire(fn, pool)) != PE_OK) return st;
+  p.from = from;
+  p.to = to;
+  p.pos = positions;
+  pe__rope_run(&p, pool);
+  return PE_OK;
+}

@@ -333,6 +333,39 @@ static void store_quant_k(const pe__rope_plan *p, int64_t b, int64_t u, int64_t 
   }
 }
 
+/* The cache rows of the block's slots rotated in place (plan.cache_in_place):
+ * blk holds every frequency (i0 = 0). */
+static void rotate_cache_rows(const pe__rope_plan *p, int64_t u, const pe_rope_block *blk) {
+  float row[QROW_FLOATS] __attribute__((aligned(64)));
+  const int64_t hd = p->head_dim, heads = p->k.heads, g_max = QROW_FLOATS / hd;
+  const pe_isa *isa = p->isa;
+  for (int64_t i = 0; i < blk->n_tokens; i++) {
+    int64_t s = p->slots[u + i];
+    if (s < 0) continue;
+    char *dst = cache_row(p, s);
+    pe_rope_block sb = *blk;
+    sb.cos = &blk->cos[i];
+    sb.sin = &blk->sin[i];
+    sb.n_tokens = 1;
+    if (!p->dst_quant) {
+      sb.n_heads = heads;
+      isa->rope_rows[p->dst_dtype](&sb, dst, p->dst_s_head, 0);
+      continue;
+    }
+    for (int64_t h0 = 0; h0 < heads; h0 += g_max) {
+      int64_t g = heads - h0 < g_max ? heads - h0 : g_max;
+      for (int64_t h = 0; h < g; h++)
+        isa->kv_dequant[p->dst_quant - 1][PE_F32](dst + (h0 + h) * p->dst_s_head, row + h * hd, hd,
+                                                  p->dst_scale);
+      sb.n_heads = g;
+      isa->rope_rows[PE_F32](&sb, row, hd, 0);
+      for (int64_t h = 0; h < g; h++)
+        isa->kv_quant[p->dst_quant - 1][PE_F32](row + h * hd, dst + (h0 + h) * p->dst_s_head, hd,
+                                                p->dst_scale);
+    }
+  }
+}
+
 /* v's rows converted (or quantized) into the v cache rows of the block's
  * tokens' slots. */
 static void store_v(const pe__rope_plan *p, int64_t b, int64_t u, int64_t t0, int64_t n) {
@@ -401,14 +434,16 @@ static void run_block(const pe__rope_plan *p, int64_t u, int64_t n, float *scrat
         pe_rope_block kb = blk;
         kb.n_heads = p->k.heads;
         block_norm(p, &kb, ks, rk, p->k_weight, i0, ksp);
-        if (p->slots && p->dst_quant) store_quant_k(p, b, u, t0, &kb, ks);
+        if (p->cache_in_place) rotate_cache_rows(p, u, &kb);
+        else if (p->slots && p->dst_quant) store_quant_k(p, b, u, t0, &kb, ks);
         else if (p->slots) store_pairs(p, b, u, t0, &kb, i0);
         else rotate_in_place(p, &p->k, b, t0, &kb, i0);
       }
     }
     if (rq) norm_pass_through(p, &p->q, p->q_weight, qs, b, t0, n);
     if (rk && !p->slots) norm_pass_through(p, &p->k, p->k_weight, ks, b, t0, n);
-    if (p->k.data && p->slots && !p->dst_quant) store_pass_through(p, b, u, t0, n, ks);
+    if (p->k.data && p->slots && !p->dst_quant && !p->cache_in_place)
+      store_pass_through(p, b, u, t0, n, ks);
   }
   if (p->v.data && p->slots) store_v(p, b, u, t0, n);
 }

@@ -92,6 +92,12 @@ typedef struct pe__rope_plan {
    * chunk (head_dim <= PE_KV_QUANT_MAX_DIM, so a block's rows fit). */
   uint32_t dst_quant, v_dst_quant;
   float dst_scale, v_dst_scale;
+
+  /* sink: the cache rows at slots rotated in place (k.data = the cache, its
+   * rows addressed through dst/slots; q and v absent): plain rows by
+   * rope_rows, quantized rows dequantized into a stack row, rotated in
+   * float32 and quantized again. */
+  int32_t cache_in_place;
 } pe__rope_plan;
 
 /* Scales the norm stage holds per block (q's rows then k's): blocks are cut

@@ -372,12 +372,185 @@ static void test_errors_write_nothing(void **state) {
   prob_free(&p);
 }
 
+/* ---- position operations on a quantized cache ---- */
+
+/* The stored slots of a problem (distinct) and a delta for each. */
+static int64_t stored_slots(const prob *p, int64_t *slots) {
+  int64_t n = 0;
+  for (int u = 0; u < B * T; u++)
+    if (p->slots[u] >= 0) slots[n++] = p->slots[u];
+  return n;
+}
+/* rows [1, HK, n, dim] float32 of the cache at slots (pe_kv_read, checked
+ * above against the reference dequantization). */
+static void read_k(const prob *p, const int64_t *slots, int64_t n, float *out) {
+  pe_tensor o = {.data = out, .dtype = PE_F32, .shape = {1, HK, n, p->hd},
+                 .stride = {HK * n * p->hd, n * p->hd, p->hd, 1}};
+  assert_int_equal(pe_kv_read(&p->kv, &o, NULL, slots), PE_OK);
+}
+
+/* The FP8 spacing at magnitude r (scaled): 2^(max(e, emin) - M) * scale. */
+static double fp8_step(int f, double r, double scale) {
+  int emin = f == E4M3 ? -6 : -14, m = f == E4M3 ? 3 : 2;
+  int e = r > 0 ? (int)floor(log2(r / scale)) : emin;
+  if (e < emin) e = emin;
+  return ldexp(1.0, e - m) * scale;
+}
+
+/* Shift by +d: each row is, byte for byte, the reference dequantization,
+ * pe_rope_shift_k on those float32 rows, the reference quantization. Then
+ * -d: every value within the stated bound of the original:
+ *   FP8: |x'' - x| <= sqrt(2) * step(rho), rho the radius of x's pair
+ *     (sqrt(x^2 + y^2), invariant under the rotation) and step(rho) the
+ *     format's spacing there: the first quantization errs by at most half a
+ *     step per component, so by step/sqrt(2) in the pair; the rotation back
+ *     keeps that length; the nearest code to a value within step/sqrt(2) of
+ *     the original code x is within twice that of x;
+ *   Q8_0: |x'' - x| <= 1.5 * D, D the largest block d of the row before,
+ *     between and after: each quantization errs by <= 0.5 d plus 127 d
+ *     2^-11 for d's f16 rounding (< 0.57 d), sqrt(2) of that in the pair
+ *     after the rotation, plus the second quantization: < 1.38 D.
+ * Channels past rotary_dim: FP8 codes unchanged. Nothing written on errors;
+ * the same bytes on every ISA and pool size. */
+static void test_shift_cache(void **state) {
+  (void)state;
+  for (int kf = 0; kf < 3; kf++)
+    for (int partial = 0; partial < 2; partial++) {
+      prob p;
+      prob_make(&p, 128, partial ? 64 : 128, 64, PE_F32, formats[kf], PE_KV_Q8_0, PE_QK_NORM_NONE);
+      assert_int_equal(prob_store(&p, NULL), PE_OK);
+      int64_t slots[B * T], deltas[B * T], neg[B * T];
+      int64_t n = stored_slots(&p, slots);
+      for (int64_t i = 0; i < n; i++) deltas[i] = (int64_t)(rnd() % 601) - 300, neg[i] = -deltas[i];
+      size_t nf = (size_t)(HK * n * p.hd);
+      float *x0 = malloc(nf * 4), *x1 = malloc(nf * 4), *x2 = malloc(nf * 4), *d0 = malloc(nf * 4);
+      uint8_t *c0 = malloc(kc_bytes(&p));
+      memcpy(c0, p.kc, kc_bytes(&p));
+      read_k(&p, slots, n, x0);
+      /* +d against dequantize, pe_rope_shift_k, quantize */
+      assert_int_equal(pe_rope_shift_k_cache(p.c, &p.kv, slots, deltas, n, NULL), PE_OK);
+      memcpy(d0, x0, nf * 4);
+      pe_tensor dt = {.data = d0, .dtype = PE_F32, .shape = {1, HK, n, p.hd},
+                      .stride = {HK * n * p.hd, n * p.hd, p.hd, 1}};
+      assert_int_equal(pe_rope_shift_k(p.c, &dt, deltas, NULL), PE_OK);
+      int64_t rb = row_bytes(p.kq, p.hd);
+      uint8_t want[256];
+      for (int64_t i = 0; i < n; i++)
+        for (int h = 0; h < HK; h++) {
+          ref_quant_row((int)p.kq - 1, d0 + ((int64_t)h * n + i) * p.hd, want, p.hd, p.kscale);
+          const uint8_t *g = p.kc + ((slots[i] / BS) * BS * HK + (slots[i] % BS) * HK + h) * rb;
+          assert_memory_equal(g, want, (size_t)rb);
+          if (p.kq != PE_KV_Q8_0)
+            for (int64_t j = p.rot; j < p.hd; j++)
+              assert_int_equal(g[j], c0[(g - p.kc) + j]);
+        }
+      read_k(&p, slots, n, x1);
+      /* the same bytes on every ISA and pool */
+      uint8_t *c1 = malloc(kc_bytes(&p));
+      memcpy(c1, p.kc, kc_bytes(&p));
+      static const char *const isas[] = {"scalar", "avx2", "avx512", "neon"};
+      for (int is = 0; is < 4; is++) {
+        if (pe_force_isa(isas[is]) != PE_OK) continue;
+        for (int nt = 0; nt <= 2; nt++) {
+          pe_threadpool *pool = NULL;
+          if (nt) assert_int_equal(pe_threadpool_create(nt, &pool), PE_OK);
+          memcpy(p.kc, c0, kc_bytes(&p));
+          assert_int_equal(pe_rope_shift_k_cache(p.c, &p.kv, slots, deltas, n, pool), PE_OK);
+          assert_memory_equal(p.kc, c1, kc_bytes(&p));
+          if (pool) pe_threadpool_destroy(pool);
+        }
+      }
+      pe_force_isa("auto");
+      /* -d: within the bound */
+      assert_int_equal(pe_rope_shift_k_cache(p.c, &p.kv, slots, neg, n, NULL), PE_OK);
+      read_k(&p, slots, n, x2);
+      int32_t half = p.rot / 2;
+      double worst = 0;
+      for (int64_t r = 0; r < HK * n; r++) {
+        const float *a = x0 + r * p.hd, *m = x1 + r * p.hd, *z = x2 + r * p.hd;
+        double D = 0;
+        for (int j = 0; j < p.hd; j++)
+          D = fmax(D, fmax(fabs(a[j]), fmax(fabs(m[j]), fabs(z[j]))));
+        D /= 127.0 * (1.0 - 0x1p-10); /* every block's d <= amax_row / 127, f16 rounding */
+        for (int j = 0; j < p.rot; j++) {
+          int pj = j < half ? j + half : j - half;
+          double rho = hypot(a[j], a[pj]);
+          double bound = p.kq == PE_KV_Q8_0 ? 1.5 * D : M_SQRT2 * fp8_step((int)p.kq - 1, rho * (1 + 1e-6), p.kscale) + 1e-6 * rho;
+          double err = fabs((double)z[j] - a[j]);
+          if (err > bound)
+            fail_msg("format %u row %lld ch %d: %g -> %g, error %g > bound %g", (unsigned)p.kq,
+                     (long long)r, j, (double)a[j], (double)z[j], err, bound);
+          if (bound > 0) worst = fmax(worst, err / bound);
+        }
+      }
+      printf("# format %u %s: worst error / bound %.3f\n", (unsigned)p.kq, partial ? "partial" : "full", worst);
+      /* errors write nothing */
+      memcpy(c1, p.kc, kc_bytes(&p));
+      int64_t dup[3] = {slots[0], slots[1], slots[0]}, dd[3] = {1, 2, 3};
+      assert_int_equal(pe_rope_shift_k_cache(p.c, &p.kv, dup, dd, 3, NULL), PE_ERR_INVALID_ARGUMENT);
+      assert_non_null(strstr(pe_last_error(), "twice"));
+      assert_int_equal(pe_rope_shift_k_cache(p.c, &p.kv, slots, NULL, n, NULL), PE_ERR_NULL_POINTER);
+      float bad = -1.0f;
+      pe_kv_cache kb = p.kv;
+      if (kb.k_scale) kb.k_scale = &bad;
+      else kb.k_scale = &p.kscale;
+      assert_int_equal(pe_rope_shift_k_cache(p.c, &kb, slots, deltas, n, NULL), PE_ERR_INVALID_ARGUMENT);
+      assert_int_equal(pe_rope_rerotate_k_cache(p.c, p.c, &p.kv, slots, NULL, n, NULL), PE_ERR_NULL_POINTER);
+      assert_memory_equal(p.kc, c1, kc_bytes(&p));
+      free(x0), free(x1), free(x2), free(d0), free(c0), free(c1);
+      prob_free(&p);
+    }
+}
+
+/* Re-rotation from one cache's frequencies to another's on a quantized
+ * cache: byte for byte the reference dequantization, pe_rope_rerotate_k on
+ * the float32 rows, the reference quantization. */
+static void test_rerotate_cache(void **state) {
+  (void)state;
+  for (int kf = 0; kf < 3; kf++) {
+    prob p;
+    prob_make(&p, 64, 64, 64, PE_F32, formats[kf], PE_KV_Q8_0, PE_QK_NORM_NONE);
+    assert_int_equal(prob_store(&p, NULL), PE_OK);
+    pe_rope_params rp;
+    pe_rope_params_init(&rp);
+    rp.head_dim = 64;
+    rp.base = 500000.0;
+    rp.scaling = PE_ROPE_SCALING_LINEAR;
+    rp.factor = 4.0;
+    pe_rope_cache *to;
+    assert_int_equal(pe_rope_cache_create(&rp, &to), PE_OK);
+    int64_t slots[B * T], pos[B * T];
+    int64_t n = stored_slots(&p, slots);
+    for (int64_t i = 0; i < n; i++) pos[i] = (int64_t)(rnd() % 5000);
+    size_t nf = (size_t)(HK * n * p.hd);
+    float *x = malloc(nf * 4);
+    read_k(&p, slots, n, x);
+    assert_int_equal(pe_rope_rerotate_k_cache(p.c, to, &p.kv, slots, pos, n, NULL), PE_OK);
+    pe_tensor xt = {.data = x, .dtype = PE_F32, .shape = {1, HK, n, p.hd},
+                    .stride = {HK * n * p.hd, n * p.hd, p.hd, 1}};
+    assert_int_equal(pe_rope_rerotate_k(p.c, to, &xt, pos, NULL), PE_OK);
+    int64_t rb = row_bytes(p.kq, p.hd);
+    uint8_t want[256];
+    for (int64_t i = 0; i < n; i++)
+      for (int h = 0; h < HK; h++) {
+        ref_quant_row((int)p.kq - 1, x + ((int64_t)h * n + i) * p.hd, want, p.hd, p.kscale);
+        const uint8_t *g = p.kc + ((slots[i] / BS) * BS * HK + (slots[i] % BS) * HK + h) * rb;
+        assert_memory_equal(g, want, (size_t)rb);
+      }
+    free(x);
+    pe_rope_cache_destroy(to);
+    prob_free(&p);
+  }
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_store_rows),
       cmocka_unit_test(test_read),
       cmocka_unit_test(test_isa_and_pools),
       cmocka_unit_test(test_errors_write_nothing),
+      cmocka_unit_test(test_shift_cache),
+      cmocka_unit_test(test_rerotate_cache),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
