@@ -722,6 +722,17 @@ PE_API void pe_kv_cache_init(pe_kv_cache *kv);
 PE_API pe_status pe_kv_read(const pe_kv_cache *kv_cache, const pe_tensor *k_out,
                             const pe_tensor *v_out, const int64_t *slot_mapping);
 
+/* The inverse of pe_kv_read: rows of k_in / v_in (f32, f16 or bf16,
+ * [batch, kv_heads, tokens, dim], either may be NULL, not both) written at
+ * slot_mapping into kv_cache->k / ->v in the descriptor's format (quantized
+ * from the exactly widened float32 value, or converted for PE_KV_PLAIN),
+ * for rows that are not rotated here (already-rotated keys, v alone). A slot
+ * may not repeat; -1 skips. Errors (nothing written) as pe_kv_read, and
+ * PE_ERR_INVALID_ARGUMENT for a repeated slot, PE_ERR_SHAPE for caches or
+ * inputs that overlap. No allocation. Single-threaded. */
+PE_API pe_status pe_kv_write(const pe_kv_cache *kv_cache, const pe_tensor *k_in,
+                             const pe_tensor *v_in, const int64_t *slot_mapping);
+
 /* pe_rope_shift_k and pe_rope_rerotate_k on the cache rows at slots of
  * kv_cache->k (a plain or quantized cache; kv_cache->v is not read):
  * slots[i] (distinct, in [-1, num_blocks * block_size), -1 skips) is moved

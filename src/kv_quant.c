@@ -308,3 +308,90 @@ PE_API pe_status pe_rope_rerotate_k_cache(const pe_rope_cache *from, const pe_ro
   pe__rope_run(&p, pool);
   return PE_OK;
 }
+
+/* ---- pe_kv_write ---- */
+
+static pe_status check_write(const char *fn, const char *which, const pe_tensor *cache,
+                             uint32_t quant, const pe_tensor *in) {
+  char cn[16], inn[16];
+  snprintf(cn, sizeof cn, "kv_cache->%s", which);
+  snprintf(inn, sizeof inn, "%s_in", which);
+  pe_status st;
+  if (!cache) return pe__fail(PE_ERR_NULL_POINTER, "%s: %s is NULL but %s is given", fn, cn, inn);
+  if ((st = pe__kv_check_tensor(fn, cn, cache, quant, -1)) != PE_OK) return st;
+  if ((st = pe__check_tensor(fn, inn, in, 0)) != PE_OK) return st;
+  if (in->shape[1] != cache->shape[1] || in->shape[3] != cache->shape[3])
+    return pe__fail(PE_ERR_SHAPE,
+                    "%s: %s [heads %" PRId64 ", dim %" PRId64 "] must match %s's [%" PRId64
+                    ", %" PRId64 "]",
+                    fn, inn, in->shape[1], in->shape[3], cn, cache->shape[1], cache->shape[3]);
+  if (pe__kv_overlap(in, 0, cache, quant))
+    return pe__fail(PE_ERR_SHAPE, "%s: %s and %s overlap in memory", fn, inn, cn);
+  return PE_OK;
+}
+
+static void write_rows(const pe_tensor *cache, uint32_t quant, float scale, const pe_tensor *in,
+                       const int64_t *slots) {
+  const pe_isa *isa = pe__isa();
+  int64_t ces = quant ? 1 : (int64_t)pe__dtype_size(cache->dtype);
+  int64_t ies = (int64_t)pe__dtype_size(in->dtype), bs = cache->shape[2], dim = in->shape[3];
+  int64_t batch = in->shape[0], tokens = in->shape[2];
+  for (int64_t b = 0; b < batch; b++)
+    for (int64_t t = 0; t < tokens; t++) {
+      int64_t s = slots[b * tokens + t];
+      if (s < 0) continue;
+      char *crow = (char *)cache->data +
+                   ((s / bs) * pe__stride(cache, 0) + (s % bs) * pe__stride(cache, 2)) * ces;
+      const char *irow = (const char *)in->data + (b * pe__stride(in, 0) + t * pe__stride(in, 2)) * ies;
+      for (int64_t h = 0; h < in->shape[1]; h++) {
+        const char *src = irow + h * pe__stride(in, 1) * ies;
+        char *dst = crow + h * pe__stride(cache, 1) * ces;
+        if (quant)
+          isa->kv_quant[quant - 1][in->dtype](src, dst, dim, scale);
+        else
+          isa->convert[in->dtype][cache->dtype](src, dst, dim);
+      }
+    }
+}
+
+PE_API pe_status pe_kv_write(const pe_kv_cache *kv_cache, const pe_tensor *k_in,
+                             const pe_tensor *v_in, const int64_t *slot_mapping) {
+  static const char fn[] = "pe_kv_write";
+  if (!kv_cache) return pe__fail(PE_ERR_NULL_POINTER, "%s: kv_cache is NULL", fn);
+  pe_kv_cache kv;
+  pe_kv_cache_init(&kv);
+  pe_status st = pe__copy_sized(fn, &kv, sizeof kv, kv_cache, kv_cache->struct_size);
+  if (st != PE_OK) return st;
+  if (!k_in && !v_in) return pe__fail(PE_ERR_NULL_POINTER, "%s: k_in and v_in are both NULL", fn);
+  float ks = 1.0f, vs = 1.0f;
+  if (k_in) {
+    if ((st = pe__kv_format(fn, "k", kv.k_quant, kv.k_scale, &ks)) != PE_OK) return st;
+    if ((st = check_write(fn, "k", kv.k, kv.k_quant, k_in)) != PE_OK) return st;
+  }
+  if (v_in) {
+    if ((st = pe__kv_format(fn, "v", kv.v_quant, kv.v_scale, &vs)) != PE_OK) return st;
+    if ((st = check_write(fn, "v", kv.v, kv.v_quant, v_in)) != PE_OK) return st;
+  }
+  if (k_in && v_in) {
+    if (k_in->shape[0] != v_in->shape[0] || k_in->shape[2] != v_in->shape[2])
+      return pe__fail(PE_ERR_SHAPE,
+                      "%s: k_in [batch %" PRId64 ", tokens %" PRId64 "] and v_in [batch %" PRId64
+                      ", tokens %" PRId64 "] must match",
+                      fn, k_in->shape[0], k_in->shape[2], v_in->shape[0], v_in->shape[2]);
+    if (kv.k->shape[0] != kv.v->shape[0] || kv.k->shape[2] != kv.v->shape[2])
+      return pe__fail(PE_ERR_SHAPE, "%s: kv_cache->k and ->v differ in num_blocks or block_size", fn);
+    if (pe__kv_overlap(kv.k, kv.k_quant, kv.v, kv.v_quant))
+      return pe__fail(PE_ERR_SHAPE, "%s: kv_cache->k and ->v overlap in memory", fn);
+    if (pe__kv_overlap(k_in, 0, kv.v, kv.v_quant) || pe__kv_overlap(v_in, 0, kv.k, kv.k_quant))
+      return pe__fail(PE_ERR_SHAPE, "%s: an input overlaps the other cache tensor", fn);
+  }
+  const pe_tensor *any = k_in ? k_in : v_in;
+  const pe_tensor *cache = k_in ? kv.k : kv.v;
+  if (pe__tensor_empty(any)) return PE_OK;
+  if ((st = pe__rope_check_slots(fn, slot_mapping, any->shape[0], any->shape[2],
+                                 cache->shape[0] * cache->shape[2])) != PE_OK)
+    return st;
+  if (k_in) write_rows(kv.k, kv.k_quant, ks, k_in, slot_mapping);
+  if (v_in) write_rows(kv.v, kv.v_quant, vs, v_in, slot_mapping);
+  return PE_OK;
+}

@@ -269,6 +269,37 @@ static void test_read(void **state) {
       }
       free(ko), free(vo);
     }
+    /* pe_kv_write of v's rows: the reference quantization (v's cache as
+     * the store left it: the same bytes), and k's stored rows read back
+     * then written again come back unchanged for FP8 */
+    memset(p.vc, 0x5a, vc_bytes(&p));
+    assert_int_equal(pe_kv_write(&p.kv, NULL, &p.vt, p.slots), PE_OK);
+    {
+      float vrow[128];
+      uint8_t want[256];
+      int64_t vrb = row_bytes(p.vq, p.vd);
+      for (int u = 0; u < B * T; u++) {
+        int64_t s = p.slots[u];
+        if (s < 0) continue;
+        for (int h = 0; h < HK; h++) {
+          for (int i = 0; i < p.vd; i++)
+            vrow[i] = ((float *)p.v)[(((int64_t)u / T * T + u % T) * HK + h) * p.vd + i];
+          ref_quant_row((int)p.vq - 1, vrow, want, p.vd, p.vscale);
+          assert_memory_equal(p.vc + ((s / BS) * BS * HK + (s % BS) * HK + h) * vrb, want,
+                              (size_t)vrb);
+        }
+      }
+      int64_t dup[B * T];
+      memcpy(dup, p.slots, sizeof dup);
+      dup[3] = dup[1] >= 0 ? dup[1] : dup[2];
+      uint8_t *snap = malloc(vc_bytes(&p));
+      memcpy(snap, p.vc, vc_bytes(&p));
+      if (dup[3] >= 0) {
+        assert_int_equal(pe_kv_write(&p.kv, NULL, &p.vt, dup), PE_ERR_INVALID_ARGUMENT);
+        assert_memory_equal(p.vc, snap, vc_bytes(&p));
+      }
+      free(snap);
+    }
     prob_free(&p);
   }
 }
