@@ -3,7 +3,9 @@
  * VL lanes a step. None of these CPUs has FP8 conversions, so the code is
  * quant_common.h's definition in integer and float lane operations, written
  * with GCC/clang generic vectors of VL lanes (bit casts of the ISA's vf),
- * which each ISA file compiles to its own instructions. Bit-identical to
+ * which each ISA file compiles to its own instructions; bytes move through
+ * the ISA's vb_load_u8 / vb_load_s8 / vb_store_u8 (vec_<isa>.h: compilers
+ * scalarize generic conversions between 8- and 32-bit lanes). Bit-identical to
  * scalar.c by construction: the same integer operations, the same float
  * divide / add / multiply per lane; the per-block steps of Q8_0 (d, 1/d, the
  * f16 of d) are quant_common.h's scalar code itself. Tails: lanes past n are
@@ -13,8 +15,6 @@
 typedef float qf __attribute__((vector_size(VL * 4)));
 typedef int32_t qi __attribute__((vector_size(VL * 4)));
 typedef uint32_t qu __attribute__((vector_size(VL * 4)));
-typedef uint8_t qb __attribute__((vector_size(VL)));
-typedef int8_t qsb __attribute__((vector_size(VL)));
 
 PE_AI qu q_sel(qi m, qu a, qu b) { return ((qu)m & a) | (~(qu)m & b); }
 #define QU1(c) ((qu){0} + (uint32_t)(c)) /* every lane c */
@@ -25,23 +25,21 @@ PE_AI qf q_load(int dt, const void *p, int32_t n) { return (qf)vld(dt, p, n); }
 /* ---- FP8 ---- */
 
 /* quant_common.h's pe_fp8_from_f32, lane by lane. */
-PE_AI qb fp8_encode(int fmt, qf y) {
+PE_AI qu fp8_encode(int fmt, qf y) {
   qu u = (qu)y, sign = (u >> 24) & 0x80u, a = u & 0x7fffffffu;
   qi nan = (qi)(a > 0x7f800000u);
-  a = q_sel((qi)(a > PE_FP8_MAXB(fmt)), QU1(PE_FP8_MAXB(fmt)), a);
+  a = (qu)vb_min_u32((vbi)a, (vbi)QU1(PE_FP8_MAXB(fmt)));
   qi sub = (qi)(a < PE_FP8_MINNB(fmt));
   qf magic = (qf){0} + PE_FP8_MAGIC(fmt);
   qu ms = (qu)((qf)a + magic) - (qu)magic; /* bits(|y| + MAGIC) - bits(MAGIC) */
   qu r = a - PE_FP8_REBIAS(fmt);
   r += (1u << (PE_FP8_SHIFT(fmt) - 1)) - 1u + ((r >> PE_FP8_SHIFT(fmt)) & 1u);
   qu m = q_sel(sub, ms, r >> PE_FP8_SHIFT(fmt));
-  m = q_sel(nan, QU1(PE_FP8_NAN(fmt)), m) | sign;
-  return __builtin_convertvector(m, qb);
+  return q_sel(nan, QU1(PE_FP8_NAN(fmt)), m) | sign;
 }
 
 /* quant_common.h's pe_fp8_to_f32, lane by lane. */
-PE_AI qf fp8_decode(int fmt, qb c) {
-  qu cu = __builtin_convertvector(c, qu);
+PE_AI qf fp8_decode(int fmt, qu cu) {
   qu sign = (cu & 0x80u) << 24, m = cu & 0x7fu, b;
   qu nanb = QU1(0x7fc00000u);
   if (fmt == PE_KVQ_E4M3) {
@@ -63,13 +61,12 @@ PE_AI void kvq_fp8_gen(int fmt, int sd, const void *src, void *dst, int64_t n, f
   const int64_t ses = pe__esize(sd);
   const qf vs = (qf)vf_set1(scale);
   int64_t j = 0;
-  for (; j + VL <= n; j += VL) {
-    qb c = fp8_encode(fmt, q_load(sd, PE_AT(in, j, ses), VL) / vs);
-    memcpy(out + j, &c, VL);
-  }
+  for (; j + VL <= n; j += VL)
+    vb_store_u8(out + j, (vbi)fp8_encode(fmt, q_load(sd, PE_AT(in, j, ses), VL) / vs));
   if (j < n) {
-    qb c = fp8_encode(fmt, q_load(sd, PE_AT(in, j, ses), (int32_t)(n - j)) / vs);
-    memcpy(out + j, &c, (size_t)(n - j));
+    uint8_t b[VL];
+    vb_store_u8(b, (vbi)fp8_encode(fmt, q_load(sd, PE_AT(in, j, ses), (int32_t)(n - j)) / vs));
+    memcpy(out + j, b, (size_t)(n - j));
   }
 }
 
@@ -80,8 +77,14 @@ PE_AI void kvd_fp8_gen(int fmt, int dd, const void *src, void *dst, int64_t n, f
   const qf vs = (qf)vf_set1(scale);
   for (int64_t j = 0; j < n; j += VL) {
     int32_t m = n - j >= VL ? VL : (int32_t)(n - j);
-    qb c = {0};
-    memcpy(&c, in + j, (size_t)m);
+    qu c;
+    if (m == VL) {
+      c = (qu)vb_load_u8(in + j);
+    } else {
+      uint8_t b[VL] = {0};
+      memcpy(b, in + j, (size_t)m);
+      c = (qu)vb_load_u8(b);
+    }
     vf y = (vf)(fp8_decode(fmt, c) * vs);
     vst2(dd, PE_AT(out, j, des), m, y, PE_AT(out, j, des), 0, y);
   }
@@ -107,19 +110,14 @@ PE_AI void kvq_q8_gen(int sd, const void *src, void *dst, int64_t n) {
     const char *p = PE_AT(in, b * PE_Q8_0_BLOCK, ses);
     uint8_t *blk = out + b * PE_Q8_0_BYTES;
     qf x[QV];
-    qu amax = {0}, big = {0};
+    qu amax = {0};
     for (int i = 0; i < QV; i++) {
       x[i] = q_load(sd, PE_AT(p, i * VL, ses), VL);
-      qu a = (qu)x[i] & 0x7fffffffu; /* |x| as bits: order = float order when finite */
-      big |= (qu)(a > 0x7f7fffffu);
+      qu a = (qu)x[i] & 0x7fffffffu; /* |x| as bits: order = float order, NaN and Inf above */
       amax = q_sel((qi)(a > amax), a, amax);
     }
-    uint32_t nf = 0, am = 0;
-    for (int l = 0; l < VL; l++) {
-      nf |= big[l];
-      am = am > amax[l] ? am : amax[l];
-    }
-    if (nf) {
+    uint32_t am = vb_hmax_u32((vbi)amax);
+    if (am > 0x7f7fffffu) { /* a NaN or an Inf in the block */
       blk[0] = PE_Q8_0_NONFINITE_D & 0xffu;
       blk[1] = PE_Q8_0_NONFINITE_D >> 8;
       memset(blk + 2, 0, PE_Q8_0_BLOCK);
@@ -133,8 +131,7 @@ PE_AI void kvq_q8_gen(int sd, const void *src, void *dst, int64_t n) {
       qf q = x[i] * id;
       qi fin = (qi)(((qu)q & 0x7fffffffu) <= 0x7f7fffffu);
       q = (qf)((qu)q & (qu)fin); /* not finite -> +0 */
-      qsb s = __builtin_convertvector(q_roundf(q), qsb);
-      memcpy(blk + 2 + i * VL, &s, VL);
+      vb_store_u8(blk + 2 + i * VL, (vbi)((qu)q_roundf(q) & 0xffu));
     }
   }
 }
@@ -147,9 +144,7 @@ PE_AI void kvd_q8_gen(int dd, const void *src, void *dst, int64_t n) {
     const uint8_t *blk = in + b * PE_Q8_0_BYTES;
     float d = pe_f16_to_f32((uint16_t)(blk[0] | blk[1] << 8));
     for (int i = 0; i < QV; i++) {
-      qsb s;
-      memcpy(&s, blk + 2 + i * VL, VL);
-      qf y = __builtin_convertvector(s, qf) * d;
+      qf y = __builtin_convertvector((qi)vb_load_s8(blk + 2 + i * VL), qf) * d;
       vst(dd, PE_AT(out, (b * PE_Q8_0_BLOCK + i * VL), des), (vf)y);
     }
   }
