@@ -81,7 +81,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   size_t kcb = (size_t)(nb * bs * H * rowb(kq, hd)), vcb = (size_t)(nb * bs * H * rowb(vq, vd));
   int64_t voff = fz_range(&f, 0, 2) == 0 ? (int64_t)(kcb / 2) : (int64_t)kcb; /* may share bytes */
   if (!fz_arena_alloc(&in, (size_t)(nk + nv) * 4, seed) ||
-      !fz_arena_alloc(&cc, (size_t)voff + vcb, seed + 1) ||
+      !fz_arena_alloc(&cc, (size_t)voff + vcb > kcb ? (size_t)voff + vcb : kcb, seed + 1) ||
       !fz_arena_alloc(&out, (size_t)(nk + nv) * 4, seed + 2))
     abort();
   float *k = (float *)(in.mem + FZ_GUARD), *v = k + nk;
