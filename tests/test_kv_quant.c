@@ -33,19 +33,11 @@ static uint64_t rnd(void) {
 /* uniform in [-a, a) */
 static float urand(float a) { return (float)((double)(rnd() >> 11) * 0x1p-53 * 2.0 - 1.0) * a; }
 
-/* f16 / bf16 from float32, round to nearest even (IEEE 754 binary16 and
- * bfloat16 definitions; written here, not the library's convert.h). */
-static uint16_t to_f16(float f) {
-  _Float16 h = (_Float16)f;
-  uint16_t u;
-  memcpy(&u, &h, 2);
-  return u;
-}
-static float from_f16(uint16_t u) {
-  _Float16 h;
-  memcpy(&h, &u, 2);
-  return (float)h;
-}
+/* f16 / bf16 from float32, round to nearest even: binary16 through
+ * kv_quant_ref.h's transcription of ggml's fp16 conversions (the FP16
+ * library's, not the library's convert.h), bfloat16 written here. */
+static uint16_t to_f16(float f) { return ggml_fp32_to_fp16(f); }
+static float from_f16(uint16_t u) { return ggml_fp16_to_fp32(u); }
 static uint16_t to_bf16(float f) {
   uint32_t u = f32_bits(f);
   if (isnan(f)) return (uint16_t)((u >> 16) | 0x40);
