@@ -352,6 +352,25 @@ static void check_isa(int which) {
         for (int64_t i = n * (int64_t)esz(dt) + 2 * off; i < (int64_t)sizeof a; i++)
           assert_int_equal(b[i], 0x5a);
       }
+  /* Q8_0 blocks whose d is an f16 subnormal or 0, whose 1/d is huge or
+   * overflows (qs 0), and ties at +-amax */
+  {
+    static const float amaxes[] = {0x1p-140f, 0x1p-135f, 0x1p-128f, 0x1p-126f, 0x1p-20f, 1e-9f,
+                                   127.0f, 9e6f};
+    float x[32 * 8];
+    uint8_t qa[34 * 8], qv[34 * 8];
+    for (int r = 0; r < 50; r++) {
+      for (int k = 0; k < 8; k++) {
+        for (int j = 0; j < 32; j++)
+          x[32 * k + j] = amaxes[k] * (float)((int)(rnd() % 255) - 127) / 127.0f;
+        x[32 * k + (int)(rnd() % 32)] = amaxes[k];
+        x[32 * k + (int)(rnd() % 32)] = -amaxes[k];
+      }
+      ref->kv_quant[Q8_0][PE_F32](x, qa, 32 * 8, 0.0f);
+      isa->kv_quant[Q8_0][PE_F32](x, qv, 32 * 8, 0.0f);
+      assert_memory_equal(qa, qv, sizeof qa);
+    }
+  }
   /* the FP8 float classes through the vector path too */
   for (int f = E4M3; f <= E5M2; f++) {
     enum { N = 6 * 4096 };

@@ -127,12 +127,14 @@ PE_AI void kvq_q8_gen(int sd, const void *src, void *dst, int64_t n) {
     float id = pe_q8_0_inv(pe_bits_f32(am), &d16);
     blk[0] = (uint8_t)(d16 & 0xffu);
     blk[1] = (uint8_t)(d16 >> 8);
-    for (int i = 0; i < QV; i++) {
-      qf q = x[i] * id;
-      qi fin = (qi)(((qu)q & 0x7fffffffu) <= 0x7f7fffffu);
-      q = (qf)((qu)q & (qu)fin); /* not finite -> +0 */
-      vb_store_u8(blk + 2 + i * VL, (vbi)((qu)q_roundf(q) & 0xffu));
+    /* id finite: every |x * id| <= amax * id < 128, finite. id = Inf (1/d
+     * overflowed): every x * id is +-Inf or NaN, so every qs is 0. */
+    if (!(id <= 0x1.fffffep127f)) {
+      memset(blk + 2, 0, PE_Q8_0_BLOCK);
+      continue;
     }
+    for (int i = 0; i < QV; i++)
+      vb_store_u8(blk + 2 + i * VL, (vbi)((qu)q_roundf(x[i] * id) & 0xffu));
   }
 }
 
