@@ -102,39 +102,52 @@ PE_AI qi q_roundf(qf q) {
   return t - (qi)(f >= 0.5f) + (qi)(f <= -0.5f); /* masks are -1 */
 }
 
+/* Blocks in groups of up to 8: every block's amax first, then their d and
+ * 1/d (independent scalar divisions, which then overlap), then the qs. */
 PE_AI void kvq_q8_gen(int sd, const void *src, void *dst, int64_t n) {
+  enum { G = 8 };
   const char *in = src;
   uint8_t *out = dst;
-  const int64_t ses = pe__esize(sd);
-  for (int64_t b = 0; b < n / PE_Q8_0_BLOCK; b++) {
-    const char *p = PE_AT(in, b * PE_Q8_0_BLOCK, ses);
-    uint8_t *blk = out + b * PE_Q8_0_BYTES;
-    qf x[QV];
-    qu amax = {0};
-    for (int i = 0; i < QV; i++) {
-      x[i] = q_load(sd, PE_AT(p, i * VL, ses), VL);
-      qu a = (qu)x[i] & 0x7fffffffu; /* |x| as bits: order = float order, NaN and Inf above */
-      amax = q_sel((qi)(a > amax), a, amax);
+  const int64_t ses = pe__esize(sd), nb = n / PE_Q8_0_BLOCK;
+  for (int64_t b0 = 0; b0 < nb; b0 += G) {
+    int g = nb - b0 < G ? (int)(nb - b0) : G;
+    uint32_t am[G];
+    float id[G];
+    for (int k = 0; k < g; k++) {
+      const char *p = PE_AT(in, (b0 + k) * PE_Q8_0_BLOCK, ses);
+      qu amax = {0};
+      for (int i = 0; i < QV; i++) {
+        qu a = (qu)q_load(sd, PE_AT(p, i * VL, ses), VL) & 0x7fffffffu; /* |x| as bits */
+        amax = q_sel((qi)(a > amax), a, amax); /* order = float order; NaN, Inf above */
+      }
+      am[k] = vb_hmax_u32((vbi)amax);
     }
-    uint32_t am = vb_hmax_u32((vbi)amax);
-    if (am > 0x7f7fffffu) { /* a NaN or an Inf in the block */
-      blk[0] = PE_Q8_0_NONFINITE_D & 0xffu;
-      blk[1] = PE_Q8_0_NONFINITE_D >> 8;
-      memset(blk + 2, 0, PE_Q8_0_BLOCK);
-      continue;
+    for (int k = 0; k < g; k++) {
+      uint8_t *blk = out + (b0 + k) * PE_Q8_0_BYTES;
+      if (am[k] > 0x7f7fffffu) { /* a NaN or an Inf in the block */
+        blk[0] = PE_Q8_0_NONFINITE_D & 0xffu;
+        blk[1] = PE_Q8_0_NONFINITE_D >> 8;
+        id[k] = 0.0f;
+        continue;
+      }
+      uint16_t d16;
+      id[k] = pe_q8_0_inv(pe_bits_f32(am[k]), &d16);
+      blk[0] = (uint8_t)(d16 & 0xffu);
+      blk[1] = (uint8_t)(d16 >> 8);
     }
-    uint16_t d16;
-    float id = pe_q8_0_inv(pe_bits_f32(am), &d16);
-    blk[0] = (uint8_t)(d16 & 0xffu);
-    blk[1] = (uint8_t)(d16 >> 8);
-    /* id finite: every |x * id| <= amax * id < 128, finite. id = Inf (1/d
-     * overflowed): every x * id is +-Inf or NaN, so every qs is 0. */
-    if (!(id <= 0x1.fffffep127f)) {
-      memset(blk + 2, 0, PE_Q8_0_BLOCK);
-      continue;
+    for (int k = 0; k < g; k++) {
+      uint8_t *blk = out + (b0 + k) * PE_Q8_0_BYTES;
+      /* non-finite block, or 1/d overflowed (every x * id +-Inf or NaN):
+       * qs 0. Otherwise every |x * id| <= amax * id < 128, finite. */
+      if (am[k] > 0x7f7fffffu || !(id[k] <= 0x1.fffffep127f)) {
+        memset(blk + 2, 0, PE_Q8_0_BLOCK);
+        continue;
+      }
+      const char *p = PE_AT(in, (b0 + k) * PE_Q8_0_BLOCK, ses);
+      for (int i = 0; i < QV; i++)
+        vb_store_u8(blk + 2 + i * VL,
+                    (vbi)((qu)q_roundf(q_load(sd, PE_AT(p, i * VL, ses), VL) * id[k]) & 0xffu));
     }
-    for (int i = 0; i < QV; i++)
-      vb_store_u8(blk + 2 + i * VL, (vbi)((qu)q_roundf(x[i] * id) & 0xffu));
   }
 }
 
