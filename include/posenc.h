@@ -597,8 +597,10 @@ PE_API pe_status pe_apply_rope_qk_multi(const pe_rope_cache *const *caches, int3
  * w, (x * r) * (1.0f + w) or x * r; then n is rotated as pe_apply_rope_qk
  * rotates (fmaf(n_x, c, -(n_y*s)), fmaf(n_y, c, n_x*s)) and rounded once to
  * the output dtype. Relative to a float64 evaluation of the same formulas the
- * error is at most about (ceil(n/16)/2 + 12) float32 ulps of |n_x| + |n_y|
- * (the sum's rounding dominates; tests/test_qk_norm.c checks it).
+ * error is at most about (L/2 + 12) float32 ulps of |n_x| + |n_y| (n_x, n_y
+ * the pair's exact normed values; L = ceil(head_dim/16), the terms a lane
+ * sums, times the heads for a per-token norm; the sum's rounding dominates;
+ * tests/test_qk_norm.c checks it).
  *
  * How that relates to HF's rounding for bf16/f16 models: HF upcasts x to
  * float32 for the mean and r, like this library. Gemma3RMSNorm multiplies by
@@ -766,7 +768,8 @@ PE_API pe_status pe_rope_rerotate_k_cache(const pe_rope_cache *from, const pe_ro
  * Errors (nothing written on any): PE_ERR_NULL_POINTER (c, norm, q and k,
  * a required weight, data), PE_ERR_INVALID_ARGUMENT (kind, scope, eps, a
  * weight given to NONE or L2, struct_size with a non-zero unknown tail,
- * flags), PE_ERR_SHAPE (as pe_apply_rope_qk; a weight overlapping q or k),
+ * flags, a struct_size below sizeof(pe_qk_norm) of this first layout),
+ * PE_ERR_SHAPE (as pe_apply_rope_qk; a weight overlapping q or k),
  * PE_ERR_DTYPE, PE_ERR_OVERFLOW, PE_ERR_POSITION_OUT_OF_RANGE, PE_ERR_BUSY
  * (busy pool). No allocation. Thread-safe as pe_apply_rope_qk. */
 PE_API pe_status pe_qk_norm_rope(const pe_rope_cache *c, const pe_qk_norm *norm,
@@ -798,10 +801,11 @@ PE_API pe_status pe_qk_norm_rope(const pe_rope_cache *c, const pe_qk_norm *norm,
  * overlaps q, k, v or the k cache, k_cache overlaps v; a quantized tensor as
  * described above), PE_ERR_INVALID_ARGUMENT (k_quant / v_quant not a
  * pe_kv_quant, a scale missing, not finite and > 0, or given to a format
- * without one). Quantized caches: each stored row is quantized in the same
- * pass (no heap buffer; one token's rows are staged in a 16 KiB stack
- * buffer), bit-identical on every ISA and pool size. No allocation.
- * Thread-safety: as pe_apply_rope_qk_store. */
+ * without one; kv_cache struct_size below this first layout's). Quantized
+ * caches: each stored row is quantized in the same pass (no heap buffer; one
+ * token's rows are staged in a 16 KiB stack buffer), bit-identical on every
+ * ISA and pool size. No allocation. Thread-safety: as
+ * pe_apply_rope_qk_store. */
 PE_API pe_status pe_qk_norm_rope_store(const pe_rope_cache *c, const pe_qk_norm *norm,
                                        const pe_tensor *q, const pe_tensor *k,
                                        const pe_tensor *v, const pe_kv_cache *kv_cache,

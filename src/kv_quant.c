@@ -124,6 +124,19 @@ int pe__kv_overlap(const pe_tensor *a, uint32_t qa, const pe_tensor *b, uint32_t
   return alo < bhi && blo < ahi;
 }
 
+/* The caller's descriptor, copied (size-prefixed; the first layout is the
+ * oldest, so a smaller struct_size is an uninitialised struct). */
+static pe_status copy_kv(const char *fn, const pe_kv_cache *user, pe_kv_cache *kv) {
+  if (!user) return pe__fail(PE_ERR_NULL_POINTER, "%s: kv_cache is NULL", fn);
+  if (user->struct_size < sizeof(pe_kv_cache))
+    return pe__fail(PE_ERR_INVALID_ARGUMENT,
+                    "%s: kv_cache struct_size %u is smaller than the oldest layout (%zu bytes): "
+                    "call pe_kv_cache_init()",
+                    fn, (unsigned)user->struct_size, sizeof(pe_kv_cache));
+  pe_kv_cache_init(kv);
+  return pe__copy_sized(fn, kv, sizeof *kv, user, user->struct_size);
+}
+
 /* ---- pe_kv_read ---- */
 
 /* One cache of the descriptor and its output, validated. */
@@ -173,10 +186,8 @@ static void read_rows(const pe_tensor *cache, uint32_t quant, float scale, const
 PE_API pe_status pe_kv_read(const pe_kv_cache *kv_cache, const pe_tensor *k_out,
                             const pe_tensor *v_out, const int64_t *slot_mapping) {
   static const char fn[] = "pe_kv_read";
-  if (!kv_cache) return pe__fail(PE_ERR_NULL_POINTER, "%s: kv_cache is NULL", fn);
   pe_kv_cache kv;
-  pe_kv_cache_init(&kv);
-  pe_status st = pe__copy_sized(fn, &kv, sizeof kv, kv_cache, kv_cache->struct_size);
+  pe_status st = copy_kv(fn, kv_cache, &kv);
   if (st != PE_OK) return st;
   if (!k_out && !v_out) return pe__fail(PE_ERR_NULL_POINTER, "%s: k_out and v_out are both NULL", fn);
   float ks = 1.0f, vs = 1.0f;
@@ -224,10 +235,8 @@ PE_API pe_status pe_kv_read(const pe_kv_cache *kv_cache, const pe_tensor *k_out,
 static pe_status cache_plan(const char *fn, const pe_rope_cache *c, const pe_kv_cache *user,
                             const int64_t *slots, int64_t n, pe__rope_source source,
                             pe__rope_plan *p, int *empty) {
-  if (!user) return pe__fail(PE_ERR_NULL_POINTER, "%s: kv_cache is NULL", fn);
   pe_kv_cache kv;
-  pe_kv_cache_init(&kv);
-  pe_status st = pe__copy_sized(fn, &kv, sizeof kv, user, user->struct_size);
+  pe_status st = copy_kv(fn, user, &kv);
   if (st != PE_OK) return st;
   if (!kv.k) return pe__fail(PE_ERR_NULL_POINTER, "%s: kv_cache->k is NULL", fn);
   float scale;
@@ -357,10 +366,8 @@ static void write_rows(const pe_tensor *cache, uint32_t quant, float scale, cons
 PE_API pe_status pe_kv_write(const pe_kv_cache *kv_cache, const pe_tensor *k_in,
                              const pe_tensor *v_in, const int64_t *slot_mapping) {
   static const char fn[] = "pe_kv_write";
-  if (!kv_cache) return pe__fail(PE_ERR_NULL_POINTER, "%s: kv_cache is NULL", fn);
   pe_kv_cache kv;
-  pe_kv_cache_init(&kv);
-  pe_status st = pe__copy_sized(fn, &kv, sizeof kv, kv_cache, kv_cache->struct_size);
+  pe_status st = copy_kv(fn, kv_cache, &kv);
   if (st != PE_OK) return st;
   if (!k_in && !v_in) return pe__fail(PE_ERR_NULL_POINTER, "%s: k_in and v_in are both NULL", fn);
   float ks = 1.0f, vs = 1.0f;

@@ -69,6 +69,11 @@ static pe_status read_norm(const char *fn, const pe_qk_norm *user, const pe_tens
   pe_qk_norm n;
   pe_qk_norm_init(&n);
   if (user) {
+    if (user->struct_size < sizeof(pe_qk_norm)) /* today's layout is the oldest */
+      return pe__fail(PE_ERR_INVALID_ARGUMENT,
+                      "%s: norm struct_size %u is smaller than the oldest layout (%zu bytes): call "
+                      "pe_qk_norm_init()",
+                      fn, (unsigned)user->struct_size, sizeof(pe_qk_norm));
     pe_status st = pe__copy_sized(fn, &n, sizeof n, user, user->struct_size);
     if (st != PE_OK) return st;
   }
@@ -252,6 +257,11 @@ PE_API pe_status pe_qk_norm_rope_store(const pe_rope_cache *c, const pe_qk_norm 
   if (!c) return pe__fail(PE_ERR_NULL_POINTER, "%s: cache is NULL", fn);
   if (!norm) return pe__fail(PE_ERR_NULL_POINTER, "%s: norm is NULL (PE_QK_NORM_NONE for none)", fn);
   if (!kv_cache) return pe__fail(PE_ERR_NULL_POINTER, "%s: kv_cache is NULL", fn);
+  if (kv_cache->struct_size < sizeof(pe_kv_cache)) /* today's layout is the oldest */
+    return pe__fail(PE_ERR_INVALID_ARGUMENT,
+                    "%s: kv_cache struct_size %u is smaller than the oldest layout (%zu bytes): "
+                    "call pe_kv_cache_init()",
+                    fn, (unsigned)kv_cache->struct_size, sizeof(pe_kv_cache));
   pe_kv_cache kv;
   pe_kv_cache_init(&kv);
   pe_status st = pe__copy_sized(fn, &kv, sizeof kv, kv_cache, kv_cache->struct_size);

@@ -126,13 +126,8 @@ static void block_rows(const pe__rope_plan *p, const pe_rope_cache *c, int64_t u
 
 /* ---- the norm stage ---- */
 
-float pe__norm_scale(const float *a, int64_t n, float eps) {
-  /* the tree of isa.h, in locals (an array round trip per level is slow) */
-  float s0 = a[0] + a[8], s1 = a[1] + a[9], s2 = a[2] + a[10], s3 = a[3] + a[11];
-  float s4 = a[4] + a[12], s5 = a[5] + a[13], s6 = a[6] + a[14], s7 = a[7] + a[15];
-  float t0 = s0 + s4, t1 = s1 + s5, t2 = s2 + s6, t3 = s3 + s7;
-  float u0 = t0 + t2, u1 = t1 + t3;
-  float r = 1.0f / sqrtf((u0 + u1) / (float)n + eps);
+float pe__norm_scale(float s, int64_t n, float eps) {
+  float r = 1.0f / sqrtf(s / (float)n + eps);
   return isnan(r) ? 0.0f : r;
 }
 
@@ -147,27 +142,22 @@ static inline const char *op_row(const pe__rope_operand *op, int64_t b, int64_t 
 
 /* The scales of op's rows of tokens [t0, t0+n) of batch row b, [token][row]:
  * the sums of squares of whole rows (every head in order, per token), read
- * before anything of the block is written. A token's heads go to the kernel
- * in groups of 64 rows (their lanes on the stack). */
+ * before anything of the block is written; one kernel call per token. */
 static void norm_scales(const pe__rope_plan *p, const pe__rope_operand *op, int64_t b,
                         int64_t t0, int64_t n, float *out) {
-  enum { GROUP = 64 };
   pe_norm_sumsq_fn sumsq = p->isa->norm_sumsq[op->dtype];
-  const int64_t hd = p->head_dim, hs = op->s_head * op->esize;
-  float acc[16 * GROUP] __attribute__((aligned(64)));
+  const int64_t hd = p->head_dim;
   for (int64_t i = 0; i < n; i++) {
     const char *row = op_row(op, b, t0 + i);
     if (p->norm_per_token) {
-      sumsq(row, hd, op->heads, op->s_head, 1, acc);
-      out[i] = pe__norm_scale(acc, op->heads * hd, p->norm_eps);
+      float s;
+      sumsq(row, hd, op->heads, op->s_head, 1, &s);
+      out[i] = pe__norm_scale(s, op->heads * hd, p->norm_eps);
       continue;
     }
-    for (int64_t h0 = 0; h0 < op->heads; h0 += GROUP) {
-      int64_t g = op->heads - h0 < GROUP ? op->heads - h0 : GROUP;
-      sumsq(row + h0 * hs, hd, g, op->s_head, 0, acc);
-      for (int64_t h = 0; h < g; h++)
-        out[i * op->heads + h0 + h] = pe__norm_scale(acc + 16 * h, hd, p->norm_eps);
-    }
+    float *o = out + i * op->heads;
+    sumsq(row, hd, op->heads, op->s_head, 0, o);
+    for (int64_t h = 0; h < op->heads; h++) o[h] = pe__norm_scale(o[h], hd, p->norm_eps);
   }
 }
 

@@ -17,10 +17,10 @@
  * A stage between them normalizes rows before their rotation (QK-norm), and
  * a second cache sink converts v into its cache rows.
  *
- * Stack: one block's scratch rows (PE_ENGINE_SCRATCH_FLOATS floats, 16 KiB),
- * the norm stage's scales (PE_ENGINE_NORM_ROWS floats, 4 KiB) and sum lanes
- * (4 KiB) plus a few hundred bytes, whatever head_dim: rows that do not fit
- * are computed in chunks of frequencies. */
+ * Stack: one block's scratch rows (PE_ENGINE_SCRATCH_FLOATS floats, 16 KiB)
+ * and the norm stage's scales (PE_ENGINE_NORM_ROWS floats, 4 KiB) plus a few
+ * hundred bytes, whatever head_dim: rows that do not fit are computed in
+ * chunks of frequencies. */
 #ifndef PE_ROPE_ENGINE_H
 #define PE_ROPE_ENGINE_H
 

@@ -7,7 +7,8 @@
  *   Gemma3RMSNorm (* (1 + w)), Llama4TextL2Norm (no weight) and Olmo2's
  *   q_norm/k_norm (Olmo2RMSNorm over the whole projection, heads*head_dim),
  *   each followed by apply_rotary_pos_emb (q*cos + rotate_half(q)*sin, cos
- *   and sin of position * base^(-2i/rotary_dim) in float64), within the
+ *   and sin of position * base^(-2i/rotary_dim) in float64; GPT-J pairs as
+ *   rotate_every_two), within the
  *   bound posenc.h states: (ceil(n/16)/2 + 12) float32 ulps of |n_x| + |n_y|
  *   (n_x, n_y the pair's normed values), |n| alone past rotary_dim.
  * - bf16/f16: bit for bit the float32 call's result on the widened inputs,
@@ -283,11 +284,13 @@ static void check_token(const scen *s, const run *r, const void *in, const void 
     const double *n = x + h * hd;
     size_t o = base + (size_t)(b * t->stride[0] + tok * t->stride[2] + h * t->stride[1]);
     for (int64_t j = 0; j < half; j++) {
+      /* NeoX pairs (j, j + half); GPT-J (2j, 2j + 1), HF's rotate_every_two */
+      int64_t ix = s->style == PE_ROPE_GPTJ ? 2 * j : j, iy = s->style == PE_ROPE_GPTJ ? 2 * j + 1 : j + half;
       double f = pow(s->base, -(double)(2 * j) / (double)rd), c = cos(pos * f), sn = sin(pos * f);
       /* HF: q*cos + rotate_half(q)*sin, rotate_half(q) = cat(-q2, q1) */
-      double xo = n[j] * c + (-n[j + half]) * sn, yo = n[j + half] * c + n[j] * sn;
-      double tol = ulps * 0x1p-24 * (fabs(n[j]) + fabs(n[j + half])) + 1e-38;
-      double gx = get(s->dt, out, o + (size_t)j), gy = get(s->dt, out, o + (size_t)(j + half));
+      double xo = n[ix] * c + (-n[iy]) * sn, yo = n[iy] * c + n[ix] * sn;
+      double tol = ulps * 0x1p-24 * (fabs(n[ix]) + fabs(n[iy])) + 1e-38;
+      double gx = get(s->dt, out, o + (size_t)ix), gy = get(s->dt, out, o + (size_t)iy);
       if (!(fabs(gx - xo) <= tol) || !(fabs(gy - yo) <= tol)) {
         printf("token %lld head %lld pair %lld: got %.9g %.9g want %.9g %.9g tol %.3g\n",
                (long long)u, (long long)h, (long long)j, gx, gy, xo, yo, tol);
@@ -382,7 +385,13 @@ static void test_partial_rotary_and_tails(void **state) {
   check_values(&s);
   s.kind = PE_QK_NORM_RMS_UNIT_OFFSET, s.scope = PE_QK_NORM_PER_TOKEN, s.hd = 34, s.rd = 0;
   check_values(&s);
+  s.style = PE_ROPE_GPTJ, s.hd = 64, s.rd = 32, s.kind = PE_QK_NORM_L2; /* GPT-J pairs */
+  check_values(&s);
+  s.hd = 130, s.rd = 0, s.kind = PE_QK_NORM_RMS, s.scope = PE_QK_NORM_PER_HEAD;
+  check_values(&s);
 }
+
+static void check_store(const scen *s);
 
 /* More head rows per token than the norm stage holds at once. */
 static void test_many_heads(void **state) {
@@ -390,6 +399,9 @@ static void test_many_heads(void **state) {
   scen s = qwen3;
   s.hd = 8, s.Hq = 1100, s.Hk = 3, s.T = 2, s.B = 1;
   check_values(&s);
+  /* the store, k's heads in groups too */
+  s.Hq = 600, s.Hk = 600, s.vd = 8, s.nb = 1, s.bs = 4, s.dt = PE_BF16, s.kcd = PE_F32;
+  check_store(&s);
 }
 
 /* ---- the store ---- */
@@ -556,6 +568,13 @@ static void test_errors_write_nothing(void **state) {
   big.n.struct_size = sizeof big;
   expect_error(STORE(&big.n, &r.v, &kv, r.slots, r.pos, 0), PE_ERR_INVALID_ARGUMENT, S,
                "struct_size", &r, &s);
+  n = r.norm, n.struct_size = 0; /* not initialised */
+  expect_error(pe_qk_norm_rope(r.c, &n, &r.q, &r.k, r.pos, 0, NULL), PE_ERR_INVALID_ARGUMENT, I,
+               "struct_size 0", &r, &s);
+  kv.struct_size = (uint32_t)offsetof(pe_kv_cache, k_quant);
+  expect_error(STORE(&r.norm, &r.v, &kv, r.slots, r.pos, 0), PE_ERR_INVALID_ARGUMENT, S,
+               "kv_cache struct_size", &r, &s);
+  kv = r.kv;
   expect_error(STORE(&r.norm, &r.v, NULL, r.slots, r.pos, 0), PE_ERR_NULL_POINTER, S, "kv_cache is NULL", &r, &s);
   kv.k_quant = 1; /* PE_KV_FP8_E4M3 without its scale */
   expect_error(STORE(&r.norm, &r.v, &kv, r.slots, r.pos, 0), PE_ERR_NULL_POINTER, S, "k_scale", &r, &s);

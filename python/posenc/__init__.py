@@ -28,6 +28,7 @@ from .encodings import (alibi_slopes, alibi_add_bias_, t5_bucket, t5_add_bias_,
                         sinusoidal_table, sinusoidal_add_, learned_add_)
 from .rope_ext import (apply_rope_qk_store_, apply_mrope_, apply_rope_qk_multi_,
                        mrope_section_from_hf_config)
+from .qk_norm import qk_norm_rope_, qk_norm_rope_store_  # noqa: F401  (issue 16)
 
 __all__ = [
     "version", "library_path", "PosencError", "Status",

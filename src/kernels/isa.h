@@ -107,16 +107,18 @@ typedef struct pe_rope_block {
 #define PE_NORM_UNIT 3
 
 /* Sums of squares of `rows` rows of n elements (row r at src + r*row_stride
- * elements of the kernel's dtype, widened as the rotation loads them), in 16
- * float32 lanes that start at +0 (the fixed order every ISA reproduces):
- * element e of a row does
+ * elements of the kernel's dtype, widened as the rotation loads them), in the
+ * fixed order every ISA reproduces: 16 float32 lanes start at +0; element e
+ * of a row does
  *   lane[e % 16] = fmaf(x_e, x_e, lane[e % 16])     in increasing e,
- * rows in order. combine 1: one set of lanes for all rows (a per-token norm:
- * every head of the token, each row starting again at lane 0), written to
- * acc[0..16); combine 0: each row its own lanes, acc[16r .. 16r+16).
- * pe__norm_scale combines a set of lanes. */
+ * rows in order; then the lanes are added as a tree:
+ *   lane[i] += lane[i + 8] (i < 8), then += lane[i + 4] (i < 4), +2, +1
+ * (float adds) and lane[0] is the sum. combine 1: one set of lanes for all
+ * rows (a per-token norm: every head of the token, each row starting again at
+ * lane 0), the sum to out[0]; combine 0: each row its own lanes, its sum to
+ * out[r]. */
 typedef void (*pe_norm_sumsq_fn)(const void *src, int64_t n, int64_t rows, int64_t row_stride,
-                                 int combine, float *acc);
+                                 int combine, float *out);
 
 /* dst[e] = round(pe_norm_apply(mode, x_e, r, w[e])) for e in [0, n) (mode not
  * PE_NORM_OFF): src of the first dtype index, dst of the second; dst may be
@@ -224,13 +226,12 @@ typedef struct pe_isa {
   pe_kv_dequant_fn kv_dequant[3][3];        /* [PE_KVQ_* format][dst pe_dtype] */
 } pe_isa;
 
-/* The scale of a normed row from its 16 sum-of-squares lanes (pe_norm_sumsq)
- * over n elements, portable code shared by every ISA (rope_engine.c):
- *   s = pairwise tree: a[i] += a[i+8] (i < 8), then +4, +2, +1 (float adds)
+/* The scale of a normed row from its sum of squares s (pe_norm_sumsq) over n
+ * elements, portable code shared by every ISA (rope_engine.c):
  *   r = 1.0f / sqrtf(s / (float)n + eps)      (float32, each op rounded)
  * and r = 0 when it is NaN (a NaN element: the row's NaNs stay NaN and its
  * other elements become 0, as an Inf row does in HF). */
-PE_HIDDEN float pe__norm_scale(const float *acc, int64_t n, float eps);
+PE_HIDDEN float pe__norm_scale(float s, int64_t n, float eps);
 
 extern PE_HIDDEN const pe_isa pe__isa_scalar;
 #if defined(PE_HAVE_AVX2)

@@ -6,7 +6,7 @@
  *   rope_row(dt, style, row, cos, sin, n, dist, mode, r, w)           in-place pairs
  *   store_row(sd, dd, style, src, dst, cos, sin, n, dist, mode, r, w) rotate src -> dst
  *     (both normed first when mode, a constant, is not PE_NORM_OFF)
- *   sumsq_gen(dt, src, n, rows, rs, combine, acc), norm_row_gen(sd, dd, src, dst, n, r, w, mode)  the QK-norm
+ *   sumsq_gen(dt, src, n, rows, rs, combine, out), norm_row_gen(sd, dd, src, dst, n, r, w, mode)  the QK-norm
  *   convert_row(sd, dd, src, dst, n)                      sd != dd
  *   add_row_gen(dt, ..), alibi_row_gen(dt, ..), load_row_gen(dt, ..)
  *   FN(rope_sincos), FN(sincos)
@@ -134,8 +134,8 @@ FROM_(bf16, PE_BF16)
 
 #define NORM_(S, sd)                                                                             \
   static void FN(norm_sumsq_##S)(const void *src, int64_t n, int64_t rows, int64_t rs,          \
-                                 int combine, float *acc) {                                      \
-    sumsq_gen(sd, src, n, rows, rs, combine, acc);                                               \
+                                 int combine, float *out) {                                      \
+    sumsq_gen(sd, src, n, rows, rs, combine, out);                                               \
   }
 NORM_(f32, PE_F32)
 NORM_(f16, PE_F16)

@@ -80,9 +80,10 @@ PE_AI vf norm_ld(int mode, vf x, vf r, const float *w, int32_t m) {
 
 /* The sums of squares in 16 lanes (isa.h): VL-lane accumulators, 16/VL of
  * them, element e in accumulator (e % 16) / VL, lane e % VL; lanes past a
- * tail add fmaf(0, 0, acc) = acc (every acc is +0, positive, Inf or NaN). */
+ * tail add fmaf(0, 0, acc) = acc (every acc is +0, positive, Inf or NaN);
+ * vf_tree16 (vec_<isa>.h) adds the lanes in isa.h's order. */
 PE_AI void sumsq_gen(int dt, const void *src, int64_t n, int64_t rows, int64_t row_stride,
-                     int combine, float *acc) {
+                     int combine, float *out) {
   enum { NA = 16 / VL };
   const int64_t es = pe__esize(dt);
   vf a[NA];
@@ -103,11 +104,9 @@ PE_AI void sumsq_gen(int dt, const void *src, int64_t n, int64_t rows, int64_t r
         vf x = vld(dt, PE_AT(p, e + i * VL, es), left > VL ? VL : (int32_t)left);
         a[i] = vf_fma(x, x, a[i]);
       }
-    if (!combine)
-      for (int i = 0; i < NA; i++) vf_store(acc + 16 * r + i * VL, a[i]);
+    if (!combine) out[r] = vf_tree16(a);
   }
-  if (combine)
-    for (int i = 0; i < NA; i++) vf_store(acc + i * VL, a[i]);
+  if (combine) out[0] = vf_tree16(a);
 }
 
 /* NeoX, m <= VL pairs: x at sx, y at sy (dtype sd), written to dx, dy

@@ -116,20 +116,29 @@ PE_AI void rope_row(int dt, int style, void *row, const float *cosv, const float
 
 /* ---- the QK-norm's other kernels ---- */
 
+/* isa.h's tree of the 16 lanes. */
+PE_AI float tree16(const float *a) {
+  float s0 = a[0] + a[8], s1 = a[1] + a[9], s2 = a[2] + a[10], s3 = a[3] + a[11];
+  float s4 = a[4] + a[12], s5 = a[5] + a[13], s6 = a[6] + a[14], s7 = a[7] + a[15];
+  float t0 = s0 + s4, t1 = s1 + s5, t2 = s2 + s6, t3 = s3 + s7;
+  float u0 = t0 + t2, u1 = t1 + t3;
+  return u0 + u1;
+}
+
 PE_AI void sumsq_gen(int dt, const void *src, int64_t n, int64_t rows, int64_t row_stride,
-                     int combine, float *acc) {
+                     int combine, float *out) {
+  float a[16] = {0};
   for (int64_t r = 0; r < rows; r++) {
     const char *p = (const char *)src + r * row_stride * pe__esize(dt);
-    float *a = combine ? acc : acc + 16 * r;
-    if (r == 0 || !combine)
+    if (r > 0 && !combine)
       for (int i = 0; i < 16; i++) a[i] = 0.0f;
     for (int64_t e = 0; e < n; e++) {
       float x = rot_load(dt, p, e);
       a[e % 16] = fmaf(x, x, a[e % 16]);
     }
+    if (!combine) out[r] = tree16(a);
   }
-  if (combine && rows <= 0)
-    for (int i = 0; i < 16; i++) acc[i] = 0.0f;
+  if (combine) out[0] = tree16(a);
 }
 
 PE_AI void norm_row_gen(int sd, int dd, const void *src, void *dst, int64_t n, float r,

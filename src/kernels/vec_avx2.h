@@ -126,6 +126,15 @@ PE_AI vf vf_gptj_cs(vf v) {
   return _mm256_castpd_ps(_mm256_permute4x64_pd(_mm256_castps_pd(v), 0xd8));
 }
 
+/* The QK-norm's sum of 16 lanes, isa.h's tree: lane i += lane i+8 (a[0]
+ * holds lanes 0-7, a[1] 8-15), then +4, +2, +1. */
+PE_AI float vf_tree16(const vf *a) {
+  __m256 s8 = _mm256_add_ps(a[0], a[1]);
+  __m128 s4 = _mm_add_ps(_mm256_castps256_ps128(s8), _mm256_extractf128_ps(s8, 1));
+  __m128 s2 = _mm_add_ps(s4, _mm_movehl_ps(s4, s4));
+  return _mm_cvtss_f32(_mm_add_ss(s2, _mm_shuffle_ps(s2, s2, 1)));
+}
+
 /* The cache write's NEOX rows take 2*VL pairs a step: each 64-byte line of
  * the row is written by two adjacent stores (a row is written, not updated). */
 #define VEC_WHOLE_LINES 1

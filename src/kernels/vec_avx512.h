@@ -193,6 +193,15 @@ PE_AI void vf_interleave(vf x, vf y, vf *lo, vf *hi) {
 }
 PE_AI vf vf_gptj_cs(vf v) { return v; } /* x and y come out in pair order */
 
+/* The QK-norm's sum of 16 lanes, isa.h's tree: lane i += lane i+8, then
+ * +4, +2, +1 (a[0] holds the 16 lanes). */
+PE_AI float vf_tree16(const vf *a) {
+  __m256 s8 = _mm256_add_ps(_mm512_castps512_ps256(a[0]), _mm512_extractf32x8_ps(a[0], 1));
+  __m128 s4 = _mm_add_ps(_mm256_castps256_ps128(s8), _mm256_extractf128_ps(s8, 1));
+  __m128 s2 = _mm_add_ps(s4, _mm_movehl_ps(s4, s4));
+  return _mm_cvtss_f32(_mm_add_ss(s2, _mm_shuffle_ps(s2, s2, 1)));
+}
+
 #define VEC_WHOLE_LINES 1
 
 /* ---- bytes <-> int32 lanes (quant_template.h) ---- */

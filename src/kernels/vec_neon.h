@@ -116,6 +116,14 @@ PE_AI void vstif(int dt, void *p, vf x, vf y) {
 #define VEC_LD2 1
 
 /* Four lanes: the cache write's rows need no wider step. */
+/* The QK-norm's sum of 16 lanes, isa.h's tree (a[j] holds lanes 4j..4j+3):
+ * lane i += lane i+8 (a0 + a2, a1 + a3), then +4, +2, +1. */
+PE_AI float vf_tree16(const vf *a) {
+  float32x4_t s4 = vaddq_f32(vaddq_f32(a[0], a[2]), vaddq_f32(a[1], a[3]));
+  float32x2_t s2 = vadd_f32(vget_low_f32(s4), vget_high_f32(s4));
+  return vget_lane_f32(s2, 0) + vget_lane_f32(s2, 1);
+}
+
 #define VEC_WHOLE_LINES 0
 
 #include "vec_buffered.h"
