@@ -92,7 +92,8 @@ static void usage(FILE *f) {
           "                     fused (serving entry points against their unfused\n"
           "                     equivalent: the 'x textbook loop' column), qknorm (QK-norm +\n"
           "                     RoPE + K/V into the cache, Qwen3-8B, against the unfused\n"
-          "                     sequence)\n"
+          "                     sequence), kvquant (RoPE + K/V into fp8/q8_0 caches and the\n"
+          "                     q8_0 shift, Llama-3-8B, against the unfused libposenc calls)\n"
           "                     or all (default: rope,table,alibi,t5,sinusoidal,learned)\n"
           "  --model NAME       llama3-8b (default), llama3-70b, qwen2.5-7b, mistral-7b,\n"
           "                     phi3-mini, gpt-j, neox-20b: heads, kv heads, head_dim,\n"
@@ -204,7 +205,7 @@ static int parse_args(int argc, char **argv) {
     long x;
     if (!strcmp(key, "--suite") || !strcmp(key, "--suites")) {
       if (!strcmp(val, "all"))
-        snprintf(opt.suites, sizeof opt.suites, "rope,table,alibi,t5,sinusoidal,learned,cutover,fused,qknorm");
+        snprintf(opt.suites, sizeof opt.suites, "rope,table,alibi,t5,sinusoidal,learned,cutover,fused,qknorm,kvquant");
       else
         snprintf(opt.suites, sizeof opt.suites, "%s", val);
     } else if (!strcmp(key, "--model")) {
@@ -1870,6 +1871,179 @@ static void suite_qknorm(void) {
 }
 
 /* ------------------------------------------------------------------------ */
+/* kvquant: RoPE + K and V into quantized caches (issue 17)                  */
+/* ------------------------------------------------------------------------ */
+
+/* Llama-3-8B's attention (32 q / 8 kv heads x 128, NeoX, theta 500000) on a
+ * packed QKV buffer [B, T, (32 + 2*8) * 128] of the tensor dtype and NHD
+ * paged caches of one quantized format (FP8 e4m3 with per-tensor scales, or
+ * Q8_0), k and v alike. "store": pe_qk_norm_rope_store (no norm: RoPE, k
+ * quantized into its rows, v quantized), against the unfused libposenc
+ * sequence in the 'x textbook' column: pe_apply_rope_qk (q and k in place),
+ * then pe_kv_write (a separate quantize pass over k and v). "shift": a
+ * context shift of every cached key of one sequence on a q8_0 cache,
+ * pe_rope_shift_k_cache, against pe_kv_read (dequantize to f32) +
+ * pe_rope_shift_k + pe_kv_write. The bound streams the bytes the fused call
+ * touches once: store: q read and written, k and v read, their quantized
+ * rows written; shift: the quantized rows read and written. */
+typedef pe_status (*kvq_io_fn)(const pe_kv_cache *, const pe_tensor *, const pe_tensor *,
+                               const int64_t *);
+typedef pe_status (*kvq_shift_fn)(const pe_rope_cache *, const pe_kv_cache *, const int64_t *,
+                                  const int64_t *, int64_t, pe_threadpool *);
+
+typedef struct kvq_state {
+  pe_rope_cache *cache;
+  pe_qk_norm norm;
+  pe_kv_cache kv;
+  pe_tensor q, k, v, kc, vc, tmp; /* tmp: shift's f32 rows [1, 8, n, 128] */
+  void *qkv;
+  int64_t *slots, *pos, *deltas, n;
+  float kscale, vscale;
+  qkn_store_fn store;
+  kvq_io_fn read, write;
+  kvq_shift_fn shift;
+} kvq_state;
+
+static pe_status kvq_store_call(bench_case *c) {
+  kvq_state *s = c->st;
+  return s->store(s->cache, &s->norm, &s->q, &s->k, &s->v, &s->kv, s->slots, s->pos, 0, c->pool);
+}
+static void kvq_store_unfused(bench_case *c) {
+  kvq_state *s = c->st;
+  pe_apply_rope_qk(s->cache, &s->q, &s->k, s->pos, 0, c->pool);
+  s->write(&s->kv, &s->k, &s->v, s->slots);
+}
+static pe_status kvq_shift_call(bench_case *c) {
+  kvq_state *s = c->st;
+  return s->shift(s->cache, &s->kv, s->slots, s->deltas, s->n, c->pool);
+}
+static void kvq_shift_unfused(bench_case *c) {
+  kvq_state *s = c->st;
+  s->read(&s->kv, &s->tmp, NULL, s->slots);
+  pe_rope_shift_k(s->cache, &s->tmp, s->deltas, c->pool);
+  s->write(&s->kv, &s->tmp, NULL, s->slots);
+}
+
+/* kind 0: store of batch x tokens; 1: shift of `tokens` cached keys. */
+static void kvq_case(int kind, uint32_t fmt, int64_t batch, int64_t tokens, int dt, int threads) {
+  enum { HQ = 32, HKV = 8, HD = 128 };
+  kvq_state s;
+  memset(&s, 0, sizeof s);
+  s.store = (qkn_store_fn)optional_symbol("pe_qk_norm_rope_store");
+  s.read = (kvq_io_fn)optional_symbol("pe_kv_read");
+  s.write = (kvq_io_fn)optional_symbol("pe_kv_write");
+  s.shift = (kvq_shift_fn)optional_symbol("pe_rope_shift_k_cache");
+  if (!s.store || !s.read || !s.write || !s.shift) {
+    not_available("kvquant", "the quantized-cache calls are not in this library");
+    return;
+  }
+  pe_rope_params p;
+  pe_rope_params_init(&p);
+  p.head_dim = HD, p.style = PE_ROPE_NEOX, p.base = 500000.0;
+  p.max_positions = tokens + 64 > 8192 ? tokens + 64 : 8192;
+  if (pe_rope_cache_create(&p, &s.cache) != PE_OK) {
+    not_available("kvquant", pe_last_error());
+    return;
+  }
+  int64_t row = (HQ + 2 * HKV) * HD, n = batch * tokens, es = (int64_t)dtype_size(dt);
+  int64_t rb = fmt == PE_KV_Q8_0 ? HD / 32 * 34 : HD;
+  s.qkv = xalloc((size_t)(n * row * es));
+  fill(s.qkv, dt, (size_t)(n * row));
+  pe_tensor base = {s.qkv, (pe_dtype)dt, {batch, HQ, tokens, HD}, {tokens * row, HD, row, 1}};
+  s.q = s.k = s.v = base;
+  s.k.shape[1] = s.v.shape[1] = HKV;
+  s.k.data = (char *)s.qkv + HQ * HD * es;
+  s.v.data = (char *)s.qkv + (HQ + HKV) * HD * es;
+  int64_t blocks = (n + FUSED_BLOCK - 1) / FUSED_BLOCK + 2;
+  size_t cache_bytes = (size_t)(blocks * FUSED_BLOCK * HKV * rb);
+  pe_tensor kc = {xalloc(cache_bytes), PE_F32, {blocks, HKV, FUSED_BLOCK, HD},
+                  {FUSED_BLOCK * HKV * rb, rb, HKV * rb, 1}}; /* bytes: dtype not read */
+  memset(kc.data, 0, cache_bytes);
+  s.kc = s.vc = kc;
+  s.vc.data = xalloc(cache_bytes);
+  memset(s.vc.data, 0, cache_bytes);
+  pe_qk_norm_init(&s.norm);
+  s.kscale = 0.05f, s.vscale = 0.02f;
+  pe_kv_cache_init(&s.kv);
+  s.kv.k = &s.kc;
+  s.kv.v = &s.vc;
+  s.kv.k_quant = s.kv.v_quant = fmt;
+  if (fmt != PE_KV_Q8_0) s.kv.k_scale = &s.kscale, s.kv.v_scale = &s.vscale;
+  s.n = n;
+  s.slots = xalloc((size_t)n * sizeof *s.slots);
+  s.pos = xalloc((size_t)n * sizeof *s.pos);
+  s.deltas = xalloc((size_t)n * sizeof *s.deltas);
+  for (int64_t b = 0; b < batch; b++)
+    for (int64_t t = 0; t < tokens; t++) {
+      s.slots[b * tokens + t] = FUSED_BLOCK + b * tokens + t; /* block 0 unused */
+      s.pos[b * tokens + t] = (tokens == 1 ? 4000 + 7 * b : 0) + t;
+      s.deltas[b * tokens + t] = -256;
+    }
+  /* the cache holds real rows (the shift reads them) */
+  if (s.store(s.cache, &s.norm, NULL, &s.k, &s.v, &s.kv, s.slots, s.pos, 0, NULL) != PE_OK) {
+    not_available("kvquant", pe_last_error());
+    goto out;
+  }
+  pe_tensor tmp = {NULL, PE_F32, {1, HKV, n, HD}, {HKV * n * HD, n * HD, HD, 1}};
+  if (kind == 1) tmp.data = xalloc((size_t)(HKV * n * HD) * sizeof(float));
+  s.tmp = tmp;
+  bench_case c;
+  memset(&c, 0, sizeof c);
+  c.suite = "kvquant";
+  const char *fname = fmt == PE_KV_Q8_0 ? "q8_0" : "fp8e4m3";
+  if (kind == 0)
+    snprintf(c.name, sizeof c.name, "store %s %s %" PRId64 "x%" PRId64, fname,
+             tokens == 1 ? "decode" : "prefill", batch, tokens);
+  else
+    snprintf(c.name, sizeof c.name, "shift %s %" PRId64 " keys", fname, n);
+  c.dtype = dt;
+  c.threads = threads;
+  c.pool = pool_for(threads);
+  c.st = &s;
+  c.call = kind == 0 ? kvq_store_call : kvq_shift_call;
+  c.textbook = kind == 0 ? kvq_store_unfused : kvq_shift_unfused;
+  c.bytes = kind == 0 ? (double)(n * (2 * HQ * HD * es + 2 * HKV * HD * es + 2 * HKV * rb))
+                      : (double)(2 * n * HKV * rb);
+  c.probe[0] = probe_flat(c.bytes);
+  c.n_probe = 1;
+  snprintf(c.note, sizeof c.note, "%s",
+           kind == 0 ? "x textbook = vs pe_apply_rope_qk + pe_kv_write (k, v)"
+                     : "x textbook = vs pe_kv_read + pe_rope_shift_k + pe_kv_write");
+  progress("[%.0fs] kvquant %s %s %d thr", (now_ns() - run_start) / 1e9, c.name, dtype_name(dt),
+           threads);
+  measure(&c);
+  free_probes(&c);
+  free(s.tmp.data);
+out:
+  free(s.qkv);
+  free(s.kc.data);
+  free(s.vc.data);
+  free(s.slots);
+  free(s.pos);
+  free(s.deltas);
+  pe_rope_cache_destroy(s.cache);
+}
+
+static void suite_kvquant(void) {
+  static const uint32_t fmts[2] = {PE_KV_FP8_E4M3, PE_KV_Q8_0};
+  for (int ti = 0; ti < opt.n_threads; ti++) {
+    int dt = opt.dtype >= 0 ? opt.dtype : PE_BF16;
+    for (int f = 0; f < 2; f++) {
+      if (opt.tokens) {
+        kvq_case(0, fmts[f], opt.batch, opt.tokens, dt, opt.threads[ti]);
+        continue;
+      }
+      kvq_case(0, fmts[f], 32, 1, dt, opt.threads[ti]);  /* decode, a batch of 32 */
+      kvq_case(0, fmts[f], 1, 512, dt, opt.threads[ti]); /* prefill */
+    }
+    if (!opt.tokens) {
+      kvq_case(1, PE_KV_Q8_0, 1, 512, dt, opt.threads[ti]);  /* shift 512 keys */
+      kvq_case(1, PE_KV_Q8_0, 1, 4096, dt, opt.threads[ti]); /* shift a 4096 context */
+    }
+  }
+}
+
+/* ------------------------------------------------------------------------ */
 /* output                                                                   */
 /* ------------------------------------------------------------------------ */
 
@@ -2148,6 +2322,7 @@ static void run_suites(void) {
   if (suite_selected("cutover")) suite_cutover();
   if (suite_selected("fused")) suite_fused();
   if (suite_selected("qknorm")) suite_qknorm();
+  if (suite_selected("kvquant")) suite_kvquant();
 }
 
 int main(int argc, char **argv) {
@@ -2155,7 +2330,7 @@ int main(int argc, char **argv) {
   if (parse_args(argc, argv) != 0) return 2;
   if (opt.hf_config && hf_load() != 0) return 1;
   static const char *const known[] = {"rope", "table", "alibi", "t5", "sinusoidal", "learned", "cutover",
-                                      "fused", "qknorm"};
+                                      "fused", "qknorm", "kvquant"};
   {
     char buf[256];
     snprintf(buf, sizeof buf, "%s", opt.suites);

@@ -744,26 +744,116 @@ typedef struct pe_qk_norm {
  * weights. */
 PE_API void pe_qk_norm_init(pe_qk_norm *n);
 
-/* The KV cache a store call writes: one descriptor for every cache format,
- * so the quantized caches to come (fp8 with a per-tensor scale, Q8_0 blocks)
- * are new fields of this struct, not new entry points. Size-prefixed: call
- * pe_kv_cache_init(), then set k and v. Today the fields after v are
- * reserved and must be zero (PE_ERR_INVALID_ARGUMENT otherwise).
+/* Cache element formats (pe_kv_cache's k_quant / v_quant). Values fixed. */
+typedef enum pe_kv_quant {
+  PE_KV_PLAIN = 0,    /* rows of the tensor's dtype (f32/f16/bf16) */
+  PE_KV_FP8_E4M3 = 1, /* OCP FP8 e4m3fn, 1 byte per element, per-tensor scale */
+  PE_KV_FP8_E5M2 = 2, /* OCP FP8 e5m2, 1 byte per element, per-tensor scale */
+  PE_KV_Q8_0 = 3      /* ggml's block_q8_0: 34 bytes per 32 elements */
+} pe_kv_quant;
+
+/* The KV cache a store call writes: one descriptor for every cache format.
+ * Size-prefixed: call pe_kv_cache_init(), then set k, v and, for a
+ * quantized cache, its format and scale.
  * k: [num_blocks, kv_heads, block_size, head_dim], as pe_apply_rope_qk_store's
- *   k_cache (any strides with stride[3] == 1, any dtype).
+ *   k_cache (any strides with stride[3] == 1, any dtype) when k_quant is
+ *   PE_KV_PLAIN.
  * v: NULL (no v written), or [num_blocks, kv_heads, block_size, v_head_dim]
  *   with k's num_blocks, kv_heads and block_size, any strides and dtype;
- *   v_head_dim may differ from head_dim. */
+ *   v_head_dim may differ from head_dim.
+ *
+ * Quantized caches (k_quant / v_quant not PE_KV_PLAIN; each tensor has its
+ * own format). The tensor keeps its shape in elements ([num_blocks, kv_heads,
+ * block_size, head_dim], shape[3] the channels) but is a tensor of BYTES:
+ * data is the byte address of row [0,0,0], stride[0..2] are in bytes (any
+ * order and sign), stride[3] must be 1, no alignment is required and its
+ * dtype field is not read. One row (block, head, slot) is:
+ *   PE_KV_FP8_E4M3 / E5M2: head_dim bytes, byte i the code of channel i:
+ *     code = round-to-nearest-even(x / scale) in the format (x the float32
+ *     value, the float32 divide), saturating to the largest finite magnitude
+ *     (e4m3fn 448 = 0x7e, e5m2 57344 = 0x7b; Inf saturates too), NaN stored
+ *     as sign | 0x7f (e4m3fn, its only NaN) or sign | 0x7e (e5m2's quiet
+ *     NaN). Read back as value(code) * scale (float32 multiply), value() the
+ *     OCP definition (e5m2's 0x7c is Inf, 0x7d..0x7f NaN).
+ *   PE_KV_Q8_0: head_dim / 32 blocks of 34 bytes, block j channels [32j,
+ *     32j+32): a little-endian f16 d then 32 int8 qs, the bytes of ggml's
+ *     quantize_row_q8_0_ref: amax = max |x| (float32), d = amax / 127.0f,
+ *     id = d != 0 ? 1.0f / d : 0, d stored as f16 (nearest even, overflow to
+ *     Inf), qs = roundf(x * id) (half away from zero; 0 where x * id is not
+ *     finite, i.e. 1/d overflowed). A block holding a NaN or an Inf stores d =
+ *     0x7e00 (f16 NaN) and qs 0: it reads back as NaN. Read back as (float)qs
+ *     * (float)d (ggml's dequantize_row_q8_0). head_dim (v_head_dim for v)
+ *     must be a multiple of 32 (PE_ERR_SHAPE).
+ * The value quantized is the float32 result of the call's arithmetic (the
+ * rotation, the norm; v's element widened exactly), never first rounded to
+ * another dtype. k_scale / v_scale: FP8 formats: the address of one float,
+ * finite and > 0 (a per-tensor scale, vLLM's k_scale / v_scale); PE_KV_PLAIN
+ * and PE_KV_Q8_0: NULL. A quantized tensor must not share any byte range
+ * with q, k, v or the other cache tensor (PE_ERR_SHAPE), and head_dim must
+ * be at most 4096 (PE_ERR_SHAPE). */
 typedef struct pe_kv_cache {
   uint32_t struct_size;     /* sizeof(pe_kv_cache), set by init */
   const pe_tensor *k;
   const pe_tensor *v;
-  uint32_t k_quant, v_quant;        /* reserved: 0 (plain f32/f16/bf16 rows) */
-  const float *k_scale, *v_scale;   /* reserved: NULL */
+  uint32_t k_quant, v_quant;        /* pe_kv_quant; default PE_KV_PLAIN */
+  const float *k_scale, *v_scale;   /* FP8: one float each; else NULL */
 } pe_kv_cache;
 
 /* struct_size = sizeof(pe_kv_cache), everything else zero. */
 PE_API void pe_kv_cache_init(pe_kv_cache *kv);
+
+/* Read cache rows back as floats (an attention kernel that wants them, or a
+ * test): for every [b, t] with slot_mapping[b * tokens + t] = s >= 0, row s
+ * of kv_cache->k (and ->v) of every head, dequantized as the descriptor's
+ * format says (PE_KV_PLAIN: converted, bits copied when the dtypes match),
+ * rounded once to the output's dtype, into k_out[b, :, t, :] (v_out[b, :, t,
+ * :]). s = -1 leaves the output row untouched; a slot may repeat.
+ * k_out: [batch, kv_heads, tokens, head_dim] (f32, f16 or bf16, any strides
+ * with stride[3] == 1) or NULL; v_out: the same with v_head_dim, or NULL;
+ * not both NULL; both: equal batch and tokens. Single-threaded.
+ * Errors (nothing written): PE_ERR_NULL_POINTER (kv_cache, both outputs, the
+ * cache of a given output, slot_mapping, a required scale),
+ * PE_ERR_INVALID_ARGUMENT (a format or scale as pe_qk_norm_rope_store
+ * refuses it, a slot outside [-1, num_blocks * block_size), struct_size),
+ * PE_ERR_SHAPE (heads or dim differ from the cache's, Q8_0 dim % 32, outputs
+ * overlapping each other or a cache), PE_ERR_DTYPE, PE_ERR_OVERFLOW. No
+ * allocation. Thread-safe (reads the caches only). */
+PE_API pe_status pe_kv_read(const pe_kv_cache *kv_cache, const pe_tensor *k_out,
+                            const pe_tensor *v_out, const int64_t *slot_mapping);
+
+/* The inverse of pe_kv_read: rows of k_in / v_in (f32, f16 or bf16,
+ * [batch, kv_heads, tokens, dim], either may be NULL, not both) written at
+ * slot_mapping into kv_cache->k / ->v in the descriptor's format (quantized
+ * from the exactly widened float32 value, or converted for PE_KV_PLAIN),
+ * for rows that are not rotated here (already-rotated keys, v alone). A slot
+ * may not repeat; -1 skips. Errors (nothing written) as pe_kv_read, and
+ * PE_ERR_INVALID_ARGUMENT for a repeated slot, PE_ERR_SHAPE for caches or
+ * inputs that overlap. No allocation. Single-threaded. */
+PE_API pe_status pe_kv_write(const pe_kv_cache *kv_cache, const pe_tensor *k_in,
+                             const pe_tensor *v_in, const int64_t *slot_mapping);
+
+/* pe_rope_shift_k and pe_rope_rerotate_k on the cache rows at slots of
+ * kv_cache->k (a plain or quantized cache; kv_cache->v is not read):
+ * slots[i] (distinct, in [-1, num_blocks * block_size), -1 skips) is moved
+ * by deltas[i] / re-rotated at positions[i], i < n_slots. Each row is
+ * rotated once: a plain row in place in its dtype, exactly as
+ * pe_rope_shift_k / pe_rope_rerotate_k on a tensor of those rows; a
+ * quantized row dequantized (posenc.h's pe_kv_cache formats, its scale),
+ * rotated in float32 and quantized again in the same pass (every channel of
+ * the row re-quantized; an FP8 code past rotary_dim whose value times the
+ * scale is a normal float32 comes back unchanged). Bit-identical on every ISA and pool size. Errors (nothing
+ * written): as pe_rope_shift_k / pe_rope_rerotate_k, and those of the
+ * descriptor (pe_qk_norm_rope_store), PE_ERR_NULL_POINTER (slots, deltas,
+ * positions), PE_ERR_INVALID_ARGUMENT (a slot outside the range or twice),
+ * PE_ERR_SHAPE (n_slots < 0, the cache's head_dim). No allocation.
+ * Thread-safe as pe_rope_shift_k. */
+PE_API pe_status pe_rope_shift_k_cache(const pe_rope_cache *c, const pe_kv_cache *kv_cache,
+                                       const int64_t *slots, const int64_t *deltas,
+                                       int64_t n_slots, pe_threadpool *pool);
+PE_API pe_status pe_rope_rerotate_k_cache(const pe_rope_cache *from, const pe_rope_cache *to,
+                                          const pe_kv_cache *kv_cache, const int64_t *slots,
+                                          const int64_t *positions, int64_t n_slots,
+                                          pe_threadpool *pool);
 
 /* QK-norm then RoPE, q and k in place (either may be NULL, not both). q, k,
  * positions, flags (PE_ROPE_INVERSE, rotating the normed rows backwards) and
@@ -805,9 +895,13 @@ PE_API pe_status pe_qk_norm_rope(const pe_rope_cache *c, const pe_qk_norm *norm,
  * without kv_cache->v or the reverse), PE_ERR_SHAPE (v's batch, heads or
  * tokens differ from k's, v_head_dim differs from the v cache's, the v cache's
  * num_blocks, kv_heads or block_size differ from the k cache's, the v cache
- * overlaps q, k, v or the k cache, k_cache overlaps v), PE_ERR_INVALID_ARGUMENT
- * (reserved kv_cache fields not zero, kv_cache struct_size below this first
- * layout's). No allocation. Thread-safety: as
+ * overlaps q, k, v or the k cache, k_cache overlaps v; a quantized tensor as
+ * described above), PE_ERR_INVALID_ARGUMENT (k_quant / v_quant not a
+ * pe_kv_quant, a scale missing, not finite and > 0, or given to a format
+ * without one; kv_cache struct_size below this first layout's). Quantized
+ * caches: each stored row is quantized in the same pass (no heap buffer; one
+ * token's rows are staged in a 16 KiB stack buffer), bit-identical on every
+ * ISA and pool size. No allocation. Thread-safety: as
  * pe_apply_rope_qk_store. */
 PE_API pe_status pe_qk_norm_rope_store(const pe_rope_cache *c, const pe_qk_norm *norm,
                                        const pe_tensor *q, const pe_tensor *k,

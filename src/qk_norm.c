@@ -147,13 +147,14 @@ static pe_status same_dims(const char *fn, const char *an, const pe_tensor *a, c
  * cache's [num_blocks, heads, block_size] the k cache's, nothing shared with
  * what the call writes or reads into them. */
 static pe_status check_v(const char *fn, const pe_tensor *q, const pe_tensor *k,
-                         const pe_tensor *v, const pe_tensor *kc, const pe_tensor *vc) {
+                         const pe_tensor *v, const pe_tensor *kc, const pe_tensor *vc,
+                         uint32_t kq, uint32_t vq) {
   pe_status st;
   if (!v && !vc) return PE_OK;
   if (!v) return pe__fail(PE_ERR_NULL_POINTER, "%s: v is NULL but the v cache is given", fn);
   if (!vc) return pe__fail(PE_ERR_NULL_POINTER, "%s: v is given but the v cache is NULL", fn);
   if ((st = pe__check_tensor(fn, "v", v, 0)) != PE_OK) return st;
-  if ((st = pe__check_tensor(fn, "v_cache", vc, 1)) != PE_OK) return st;
+  if ((st = pe__kv_check_tensor(fn, "v_cache", vc, vq, -1)) != PE_OK) return st;
   if ((st = same_dims(fn, "v", v, "k", k, "batch, heads, tokens")) != PE_OK) return st;
   if ((st = same_dims(fn, "v_cache", vc, "k_cache", kc, "num_blocks, heads, block_size")) != PE_OK)
     return st;
@@ -161,11 +162,12 @@ static pe_status check_v(const char *fn, const pe_tensor *q, const pe_tensor *k,
     return pe__fail(PE_ERR_SHAPE, "%s: v_cache head_dim (shape[3]) %" PRId64 " != v's %" PRId64,
                     fn, vc->shape[3], v->shape[3]);
   const pe_tensor *other[4] = {q, k, v, kc};
+  const uint32_t oq[4] = {0, 0, 0, kq};
   static const char *const names[4] = {"q", "k", "v", "k_cache"};
   for (int i = 0; i < 4; i++)
-    if (other[i] && pe__tensors_overlap(vc, other[i]))
+    if (other[i] && pe__kv_overlap(vc, vq, other[i], oq[i]))
       return pe__fail(PE_ERR_SHAPE, "%s: v_cache and %s overlap in memory", fn, names[i]);
-  if (pe__tensors_overlap(kc, v)) return pe__fail(PE_ERR_SHAPE, "%s: k_cache and v overlap in memory", fn);
+  if (pe__kv_overlap(kc, kq, v, 0)) return pe__fail(PE_ERR_SHAPE, "%s: k_cache and v overlap in memory", fn);
   if (q && pe__tensors_overlap(q, v))
     return pe__fail(PE_ERR_SHAPE, "%s: q and v overlap in memory: v would be read after q is written", fn);
   return PE_OK;
@@ -185,22 +187,29 @@ pe_status pe__rope_store(const char *fn, const pe_rope_cache *c, const pe_qk_nor
                          const pe_tensor *q, const pe_tensor *k, const pe_tensor *v,
                          const pe_tensor *k_cache, const pe_tensor *v_cache,
                          const int64_t *slot_mapping, const int64_t *positions, uint32_t flags,
-                         pe_threadpool *pool) {
+                         pe_threadpool *pool, const pe_kv_cache *formats) {
   pe_status st;
+  uint32_t kq = formats ? formats->k_quant : PE_KV_PLAIN;
+  uint32_t vq = formats ? formats->v_quant : PE_KV_PLAIN;
+  float ks = 1.0f, vs = 1.0f;
+  if (formats) {
+    if ((st = pe__kv_format(fn, "k", kq, formats->k_scale, &ks)) != PE_OK) return st;
+    if ((st = pe__kv_format(fn, "v", vq, formats->v_scale, &vs)) != PE_OK) return st;
+  }
   if (!c) return pe__fail(PE_ERR_NULL_POINTER, "%s: cache is NULL", fn);
   if (!k) return pe__fail(PE_ERR_NULL_POINTER, "%s: k is NULL (rotate q alone in place)", fn);
   if (!k_cache) return pe__fail(PE_ERR_NULL_POINTER, "%s: k_cache is NULL", fn);
   int32_t hd = c->p.head_dim;
   if ((st = pe__rope_check_qk(fn, q, k, hd, 0)) != PE_OK) return st;
-  if ((st = pe__rope_check_operand(fn, "k_cache", k_cache, hd, 1)) != PE_OK) return st;
+  if ((st = pe__kv_check_tensor(fn, "k_cache", k_cache, kq, hd)) != PE_OK) return st;
   if (k_cache->shape[1] != k->shape[1])
     return pe__fail(PE_ERR_SHAPE, "%s: k_cache heads (shape[1]) %" PRId64 " != k heads %" PRId64,
                     fn, k_cache->shape[1], k->shape[1]);
-  if (pe__tensors_overlap(k_cache, k))
+  if (pe__kv_overlap(k_cache, kq, k, 0))
     return pe__fail(PE_ERR_SHAPE, "%s: k_cache and k overlap in memory", fn);
-  if (q && pe__tensors_overlap(k_cache, q))
+  if (q && pe__kv_overlap(k_cache, kq, q, 0))
     return pe__fail(PE_ERR_SHAPE, "%s: k_cache and q overlap in memory", fn);
-  if ((st = check_v(fn, q, k, v, k_cache, v_cache)) != PE_OK) return st;
+  if ((st = check_v(fn, q, k, v, k_cache, v_cache, kq, vq)) != PE_OK) return st;
   if ((st = pe__check_flags(fn, flags, PE_ROPE_INVERSE)) != PE_OK) return st;
   if (!slot_mapping) return pe__fail(PE_ERR_NULL_POINTER, "%s: slot_mapping is NULL", fn);
   pe__rope_plan p;
@@ -224,11 +233,17 @@ pe_status pe__rope_store(const char *fn, const pe_rope_cache *c, const pe_qk_nor
   p.dst_block = k_cache->shape[2];
   plan_dst(&p.dst, &p.dst_dtype, &p.dst_esize, &p.dst_s_block, &p.dst_s_head, &p.dst_s_slot,
            k_cache);
+  p.dst_quant = kq;
+  p.dst_scale = ks;
+  if (kq) p.dst_esize = 1; /* strides in bytes; dtype not read */
   if (v) {
     pe__rope_operand_from(&p.v, v);
     p.v_dim = v->shape[3];
     plan_dst(&p.v_dst, &p.v_dst_dtype, &p.v_dst_esize, &p.v_dst_s_block, &p.v_dst_s_head,
              &p.v_dst_s_slot, v_cache);
+    p.v_dst_quant = vq;
+    p.v_dst_scale = vs;
+    if (vq) p.v_dst_esize = 1;
   }
   pe__rope_run(&p, pool);
   return PE_OK;
@@ -252,12 +267,7 @@ PE_API pe_status pe_qk_norm_rope_store(const pe_rope_cache *c, const pe_qk_norm 
   pe_kv_cache_init(&kv);
   pe_status st = pe__copy_sized(fn, &kv, sizeof kv, kv_cache, kv_cache->struct_size);
   if (st != PE_OK) return st;
-  if (kv.k_quant || kv.v_quant || kv.k_scale || kv.v_scale)
-    return pe__fail(PE_ERR_INVALID_ARGUMENT,
-                    "%s: kv_cache k_quant %u, v_quant %u, k_scale %p, v_scale %p: reserved, must "
-                    "be 0/NULL (quantized caches are not supported yet)",
-                    fn, (unsigned)kv.k_quant, (unsigned)kv.v_quant, (const void *)kv.k_scale,
-                    (const void *)kv.v_scale);
   if (!kv.k) return pe__fail(PE_ERR_NULL_POINTER, "%s: kv_cache->k is NULL", fn);
-  return pe__rope_store(fn, c, norm, q, k, v, kv.k, kv.v, slot_mapping, positions, flags, pool);
+  return pe__rope_store(fn, c, norm, q, k, v, kv.k, kv.v, slot_mapping, positions, flags, pool,
+                        &kv);
 }

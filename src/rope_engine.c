@@ -291,8 +291,106 @@ static void store_pass_through(const pe__rope_plan *p, int64_t b, int64_t u, int
   }
 }
 
-/* v's rows converted into the v cache rows of the block's tokens' slots. */
+/* Floats of the quantizing k sink's stack row: one token's rows of a group
+ * of heads (at least one whole row: head_dim <= PE_KV_QUANT_MAX_DIM). */
+#define QROW_FLOATS PE_KV_QUANT_MAX_DIM
+
+/* k into a quantized cache: for each token of the block with a slot, the
+ * rows of a group of heads rotated (and normed) in float32 into a stack row
+ * - pairs by rope_store_rows, channels past rotary_dim by norm_row / convert
+ * - then each row quantized into its cache row. blk holds every frequency
+ * (i0 = 0, n_pairs = half: the block was sized for it). */
+static void store_quant_k(const pe__rope_plan *p, int64_t b, int64_t u, int64_t t0,
+                          const pe_rope_block *blk, const float *scales) {
+  float row[QROW_FLOATS] __attribute__((aligned(64)));
+  const int64_t hd = p->head_dim, rot = 2 * (int64_t)p->half, rest = hd - rot;
+  const int64_t rows = norm_rows(p, &p->k), g_max = QROW_FLOATS / hd;
+  const pe_isa *isa = p->isa;
+  pe_kv_quant_fn quant = isa->kv_quant[p->dst_quant - 1][PE_F32];
+  for (int64_t i = 0; i < blk->n_tokens; i++) {
+    int64_t s = p->slots[u + i];
+    if (s < 0) continue;
+    const char *src = op_row(&p->k, b, t0 + i);
+    char *dst = cache_row(p, s);
+    for (int64_t h0 = 0; h0 < p->k.heads; h0 += g_max) {
+      int64_t g = p->k.heads - h0 < g_max ? p->k.heads - h0 : g_max;
+      const char *sh = src + h0 * p->k.s_head * p->k.esize;
+      const float *sc = blk->norm ? blk->scale[i] + h0 * blk->scale_head_stride : NULL;
+      pe_rope_block sb = *blk;
+      sb.cos = &blk->cos[i];
+      sb.sin = &blk->sin[i];
+      sb.scale = &sc;
+      sb.n_tokens = 1;
+      sb.n_heads = g;
+      if (blk->norm && blk->weight) sb.weight = blk->weight + h0 * blk->weight_head_stride;
+      const void *srcp[1] = {sh};
+      void *dstp[1] = {row};
+      isa->rope_store_rows[p->k.dtype][PE_F32](&sb, srcp, p->k.s_head, dstp, hd);
+      for (int64_t h = 0; h < g && rest > 0; h++) {
+        const char *x = sh + (h * p->k.s_head + rot) * p->k.esize;
+        float *y = row + h * hd + rot;
+        if (p->norm_mode)
+          isa->norm_row[p->k.dtype][PE_F32](
+              x, y, rest, scales[i * rows + (p->norm_per_token ? 0 : h0 + h)],
+              norm_weight(p, p->k_weight, h0 + h, rot), p->norm_mode);
+        else
+          isa->convert[p->k.dtype][PE_F32](x, y, rest);
+      }
+      for (int64_t h = 0; h < g; h++)
+        quant(row + h * hd, dst + (h0 + h) * p->dst_s_head, hd, p->dst_scale);
+    }
+  }
+}
+
+/* The cache rows of the block's slots rotated in place (plan.cache_in_place):
+ * blk holds every frequency (i0 = 0). */
+static void rotate_cache_rows(const pe__rope_plan *p, int64_t u, const pe_rope_block *blk) {
+  float row[QROW_FLOATS] __attribute__((aligned(64)));
+  const int64_t hd = p->head_dim, heads = p->k.heads, g_max = QROW_FLOATS / hd;
+  const pe_isa *isa = p->isa;
+  for (int64_t i = 0; i < blk->n_tokens; i++) {
+    int64_t s = p->slots[u + i];
+    if (s < 0) continue;
+    char *dst = cache_row(p, s);
+    pe_rope_block sb = *blk;
+    sb.cos = &blk->cos[i];
+    sb.sin = &blk->sin[i];
+    sb.n_tokens = 1;
+    if (!p->dst_quant) {
+      sb.n_heads = heads;
+      isa->rope_rows[p->dst_dtype](&sb, dst, p->dst_s_head, 0);
+      continue;
+    }
+    for (int64_t h0 = 0; h0 < heads; h0 += g_max) {
+      int64_t g = heads - h0 < g_max ? heads - h0 : g_max;
+      for (int64_t h = 0; h < g; h++)
+        isa->kv_dequant[p->dst_quant - 1][PE_F32](dst + (h0 + h) * p->dst_s_head, row + h * hd, hd,
+                                                  p->dst_scale);
+      sb.n_heads = g;
+      isa->rope_rows[PE_F32](&sb, row, hd, 0);
+      for (int64_t h = 0; h < g; h++)
+        isa->kv_quant[p->dst_quant - 1][PE_F32](row + h * hd, dst + (h0 + h) * p->dst_s_head, hd,
+                                                p->dst_scale);
+    }
+  }
+}
+
+/* v's rows converted (or quantized) into the v cache rows of the block's
+ * tokens' slots. */
 static void store_v(const pe__rope_plan *p, int64_t b, int64_t u, int64_t t0, int64_t n) {
+  if (p->v_dst_quant) {
+    pe_kv_quant_fn quant = p->isa->kv_quant[p->v_dst_quant - 1][p->v.dtype];
+    for (int64_t i = 0; i < n; i++) {
+      int64_t s = p->slots[u + i];
+      if (s < 0) continue;
+      const char *src = op_row(&p->v, b, t0 + i);
+      char *dst = slot_row(p->v_dst, 1, p->dst_block, p->v_dst_s_block, p->v_dst_s_slot, s);
+      for (int64_t h = 0; h < p->v.heads; h++)
+        quant(src + h * p->v.s_head * p->v.esize, dst + h * p->v_dst_s_head, p->v_dim,
+              p->v_dst_scale);
+    }
+    return;
+  }
   pe_convert_fn conv = p->isa->convert[p->v.dtype][p->v_dst_dtype];
   for (int64_t i = 0; i < n; i++) {
     int64_t s = p->slots[u + i];
@@ -345,13 +443,16 @@ static void run_block(const pe__rope_plan *p, int64_t u, int64_t n, float *scrat
         pe_rope_block kb = blk;
         kb.n_heads = p->k.heads;
         block_norm(p, &kb, ks, rk, p->k_weight, i0, ksp);
-        if (p->slots) store_pairs(p, b, u, t0, &kb, i0);
+        if (p->cache_in_place) rotate_cache_rows(p, u, &kb);
+        else if (p->slots && p->dst_quant) store_quant_k(p, b, u, t0, &kb, ks);
+        else if (p->slots) store_pairs(p, b, u, t0, &kb, i0);
         else rotate_in_place(p, &p->k, b, t0, &kb, i0);
       }
     }
     if (rq) norm_pass_through(p, &p->q, p->q_weight, qs, b, t0, n);
     if (rk && !p->slots) norm_pass_through(p, &p->k, p->k_weight, ks, b, t0, n);
-    if (p->k.data && p->slots) store_pass_through(p, b, u, t0, n, ks);
+    if (p->k.data && p->slots && !p->dst_quant && !p->cache_in_place)
+      store_pass_through(p, b, u, t0, n, ks);
   }
   if (p->v.data && p->slots) store_v(p, b, u, t0, n);
 }
@@ -417,9 +518,12 @@ static int64_t bytes_per_token(const pe__rope_plan *p) {
   int64_t rot = p->norm_mode ? p->head_dim : 2 * (int64_t)p->half, bytes = 0;
   if (p->q.data) bytes += p->q.heads * rot * p->q.esize * 2;
   if (p->k.data)
-    bytes += p->slots ? p->k.heads * p->head_dim * (p->k.esize + p->dst_esize)
+    bytes += p->slots ? p->k.heads * (p->head_dim * p->k.esize +
+                                      pe__kv_row_bytes(p->dst_quant, p->head_dim, p->dst_dtype))
                       : p->k.heads * rot * p->k.esize * 2;
-  if (p->v.data) bytes += p->v.heads * p->v_dim * (p->v.esize + p->v_dst_esize);
+  if (p->v.data)
+    bytes += p->v.heads * (p->v_dim * p->v.esize +
+                           pe__kv_row_bytes(p->v_dst_quant, p->v_dim, p->v_dst_dtype));
   return bytes;
 }
 

@@ -87,6 +87,20 @@ typedef struct pe__rope_plan {
   char *v_dst;
   pe_dtype v_dst_dtype;
   int64_t v_dst_esize, v_dst_s_block, v_dst_s_head, v_dst_s_slot;
+
+  /* quantized cache sinks (pe_kv_quant; PE_KV_PLAIN 0: none): the cache's
+   * esize is then 1 and its strides are bytes. k: each stored row rotated
+   * (and normed) in float32 into a stack row, then quantized; v quantized
+   * from its row. A quantized k needs the whole row's frequencies in one
+   * chunk (head_dim <= PE_KV_QUANT_MAX_DIM, so a block's rows fit). */
+  uint32_t dst_quant, v_dst_quant;
+  float dst_scale, v_dst_scale;
+
+  /* sink: the cache rows at slots rotated in place (k.data = the cache, its
+   * rows addressed through dst/slots; q and v absent): plain rows by
+   * rope_rows, quantized rows dequantized into a stack row, rotated in
+   * float32 and quantized again. */
+  int32_t cache_in_place;
 } pe__rope_plan;
 
 /* Scales the norm stage holds per block (q's rows then k's): blocks are cut
@@ -137,11 +151,38 @@ PE_HIDDEN pe_status pe__rope_check_slots(const char *fn, const int64_t *slots, i
                                          int64_t tokens, int64_t n_slots);
 
 /* The cache store every entry point shares (qk_norm.c): validation, then one
- * engine run. norm NULL: no norm; v and v_cache NULL: no v. */
+ * engine run. norm NULL: no norm; v and v_cache NULL: no v; formats NULL:
+ * plain caches, else its k_quant/v_quant and scales (already copied from
+ * the caller's struct). */
 PE_HIDDEN pe_status pe__rope_store(const char *fn, const pe_rope_cache *c, const pe_qk_norm *norm,
                                    const pe_tensor *q, const pe_tensor *k, const pe_tensor *v,
                                    const pe_tensor *k_cache, const pe_tensor *v_cache,
                                    const int64_t *slot_mapping, const int64_t *positions,
-                                   uint32_t flags, pe_threadpool *pool);
+                                   uint32_t flags, pe_threadpool *pool,
+                                   const pe_kv_cache *formats);
+
+/* ---- quantized caches (kv_quant.c) ---- */
+
+/* Longest quantized row: a token's whole cos/sin row fits the scratch. */
+#define PE_KV_QUANT_MAX_DIM 4096
+
+/* Bytes of one cache row of dim channels in format quant (dtype dt when
+ * PE_KV_PLAIN). */
+PE_HIDDEN int64_t pe__kv_row_bytes(uint32_t quant, int64_t dim, pe_dtype dt);
+
+/* kv_cache's <which>_quant and _scale ("k" or "v"): a pe_kv_quant, and a
+ * scale (finite > 0) exactly for the FP8 formats; *out the scale (1 else). */
+PE_HIDDEN pe_status pe__kv_format(const char *fn, const char *which, uint32_t quant,
+                                  const float *scale, float *out);
+
+/* A cache tensor of format quant: plain: pe__check_tensor; quantized: the
+ * byte tensor of posenc.h (stride[3] 1, byte extent representable, Q8_0
+ * dim % 32, dim <= PE_KV_QUANT_MAX_DIM). dim >= 0: shape[3] must equal it. */
+PE_HIDDEN pe_status pe__kv_check_tensor(const char *fn, const char *name, const pe_tensor *t,
+                                        uint32_t quant, int64_t dim);
+
+/* Do a and b (formats qa, qb) share memory? Two plain tensors: the exact
+ * element test (pe__tensors_overlap); otherwise their byte ranges meet. */
+PE_HIDDEN int pe__kv_overlap(const pe_tensor *a, uint32_t qa, const pe_tensor *b, uint32_t qb);
 
 #endif

@@ -123,5 +123,5 @@ PE_API pe_status pe_apply_rope_qk_store(const pe_rope_cache *c, const pe_tensor 
                                         const int64_t *slot_mapping, const int64_t *positions,
                                         uint32_t flags, pe_threadpool *pool) {
   return pe__rope_store("pe_apply_rope_qk_store", c, NULL, q, k, NULL, k_cache, NULL,
-                        slot_mapping, positions, flags, pool);
+                        slot_mapping, positions, flags, pool, NULL);
 }

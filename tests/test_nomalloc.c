@@ -324,6 +324,41 @@ static void run_all(fixture *f, pe_threadpool *pool) {
     NO_ALLOC("multi", pe_apply_rope_qk_multi(caches, 3, index, &q, &k, f->pos, 0, pool));
     NO_ALLOC("multi one cache", pe_apply_rope_qk_multi(caches + 1, 1, NULL, &q, &k, NULL,
                                                        PE_ROPE_INVERSE, pool));
+    /* Quantized caches (byte tensors: strides in bytes): the fused store,
+     * the read back and the position operations on the cache. */
+    static const uint32_t fmts[3] = {PE_KV_FP8_E4M3, PE_KV_FP8_E5M2, PE_KV_Q8_0};
+    static float kscale = 0.05f, vscale = 3.0f;
+    for (int fi = 0; fi < 3; fi++) {
+      uint32_t kq = fmts[fi], vq = fmts[(fi + 1) % 3];
+      int64_t krb = kq == PE_KV_Q8_0 ? 136 : 128, vrb = vq == PE_KV_Q8_0 ? 136 : 128;
+      pe_tensor kc = {f->kcache, PE_F32, {16, 2, 16, 128}, {2 * 16 * krb, 16 * krb, krb, 1}};
+      pe_tensor vc = {f->scores, PE_F32, {16, 2, 16, 128}, {2 * 16 * vrb, 16 * vrb, vrb, 1}};
+      pe_kv_cache kv;
+      pe_kv_cache_init(&kv);
+      kv.k = &kc, kv.v = &vc, kv.k_quant = kq, kv.v_quant = vq;
+      kv.k_scale = kq == PE_KV_Q8_0 ? NULL : &kscale;
+      kv.v_scale = vq == PE_KV_Q8_0 ? NULL : &vscale;
+      pe_qk_norm nm;
+      pe_qk_norm_init(&nm);
+      nm.kind = PE_QK_NORM_L2;
+      NO_ALLOC("qk_norm_rope_store quantized",
+               pe_qk_norm_rope_store(f->table, &nm, &q, &k, &v, &kv, f->slots, f->pos, 0, pool));
+      pe_tensor ko = tensor(f->x, dt, 2, 2, 32, 128);
+      pe_tensor vo = tensor(f->learned, dt, 2, 2, 32, 128);
+      NO_ALLOC("kv_read", pe_kv_read(&kv, &ko, &vo, f->slots));
+      int64_t sl[64];
+      for (int i = 0; i < 64; i++) sl[i] = (i * 37) % 256;
+      NO_ALLOC("shift k cache", pe_rope_shift_k_cache(f->table, &kv, sl, f->deltas, 64, pool));
+      NO_ALLOC("rerotate k cache",
+               pe_rope_rerotate_k_cache(f->table, f->other, &kv, sl, f->pos, 64, pool));
+      sl[9] = sl[3];
+      NO_ALLOC_STATUS("shift k cache duplicate slot", PE_ERR_INVALID_ARGUMENT,
+                      pe_rope_shift_k_cache(f->table, &kv, sl, f->deltas, 64, pool));
+      kv.k_scale = kq == PE_KV_Q8_0 ? &kscale : NULL;
+      NO_ALLOC_STATUS("qk_norm_rope_store bad scale",
+                      kq == PE_KV_Q8_0 ? PE_ERR_INVALID_ARGUMENT : PE_ERR_NULL_POINTER,
+                      pe_qk_norm_rope_store(f->table, &nm, &q, &k, &v, &kv, f->slots, f->pos, 0, pool));
+    }
   }
   /* Error paths format a message: still no allocation. */
   pe_tensor q = tensor(f->q, PE_F32, 2, 8, 64, 128);

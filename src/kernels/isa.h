@@ -193,6 +193,32 @@ typedef void (*pe_sincos_f64_fn)(const double *angle, int32_t n, float *sin_out,
                                  float *cos_out);
 
 /* ------------------------------------------------------------------------ */
+/* Quantized KV-cache rows (quant_common.h defines each element)            */
+/* ------------------------------------------------------------------------ */
+
+/* Formats, the first index of kv_quant / kv_dequant (the public PE_KV_*
+ * value minus one): PE_KVQ_E4M3 0, PE_KVQ_E5M2 1, PE_KVQ_Q8_0 2
+ * (quant_common.h).
+ *
+ * kv_quant[fmt][sd]: n elements of src (dtype sd, widened to float32) into
+ * dst, which never overlaps src.
+ *   FP8 (e4m3fn, e5m2): dst[i] = pe_fp8_from_f32(fmt, x_i / scale), one
+ *     byte each: the float32 divide (correctly rounded), then the code
+ *     rounded to nearest even, saturating to +-448 / +-57344 (Inf included),
+ *     NaN -> sign | 0x7f (e4m3fn) or sign | 0x7e (e5m2). scale finite > 0.
+ *   Q8_0: n % 32 == 0 (scale unused); block b (values x[32b .. 32b+32)) is
+ *     34 bytes at dst + 34b: f16 d little-endian, then 32 int8 qs. ggml's
+ *     quantize_row_q8_0_ref: amax = max |x| (float32), d = amax / 127.0f,
+ *     id = d != 0 ? 1.0f/d : 0, d stored f16 RNE (pe_f32_to_f16), qs =
+ *     roundf(x * id) (half away from zero; 0 where x * id is not finite).
+ *     A block holding a NaN or an Inf: d = 0x7e00 (f16 NaN), every qs 0.
+ * kv_dequant[fmt][dd]: the inverse: n elements into dst of dtype dd, each
+ *   the float32 value (FP8: pe_fp8_to_f32(fmt, c) * scale; Q8_0: (float)qs *
+ *   (float)d, ggml's dequantize_row_q8_0) rounded once to dd (convert.h). */
+typedef void (*pe_kv_quant_fn)(const void *src, void *dst, int64_t n, float scale);
+typedef void (*pe_kv_dequant_fn)(const void *src, void *dst, int64_t n, float scale);
+
+/* ------------------------------------------------------------------------ */
 /* The struct                                                               */
 /* ------------------------------------------------------------------------ */
 
@@ -208,6 +234,8 @@ typedef struct pe_isa {
   pe_load_row_fn load_row[3];               /* [pe_dtype of src] */
   pe_norm_sumsq_fn norm_sumsq[3];           /* [pe_dtype of src] */
   pe_norm_row_fn norm_row[3][3];            /* [src pe_dtype][dst pe_dtype] */
+  pe_kv_quant_fn kv_quant[3][3];            /* [PE_KVQ_* format][src pe_dtype] */
+  pe_kv_dequant_fn kv_dequant[3][3];        /* [PE_KVQ_* format][dst pe_dtype] */
 } pe_isa;
 
 /* The scale of a normed row from its sum of squares s (pe_norm_sumsq) over n

@@ -21,6 +21,7 @@
 #include "rope_template.h"
 #include "store_template.h"
 #include "enc_template.h"
+#include "quant_template.h"
 #endif
 
 /* ---- the walks ---- */
@@ -184,6 +185,33 @@ ENC_(f16, PE_F16)
 ENC_(bf16, PE_BF16)
 #undef ENC_
 
+/* The quantized cache rows: [format][dtype of the float side]. */
+#define KVQ_(S, dt)                                                                              \
+  static void FN(kvq_e4m3_##S)(const void *s, void *d, int64_t n, float sc) {                   \
+    kvq_fp8_gen(PE_KVQ_E4M3, dt, s, d, n, sc);                                                   \
+  }                                                                                              \
+  static void FN(kvq_e5m2_##S)(const void *s, void *d, int64_t n, float sc) {                   \
+    kvq_fp8_gen(PE_KVQ_E5M2, dt, s, d, n, sc);                                                   \
+  }                                                                                              \
+  static void FN(kvq_q8_0_##S)(const void *s, void *d, int64_t n, float sc) {                   \
+    (void)sc;                                                                                    \
+    kvq_q8_gen(dt, s, d, n);                                                                     \
+  }                                                                                              \
+  static void FN(kvd_e4m3_##S)(const void *s, void *d, int64_t n, float sc) {                   \
+    kvd_fp8_gen(PE_KVQ_E4M3, dt, s, d, n, sc);                                                   \
+  }                                                                                              \
+  static void FN(kvd_e5m2_##S)(const void *s, void *d, int64_t n, float sc) {                   \
+    kvd_fp8_gen(PE_KVQ_E5M2, dt, s, d, n, sc);                                                   \
+  }                                                                                              \
+  static void FN(kvd_q8_0_##S)(const void *s, void *d, int64_t n, float sc) {                   \
+    (void)sc;                                                                                    \
+    kvd_q8_gen(dt, s, d, n);                                                                     \
+  }
+KVQ_(f32, PE_F32)
+KVQ_(f16, PE_F16)
+KVQ_(bf16, PE_BF16)
+#undef KVQ_
+
 #ifndef ISA_ROPE_ROWS_BF16
 #define ISA_ROPE_ROWS_BF16 FN(rope_rows_bf16)
 #endif
@@ -201,6 +229,8 @@ const pe_isa PE_CAT(pe__isa_, ISA) = {
     .load_row = ROW3_(load_row),
     .norm_sumsq = ROW3_(norm_sumsq),
     .norm_row = {ROW3_(norm_row_f32), ROW3_(norm_row_f16), ROW3_(norm_row_bf16)},
+    .kv_quant = {ROW3_(kvq_e4m3), ROW3_(kvq_e5m2), ROW3_(kvq_q8_0)},
+    .kv_dequant = {ROW3_(kvd_e4m3), ROW3_(kvd_e5m2), ROW3_(kvd_q8_0)},
 };
 #undef ROW3_
 #undef ISA_ROPE_ROWS_BF16

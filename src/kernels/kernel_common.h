@@ -11,6 +11,7 @@
 #include "convert.h"
 #include "enc_common.h"
 #include "isa.h"
+#include "quant_common.h"
 #include "sincos_consts.h"
 
 /* Every helper the kernels are built from is forced inline, so a dtype or

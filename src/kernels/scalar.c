@@ -176,6 +176,53 @@ PE_AI void load_row_gen(int dt, float *out, const void *src, int64_t n) {
   pe__enc_convert((pe_dtype)dt, src, PE_F32, out, n);
 }
 
+/* ---- quantized cache rows: quant_common.h's element definitions ---- */
+
+PE_AI void kvq_fp8_gen(int fmt, int sd, const void *src, void *dst, int64_t n, float scale) {
+  uint8_t *out = dst;
+  for (int64_t i = 0; i < n; i++) out[i] = pe_fp8_from_f32(fmt, pe__elem_load((pe_dtype)sd, src, i) / scale);
+}
+PE_AI void kvd_fp8_gen(int fmt, int dd, const void *src, void *dst, int64_t n, float scale) {
+  const uint8_t *in = src;
+  for (int64_t i = 0; i < n; i++) pe__elem_store((pe_dtype)dd, dst, i, pe_fp8_to_f32(fmt, in[i]) * scale);
+}
+
+/* ggml's quantize_row_q8_0_ref (isa.h), block by block. */
+PE_AI void kvq_q8_gen(int sd, const void *src, void *dst, int64_t n) {
+  uint8_t *out = dst;
+  for (int64_t b = 0; b < n / PE_Q8_0_BLOCK; b++) {
+    uint8_t *blk = out + b * PE_Q8_0_BYTES;
+    float x[PE_Q8_0_BLOCK], amax = 0.0f;
+    int finite = 1;
+    for (int j = 0; j < PE_Q8_0_BLOCK; j++) {
+      x[j] = pe__elem_load((pe_dtype)sd, src, b * PE_Q8_0_BLOCK + j);
+      float a = fabsf(x[j]);
+      if (!(a <= 0x1.fffffep127f)) finite = 0;
+      amax = amax > a ? amax : a; /* ggml's MAX(amax, fabsf(v)) */
+    }
+    if (!finite) {
+      blk[0] = PE_Q8_0_NONFINITE_D & 0xffu;
+      blk[1] = PE_Q8_0_NONFINITE_D >> 8;
+      memset(blk + 2, 0, PE_Q8_0_BLOCK);
+      continue;
+    }
+    uint16_t d16;
+    float id = pe_q8_0_inv(amax, &d16);
+    blk[0] = (uint8_t)(d16 & 0xffu);
+    blk[1] = (uint8_t)(d16 >> 8);
+    for (int j = 0; j < PE_Q8_0_BLOCK; j++) blk[2 + j] = (uint8_t)pe_q8_0_q(x[j], id);
+  }
+}
+PE_AI void kvd_q8_gen(int dd, const void *src, void *dst, int64_t n) {
+  const uint8_t *in = src;
+  for (int64_t b = 0; b < n / PE_Q8_0_BLOCK; b++) {
+    const uint8_t *blk = in + b * PE_Q8_0_BYTES;
+    float d = pe_f16_to_f32((uint16_t)(blk[0] | blk[1] << 8));
+    for (int j = 0; j < PE_Q8_0_BLOCK; j++)
+      pe__elem_store((pe_dtype)dd, dst, b * PE_Q8_0_BLOCK + j, (float)(int8_t)blk[2 + j] * d);
+  }
+}
+
 /* On x86 CPUs without FMA (where no SIMD path exists either) the FMA variant
  * cannot run: take the plain one there, whose last bit may differ. */
 static void sincos_scalar(const double *angle, int32_t n, float *s, float *c) {

@@ -142,6 +142,26 @@ PE_AI float vf_tree16(const vf *a) {
  * the row is written by two adjacent stores (a row is written, not updated). */
 #define VEC_WHOLE_LINES 1
 
+/* ---- bytes <-> int32 lanes (quant_template.h) ---- */
+
+/* VL bytes zero- / sign-extended to VL int32 lanes, and the low byte of each
+ * lane (values in 0..255) stored as VL bytes. */
+typedef __m256i vbi;
+PE_AI vbi vb_load_u8(const void *p) { return _mm256_cvtepu8_epi32(_mm_loadl_epi64(p)); }
+PE_AI vbi vb_load_s8(const void *p) { return _mm256_cvtepi8_epi32(_mm_loadl_epi64(p)); }
+PE_AI void vb_store_u8(void *p, vbi v) {
+  __m128i w = _mm_packus_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+  _mm_storel_epi64(p, _mm_packus_epi16(w, w));
+}
+/* Unsigned 32-bit lane minimum, and the largest lane. */
+PE_AI vbi vb_min_u32(vbi a, vbi b) { return _mm256_min_epu32(a, b); }
+PE_AI uint32_t vb_hmax_u32(vbi v) {
+  __m128i m = _mm_max_epu32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+  m = _mm_max_epu32(m, _mm_shuffle_epi32(m, 0x4e));
+  m = _mm_max_epu32(m, _mm_shuffle_epi32(m, 0xb1));
+  return (uint32_t)_mm_cvtsi128_si32(m);
+}
+
 #include "vec_buffered.h"
 
 #endif

@@ -214,4 +214,16 @@ PE_AI float vf_tree16(const vf *a) {
 
 #define VEC_WHOLE_LINES 1
 
+/* ---- bytes <-> int32 lanes (quant_template.h) ---- */
+
+/* VL bytes zero- / sign-extended to VL int32 lanes, and the low byte of each
+ * lane (values in 0..255) stored as VL bytes. */
+typedef __m512i vbi;
+PE_AI vbi vb_load_u8(const void *p) { return _mm512_cvtepu8_epi32(_mm_loadu_si128(p)); }
+PE_AI vbi vb_load_s8(const void *p) { return _mm512_cvtepi8_epi32(_mm_loadu_si128(p)); }
+PE_AI void vb_store_u8(void *p, vbi v) { _mm_storeu_si128(p, _mm512_cvtepi32_epi8(v)); }
+/* Unsigned 32-bit lane minimum, and the largest lane. */
+PE_AI vbi vb_min_u32(vbi a, vbi b) { return _mm512_min_epu32(a, b); }
+PE_AI uint32_t vb_hmax_u32(vbi v) { return (uint32_t)_mm512_reduce_max_epu32(v); }
+
 #endif

@@ -131,4 +131,29 @@ PE_AI float vf_tree16(const vf *a) {
 
 #include "vec_buffered.h"
 
+/* ---- bytes <-> int32 lanes (quant_template.h) ---- */
+
+/* VL bytes zero- / sign-extended to VL int32 lanes, and the low byte of each
+ * lane (values in 0..255) stored as VL bytes. */
+typedef uint32x4_t vbi;
+PE_AI uint8x8_t vb_load4(const void *p) {
+  uint32_t u;
+  memcpy(&u, p, 4);
+  return vreinterpret_u8_u32(vdup_n_u32(u));
+}
+PE_AI vbi vb_load_u8(const void *p) { return vmovl_u16(vget_low_u16(vmovl_u8(vb_load4(p)))); }
+PE_AI vbi vb_load_s8(const void *p) {
+  int8x8_t b = vreinterpret_s8_u8(vb_load4(p));
+  return vreinterpretq_u32_s32(vmovl_s16(vget_low_s16(vmovl_s8(b))));
+}
+PE_AI void vb_store_u8(void *p, vbi v) {
+  uint16x4_t h = vmovn_u32(v);
+  uint8x8_t b = vmovn_u16(vcombine_u16(h, h));
+  uint32_t u = vget_lane_u32(vreinterpret_u32_u8(b), 0);
+  memcpy(p, &u, 4);
+}
+/* Unsigned 32-bit lane minimum, and the largest lane. */
+PE_AI vbi vb_min_u32(vbi a, vbi b) { return vminq_u32(a, b); }
+PE_AI uint32_t vb_hmax_u32(vbi v) { return vmaxvq_u32(v); }
+
 #endif

@@ -1,0 +1,166 @@
+/* quant_template.h - the quantized KV-cache row kernels (isa.h's kv_quant /
+ * kv_dequant) written once for the vector ISAs: FP8 e4m3fn / e5m2 and Q8_0,
+ * VL lanes a step. None of these CPUs has FP8 conversions, so the code is
+ * quant_common.h's definition in integer and float lane operations, written
+ * with GCC/clang generic vectors of VL lanes (bit casts of the ISA's vf),
+ * which each ISA file compiles to its own instructions; bytes move through
+ * the ISA's vb_load_u8 / vb_load_s8 / vb_store_u8 (vec_<isa>.h: compilers
+ * scalarize generic conversions between 8- and 32-bit lanes). Bit-identical to
+ * scalar.c by construction: the same integer operations, the same float
+ * divide / add / multiply per lane; the per-block steps of Q8_0 (d, 1/d, the
+ * f16 of d) are quant_common.h's scalar code itself. Tails: lanes past n are
+ * computed on zeros and never stored. Included by isa_template.h after
+ * rope_template.h. */
+
+typedef float qf __attribute__((vector_size(VL * 4)));
+typedef int32_t qi __attribute__((vector_size(VL * 4)));
+typedef uint32_t qu __attribute__((vector_size(VL * 4)));
+
+PE_AI qu q_sel(qi m, qu a, qu b) { return ((qu)m & a) | (~(qu)m & b); }
+#define QU1(c) ((qu){0} + (uint32_t)(c)) /* every lane c */
+
+/* n lanes (n <= VL) of dtype dt widened to float32 (zeros past n). */
+PE_AI qf q_load(int dt, const void *p, int32_t n) { return (qf)vld(dt, p, n); }
+
+/* ---- FP8 ---- */
+
+/* quant_common.h's pe_fp8_from_f32, lane by lane. */
+PE_AI qu fp8_encode(int fmt, qf y) {
+  qu u = (qu)y, sign = (u >> 24) & 0x80u, a = u & 0x7fffffffu;
+  qi nan = (qi)(a > 0x7f800000u);
+  a = (qu)vb_min_u32((vbi)a, (vbi)QU1(PE_FP8_MAXB(fmt)));
+  qi sub = (qi)(a < PE_FP8_MINNB(fmt));
+  qf magic = (qf){0} + PE_FP8_MAGIC(fmt);
+  qu ms = (qu)((qf)a + magic) - (qu)magic; /* bits(|y| + MAGIC) - bits(MAGIC) */
+  qu r = a - PE_FP8_REBIAS(fmt);
+  r += (1u << (PE_FP8_SHIFT(fmt) - 1)) - 1u + ((r >> PE_FP8_SHIFT(fmt)) & 1u);
+  qu m = q_sel(sub, ms, r >> PE_FP8_SHIFT(fmt));
+  return q_sel(nan, QU1(PE_FP8_NAN(fmt)), m) | sign;
+}
+
+/* quant_common.h's pe_fp8_to_f32, lane by lane. */
+PE_AI qf fp8_decode(int fmt, qu cu) {
+  qu sign = (cu & 0x80u) << 24, m = cu & 0x7fu, b;
+  qu nanb = QU1(0x7fc00000u);
+  if (fmt == PE_KVQ_E4M3) {
+    qu sub = (qu)(__builtin_convertvector(m, qf) * 0x1p-9f);
+    b = q_sel((qi)(m < 8u), sub, (m << 20) + (120u << 23));
+    b = q_sel((qi)(m == 0x7fu), nanb, b);
+  } else {
+    qu sub = (qu)(__builtin_convertvector(m, qf) * 0x1p-16f);
+    b = q_sel((qi)(m < 4u), sub, (m << 21) + (112u << 23));
+    b = q_sel((qi)(m == 0x7cu), QU1(0x7f800000u), b);
+    b = q_sel((qi)(m > 0x7cu), nanb, b);
+  }
+  return (qf)(b | sign);
+}
+
+PE_AI void kvq_fp8_gen(int fmt, int sd, const void *src, void *dst, int64_t n, float scale) {
+  const char *in = src;
+  uint8_t *out = dst;
+  const int64_t ses = pe__esize(sd);
+  const qf vs = (qf)vf_set1(scale);
+  int64_t j = 0;
+  for (; j + VL <= n; j += VL)
+    vb_store_u8(out + j, (vbi)fp8_encode(fmt, q_load(sd, PE_AT(in, j, ses), VL) / vs));
+  if (j < n) {
+    uint8_t b[VL];
+    vb_store_u8(b, (vbi)fp8_encode(fmt, q_load(sd, PE_AT(in, j, ses), (int32_t)(n - j)) / vs));
+    memcpy(out + j, b, (size_t)(n - j));
+  }
+}
+
+PE_AI void kvd_fp8_gen(int fmt, int dd, const void *src, void *dst, int64_t n, float scale) {
+  const uint8_t *in = src;
+  char *out = dst;
+  const int64_t des = pe__esize(dd);
+  const qf vs = (qf)vf_set1(scale);
+  for (int64_t j = 0; j < n; j += VL) {
+    int32_t m = n - j >= VL ? VL : (int32_t)(n - j);
+    qu c;
+    if (m == VL) {
+      c = (qu)vb_load_u8(in + j);
+    } else {
+      uint8_t b[VL] = {0};
+      memcpy(b, in + j, (size_t)m);
+      c = (qu)vb_load_u8(b);
+    }
+    vf y = (vf)(fp8_decode(fmt, c) * vs);
+    vst2(dd, PE_AT(out, j, des), m, y, PE_AT(out, j, des), 0, y);
+  }
+}
+
+/* ---- Q8_0 ---- */
+
+enum { QV = PE_Q8_0_BLOCK / VL }; /* vectors per block */
+
+/* roundf(q) of lanes with |q| < 2^23 as int32: t = trunc(q) (exact through
+ * int32), +-1 where |q - t| >= 0.5 (q - t is exact): half away from zero. */
+PE_AI qi q_roundf(qf q) {
+  qi t = __builtin_convertvector(q, qi);
+  qf f = q - __builtin_convertvector(t, qf);
+  return t - (qi)(f >= 0.5f) + (qi)(f <= -0.5f); /* masks are -1 */
+}
+
+/* Blocks in groups of up to 8: every block's amax first, then their d and
+ * 1/d (independent scalar divisions, which then overlap), then the qs. */
+PE_AI void kvq_q8_gen(int sd, const void *src, void *dst, int64_t n) {
+  enum { G = 8 };
+  const char *in = src;
+  uint8_t *out = dst;
+  const int64_t ses = pe__esize(sd), nb = n / PE_Q8_0_BLOCK;
+  for (int64_t b0 = 0; b0 < nb; b0 += G) {
+    int g = nb - b0 < G ? (int)(nb - b0) : G;
+    uint32_t am[G];
+    float id[G];
+    for (int k = 0; k < g; k++) {
+      const char *p = PE_AT(in, (b0 + k) * PE_Q8_0_BLOCK, ses);
+      qu amax = {0};
+      for (int i = 0; i < QV; i++) {
+        qu a = (qu)q_load(sd, PE_AT(p, i * VL, ses), VL) & 0x7fffffffu; /* |x| as bits */
+        amax = q_sel((qi)(a > amax), a, amax); /* order = float order; NaN, Inf above */
+      }
+      am[k] = vb_hmax_u32((vbi)amax);
+    }
+    for (int k = 0; k < g; k++) {
+      uint8_t *blk = out + (b0 + k) * PE_Q8_0_BYTES;
+      if (am[k] > 0x7f7fffffu) { /* a NaN or an Inf in the block */
+        blk[0] = PE_Q8_0_NONFINITE_D & 0xffu;
+        blk[1] = PE_Q8_0_NONFINITE_D >> 8;
+        id[k] = 0.0f;
+        continue;
+      }
+      uint16_t d16;
+      id[k] = pe_q8_0_inv(pe_bits_f32(am[k]), &d16);
+      blk[0] = (uint8_t)(d16 & 0xffu);
+      blk[1] = (uint8_t)(d16 >> 8);
+    }
+    for (int k = 0; k < g; k++) {
+      uint8_t *blk = out + (b0 + k) * PE_Q8_0_BYTES;
+      /* non-finite block, or 1/d overflowed (every x * id +-Inf or NaN):
+       * qs 0. Otherwise every |x * id| <= amax * id < 128, finite. */
+      if (am[k] > 0x7f7fffffu || !(id[k] <= 0x1.fffffep127f)) {
+        memset(blk + 2, 0, PE_Q8_0_BLOCK);
+        continue;
+      }
+      const char *p = PE_AT(in, (b0 + k) * PE_Q8_0_BLOCK, ses);
+      for (int i = 0; i < QV; i++)
+        vb_store_u8(blk + 2 + i * VL,
+                    (vbi)((qu)q_roundf(q_load(sd, PE_AT(p, i * VL, ses), VL) * id[k]) & 0xffu));
+    }
+  }
+}
+
+PE_AI void kvd_q8_gen(int dd, const void *src, void *dst, int64_t n) {
+  const uint8_t *in = src;
+  char *out = dst;
+  const int64_t des = pe__esize(dd);
+  for (int64_t b = 0; b < n / PE_Q8_0_BLOCK; b++) {
+    const uint8_t *blk = in + b * PE_Q8_0_BYTES;
+    float d = pe_f16_to_f32((uint16_t)(blk[0] | blk[1] << 8));
+    for (int i = 0; i < QV; i++) {
+      qf y = __builtin_convertvector((qi)vb_load_s8(blk + 2 + i * VL), qf) * d;
+      vst(dd, PE_AT(out, (b * PE_Q8_0_BLOCK + i * VL), des), (vf)y);
+    }
+  }
+}

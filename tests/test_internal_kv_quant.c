@@ -1,0 +1,402 @@
+/* test_internal_kv_quant.c - the quantized KV-cache formats (isa.h's
+ * kv_quant / kv_dequant kernels):
+ *   - OCP FP8 e4m3fn and e5m2 against a reference written here from the OCP
+ *     8-bit Floating Point Specification (OFP8 rev. 1.0): every code's value
+ *     from sign/exponent/mantissa, round to nearest even over the sorted
+ *     finite values, saturation to the largest finite magnitude, NaN;
+ *     every code round-trips; every float32 class (zero, subnormal, normal,
+ *     each binade's boundary, every halfway point between neighbouring
+ *     codes and its neighbours, overflow, Inf, NaN) quantizes to the
+ *     reference's code;
+ *   - Q8_0 bytes against a transcription of ggml's quantize_row_q8_0_ref
+ *     (ggml-quants.c) and its fp32 -> fp16 (ggml-impl.h's
+ *     ggml_compute_fp32_to_fp16) for random rows, all-zero blocks and +-amax
+ *     ties; dequantization against ggml's dequantize_row_q8_0;
+ *   - every vector ISA against scalar, bit for bit (memcmp, guard bytes).
+ * A vector path the build or CPU lacks is a cmocka skip, never a pass. */
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "cpu.h"
+#include "internal.h"
+#include "kernels/isa.h"
+
+#include "kv_quant_ref.h"
+
+static const pe_isa *const ref = &pe__isa_scalar;
+
+static uint64_t rng_s = 0x9e3779b97f4a7c15ull;
+static uint64_t rnd(void) {
+  uint64_t z = (rng_s += 0x9e3779b97f4a7c15ull);
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  return z ^ (z >> 31);
+}
+
+/* ---- scalar vs reference ---- */
+
+static void test_fp8_every_code(void **state) {
+  (void)state;
+  for (int f = E4M3; f <= E5M2; f++) {
+    uint8_t codes[256], back[256];
+    float vals[256];
+    for (int c = 0; c < 256; c++) codes[c] = (uint8_t)c;
+    ref->kv_dequant[f][PE_F32](codes, vals, 256, 1.0f);
+    for (int c = 0; c < 256; c++) {
+      float want = ref_decode(f, (unsigned)c);
+      if (isnan(want)) {
+        assert_true(isnan(vals[c]));
+        assert_int_equal(f32_bits(vals[c]) >> 31, (unsigned)c >> 7);
+      } else {
+        assert_int_equal(f32_bits(vals[c]), f32_bits(want));
+      }
+    }
+    ref->kv_quant[f][PE_F32](vals, back, 256, 1.0f);
+    for (int c = 0; c < 256; c++) {
+      int k = code_class(f, (unsigned)c);
+      unsigned want = (unsigned)c;
+      /* e5m2 only: Inf saturates, the NaN codes come back as the quiet one */
+      if (k == 1) want = (c & 0x80) | 0x7b;
+      if (k == 2) want = (c & 0x80) | (f == E4M3 ? 0x7f : 0x7e);
+      if (back[c] != want) fail_msg("format %d code 0x%02x -> %g -> 0x%02x, want 0x%02x", f, c,
+                                    (double)vals[c], back[c], want);
+    }
+    /* a power-of-two scale keeps every finite code exact */
+    float scaled[256];
+    ref->kv_dequant[f][PE_F32](codes, scaled, 256, 0.125f);
+    ref->kv_quant[f][PE_F32](scaled, back, 256, 0.125f);
+    for (int c = 0; c < 256; c++)
+      if (code_class(f, (unsigned)c) == 0) assert_int_equal(back[c], c);
+  }
+}
+
+/* Every float32 class: the 2^20 patterns of sign, exponent and top 11
+ * mantissa bits, each with low 12 bits in {0, 1, 0x7ff, 0x800, 0x801, 0xfff}:
+ * every fp8 value, every halfway point between neighbouring fp8 values (a
+ * tie has at most 4 significant mantissa bits), their float32 neighbours,
+ * every binade boundary, subnormals, overflow, Inf, NaN. */
+static const uint32_t lows[] = {0, 1, 0x7ff, 0x800, 0x801, 0xfff};
+
+static void test_fp8_float_classes(void **state) {
+  (void)state;
+  enum { N = 1 << 14 };
+  static float in[N];
+  static uint8_t out[N];
+  /* a reference that scans 128 codes per value is slow: the 2^20 * 6 inputs
+   * are checked through a sorted table of the non-negative finite values */
+  for (int f = E4M3; f <= E5M2; f++) {
+    double v[128];
+    unsigned vc[128];
+    int nv = 0;
+    for (unsigned c = 0; c < 0x80; c++)
+      if (code_class(f, c) == 0) v[nv] = code_value(f, c), vc[nv] = c, nv++;
+    /* the codes are already sorted by value (OCP: monotone magnitudes) */
+    for (int i = 1; i < nv; i++) assert_true(v[i] > v[i - 1]);
+    long checked = 0;
+    for (uint32_t hi = 0; hi < (1u << 20); hi += N / 6) {
+      int n = 0;
+      for (uint32_t h = hi; h < hi + N / 6 && h < (1u << 20); h++)
+        for (int l = 0; l < 6; l++) in[n++] = bits_f32((h << 12) | lows[l]);
+      ref->kv_quant[f][PE_F32](in, out, n, 1.0f);
+      for (int i = 0; i < n; i++) {
+        float y = in[i];
+        unsigned want;
+        unsigned sign = (f32_bits(y) >> 24) & 0x80;
+        if (isnan(y)) {
+          want = sign | (f == E4M3 ? 0x7f : 0x7e);
+        } else {
+          double a = fabs((double)y);
+          if (a >= v[nv - 1]) {
+            want = sign | vc[nv - 1];
+          } else {
+            int lo = 0, hi2 = nv - 1; /* v[lo] <= a < v[hi2] */
+            while (hi2 - lo > 1) {
+              int mid = (lo + hi2) / 2;
+              if (v[mid] <= a) lo = mid;
+              else hi2 = mid;
+            }
+            double dl = a - v[lo], dh = v[hi2] - a;
+            unsigned c = dl < dh ? vc[lo] : dh < dl ? vc[hi2] : (vc[lo] & 1) ? vc[hi2] : vc[lo];
+            want = sign | c;
+          }
+        }
+        if (out[i] != want)
+          fail_msg("format %d: %a (0x%08x) -> 0x%02x, want 0x%02x", f, (double)y, f32_bits(y),
+                   out[i], want);
+        checked++;
+      }
+    }
+    assert_int_equal(checked, 6L << 20);
+    /* the slow reference on a sample, so the fast one is checked too */
+    for (int i = 0; i < 4096; i++) {
+      float y = bits_f32((uint32_t)rnd());
+      uint8_t o;
+      ref->kv_quant[f][PE_F32](&y, &o, 1, 1.0f);
+      assert_int_equal(o, ref_encode(f, y));
+    }
+  }
+}
+
+/* A scale: stored = RNE(x / scale) with the float32 divide. */
+static void test_fp8_scale(void **state) {
+  (void)state;
+  const float scales[] = {0.0173f, 3.5f, 1e-3f, 1e3f, 0x1p-20f};
+  for (int f = E4M3; f <= E5M2; f++)
+    for (size_t s = 0; s < sizeof scales / sizeof scales[0]; s++) {
+      float x[512], back[512];
+      uint8_t q[512];
+      for (int i = 0; i < 512; i++)
+        x[i] = ldexpf((float)(int64_t)(rnd() % 2000001) / 1e6f - 1.0f, (int)(rnd() % 24) - 12) *
+               scales[s];
+      ref->kv_quant[f][PE_F32](x, q, 512, scales[s]);
+      ref->kv_dequant[f][PE_F32](q, back, 512, scales[s]);
+      for (int i = 0; i < 512; i++) {
+        assert_int_equal(q[i], ref_encode(f, x[i] / scales[s]));
+        float want = (float)(code_value(f, q[i]) * (double)scales[s]); /* exact product, one rounding */
+        assert_int_equal(f32_bits(back[i]), f32_bits(want));
+      }
+    }
+}
+
+/* Block kinds: random magnitudes, all zero, +-amax ties (both signs of the
+ * maximum), halfway cases (amax 127: d = 1, values k + 0.5), tiny (d in f16
+ * subnormals or 0), huge (d overflows f16). */
+static void fill_q8_block(float *x, int kind) {
+  int e = (int)(rnd() % 40) - 20;
+  for (int j = 0; j < 32; j++) x[j] = ldexpf((float)((int64_t)(rnd() % 2000001) - 1000000) / 1e6f, e);
+  switch (kind) {
+    case 1: memset(x, 0, 32 * sizeof(float)); x[rnd() % 32] = -0.0f; break;
+    case 2: {
+      float a = ldexpf(1.0f + (float)(rnd() % 1000) / 1000.0f, e);
+      x[rnd() % 32] = a;
+      x[rnd() % 32] = -a;
+      break;
+    }
+    case 3:
+      for (int j = 0; j < 32; j++) x[j] = (float)((int)(rnd() % 254) - 127) + 0.5f;
+      x[rnd() % 32] = 127.0f;
+      x[rnd() % 32] = -126.5f;
+      break;
+    case 4:
+      for (int j = 0; j < 32; j++) x[j] = ldexpf(x[j], -20 - (int)(rnd() % 4));
+      break;
+    case 5:
+      for (int j = 0; j < 32; j++) x[j] = x[j] * 1e7f;
+      x[3] = 9e6f;
+      break;
+    default: break;
+  }
+}
+
+static void test_q8_0_ggml(void **state) {
+  (void)state;
+  enum { K = 32 * 16 };
+  float x[K], got[K], want[K];
+  uint8_t q[K / 32 * 34], g[K / 32 * 34];
+  for (int it = 0; it < 2000; it++) {
+    for (int b = 0; b < K / 32; b++) fill_q8_block(x + 32 * b, (int)(rnd() % 6));
+    ref->kv_quant[Q8_0][PE_F32](x, q, K, 0.0f);
+    ggml_quantize_row_q8_0_ref(x, g, K);
+    if (memcmp(q, g, sizeof q)) {
+      for (size_t i = 0; i < sizeof q; i++)
+        if (q[i] != g[i]) fail_msg("iteration %d: byte %zu (block %zu) 0x%02x, ggml 0x%02x", it, i, i / 34, q[i], g[i]);
+    }
+    ref->kv_dequant[Q8_0][PE_F32](q, got, K, 0.0f);
+    ggml_dequantize_row_q8_0(g, want, K);
+    assert_memory_equal(got, want, sizeof got);
+  }
+  /* the stated ties: amax 127 -> d = 1, 2.5 -> 3, -3.5 -> -4, -127 -> -127 */
+  for (int j = 0; j < 32; j++) x[j] = 0.0f;
+  x[0] = 127.0f, x[1] = 2.5f, x[2] = -3.5f, x[3] = -127.0f, x[4] = 0.5f, x[5] = -0.5f;
+  ref->kv_quant[Q8_0][PE_F32](x, q, 32, 0.0f);
+  assert_int_equal(q[0] | q[1] << 8, 0x3c00); /* f16 1.0 */
+  assert_int_equal((int8_t)q[2], 127);
+  assert_int_equal((int8_t)q[3], 3);
+  assert_int_equal((int8_t)q[4], -4);
+  assert_int_equal((int8_t)q[5], -127);
+  assert_int_equal((int8_t)q[6], 1);
+  assert_int_equal((int8_t)q[7], -1);
+  /* an all-zero block: d 0, qs 0 */
+  memset(x, 0, 32 * sizeof(float));
+  ref->kv_quant[Q8_0][PE_F32](x, q, 32, 0.0f);
+  for (int i = 0; i < 34; i++) assert_int_equal(q[i], 0);
+}
+
+/* What the header defines where ggml's C is not defined: a block with a NaN
+ * or an Inf is d = 0x7e00 (f16 NaN), qs 0; a non-finite x*id (1/d
+ * overflowing for amax below 127 * 2^-128) gives qs 0. */
+static void test_q8_0_nonfinite(void **state) {
+  (void)state;
+  float x[32];
+  uint8_t q[34];
+  float specials[] = {NAN, -NAN, INFINITY, -INFINITY};
+  for (int s = 0; s < 4; s++) {
+    for (int j = 0; j < 32; j++) x[j] = (float)j - 16.0f;
+    x[(s * 7) % 32] = specials[s];
+    ref->kv_quant[Q8_0][PE_F32](x, q, 32, 0.0f);
+    assert_int_equal(q[0] | q[1] << 8, 0x7e00);
+    for (int j = 0; j < 32; j++) assert_int_equal(q[2 + j], 0);
+  }
+  /* amax = 2^-140: d = 2^-140/127 > 0, 1/d = Inf: qs 0, d f16 0 */
+  for (int j = 0; j < 32; j++) x[j] = 0x1p-140f * (float)(j % 3);
+  x[5] = 0x1p-140f;
+  ref->kv_quant[Q8_0][PE_F32](x, q, 32, 0.0f);
+  for (int i = 0; i < 34; i++) assert_int_equal(q[i], 0);
+}
+
+/* ---- every ISA vs scalar ---- */
+
+enum { ISA_AVX2, ISA_AVX512, ISA_NEON, N_ISA };
+static const char *const isa_names[N_ISA] = {"avx2", "avx512", "neon"};
+
+static const pe_isa *isa_or_skip(int which) {
+  const pe_isa *isa = NULL;
+  unsigned need = 0;
+#if defined(PE_HAVE_AVX2)
+  if (which == ISA_AVX2) isa = &pe__isa_avx2, need = PE_CPU_AVX2;
+#endif
+#if defined(PE_HAVE_AVX512)
+  if (which == ISA_AVX512) isa = &pe__isa_avx512, need = PE_CPU_AVX512;
+#endif
+#if defined(PE_HAVE_NEON)
+  if (which == ISA_NEON) isa = &pe__isa_neon, need = PE_CPU_NEON;
+#endif
+  if (!isa) {
+    printf("# %s: not compiled into this build: skipped\n", isa_names[which]);
+    skip();
+  }
+  if ((pe__cpu_features() & need) != need) {
+    printf("# %s: this CPU cannot run it: skipped\n", isa_names[which]);
+    skip();
+  }
+  assert_string_equal(isa->name, isa_names[which]);
+  return isa;
+}
+
+/* float32 patterns: every class, mostly values an fp8 can hold. */
+static uint32_t gen_f32(void) {
+  static const uint32_t special[] = {0x00000000u, 0x80000000u, 0x7f800000u, 0xff800000u,
+                                     0x7fc00000u, 0xffc12345u, 0x7f800001u, 0x00000001u,
+                                     0x807fffffu, 0x43e00000u, 0x43e80000u, 0x43f00000u,
+                                     0x47600000u, 0x47700000u, 0x3b000000u, 0x37800000u};
+  uint32_t r = (uint32_t)rnd();
+  switch (rnd() % 8) {
+    case 0: return r;
+    case 1: return special[rnd() % (sizeof special / sizeof special[0])];
+    case 2: return r & 0x807fffffu;
+    default: return (r & 0x807fffffu) | ((100u + (uint32_t)(rnd() % 48)) << 23);
+  }
+}
+static size_t esz(int dt) { return dt == PE_F32 ? 4 : 2; }
+
+static void fill_dt(void *p, int dt, int64_t n, int finite_blocks) {
+  for (int64_t i = 0; i < n; i++) {
+    uint32_t u = gen_f32();
+    if (finite_blocks) u = (u & 0x807fffffu) | ((110u + (uint32_t)(rnd() % 30)) << 23);
+    if (dt == PE_F32) {
+      memcpy((char *)p + 4 * i, &u, 4);
+    } else {
+      uint16_t h = dt == PE_F16 ? (uint16_t)(((u >> 16) & 0x8000u) | (rnd() & 0x7fffu))
+                                : (uint16_t)(u >> 16);
+      memcpy((char *)p + 2 * i, &h, 2);
+    }
+  }
+}
+
+static void check_isa(int which) {
+  const pe_isa *isa = isa_or_skip(which);
+  enum { MAXN = 32 * 12, G = 64 };
+  static uint8_t src[MAXN * 4 + G], a[MAXN * 4 + G], b[MAXN * 4 + G];
+  const float scales[] = {1.0f, 0.0173f, 3.5f, 0x1p-12f};
+  for (int f = E4M3; f <= Q8_0; f++)
+    for (int dt = PE_F32; dt <= PE_BF16; dt++)
+      for (int it = 0; it < 400; it++) {
+        int64_t n = f == Q8_0 ? 32 * (1 + (int64_t)(rnd() % 12)) : 1 + (int64_t)(rnd() % MAXN);
+        float sc = scales[rnd() % 4];
+        int off = (int)(rnd() % 4); /* unaligned starts */
+        fill_dt(src + 4 * off, dt, n, f == Q8_0 && rnd() % 4 != 0);
+        /* quantize */
+        int64_t qbytes = f == Q8_0 ? n / 32 * 34 : n;
+        memset(a, 0xa5, sizeof a);
+        memset(b, 0xa5, sizeof b);
+        ref->kv_quant[f][dt](src + 4 * off, a + off, n, sc);
+        isa->kv_quant[f][dt](src + 4 * off, b + off, n, sc);
+        if (memcmp(a, b, sizeof a)) {
+          for (int64_t i = 0; i < (int64_t)sizeof a; i++)
+            if (a[i] != b[i])
+              fail_msg("%s kv_quant[%d][%d] n %lld: byte %lld scalar 0x%02x, %s 0x%02x",
+                       isa->name, f, dt, (long long)n, (long long)(i - off), a[i], isa->name, b[i]);
+        }
+        for (int64_t i = qbytes + off; i < (int64_t)sizeof a; i++) assert_int_equal(b[i], 0xa5);
+        /* dequantize random bytes (every code, every block bit pattern) */
+        for (int64_t i = 0; i < qbytes; i++) src[off + i] = (uint8_t)rnd();
+        memset(a, 0x5a, sizeof a);
+        memset(b, 0x5a, sizeof b);
+        ref->kv_dequant[f][dt](src + off, a + 2 * off, n, sc);
+        isa->kv_dequant[f][dt](src + off, b + 2 * off, n, sc);
+        if (memcmp(a, b, sizeof a)) {
+          for (int64_t i = 0; i < (int64_t)sizeof a; i++)
+            if (a[i] != b[i])
+              fail_msg("%s kv_dequant[%d][%d] n %lld: byte %lld scalar 0x%02x, %s 0x%02x",
+                       isa->name, f, dt, (long long)n, (long long)(i - 2 * off), a[i],
+                       isa->name, b[i]);
+        }
+        for (int64_t i = n * (int64_t)esz(dt) + 2 * off; i < (int64_t)sizeof a; i++)
+          assert_int_equal(b[i], 0x5a);
+      }
+  /* Q8_0 blocks whose d is an f16 subnormal or 0, whose 1/d is huge or
+   * overflows (qs 0), and ties at +-amax */
+  {
+    static const float amaxes[] = {0x1p-140f, 0x1p-135f, 0x1p-128f, 0x1p-126f, 0x1p-20f, 1e-9f,
+                                   127.0f, 9e6f};
+    float x[32 * 8];
+    uint8_t qa[34 * 8], qv[34 * 8];
+    for (int r = 0; r < 50; r++) {
+      for (int k = 0; k < 8; k++) {
+        for (int j = 0; j < 32; j++)
+          x[32 * k + j] = amaxes[k] * (float)((int)(rnd() % 255) - 127) / 127.0f;
+        x[32 * k + (int)(rnd() % 32)] = amaxes[k];
+        x[32 * k + (int)(rnd() % 32)] = -amaxes[k];
+      }
+      ref->kv_quant[Q8_0][PE_F32](x, qa, 32 * 8, 0.0f);
+      isa->kv_quant[Q8_0][PE_F32](x, qv, 32 * 8, 0.0f);
+      assert_memory_equal(qa, qv, sizeof qa);
+    }
+  }
+  /* the FP8 float classes through the vector path too */
+  for (int f = E4M3; f <= E5M2; f++) {
+    enum { N = 6 * 4096 };
+    static float in[N];
+    static uint8_t qa[N], qb[N];
+    for (uint32_t hi = 0; hi < (1u << 20); hi += 4096) {
+      int n = 0;
+      for (uint32_t h = hi; h < hi + 4096; h++)
+        for (int l = 0; l < 6; l++) in[n++] = bits_f32((h << 12) | lows[l]);
+      ref->kv_quant[f][PE_F32](in, qa, n, 1.0f);
+      isa->kv_quant[f][PE_F32](in, qb, n, 1.0f);
+      assert_memory_equal(qa, qb, (size_t)n);
+    }
+  }
+}
+
+static void test_isa_avx2(void **s) { (void)s; check_isa(ISA_AVX2); }
+static void test_isa_avx512(void **s) { (void)s; check_isa(ISA_AVX512); }
+static void test_isa_neon(void **s) { (void)s; check_isa(ISA_NEON); }
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_fp8_every_code),   cmocka_unit_test(test_fp8_float_classes),
+      cmocka_unit_test(test_fp8_scale),        cmocka_unit_test(test_q8_0_ggml),
+      cmocka_unit_test(test_q8_0_nonfinite),   cmocka_unit_test(test_isa_avx2),
+      cmocka_unit_test(test_isa_avx512),       cmocka_unit_test(test_isa_neon),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
