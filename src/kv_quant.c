@@ -140,93 +140,114 @@ static pe_status copy_kv(const char *fn, const pe_kv_cache *user, pe_kv_cache *k
 /* ---- pe_kv_read ---- */
 
 /* One cache of the descriptor and its output, validated. */
-static pe_status check_read(const char *fn, const char *which, const pe_tensor *cache,
-                            uint32_t quant, const pe_tensor *out) {
-  char cn[16], on[16];
+/* The cache tensor and the tensor t its rows go to (pe_kv_read: t written)
+ * or come from (pe_kv_write: t read). */
+static pe_status check_rows(const char *fn, const char *which, const pe_tensor *cache,
+                            uint32_t quant, const pe_tensor *t, int write) {
+  char cn[16], tn[16];
   snprintf(cn, sizeof cn, "kv_cache->%s", which);
-  snprintf(on, sizeof on, "%s_out", which);
+  snprintf(tn, sizeof tn, write ? "%s_in" : "%s_out", which);
   pe_status st;
-  if (!cache) return pe__fail(PE_ERR_NULL_POINTER, "%s: %s is NULL but %s is given", fn, cn, on);
+  if (!cache) return pe__fail(PE_ERR_NULL_POINTER, "%s: %s is NULL but %s is given", fn, cn, tn);
   if ((st = pe__kv_check_tensor(fn, cn, cache, quant, -1)) != PE_OK) return st;
-  if ((st = pe__check_tensor(fn, on, out, 1)) != PE_OK) return st;
-  if (out->shape[1] != cache->shape[1] || out->shape[3] != cache->shape[3])
+  if ((st = pe__check_tensor(fn, tn, t, !write)) != PE_OK) return st;
+  if (t->shape[1] != cache->shape[1] || t->shape[3] != cache->shape[3])
     return pe__fail(PE_ERR_SHAPE,
                     "%s: %s [heads %" PRId64 ", dim %" PRId64 "] must match %s's [%" PRId64
                     ", %" PRId64 "]",
-                    fn, on, out->shape[1], out->shape[3], cn, cache->shape[1], cache->shape[3]);
-  if (pe__kv_overlap(out, 0, cache, quant))
-    return pe__fail(PE_ERR_SHAPE, "%s: %s and %s overlap in memory", fn, on, cn);
+                    fn, tn, t->shape[1], t->shape[3], cn, cache->shape[1], cache->shape[3]);
+  if (pe__kv_overlap(t, 0, cache, quant))
+    return pe__fail(PE_ERR_SHAPE, "%s: %s and %s overlap in memory", fn, tn, cn);
   return PE_OK;
 }
 
-static void read_rows(const pe_tensor *cache, uint32_t quant, float scale, const pe_tensor *out,
-                      const int64_t *slots) {
+/* Rows of t ([batch, heads, tokens, dim], any dtype) from (write 0) or to
+ * (write 1) the cache rows at slots, dequantized/quantized or converted. */
+static void move_rows(const pe_tensor *cache, uint32_t quant, float scale, const pe_tensor *t,
+                      const int64_t *slots, int write) {
   const pe_isa *isa = pe__isa();
   int64_t ces = quant ? 1 : (int64_t)pe__dtype_size(cache->dtype);
-  int64_t oes = (int64_t)pe__dtype_size(out->dtype), bs = cache->shape[2], dim = out->shape[3];
-  int64_t batch = out->shape[0], tokens = out->shape[2];
+  int64_t tes = (int64_t)pe__dtype_size(t->dtype), bs = cache->shape[2], dim = t->shape[3];
+  int64_t batch = t->shape[0], tokens = t->shape[2];
   for (int64_t b = 0; b < batch; b++)
-    for (int64_t t = 0; t < tokens; t++) {
-      int64_t s = slots[b * tokens + t];
+    for (int64_t tk = 0; tk < tokens; tk++) {
+      int64_t s = slots[b * tokens + tk];
       if (s < 0) continue;
-      const char *crow = (const char *)cache->data +
-                         ((s / bs) * pe__stride(cache, 0) + (s % bs) * pe__stride(cache, 2)) * ces;
-      char *orow = (char *)out->data + (b * pe__stride(out, 0) + t * pe__stride(out, 2)) * oes;
-      for (int64_t h = 0; h < out->shape[1]; h++) {
-        const char *src = crow + h * pe__stride(cache, 1) * ces;
-        char *dst = orow + h * pe__stride(out, 1) * oes;
-        if (quant)
-          isa->kv_dequant[quant - 1][out->dtype](src, dst, dim, scale);
+      char *crow = (char *)cache->data +
+                   ((s / bs) * pe__stride(cache, 0) + (s % bs) * pe__stride(cache, 2)) * ces;
+      char *trow = (char *)t->data + (b * pe__stride(t, 0) + tk * pe__stride(t, 2)) * tes;
+      for (int64_t h = 0; h < t->shape[1]; h++) {
+        char *c = crow + h * pe__stride(cache, 1) * ces, *r = trow + h * pe__stride(t, 1) * tes;
+        if (write && quant)
+          isa->kv_quant[quant - 1][t->dtype](r, c, dim, scale);
+        else if (write)
+          isa->convert[t->dtype][cache->dtype](r, c, dim);
+        else if (quant)
+          isa->kv_dequant[quant - 1][t->dtype](c, r, dim, scale);
         else
-          isa->convert[cache->dtype][out->dtype](src, dst, dim);
+          isa->convert[cache->dtype][t->dtype](c, r, dim);
       }
     }
 }
 
-PE_API pe_status pe_kv_read(const pe_kv_cache *kv_cache, const pe_tensor *k_out,
-                            const pe_tensor *v_out, const int64_t *slot_mapping) {
-  static const char fn[] = "pe_kv_read";
+/* pe_kv_read (write 0) and pe_kv_write (write 1): kt/vt are the rows read
+ * out of the cache, or written into it. */
+static pe_status kv_move(const char *fn, const pe_kv_cache *kv_cache, const pe_tensor *kt,
+                         const pe_tensor *vt, const int64_t *slot_mapping, int write) {
   pe_kv_cache kv;
   pe_status st = copy_kv(fn, kv_cache, &kv);
   if (st != PE_OK) return st;
-  if (!k_out && !v_out) return pe__fail(PE_ERR_NULL_POINTER, "%s: k_out and v_out are both NULL", fn);
+  const char *io = write ? "in" : "out";
+  if (!kt && !vt) return pe__fail(PE_ERR_NULL_POINTER, "%s: k_%s and v_%s are both NULL", fn, io, io);
   float ks = 1.0f, vs = 1.0f;
-  if (k_out) {
+  if (kt) {
     if ((st = pe__kv_format(fn, "k", kv.k_quant, kv.k_scale, &ks)) != PE_OK) return st;
-    if ((st = check_read(fn, "k", kv.k, kv.k_quant, k_out)) != PE_OK) return st;
+    if ((st = check_rows(fn, "k", kv.k, kv.k_quant, kt, write)) != PE_OK) return st;
   }
-  if (v_out) {
+  if (vt) {
     if ((st = pe__kv_format(fn, "v", kv.v_quant, kv.v_scale, &vs)) != PE_OK) return st;
-    if ((st = check_read(fn, "v", kv.v, kv.v_quant, v_out)) != PE_OK) return st;
+    if ((st = check_rows(fn, "v", kv.v, kv.v_quant, vt, write)) != PE_OK) return st;
   }
-  if (k_out && v_out) {
-    if (k_out->shape[0] != v_out->shape[0] || k_out->shape[2] != v_out->shape[2])
+  if (kt && vt) {
+    if (kt->shape[0] != vt->shape[0] || kt->shape[2] != vt->shape[2])
       return pe__fail(PE_ERR_SHAPE,
-                      "%s: k_out [batch %" PRId64 ", tokens %" PRId64 "] and v_out [batch %" PRId64
+                      "%s: k_%s [batch %" PRId64 ", tokens %" PRId64 "] and v_%s [batch %" PRId64
                       ", tokens %" PRId64 "] must match",
-                      fn, k_out->shape[0], k_out->shape[2], v_out->shape[0], v_out->shape[2]);
-    if (pe__tensors_overlap(k_out, v_out))
+                      fn, io, kt->shape[0], kt->shape[2], io, vt->shape[0], vt->shape[2]);
+    if (!write && pe__tensors_overlap(kt, vt))
       return pe__fail(PE_ERR_SHAPE, "%s: k_out and v_out overlap in memory", fn);
     if (kv.k->shape[0] != kv.v->shape[0] || kv.k->shape[2] != kv.v->shape[2])
       return pe__fail(PE_ERR_SHAPE,
                       "%s: kv_cache->k and ->v differ in num_blocks or block_size", fn);
-    if (pe__kv_overlap(k_out, 0, kv.v, kv.v_quant) || pe__kv_overlap(v_out, 0, kv.k, kv.k_quant))
-      return pe__fail(PE_ERR_SHAPE, "%s: an output overlaps the other cache tensor", fn);
+    if (write && pe__kv_overlap(kv.k, kv.k_quant, kv.v, kv.v_quant))
+      return pe__fail(PE_ERR_SHAPE, "%s: kv_cache->k and ->v overlap in memory", fn);
+    if (pe__kv_overlap(kt, 0, kv.v, kv.v_quant) || pe__kv_overlap(vt, 0, kv.k, kv.k_quant))
+      return pe__fail(PE_ERR_SHAPE, "%s: an %s overlaps the other cache tensor", fn,
+                      write ? "input" : "output");
   }
-  const pe_tensor *any = k_out ? k_out : v_out;
-  const pe_tensor *cache = k_out ? kv.k : kv.v;
+  const pe_tensor *any = kt ? kt : vt;
+  const pe_tensor *cache = kt ? kv.k : kv.v;
   if (pe__tensor_empty(any)) return PE_OK;
-  if (!slot_mapping) return pe__fail(PE_ERR_NULL_POINTER, "%s: slot_mapping is NULL", fn);
   int64_t batch = any->shape[0], tokens = any->shape[2], n_slots = cache->shape[0] * cache->shape[2];
-  for (int64_t u = 0; u < batch * tokens; u++)
-    if (slot_mapping[u] < -1 || slot_mapping[u] >= n_slots)
-      return pe__fail(PE_ERR_INVALID_ARGUMENT,
-                      "%s: slot_mapping %" PRId64 " at [batch %" PRId64 ", token %" PRId64
-                      "] is outside [-1, %" PRId64 ") (num_blocks * block_size)",
-                      fn, slot_mapping[u], u / tokens, u % tokens, n_slots);
-  if (k_out) read_rows(kv.k, kv.k_quant, ks, k_out, slot_mapping);
-  if (v_out) read_rows(kv.v, kv.v_quant, vs, v_out, slot_mapping);
+  if (write) { /* a slot written twice would depend on the order of writes */
+    if ((st = pe__rope_check_slots(fn, slot_mapping, batch, tokens, n_slots)) != PE_OK) return st;
+  } else {
+    if (!slot_mapping) return pe__fail(PE_ERR_NULL_POINTER, "%s: slot_mapping is NULL", fn);
+    for (int64_t u = 0; u < batch * tokens; u++)
+      if (slot_mapping[u] < -1 || slot_mapping[u] >= n_slots)
+        return pe__fail(PE_ERR_INVALID_ARGUMENT,
+                        "%s: slot_mapping %" PRId64 " at [batch %" PRId64 ", token %" PRId64
+                        "] is outside [-1, %" PRId64 ") (num_blocks * block_size)",
+                        fn, slot_mapping[u], u / tokens, u % tokens, n_slots);
+  }
+  if (kt) move_rows(kv.k, kv.k_quant, ks, kt, slot_mapping, write);
+  if (vt) move_rows(kv.v, kv.v_quant, vs, vt, slot_mapping, write);
   return PE_OK;
+}
+
+PE_API pe_status pe_kv_read(const pe_kv_cache *kv_cache, const pe_tensor *k_out,
+                            const pe_tensor *v_out, const int64_t *slot_mapping) {
+  return kv_move("pe_kv_read", kv_cache, k_out, v_out, slot_mapping, 0);
 }
 
 /* ---- position operations on a cache: pe_rope_shift_k_cache, pe_rope_rerotate_k_cache ---- */
@@ -320,85 +341,8 @@ PE_API pe_status pe_rope_rerotate_k_cache(const pe_rope_cache *from, const pe_ro
 
 /* ---- pe_kv_write ---- */
 
-static pe_status check_write(const char *fn, const char *which, const pe_tensor *cache,
-                             uint32_t quant, const pe_tensor *in) {
-  char cn[16], inn[16];
-  snprintf(cn, sizeof cn, "kv_cache->%s", which);
-  snprintf(inn, sizeof inn, "%s_in", which);
-  pe_status st;
-  if (!cache) return pe__fail(PE_ERR_NULL_POINTER, "%s: %s is NULL but %s is given", fn, cn, inn);
-  if ((st = pe__kv_check_tensor(fn, cn, cache, quant, -1)) != PE_OK) return st;
-  if ((st = pe__check_tensor(fn, inn, in, 0)) != PE_OK) return st;
-  if (in->shape[1] != cache->shape[1] || in->shape[3] != cache->shape[3])
-    return pe__fail(PE_ERR_SHAPE,
-                    "%s: %s [heads %" PRId64 ", dim %" PRId64 "] must match %s's [%" PRId64
-                    ", %" PRId64 "]",
-                    fn, inn, in->shape[1], in->shape[3], cn, cache->shape[1], cache->shape[3]);
-  if (pe__kv_overlap(in, 0, cache, quant))
-    return pe__fail(PE_ERR_SHAPE, "%s: %s and %s overlap in memory", fn, inn, cn);
-  return PE_OK;
-}
-
-static void write_rows(const pe_tensor *cache, uint32_t quant, float scale, const pe_tensor *in,
-                       const int64_t *slots) {
-  const pe_isa *isa = pe__isa();
-  int64_t ces = quant ? 1 : (int64_t)pe__dtype_size(cache->dtype);
-  int64_t ies = (int64_t)pe__dtype_size(in->dtype), bs = cache->shape[2], dim = in->shape[3];
-  int64_t batch = in->shape[0], tokens = in->shape[2];
-  for (int64_t b = 0; b < batch; b++)
-    for (int64_t t = 0; t < tokens; t++) {
-      int64_t s = slots[b * tokens + t];
-      if (s < 0) continue;
-      char *crow = (char *)cache->data +
-                   ((s / bs) * pe__stride(cache, 0) + (s % bs) * pe__stride(cache, 2)) * ces;
-      const char *irow = (const char *)in->data + (b * pe__stride(in, 0) + t * pe__stride(in, 2)) * ies;
-      for (int64_t h = 0; h < in->shape[1]; h++) {
-        const char *src = irow + h * pe__stride(in, 1) * ies;
-        char *dst = crow + h * pe__stride(cache, 1) * ces;
-        if (quant)
-          isa->kv_quant[quant - 1][in->dtype](src, dst, dim, scale);
-        else
-          isa->convert[in->dtype][cache->dtype](src, dst, dim);
-      }
-    }
-}
 
 PE_API pe_status pe_kv_write(const pe_kv_cache *kv_cache, const pe_tensor *k_in,
                              const pe_tensor *v_in, const int64_t *slot_mapping) {
-  static const char fn[] = "pe_kv_write";
-  pe_kv_cache kv;
-  pe_status st = copy_kv(fn, kv_cache, &kv);
-  if (st != PE_OK) return st;
-  if (!k_in && !v_in) return pe__fail(PE_ERR_NULL_POINTER, "%s: k_in and v_in are both NULL", fn);
-  float ks = 1.0f, vs = 1.0f;
-  if (k_in) {
-    if ((st = pe__kv_format(fn, "k", kv.k_quant, kv.k_scale, &ks)) != PE_OK) return st;
-    if ((st = check_write(fn, "k", kv.k, kv.k_quant, k_in)) != PE_OK) return st;
-  }
-  if (v_in) {
-    if ((st = pe__kv_format(fn, "v", kv.v_quant, kv.v_scale, &vs)) != PE_OK) return st;
-    if ((st = check_write(fn, "v", kv.v, kv.v_quant, v_in)) != PE_OK) return st;
-  }
-  if (k_in && v_in) {
-    if (k_in->shape[0] != v_in->shape[0] || k_in->shape[2] != v_in->shape[2])
-      return pe__fail(PE_ERR_SHAPE,
-                      "%s: k_in [batch %" PRId64 ", tokens %" PRId64 "] and v_in [batch %" PRId64
-                      ", tokens %" PRId64 "] must match",
-                      fn, k_in->shape[0], k_in->shape[2], v_in->shape[0], v_in->shape[2]);
-    if (kv.k->shape[0] != kv.v->shape[0] || kv.k->shape[2] != kv.v->shape[2])
-      return pe__fail(PE_ERR_SHAPE, "%s: kv_cache->k and ->v differ in num_blocks or block_size", fn);
-    if (pe__kv_overlap(kv.k, kv.k_quant, kv.v, kv.v_quant))
-      return pe__fail(PE_ERR_SHAPE, "%s: kv_cache->k and ->v overlap in memory", fn);
-    if (pe__kv_overlap(k_in, 0, kv.v, kv.v_quant) || pe__kv_overlap(v_in, 0, kv.k, kv.k_quant))
-      return pe__fail(PE_ERR_SHAPE, "%s: an input overlaps the other cache tensor", fn);
-  }
-  const pe_tensor *any = k_in ? k_in : v_in;
-  const pe_tensor *cache = k_in ? kv.k : kv.v;
-  if (pe__tensor_empty(any)) return PE_OK;
-  if ((st = pe__rope_check_slots(fn, slot_mapping, any->shape[0], any->shape[2],
-                                 cache->shape[0] * cache->shape[2])) != PE_OK)
-    return st;
-  if (k_in) write_rows(kv.k, kv.k_quant, ks, k_in, slot_mapping);
-  if (v_in) write_rows(kv.v, kv.v_quant, vs, v_in, slot_mapping);
-  return PE_OK;
+  return kv_move("pe_kv_write", kv_cache, k_in, v_in, slot_mapping, 1);
 }
