@@ -56,8 +56,12 @@ PE_API pe_status pe_apply_rope_qk_multi(const pe_rope_cache *const *caches, int3
   for (int32_t i = 0; i < n_caches; i++) {
     char what[32];
     if (!caches[i]) return pe__fail(PE_ERR_NULL_POINTER, "%s: caches[%d] is NULL", fn, (int)i);
+    const pe_rope_cache *a = caches[0], *b = caches[i];
+    if (a->p.head_dim == b->p.head_dim && a->p.rotary_dim == b->p.rotary_dim &&
+        a->p.style == b->p.style)
+      continue; /* the common case: no message to format */
     snprintf(what, sizeof what, "caches[%d]", (int)i);
-    if ((st = pe__rope_check_same_geometry(fn, what, caches[0], caches[i])) != PE_OK) return st;
+    if ((st = pe__rope_check_same_geometry(fn, what, a, b)) != PE_OK) return st;
   }
   return apply_rope(fn, caches, n_caches, cache_index, q, k, positions, flags, pool);
 }

@@ -134,6 +134,19 @@ static void block_rows(const pe__rope_plan *p, const pe_rope_cache *c, int64_t u
     return;
   }
   for (int64_t i = 0; i < n; i++) {
+    if (p->source == PE_SOURCE_AXES && c->table && !p->inverse) {
+      /* A token whose axes share one position (text in a multimodal
+       * sequence) is a plain table row: no gather. */
+      int64_t p0 = position(p, 0, u + i, t0 + i);
+      int same = 1;
+      for (int a = 1; a < p->n_axes && same; a++) same = position(p, a, u + i, t0 + i) == p0;
+      if (same) {
+        const float *r = c->table + p0 * 2 * (int64_t)p->half + i0;
+        cosp[i] = r;
+        sinp[i] = r + p->half;
+        continue;
+      }
+    }
     float *row = scratch + i * 2 * (int64_t)m;
     fill_row(p, c, u + i, t0 + i, i0, m, row);
     if (p->inverse)
