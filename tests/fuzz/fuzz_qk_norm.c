@@ -19,22 +19,6 @@ int LLVMFuzzerInitialize(int *argc, char ***argv) {
   return 0;
 }
 
-static pe_rope_cache *fz_cache(fz *f, int32_t *head_dim, int32_t *rotary_dim, int64_t *max_pos) {
-  fz_rope_arrays arr;
-  pe_rope_params *p = fz_rope_params(f, &arr, 1, 0);
-  pe_rope_cache *c = NULL;
-  if (p && pe_rope_cache_create(p, &c) == PE_OK) {
-    pe_rope_params got;
-    pe_rope_params_init(&got);
-    if (pe_rope_cache_params(c, &got) != PE_OK) fz_die(FN_ST, "pe_rope_cache_params failed on a cache");
-    *head_dim = got.head_dim;
-    *rotary_dim = got.rotary_dim;
-    *max_pos = got.max_positions;
-  }
-  fz_rope_arrays_free(&arr);
-  return c;
-}
-
 /* Mark rows of the slots used in cache view v (arena a) writable. */
 static void mark_slots(fz_arena *a, const pe_tensor *t, const int64_t *slots, int64_t n) {
   size_t es = fz_esize(t->dtype);
@@ -54,7 +38,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   pe_threadpool *pool = fz_choose(&f);
   int32_t hd = 0, rd = 0;
   int64_t maxp = 0;
-  pe_rope_cache *c = fz_cache(&f, &hd, &rd, &maxp);
+  pe_rope_cache *c = fz_cache(&f, FN_ST, &hd, &rd, &maxp);
   if (!c) return 0;
 
   /* mode 0: in place [q, k]; 1: store [q, k, k_cache]; 2: store [v, k, k_cache, v_cache] */

@@ -15,28 +15,12 @@ int LLVMFuzzerInitialize(int *argc, char ***argv) {
   return 0;
 }
 
-static pe_rope_cache *fz_cache(fz *f, int32_t *head_dim, int32_t *rotary_dim, int64_t *max_pos) {
-  fz_rope_arrays arr;
-  pe_rope_params *p = fz_rope_params(f, &arr, 1, 0);
-  pe_rope_cache *c = NULL;
-  if (p && pe_rope_cache_create(p, &c) == PE_OK) {
-    pe_rope_params got;
-    pe_rope_params_init(&got);
-    if (pe_rope_cache_params(c, &got) != PE_OK) fz_die(FN, "pe_rope_cache_params failed on a cache");
-    *head_dim = got.head_dim;
-    *rotary_dim = got.rotary_dim;
-    *max_pos = got.max_positions;
-  }
-  fz_rope_arrays_free(&arr);
-  return c;
-}
-
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   fz f = {data, size};
   pe_threadpool *pool = fz_choose(&f);
   int32_t hd = 0, rd = 0;
   int64_t maxp = 0;
-  pe_rope_cache *c = fz_cache(&f, &hd, &rd, &maxp);
+  pe_rope_cache *c = fz_cache(&f, FN, &hd, &rd, &maxp);
   if (!c) return 0;
 
   uint32_t which = fz_u8(&f) % 8;

@@ -139,4 +139,23 @@ static inline int fz_params_bad_tail(const pe_rope_params *p) {
   return 0;
 }
 
+/* A cache from fuzz bytes and its resolved geometry (NULL when the
+ * parameters are refused): the common start of the rotation targets. */
+static inline pe_rope_cache *fz_cache(fz *f, const char *fn, int32_t *head_dim, int32_t *rotary_dim,
+                                      int64_t *max_pos) {
+  fz_rope_arrays arr;
+  pe_rope_params *p = fz_rope_params(f, &arr, 1, 0);
+  pe_rope_cache *c = NULL;
+  if (p && pe_rope_cache_create(p, &c) == PE_OK) {
+    pe_rope_params got;
+    pe_rope_params_init(&got);
+    if (pe_rope_cache_params(c, &got) != PE_OK) fz_die(fn, "pe_rope_cache_params failed on a cache");
+    *head_dim = got.head_dim;
+    *rotary_dim = got.rotary_dim;
+    *max_pos = got.max_positions;
+  }
+  fz_rope_arrays_free(&arr);
+  return c;
+}
+
 #endif
