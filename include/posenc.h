@@ -33,7 +33,7 @@
  *   0..tokens-1 in every batch row. Negative positions are an error.
  * - Apply/add functions take a pe_threadpool *: NULL runs on the calling
  *   thread. They never allocate, lock or make system calls on their hot path.
- * - Stack: a call uses at most about 40 KiB of the calling thread's stack
+ * - Stack: a call uses at most about 48 KiB of the calling thread's stack
  *   whatever head_dim or d_model (rows too long for that are processed in
  *   chunks), so threads with small stacks (musl's 128 KiB default, 64 KiB
  *   tested) can call every function.

@@ -37,7 +37,8 @@ static pe_tensor weight_tensor(const float *w, int64_t n) {
  * is given), NULL otherwise; disjoint from every written tensor. */
 static pe_status check_weight(const char *fn, const char *name, const pe_qk_norm *n,
                               const float *w, const pe_tensor *t, int32_t hd,
-                              const pe_tensor *const *written, int n_written) {
+                              const pe_tensor *const *written, const uint32_t *quant,
+                              int n_written) {
   int weighted = n->kind == PE_QK_NORM_RMS || n->kind == PE_QK_NORM_RMS_UNIT_OFFSET;
   if (!weighted) {
     if (w)
@@ -56,7 +57,7 @@ static pe_status check_weight(const char *fn, const char *name, const pe_qk_norm
                     name, len);
   pe_tensor wt = weight_tensor(w, len);
   for (int i = 0; i < n_written; i++)
-    if (written[i] && pe__tensors_overlap(&wt, written[i]))
+    if (written[i] && pe__kv_overlap(&wt, 0, written[i], quant ? quant[i] : PE_KV_PLAIN))
       return pe__fail(PE_ERR_SHAPE, "%s: norm %s (%" PRId64 " floats at %p) overlaps a tensor the call writes",
                       fn, name, len, (const void *)w);
   return PE_OK;
@@ -65,7 +66,7 @@ static pe_status check_weight(const char *fn, const char *name, const pe_qk_norm
 /* The caller's norm (NULL: none), validated, into the plan's stage. */
 static pe_status read_norm(const char *fn, const pe_qk_norm *user, const pe_tensor *q,
                            const pe_tensor *k, int32_t hd, const pe_tensor *const *written,
-                           int n_written, pe__rope_plan *p) {
+                           const uint32_t *quant, int n_written, pe__rope_plan *p) {
   pe_qk_norm n;
   pe_qk_norm_init(&n);
   if (user) {
@@ -88,9 +89,9 @@ static pe_status read_norm(const char *fn, const pe_qk_norm *user, const pe_tens
     return pe__fail(PE_ERR_INVALID_ARGUMENT, "%s: norm eps %g must be finite and >= 0", fn,
                     (double)n.eps);
   pe_status st;
-  if ((st = check_weight(fn, "q_weight", &n, n.q_weight, q, hd, written, n_written)) != PE_OK)
+  if ((st = check_weight(fn, "q_weight", &n, n.q_weight, q, hd, written, quant, n_written)) != PE_OK)
     return st;
-  if ((st = check_weight(fn, "k_weight", &n, n.k_weight, k, hd, written, n_written)) != PE_OK)
+  if ((st = check_weight(fn, "k_weight", &n, n.k_weight, k, hd, written, quant, n_written)) != PE_OK)
     return st;
   /* isa.h's PE_NORM_* equal the kinds */
   p->norm_mode = (int32_t)n.kind;
@@ -116,7 +117,7 @@ PE_API pe_status pe_qk_norm_rope(const pe_rope_cache *c, const pe_qk_norm *norm,
   pe__rope_plan p;
   pe__rope_plan_init(&p, c, q, k, flags, PE_SOURCE_POSITIONS);
   const pe_tensor *written[2] = {q, k};
-  if ((st = read_norm(fn, norm, q, k, hd, written, 2, &p)) != PE_OK) return st;
+  if ((st = read_norm(fn, norm, q, k, hd, written, NULL, 2, &p)) != PE_OK) return st;
   const pe_rope_cache *const caches[1] = {c};
   if ((st = pe__rope_check_positions(fn, "", positions, p.batch, p.tokens, caches, NULL)) != PE_OK)
     return st;
@@ -215,7 +216,8 @@ pe_status pe__rope_store(const char *fn, const pe_rope_cache *c, const pe_qk_nor
   pe__rope_plan p;
   pe__rope_plan_init(&p, c, q, k, flags, PE_SOURCE_POSITIONS);
   const pe_tensor *written[3] = {q, k_cache, v_cache};
-  if ((st = read_norm(fn, norm, q, k, hd, written, 3, &p)) != PE_OK) return st;
+  const uint32_t written_quant[3] = {PE_KV_PLAIN, kq, vq}; /* quantized rows are bytes */
+  if ((st = read_norm(fn, norm, q, k, hd, written, written_quant, 3, &p)) != PE_OK) return st;
   int64_t batch = k->shape[0], tokens = k->shape[2];
   const pe_rope_cache *const caches[1] = {c};
   if ((st = pe__rope_check_positions(fn, "", positions, batch, tokens, caches, NULL)) != PE_OK)

@@ -633,6 +633,34 @@ static void run_everything(run *r) {
     memset(kc, 0, (size_t)4 * HK * 8 * D * 4);
     RUN_OK(r, pe_apply_rope_qk_store(fly, &tq, &tk, &tkc, slots, big, 0, pool));
     put(r, q, nq * 4), put(r, kc, (size_t)4 * HK * 8 * D * 4);
+    {
+      /* QK-norm + RoPE with k into a Q8_0 cache and v into an fp8 one: the
+       * quantizing sink's float row is the deepest stack use of all */
+      const size_t qrow = (size_t)D / 32 * 34, nslot = (size_t)4 * HK * 8;
+      unsigned char *kq = calloc(nslot, qrow), *vq = calloc(nslot, (size_t)D);
+      float *v = malloc(nk * 4), *w = malloc((size_t)D * 4);
+      if (kq && vq && v && w) {
+        for (int i = 0; i < D; i++) w[i] = 1.0f + (float)i / (float)D;
+        fill_f32(v, nk, 42), fill_f32(q, nq, 43), fill_f32(k, nk, 44);
+        pe_tensor tkq = {kq, PE_F32, {4, HK, 8, D},
+                         {(int64_t)(HK * 8 * qrow), (int64_t)(8 * qrow), (int64_t)qrow, 1}};
+        pe_tensor tvq = {vq, PE_F32, {4, HK, 8, D}, {HK * 8 * D, 8 * D, D, 1}};
+        pe_tensor tv = dense(v, B, HK, T, D);
+        static const float vscale = 0.05f;
+        pe_kv_cache kv;
+        pe_kv_cache_init(&kv);
+        kv.k = &tkq, kv.v = &tvq, kv.k_quant = PE_KV_Q8_0, kv.v_quant = PE_KV_FP8_E4M3;
+        kv.v_scale = &vscale;
+        pe_qk_norm nrm;
+        pe_qk_norm_init(&nrm);
+        nrm.kind = PE_QK_NORM_RMS, nrm.q_weight = w, nrm.k_weight = w;
+        RUN_OK(r, pe_qk_norm_rope_store(tab, &nrm, &tq, &tk, &tv, &kv, slots, pos, 0, pool));
+        put(r, q, nq * 4), put(r, kq, nslot * qrow), put(r, vq, nslot * (size_t)D);
+      } else if (!r->why[0]) {
+        snprintf(r->why, sizeof r->why, "malloc failed");
+      }
+      free(kq), free(vq), free(v), free(w);
+    }
     RUN_OK(r, pe_apply_mrope_qk(tab, &tq, &tk, mpos, sec, 0, pool));
     RUN_OK(r, pe_apply_mrope_qk(fly, &tq, &tk, mpos, sec, PE_ROPE_MROPE_INTERLEAVED, pool));
     put(r, q, nq * 4), put(r, k, nk * 4);
