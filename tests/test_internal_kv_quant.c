@@ -314,7 +314,8 @@ static void fill_dt(void *p, int dt, int64_t n, int finite_blocks) {
 static void check_isa(int which) {
   const pe_isa *isa = isa_or_skip(which);
   enum { MAXN = 32 * 12, G = 64 };
-  static uint8_t src[MAXN * 4 + G], a[MAXN * 4 + G], b[MAXN * 4 + G];
+  /* element-aligned: the kernels' float/half rows are (the API requires it) */
+  static _Alignas(64) uint8_t src[MAXN * 4 + G], a[MAXN * 4 + G], b[MAXN * 4 + G];
   const float scales[] = {1.0f, 0.0173f, 3.5f, 0x1p-12f};
   for (int f = E4M3; f <= Q8_0; f++)
     for (int dt = PE_F32; dt <= PE_BF16; dt++)
@@ -340,16 +341,17 @@ static void check_isa(int which) {
         for (int64_t i = 0; i < qbytes; i++) src[off + i] = (uint8_t)rnd();
         memset(a, 0x5a, sizeof a);
         memset(b, 0x5a, sizeof b);
-        ref->kv_dequant[f][dt](src + off, a + 2 * off, n, sc);
-        isa->kv_dequant[f][dt](src + off, b + 2 * off, n, sc);
+        const int64_t oo = off * (dt == PE_F32 ? 4 : 2); /* an element-aligned output start */
+        ref->kv_dequant[f][dt](src + off, a + oo, n, sc);
+        isa->kv_dequant[f][dt](src + off, b + oo, n, sc);
         if (memcmp(a, b, sizeof a)) {
           for (int64_t i = 0; i < (int64_t)sizeof a; i++)
             if (a[i] != b[i])
               fail_msg("%s kv_dequant[%d][%d] n %lld: byte %lld scalar 0x%02x, %s 0x%02x",
-                       isa->name, f, dt, (long long)n, (long long)(i - 2 * off), a[i],
+                       isa->name, f, dt, (long long)n, (long long)(i - oo), a[i],
                        isa->name, b[i]);
         }
-        for (int64_t i = n * (int64_t)esz(dt) + 2 * off; i < (int64_t)sizeof a; i++)
+        for (int64_t i = n * (int64_t)esz(dt) + oo; i < (int64_t)sizeof a; i++)
           assert_int_equal(b[i], 0x5a);
       }
   /* Q8_0 blocks whose d is an f16 subnormal or 0, whose 1/d is huge or
