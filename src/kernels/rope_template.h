@@ -11,14 +11,6 @@
 
 /* ---- cos/sin rows ---- */
 
-/* Units of VL frequencies whose cos/sin are computed side by side, at most
- * (vec_<isa>.h may set it, up to 8; AVX-512: 8, 32 registers). */
-#ifndef SINCOS_UNITS
-#define SINCOS_UNITS 4
-#endif
-
-#include "sincosf_template.h"
-
 /* The reduced angle of p*f (+ p*flo when lo, a constant), isa.h's
  * algorithm: scalar.c's reduce_one lane by lane. */
 PE_AI vd reduce_2pi(vd p, vd f, vd flo, int lo) {
@@ -32,81 +24,41 @@ PE_AI vd reduce_2pi(vd p, vd f, vd flo, int lo) {
   return vd_keep_reduced(r);
 }
 
-/* One step of N (a constant) units: unit i is the m frequencies from
- * freq[i] (+ freq_lo[i]) at position p[i] (m <= VL; lanes past m are
- * computed on zero angles and not stored), its cos stored to co[i] and its
- * sin to so[i]: the double reduction, SLEEF's float sincos of the rounded
- * angle, then the first-order fix for the rounding dr. */
-PE_AI void sincos_step(int N, const vd *p, const double *const *freq,
-                       const double *const *freq_lo, int lo, int32_t m, float scale,
-                       float *const *co, float *const *so) {
+/* cos/sin of p*(freq[0..m) + freq_lo[0..m)) (m <= VL; lanes past m are
+ * computed on zero angles and not stored): the double reduction, SLEEF's
+ * float sincos of the rounded angle, then the first-order fix for the
+ * rounding dr. */
+PE_AI void sincos_step(vd p, const double *freq, const double *freq_lo, int lo, int32_t m,
+                       float scale, float *cos_out, float *sin_out) {
   vd z = vd_set1(0.0);
-  vf rf[SINCOS_UNITS], dr[SINCOS_UNITS], sn[SINCOS_UNITS], cs[SINCOS_UNITS];
-  PE_EACH_(i) {
-    vd r0 = reduce_2pi(p[i], vd_loadn(freq[i], m), lo ? vd_loadn(freq_lo[i], m) : z, lo);
-    vd r1 = reduce_2pi(p[i], vd_loadn(freq[i] + VDL, m - VDL),
-                       lo ? vd_loadn(freq_lo[i] + VDL, m - VDL) : z, lo);
-    rf[i] = vf_from_vd2(r0, r1);
-    dr[i] = vf_from_vd2(vd_sub(r0, vd_widen_lo(rf[i])), vd_sub(r1, vd_widen_hi(rf[i])));
+  vd r0 = reduce_2pi(p, vd_loadn(freq, m), lo ? vd_loadn(freq_lo, m) : z, lo);
+  vd r1 = reduce_2pi(p, vd_loadn(freq + VDL, m - VDL),
+                     lo ? vd_loadn(freq_lo + VDL, m - VDL) : z, lo);
+  vf rf = vf_from_vd2(r0, r1);
+  vf dr = vf_from_vd2(vd_sub(r0, vd_widen_lo(rf)), vd_sub(r1, vd_widen_hi(rf)));
+  __typeof__(VEC_SINCOSF(rf)) sc = VEC_SINCOSF(rf); /* .x = sin, .y = cos */
+  vf cf = vf_fnma(sc.x, dr, sc.y);                    /* fmaf(-s, dr, c) */
+  vf sf = vf_fma(sc.y, dr, sc.x);                     /* fmaf(c, dr, s) */
+  if (scale != 1.0f) {
+    cf = vf_mul(cf, vf_set1(scale));
+    sf = vf_mul(sf, vf_set1(scale));
   }
-  vf_sincosf_u10(N, rf, sn, cs); /* SLEEF's sincosf u10, inlined: |rf| <= 8 */
-  PE_EACH_(i) {
-    vf cf = vf_fnma(sn[i], dr[i], cs[i]); /* fmaf(-s, dr, c) */
-    vf sf = vf_fma(cs[i], dr[i], sn[i]);  /* fmaf(c, dr, s) */
-    if (scale != 1.0f) {
-      cf = vf_mul(cf, vf_set1(scale));
-      sf = vf_mul(sf, vf_set1(scale));
-    }
-    vf_storen(co[i], m, cf);
-    vf_storen(so[i], m, sf);
-  }
-}
-
-/* The rows as units of VL frequencies (then the tails of m < VL, one per
- * row), G (a constant) at a time, then 4, 2, 1 for the rest: independent chains side by side for the
- * out-of-order core (one unit is ~100 operations, most of them in one
- * dependent chain: one at a time, the table build was latency-bound). A
- * unit's values depend only on its own positions and frequencies. */
-PE_AI void sincos_units(int lo, int64_t pos0, int64_t n, const double *freq,
-                        const double *freq_lo, int32_t n_freq, float scale, float *out,
-                        int32_t first, int32_t per_row, int32_t m, int G) {
-  const int64_t units = n * per_row;
-  int64_t r = 0;
-  int32_t c = 0; /* unit (r, c) covers frequencies first + c*VL .. + m */
-  vd p[SINCOS_UNITS];
-  const double *f[SINCOS_UNITS], *fl[SINCOS_UNITS];
-  float *co[SINCOS_UNITS], *so[SINCOS_UNITS];
-#define UNIT_(i)                                                                                 \
-  do {                                                                                           \
-    int32_t k = first + c * VL;                                                                  \
-    float *row = out + r * 2 * n_freq;                                                           \
-    p[i] = vd_set1((double)(pos0 + r));                                                          \
-    f[i] = freq + k;                                                                             \
-    fl[i] = lo ? freq_lo + k : NULL;                                                             \
-    co[i] = row + k;                                                                             \
-    so[i] = row + n_freq + k;                                                                    \
-    if (++c == per_row) c = 0, r++;                                                              \
-  } while (0)
-#define GROUP_(N)                                                                                \
-  for (; u + (N) <= units; u += (N)) {                                                           \
-    for (int i = 0; i < (N); i++) UNIT_(i);                                                      \
-    sincos_step((N), p, f, fl, lo, m, scale, co, so);                                            \
-  }
-  int64_t u = 0;
-  if (G > 4) GROUP_(G)
-  if (G >= 4) GROUP_(4) /* a decode row of 64 frequencies is 4 units of 16 */
-  GROUP_(2)
-  GROUP_(1)
-#undef GROUP_
-#undef UNIT_
+  vf_storen(cos_out, m, cf);
+  vf_storen(sin_out, m, sf);
 }
 
 PE_AI void sincos_rows(int lo, int64_t pos0, int64_t n, const double *freq,
                        const double *freq_lo, int32_t n_freq, float scale, float *out) {
-  int32_t full = n_freq / VL, tail = n_freq - full * VL;
-  if (full)
-    sincos_units(lo, pos0, n, freq, freq_lo, n_freq, scale, out, 0, full, VL, SINCOS_UNITS);
-  if (tail) sincos_units(lo, pos0, n, freq, freq_lo, n_freq, scale, out, full * VL, 1, tail, 2);
+  for (int64_t r = 0; r < n; r++) {
+    vd p = vd_set1((double)(pos0 + r));
+    float *row = out + r * 2 * n_freq;
+    int32_t i = 0;
+    for (; i + VL <= n_freq; i += VL)
+      sincos_step(p, freq + i, lo ? freq_lo + i : NULL, lo, VL, scale, row + i, row + n_freq + i);
+    if (i < n_freq)
+      sincos_step(p, freq + i, lo ? freq_lo + i : NULL, lo, n_freq - i, scale, row + i,
+                  row + n_freq + i);
+  }
 }
 
 static void FN(rope_sincos)(int64_t pos0, int64_t n, const double *freq, const double *freq_lo,

@@ -164,26 +164,4 @@ PE_AI uint32_t vb_hmax_u32(vbi v) {
 
 #include "vec_buffered.h"
 
-/* ---- SLEEF's float sincos inlined (sincosf_template.h) ---- */
-
-#define vf_sub _mm256_sub_ps
-#define vf_fms _mm256_fmsub_ps /* a*b - c, one rounding */
-PE_AI vf vf_rint(vf x) { return _mm256_round_ps(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC); }
-/* rx = -0 where d is -0; q = (int)u (an integer below 2^24: exact); sin =
- * q even ? rx : ry, cos the other; sin's sign flipped by bit 1 of q, cos's
- * by bit 1 of q + 1. */
-PE_AI void vf_sincosf_finish(vf d, vf u, vf rx, vf ry, vf *s, vf *c) {
-  const __m256i sign = _mm256_set1_epi32(INT32_MIN);
-  __m256i q = _mm256_cvtps_epi32(u);
-  __m256 nz = _mm256_castsi256_ps(_mm256_cmpeq_epi32(_mm256_castps_si256(d), sign));
-  rx = _mm256_blendv_ps(rx, _mm256_set1_ps(-0.0f), nz);
-  __m256 odd = _mm256_castsi256_ps(
-      _mm256_cmpeq_epi32(_mm256_and_si256(q, _mm256_set1_epi32(1)), _mm256_set1_epi32(1)));
-  __m256i sv = _mm256_castps_si256(_mm256_blendv_ps(rx, ry, odd));
-  __m256i cv = _mm256_castps_si256(_mm256_blendv_ps(ry, rx, odd));
-  __m256i q1 = _mm256_add_epi32(q, _mm256_set1_epi32(1));
-  *s = _mm256_castsi256_ps(_mm256_xor_si256(sv, _mm256_and_si256(_mm256_slli_epi32(q, 30), sign)));
-  *c = _mm256_castsi256_ps(_mm256_xor_si256(cv, _mm256_and_si256(_mm256_slli_epi32(q1, 30), sign)));
-}
-
 #endif

@@ -226,32 +226,4 @@ PE_AI void vb_store_u8(void *p, vbi v) { _mm_storeu_si128(p, _mm512_cvtepi32_epi
 PE_AI vbi vb_min_u32(vbi a, vbi b) { return _mm512_min_epu32(a, b); }
 PE_AI uint32_t vb_hmax_u32(vbi v) { return (uint32_t)_mm512_reduce_max_epu32(v); }
 
-/* ---- SLEEF's float sincos inlined (sincosf_template.h) ---- */
-
-#define vf_sub _mm512_sub_ps
-#define vf_fms _mm512_fmsub_ps /* a*b - c, one rounding */
-PE_AI vf vf_rint(vf x) {
-  return _mm512_roundscale_ps(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-}
-/* rx = -0 where d is -0; q = (int)u (an integer below 2^24: exact); sin =
- * q even ? rx : ry, cos the other; sin's sign flipped by bit 1 of q, cos's
- * by bit 1 of q + 1. */
-PE_AI void vf_sincosf_finish(vf d, vf u, vf rx, vf ry, vf *s, vf *c) {
-  const __m512i sign = _mm512_set1_epi32(INT32_MIN);
-  __m512i q = _mm512_cvtps_epi32(u);
-  rx = _mm512_mask_mov_ps(rx, _mm512_cmpeq_epi32_mask(_mm512_castps_si512(d), sign),
-                          _mm512_set1_ps(-0.0f));
-  __mmask16 even = _mm512_testn_epi32_mask(q, _mm512_set1_epi32(1));
-  __m512i sv = _mm512_castps_si512(_mm512_mask_blend_ps(even, ry, rx));
-  __m512i cv = _mm512_castps_si512(_mm512_mask_blend_ps(even, rx, ry));
-  __m512i q1 = _mm512_add_epi32(q, _mm512_set1_epi32(1));
-  *s = _mm512_castsi512_ps(_mm512_xor_si512(sv, _mm512_and_si512(_mm512_slli_epi32(q, 30), sign)));
-  *c = _mm512_castsi512_ps(_mm512_xor_si512(cv, _mm512_and_si512(_mm512_slli_epi32(q1, 30), sign)));
-}
-
-/* rope_template.h: 8 units of 16 frequencies side by side (measured on AMD
- * EPYC Zen 4, table build: 1.43 ns/pair one at a time, 1.09 with 4, 1.05
- * with 8). */
-#define SINCOS_UNITS 8
-
 #endif

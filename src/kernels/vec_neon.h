@@ -156,25 +156,4 @@ PE_AI void vb_store_u8(void *p, vbi v) {
 PE_AI vbi vb_min_u32(vbi a, vbi b) { return vminq_u32(a, b); }
 PE_AI uint32_t vb_hmax_u32(vbi v) { return vmaxvq_u32(v); }
 
-/* ---- SLEEF's float sincos inlined (sincosf_template.h) ---- */
-
-#define vf_sub vsubq_f32
-#define vf_fms(a, b, c) vfmaq_f32(vnegq_f32(c), a, b) /* fma(a, b, -c) */
-#define vf_rint vrndnq_f32
-/* rx = -0 where d is -0; q = (int)u (an integer below 2^24: exact); sin =
- * q even ? rx : ry, cos the other; sin's sign flipped by bit 1 of q, cos's
- * by bit 1 of q + 1. */
-PE_AI void vf_sincosf_finish(vf d, vf u, vf rx, vf ry, vf *s, vf *c) {
-  const uint32x4_t sign = vdupq_n_u32(0x80000000u);
-  int32x4_t q = vcvtq_s32_f32(u);
-  rx = vbslq_f32(vceqq_u32(vreinterpretq_u32_f32(d), sign), vdupq_n_f32(-0.0f), rx);
-  uint32x4_t odd = vtstq_s32(q, vdupq_n_s32(1));
-  uint32x4_t sv = vreinterpretq_u32_f32(vbslq_f32(odd, ry, rx));
-  uint32x4_t cv = vreinterpretq_u32_f32(vbslq_f32(odd, rx, ry));
-  uint32x4_t qs = vreinterpretq_u32_s32(vshlq_n_s32(q, 30));
-  uint32x4_t q1s = vreinterpretq_u32_s32(vshlq_n_s32(vaddq_s32(q, vdupq_n_s32(1)), 30));
-  *s = vreinterpretq_f32_u32(veorq_u32(sv, vandq_u32(qs, sign)));
-  *c = vreinterpretq_f32_u32(veorq_u32(cv, vandq_u32(q1s, sign)));
-}
-
 #endif
