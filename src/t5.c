@@ -93,6 +93,10 @@ typedef struct t5_job {
 /* Relative positions whose bucket is not the far one of their side, at most
  * (max_distance - 1 each way): the near window of t5_range_line. */
 #define T5_WIN 512
+/* Keys per add_row of t5_range_line: the far parts of its line are this long,
+ * so building a head's line costs ~2 * T5_PIECE + window stores (a decode
+ * row of 4096 keys is still cut in pieces, not copied into a line per head). */
+#define T5_PIECE 512
 
 /* The causal -inf past a row's n biased keys. */
 static void t5_mask_rest(const t5_job *j, char *row, int64_t n) {
@@ -111,8 +115,8 @@ static void t5_mask_rest(const t5_job *j, char *row, int64_t n) {
  * [B, H, Q, K]. The same biases as t5_range_runs, element for element. */
 static void t5_range_line(const t5_job *j, int64_t begin, int64_t end) {
   const int64_t W = j->g.max_distance - 1, wlen = 2 * W + 1;
-  const int64_t CH = j->k_len < T5_CHUNK ? j->k_len : T5_CHUNK;
-  float line[2 * T5_CHUNK + 2 * T5_WIN - 1];
+  const int64_t CH = j->k_len < T5_PIECE ? j->k_len : T5_PIECE;
+  float line[2 * T5_PIECE + 2 * T5_WIN - 1];
   int32_t wb[2 * T5_WIN - 1];
   for (int64_t r = 0; r < wlen; r++) wb[r] = t5_bucket(&j->g, r - W);
   const int32_t bneg = t5_bucket(&j->g, -W - 1), bpos = t5_bucket(&j->g, W + 1);
