@@ -215,6 +215,38 @@ static void test_rope_sincos(void **state) {
     free(freq);
     cases++;
   }
+  /* Tables (>= 8 rows) of ordinary frequencies and positions: the path
+   * that leaves out the range check it proves unneeded (|p*f| <= 2^40) */
+  for (int32_t c = 0; c < 120; c++) {
+    int32_t nf = 1 + (int32_t)rnd_below(80);
+    int64_t n = 8 + rnd_below(40);
+    static const int64_t starts[] = {0, 1, -7, 65535, -1000003, (int64_t)1 << 31};
+    int64_t pos0 = starts[rnd_below(sizeof starts / sizeof starts[0])];
+    double *freq = xmalloc((size_t)nf * sizeof(double)), *lo = NULL;
+    for (int32_t i = 0; i < nf; i++)
+      freq[i] = pow(500000.0, -(double)i / nf) * (rnd_below(2) ? 1.0 : -1.0) *
+                (1.0 + (double)rnd_below(100) / 1000.0);
+    if (c % 2) {
+      lo = xmalloc((size_t)nf * sizeof(double));
+      for (int32_t i = 0; i < nf; i++)
+        lo[i] = freq[i] * ldexp((double)rnd_below(2001) - 1000.0, -64);
+    }
+    float scale = c % 3 ? 1.0f : 0.70710678f;
+    size_t len = (size_t)(n * 2 * nf + 8);
+    float *a = xmalloc(len * sizeof(float)), *b = xmalloc(len * sizeof(float));
+    for (size_t i = 0; i < len; i++) a[i] = b[i] = bits_f32(0x7fa5a5a5u);
+    ref->rope_sincos(pos0, n, freq, lo, nf, scale, a);
+    isa->rope_sincos(pos0, n, freq, lo, nf, scale, b);
+    char what[112];
+    snprintf(what, sizeof what, "rope_sincos table n %lld n_freq %d pos0 %lld freq_lo %s",
+             (long long)n, (int)nf, (long long)pos0, lo ? "yes" : "NULL");
+    assert_same(a, b, len * sizeof(float), 4, what);
+    free(lo);
+    free(a);
+    free(b);
+    free(freq);
+    cases++;
+  }
   printf("# %s rope_sincos: %lld cases\n", isa->name, (long long)cases);
 }
 

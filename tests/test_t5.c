@@ -193,6 +193,12 @@ static void test_bias_long_rows(void **state) {
   const int64_t s[4] = {1, 2, 2, 5000};
   run_bias_case(PE_F32, s, dense, 0, -1, 0, 0, 1, 32, 128);
   run_bias_case(PE_BF16, s, dense, 0, -1, 1, 1, 0, 32, 128);
+  /* the widest near window of the per-head bias line (max_distance 512), and
+   * past it (the per-row runs): both directions, causal and not */
+  run_bias_case(PE_F32, s, dense, 0, -1, 0, 0, 1, 64, 512);
+  run_bias_case(PE_F16, s, dense, 0, -1, 1, 1, 0, 64, 512);
+  run_bias_case(PE_F32, s, dense, 0, -1, 1, 0, 1, 320, 3000);
+  run_bias_case(PE_BF16, s, dense, 0, -1, 0, 1, 0, 320, 3000);
 }
 
 static void test_bias_errors_change_nothing(void **state) {
