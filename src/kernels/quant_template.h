@@ -94,12 +94,14 @@ PE_AI void kvd_fp8_gen(int fmt, int dd, const void *src, void *dst, int64_t n, f
 
 enum { QV = PE_Q8_0_BLOCK / VL }; /* vectors per block */
 
-/* roundf(q) of lanes with |q| < 2^23 as int32: t = trunc(q) (exact through
- * int32), +-1 where |q - t| >= 0.5 (q - t is exact): half away from zero. */
+/* roundf(q) (half away from zero) of lanes with |q| < 2^22 as int32:
+ * trunc(q + copysign(0x1.fffffep-2f, q)), the largest float below 0.5. The
+ * add is exact or rounds only where it cannot move q across an integer
+ * (checked against roundf for every float32 of magnitude below 2^22), and
+ * the conversion truncates: one add, one or, one conversion per lane. */
 PE_AI qi q_roundf(qf q) {
-  qi t = __builtin_convertvector(q, qi);
-  qf f = q - __builtin_convertvector(t, qf);
-  return t - (qi)(f >= 0.5f) + (qi)(f <= -0.5f); /* masks are -1 */
+  qf h = (qf)(((qu)q & 0x80000000u) | 0x3effffffu);
+  return __builtin_convertvector(q + h, qi);
 }
 
 /* Blocks in groups of up to 8: every block's amax first, then their d and
