@@ -85,8 +85,10 @@ PE_AI vf vf_alibi_dist(int32_t q, int32_t j) {
  * Loads widen 16 lanes; the 16-bit stores narrow two vectors at once (a
  * pair's x and y, or a GPT-J row's two halves) into one register, written to
  * one address (vstw) or two (vst2). PE_BF16_CVT: bf16 rounded by
- * AVX512-BF16's vcvtne2ps2bf16 (avx512.c picks it when the CPU has it). */
+ * AVX512-BF16's vcvtne2ps2bf16 (avx512.c picks it for every kernel that
+ * writes bf16 when the CPU has it); PE_DT(dt) is the pe_dtype it stands for. */
 #define PE_BF16_CVT 3
+#define PE_DT(dt) ((pe_dtype)((dt) == PE_BF16_CVT ? PE_BF16 : (dt)))
 
 PE_AI __m256i ld16(const void *p, int32_t n) {
   return n >= VL ? _mm256_loadu_si256(p) : _mm256_maskz_loadu_epi16(mask_n(n), p);
@@ -128,16 +130,28 @@ PE_AI __m512i bf16_pack_int(vf a, vf b) {
   __m512i w = _mm512_packus_epi32(bf16_bits(a), bf16_bits(b));
   return _mm512_permutexvar_epi64(_mm512_setr_epi64(0, 2, 4, 6, 1, 3, 5, 7), w);
 }
-/* vcvtne2ps2bf16 rounds exactly as bf16_bits except that it reads subnormal
- * inputs as zero. Those are rare: lanes with a zero exponent and a non-zero
- * mantissa send the 32 values to the integer path. Not forced inline: it is
- * only reached from functions compiled for AVX512-BF16 (avx512.c). */
+/* vcvtne2ps2bf16 rounds exactly as bf16_bits (NaN: top half | 0x40) except
+ * that it reads subnormal inputs as zero. Those are rare: a subnormal comes
+ * out as a +-0 word, so only when some word is +-0 (one vptestnmw on the
+ * result) are the inputs classified (vfpclassps 0x20: denormal), and lanes
+ * with a subnormal send the 32 values to the integer path. Not forced
+ * inline: it is only reached from functions compiled for AVX512-BF16
+ * (avx512.c). */
 #define BF16_TARGET __attribute__((target("avx512bf16")))
 BF16_TARGET static inline __m512i bf16_pack_cvt(vf a, vf b) {
-  /* vfpclassps class 0x20: denormal */
-  __mmask16 sa = _mm512_fpclass_ps_mask(a, 0x20), sb = _mm512_fpclass_ps_mask(b, 0x20);
-  if (__builtin_expect((sa | sb) != 0, 0)) return bf16_pack_int(a, b);
-  return _mm512_castps_si512((__m512)_mm512_cvtne2ps_pbh(b, a)); /* b high, a low */
+  __m512i w = _mm512_castps_si512((__m512)_mm512_cvtne2ps_pbh(b, a)); /* b high, a low */
+  if (__builtin_expect(_mm512_testn_epi16_mask(w, _mm512_set1_epi16(0x7fff)) != 0, 0) &&
+      !_kortestz_mask16_u8(_mm512_fpclass_ps_mask(a, 0x20), _mm512_fpclass_ps_mask(b, 0x20)))
+    return bf16_pack_int(a, b);
+  return w;
+}
+/* One vector the same way (vcvtneps2bf16), 16 words. */
+BF16_TARGET static inline __m256i bf16_cvt1(vf a) {
+  __m256i w = (__m256i)_mm512_cvtneps_pbh(a);
+  if (__builtin_expect(_mm256_testn_epi16_mask(w, _mm256_set1_epi16(0x7fff)) != 0, 0) &&
+      _mm512_fpclass_ps_mask(a, 0x20) != 0)
+    return _mm512_cvtepi32_epi16(bf16_bits(a));
+  return w;
 }
 /* [a's 16 halves | b's 16 halves]; vcvtps2ph rounds to nearest even keeping
  * subnormals, NaN quieted with its top payload bits (convert.h). The rounding
@@ -186,8 +200,10 @@ PE_AI void vst(int dt, void *p, vf v) {
     _mm512_storeu_ps(p, v);
   else if (dt == PE_F16)
     _mm256_storeu_si256(p, _mm512_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
-  else
+  else if (dt == PE_BF16)
     _mm256_storeu_si256(p, _mm512_cvtepi32_epi16(bf16_bits(v)));
+  else
+    _mm256_storeu_si256(p, bf16_cvt1(v));
 }
 
 /* GPT-J's interleaved pairs: x = even lanes of v0 | v1, y = odd lanes. */
