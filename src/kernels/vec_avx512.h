@@ -235,6 +235,34 @@ PE_AI float vf_tree16(const vf *a) {
 /* VL bytes zero- / sign-extended to VL int32 lanes, and the low byte of each
  * lane (values in 0..255) stored as VL bytes. */
 typedef __m512i vbi;
+/* quant_common.h's pe_fp8_from_f32 of 16 lanes (fmt a constant), the codes in
+ * the low byte of each lane: the generic lane code of quant_template.h with
+ * the compares kept in opmasks (gcc widens each generic compare to a vector,
+ * vpmovm2d, and selects with two vpternlogd) and the sign or-ed by one
+ * vpternlogd: 16 operations instead of 22, 14 -> 11 cycles per 16 lanes
+ * with the divide on Zen 4. The bits are the generic code's for every
+ * float32 (checked over all 2^32). */
+#define VEC_FP8_ENCODE 1
+PE_AI vbi vb_fp8_encode(int fmt, vf y) {
+  __m512i u = _mm512_castps_si512(y);
+  __m512i a = _mm512_and_si512(u, _mm512_set1_epi32(0x7fffffff));
+  __mmask16 nan = _mm512_cmpgt_epu32_mask(a, _mm512_set1_epi32(0x7f800000));
+  a = _mm512_min_epu32(a, _mm512_set1_epi32((int)PE_FP8_MAXB(fmt)));
+  __mmask16 sub = _mm512_cmplt_epu32_mask(a, _mm512_set1_epi32((int)PE_FP8_MINNB(fmt)));
+  /* RNE on the bits: REBIAS has no bits below 2^23, so the kept lsb is a's */
+  __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(a, PE_FP8_SHIFT(fmt)), _mm512_set1_epi32(1));
+  __m512i r = _mm512_add_epi32(
+      _mm512_add_epi32(a, _mm512_set1_epi32((int)((1u << (PE_FP8_SHIFT(fmt) - 1)) - 1u -
+                                                  PE_FP8_REBIAS(fmt)))),
+      lsb);
+  __m512i m = _mm512_srli_epi32(r, PE_FP8_SHIFT(fmt));
+  __m512 magic = _mm512_set1_ps(PE_FP8_MAGIC(fmt)); /* subnormal: bits(|y| + MAGIC) - bits(MAGIC) */
+  m = _mm512_mask_sub_epi32(m, sub, _mm512_castps_si512(_mm512_add_ps(_mm512_castsi512_ps(a), magic)),
+                            _mm512_castps_si512(magic));
+  m = _mm512_mask_mov_epi32(m, nan, _mm512_set1_epi32((int)PE_FP8_NAN(fmt)));
+  return _mm512_ternarylogic_epi32(m, _mm512_srli_epi32(u, 24), _mm512_set1_epi32(0x80),
+                                   0xf8); /* m | ((u >> 24) & 0x80) */
+}
 PE_AI vbi vb_load_u8(const void *p) { return _mm512_cvtepu8_epi32(_mm_loadu_si128(p)); }
 PE_AI vbi vb_load_s8(const void *p) { return _mm512_cvtepi8_epi32(_mm_loadu_si128(p)); }
 PE_AI void vb_store_u8(void *p, vbi v) { _mm_storeu_si128(p, _mm512_cvtepi32_epi8(v)); }
