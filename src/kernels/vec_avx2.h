@@ -87,9 +87,14 @@ PE_AI __m128i bf16_narrow(vf v) {
  * top payload bits (convert.h). bf16 widening is a shift. */
 PE_AI vf vldf(int dt, const void *p) {
   if (dt == PE_F32) return _mm256_loadu_ps(p);
-  __m128i h = _mm_loadu_si128(p);
-  if (dt == PE_F16) return _mm256_cvtph_ps(h);
-  return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+  if (dt == PE_F16) return _mm256_cvtph_ps(_mm_loadu_si128(p));
+  /* bf16: the 8 halves in both 128-bit lanes (a broadcast load), one vpshufb
+   * moves half i to the top of lane i and zeroes the bottom (instead of
+   * vpmovzxwd + vpslld) */
+  const __m256i idx = _mm256_setr_epi8(-1, -1, 0, 1, -1, -1, 2, 3, -1, -1, 4, 5, -1, -1, 6, 7, -1,
+                                       -1, 8, 9, -1, -1, 10, 11, -1, -1, 12, 13, -1, -1, 14, 15);
+  return _mm256_castsi256_ps(
+      _mm256_shuffle_epi8(_mm256_broadcastsi128_si256(_mm_loadu_si128(p)), idx));
 }
 PE_AI void vstf(int dt, void *p, vf v) {
   if (dt == PE_F32)

@@ -94,11 +94,18 @@ PE_AI __m256i ld16(const void *p, int32_t n) {
   return n >= VL ? _mm256_loadu_si256(p) : _mm256_maskz_loadu_epi16(mask_n(n), p);
 }
 /* vcvtph2ps: exact widening, subnormals kept, a signaling NaN quieted (the
- * rotation's load); bf16 widening is a shift. */
+ * rotation's load). bf16 widening puts half i in the top of lane i: one
+ * zero-masked vpermw (odd words from words 0..15, even words 0), where
+ * vpmovzxwd + vpslld took two operations on the loop's busy vector pipes
+ * (Zen 4: 29 -> 25 cycles per in-place 128-channel row without the check). */
 PE_AI vf vld(int dt, const void *p, int32_t n) {
   if (dt == PE_F32) return vf_loadn(p, n);
   if (dt == PE_F16) return _mm512_cvtph_ps(ld16(p, n));
-  return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(ld16(p, n)), 16));
+  const __m512i idx = _mm512_setr_epi32(0, 1 << 16, 2 << 16, 3 << 16, 4 << 16, 5 << 16, 6 << 16,
+                                        7 << 16, 8 << 16, 9 << 16, 10 << 16, 11 << 16, 12 << 16,
+                                        13 << 16, 14 << 16, 15 << 16);
+  return _mm512_castsi512_ps(
+      _mm512_maskz_permutexvar_epi16(0xaaaaaaaau, idx, _mm512_castsi256_si512(ld16(p, n))));
 }
 /* f16 widened exactly, signaling NaNs kept: vcvtph2ps sets the quiet bit,
  * cleared again where the input had exponent 31, quiet bit 0, payload != 0. */
