@@ -2,7 +2,7 @@
  * over vec_avx512.h. Compiled with -mavx512f -mavx512bw -mavx512dq
  * -mavx512vl (CMakeLists.txt); reached only when cpu.c reports
  * PE_CPU_AVX512. Every kernel that writes bf16 (in-place rows, cache-store
- * rows, convert, norm_row) rounds with AVX512-BF16's conversion when the CPU
+ * rows, convert, norm_row, kv_dequant) rounds with AVX512-BF16's conversion when the CPU
  * has it (probed apart from the base AVX-512 set; on Zen 4 it halves the
  * cost of the rounding: 69 -> 37 cycles per 128-channel in-place row), with
  * the integer rounding otherwise; both give the same bits. */
@@ -23,6 +23,11 @@ STORE_DECL_(f32)
 STORE_DECL_(f16)
 STORE_DECL_(bf16)
 #undef STORE_DECL_
+#define KVD_DECL_(F) static void kvd_##F##_bf16_sel(const void *s, void *d, int64_t n, float sc);
+KVD_DECL_(e4m3)
+KVD_DECL_(e5m2)
+KVD_DECL_(q8_0)
+#undef KVD_DECL_
 
 #include "isa_template.h"
 
@@ -80,3 +85,19 @@ STORE_DEF_(f32, PE_F32)
 STORE_DEF_(f16, PE_F16)
 STORE_DEF_(bf16, PE_BF16)
 #undef STORE_DEF_
+
+#define KVD_DEF_(F, call)                                                                        \
+  BF16_TARGET static void kvd_##F##_bf16_cvt(const void *s, void *d, int64_t n, float sc) {      \
+    (void)sc;                                                                                    \
+    call;                                                                                        \
+  }                                                                                              \
+  static void kvd_##F##_bf16_sel(const void *s, void *d, int64_t n, float sc) {                  \
+    if (has_bf16())                                                                              \
+      kvd_##F##_bf16_cvt(s, d, n, sc);                                                           \
+    else                                                                                         \
+      kvd_##F##_bf16_avx512(s, d, n, sc);                                                        \
+  }
+KVD_DEF_(e4m3, kvd_fp8_gen(PE_KVQ_E4M3, PE_BF16_CVT, s, d, n, sc))
+KVD_DEF_(e5m2, kvd_fp8_gen(PE_KVQ_E5M2, PE_BF16_CVT, s, d, n, sc))
+KVD_DEF_(q8_0, kvd_q8_gen(PE_BF16_CVT, s, d, n))
+#undef KVD_DEF_

@@ -13,7 +13,7 @@
  * (all but the last two PE_AI, taking the dtype/style as constants), and
  * optionally ISA_BF16_OUT(name), the function standing for the kernel FN(name)
  * of each kernel that writes bf16 (rope rows, cache-store rows, convert,
- * norm_row; AVX-512 picks AVX512-BF16's conversion at run time). The arithmetic is the TU's;
+ * norm_row, kv_dequant; AVX-512 picks AVX512-BF16's conversion at run time). The arithmetic is the TU's;
  * this file only decides which rows go where. */
 
 #define FN(name) PE_CAT(PE_CAT(name, _), ISA)
@@ -232,7 +232,7 @@ const pe_isa PE_CAT(pe__isa_, ISA) = {
     .norm_sumsq = ROW3_(norm_sumsq),
     .norm_row = {ROW3B_(norm_row_f32), ROW3B_(norm_row_f16), ROW3B_(norm_row_bf16)},
     .kv_quant = {ROW3_(kvq_e4m3), ROW3_(kvq_e5m2), ROW3_(kvq_q8_0)},
-    .kv_dequant = {ROW3_(kvd_e4m3), ROW3_(kvd_e5m2), ROW3_(kvd_q8_0)},
+    .kv_dequant = {ROW3B_(kvd_e4m3), ROW3B_(kvd_e5m2), ROW3B_(kvd_q8_0)},
 };
 #undef ROW3_
 #undef ROW3B_
