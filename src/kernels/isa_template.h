@@ -11,8 +11,9 @@
  *   add_row_gen(dt, ..), alibi_row_gen(dt, ..), load_row_gen(dt, ..)
  *   FN(rope_sincos), FN(sincos)
  * (all but the last two PE_AI, taking the dtype/style as constants), and
- * optionally ISA_ROPE_ROWS_BF16, a function replacing the bf16 rows (AVX-512
- * picks AVX512-BF16's conversion at run time). The arithmetic is the TU's;
+ * optionally ISA_BF16_OUT(name), the function standing for the kernel FN(name)
+ * of each kernel that writes bf16 (rope rows, cache-store rows, convert,
+ * norm_row, kv_dequant; AVX-512 picks AVX512-BF16's conversion at run time). The arithmetic is the TU's;
  * this file only decides which rows go where. */
 
 #define FN(name) PE_CAT(PE_CAT(name, _), ISA)
@@ -212,25 +213,27 @@ KVQ_(f16, PE_F16)
 KVQ_(bf16, PE_BF16)
 #undef KVQ_
 
-#ifndef ISA_ROPE_ROWS_BF16
-#define ISA_ROPE_ROWS_BF16 FN(rope_rows_bf16)
+#ifndef ISA_BF16_OUT
+#define ISA_BF16_OUT(f) FN(f)
 #endif
 
 #define ROW3_(f) {FN(f##_f32), FN(f##_f16), FN(f##_bf16)}
+#define ROW3B_(f) {FN(f##_f32), FN(f##_f16), ISA_BF16_OUT(f##_bf16)}
 const pe_isa PE_CAT(pe__isa_, ISA) = {
     .name = PE_STR(ISA),
     .rope_sincos = FN(rope_sincos),
-    .rope_rows = {FN(rope_rows_f32), FN(rope_rows_f16), ISA_ROPE_ROWS_BF16},
-    .rope_store_rows = {ROW3_(store_f32), ROW3_(store_f16), ROW3_(store_bf16)},
-    .convert = {ROW3_(convert_f32), ROW3_(convert_f16), ROW3_(convert_bf16)},
+    .rope_rows = {FN(rope_rows_f32), FN(rope_rows_f16), ISA_BF16_OUT(rope_rows_bf16)},
+    .rope_store_rows = {ROW3B_(store_f32), ROW3B_(store_f16), ROW3B_(store_bf16)},
+    .convert = {ROW3B_(convert_f32), ROW3B_(convert_f16), ROW3B_(convert_bf16)},
     .sincos = FN(sincos),
     .add_row = ROW3_(add_row),
     .alibi_row = ROW3_(alibi_row),
     .load_row = ROW3_(load_row),
     .norm_sumsq = ROW3_(norm_sumsq),
-    .norm_row = {ROW3_(norm_row_f32), ROW3_(norm_row_f16), ROW3_(norm_row_bf16)},
+    .norm_row = {ROW3B_(norm_row_f32), ROW3B_(norm_row_f16), ROW3B_(norm_row_bf16)},
     .kv_quant = {ROW3_(kvq_e4m3), ROW3_(kvq_e5m2), ROW3_(kvq_q8_0)},
-    .kv_dequant = {ROW3_(kvd_e4m3), ROW3_(kvd_e5m2), ROW3_(kvd_q8_0)},
+    .kv_dequant = {ROW3B_(kvd_e4m3), ROW3B_(kvd_e5m2), ROW3B_(kvd_q8_0)},
 };
 #undef ROW3_
-#undef ISA_ROPE_ROWS_BF16
+#undef ROW3B_
+#undef ISA_BF16_OUT

@@ -55,6 +55,13 @@ PE_AI qf fp8_decode(int fmt, qu cu) {
   return (qf)(b | sign);
 }
 
+/* The ISA's own encoder where it has one (vec_<isa>.h: the same bits). */
+#if defined(VEC_FP8_ENCODE)
+#define FP8_ENCODE_(fmt, y) vb_fp8_encode(fmt, (vf)(y))
+#else
+#define FP8_ENCODE_(fmt, y) (vbi)fp8_encode(fmt, y)
+#endif
+
 PE_AI void kvq_fp8_gen(int fmt, int sd, const void *src, void *dst, int64_t n, float scale) {
   const char *in = src;
   uint8_t *out = dst;
@@ -62,10 +69,10 @@ PE_AI void kvq_fp8_gen(int fmt, int sd, const void *src, void *dst, int64_t n, f
   const qf vs = (qf)vf_set1(scale);
   int64_t j = 0;
   for (; j + VL <= n; j += VL)
-    vb_store_u8(out + j, (vbi)fp8_encode(fmt, q_load(sd, PE_AT(in, j, ses), VL) / vs));
+    vb_store_u8(out + j, FP8_ENCODE_(fmt, q_load(sd, PE_AT(in, j, ses), VL) / vs));
   if (j < n) {
     uint8_t b[VL];
-    vb_store_u8(b, (vbi)fp8_encode(fmt, q_load(sd, PE_AT(in, j, ses), (int32_t)(n - j)) / vs));
+    vb_store_u8(b, FP8_ENCODE_(fmt, q_load(sd, PE_AT(in, j, ses), (int32_t)(n - j)) / vs));
     memcpy(out + j, b, (size_t)(n - j));
   }
 }
@@ -94,12 +101,14 @@ PE_AI void kvd_fp8_gen(int fmt, int dd, const void *src, void *dst, int64_t n, f
 
 enum { QV = PE_Q8_0_BLOCK / VL }; /* vectors per block */
 
-/* roundf(q) of lanes with |q| < 2^23 as int32: t = trunc(q) (exact through
- * int32), +-1 where |q - t| >= 0.5 (q - t is exact): half away from zero. */
+/* roundf(q) (half away from zero) of lanes with |q| < 2^22 as int32:
+ * trunc(q + copysign(0x1.fffffep-2f, q)), the largest float below 0.5. The
+ * add is exact or rounds only where it cannot move q across an integer
+ * (checked against roundf for every float32 of magnitude below 2^22), and
+ * the conversion truncates: one add, one or, one conversion per lane. */
 PE_AI qi q_roundf(qf q) {
-  qi t = __builtin_convertvector(q, qi);
-  qf f = q - __builtin_convertvector(t, qf);
-  return t - (qi)(f >= 0.5f) + (qi)(f <= -0.5f); /* masks are -1 */
+  qf h = (qf)(((qu)q & 0x80000000u) | 0x3effffffu);
+  return __builtin_convertvector(q + h, qi);
 }
 
 /* Blocks in groups of up to 8: every block's amax first, then their d and

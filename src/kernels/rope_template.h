@@ -134,17 +134,52 @@ PE_AI vf norm_ld(int mode, vf x, vf r, const float *w, int32_t m) {
 /* The sums of squares in 16 lanes (isa.h): VL-lane accumulators, 16/VL of
  * them, element e in accumulator (e % 16) / VL, lane e % VL; lanes past a
  * tail add fmaf(0, 0, acc) = acc (every acc is +0, positive, Inf or NaN);
- * vf_tree16 (vec_<isa>.h) adds the lanes in isa.h's order. */
+ * vf_tree16 (vec_<isa>.h) adds the lanes in isa.h's order. Each lane is one
+ * chain of dependent FMAs (isa.h fixes the order), so one row alone waits
+ * on the FMA latency: with combine 0 the rows are independent and SQ_ROWS
+ * of them are summed at once, each in its own accumulators (the same
+ * operations per row, only interleaved). */
+enum { SQ_ROWS = 4 };
+/* Rows [0, R) of p (stride rs bytes), their own lanes, sums to out. */
+PE_AI void sumsq_rows(int dt, int R, const char *p, int64_t rs, int64_t n, float *out) {
+  enum { NA = 16 / VL };
+  const int64_t es = pe__esize(dt);
+  vf a[SQ_ROWS][NA];
+  for (int k = 0; k < R; k++)
+    for (int i = 0; i < NA; i++) a[k][i] = vf_set1(0.0f);
+  int64_t e = 0;
+  for (; e + 16 <= n; e += 16)
+    for (int k = 0; k < R; k++)
+      for (int i = 0; i < NA; i++) {
+        vf x = vld(dt, PE_AT(p + k * rs, e + i * VL, es), VL);
+        a[k][i] = vf_fma(x, x, a[k][i]);
+      }
+  if (e < n)
+    for (int k = 0; k < R; k++)
+      for (int i = 0; i < NA; i++) {
+        int64_t left = n - e - i * VL;
+        vf x = vld(dt, PE_AT(p + k * rs, e + i * VL, es), left > VL ? VL : (int32_t)left);
+        a[k][i] = vf_fma(x, x, a[k][i]);
+      }
+  for (int k = 0; k < R; k++) out[k] = vf_tree16(a[k]);
+}
+
 PE_AI void sumsq_gen(int dt, const void *src, int64_t n, int64_t rows, int64_t row_stride,
                      int combine, float *out) {
   enum { NA = 16 / VL };
   const int64_t es = pe__esize(dt);
+  if (!combine) {
+    const char *p = src;
+    const int64_t rs = row_stride * es;
+    int64_t r = 0;
+    for (; r + SQ_ROWS <= rows; r += SQ_ROWS) sumsq_rows(dt, SQ_ROWS, p + r * rs, rs, n, out + r);
+    for (; r < rows; r++) sumsq_rows(dt, 1, p + r * rs, rs, n, out + r);
+    return;
+  }
   vf a[NA];
   for (int i = 0; i < NA; i++) a[i] = vf_set1(0.0f);
   for (int64_t r = 0; r < rows; r++) {
     const char *p = (const char *)src + r * row_stride * es;
-    if (r > 0 && !combine)
-      for (int i = 0; i < NA; i++) a[i] = vf_set1(0.0f);
     int64_t e = 0;
     for (; e + 16 <= n; e += 16)
       for (int i = 0; i < NA; i++) {
@@ -157,9 +192,8 @@ PE_AI void sumsq_gen(int dt, const void *src, int64_t n, int64_t rows, int64_t r
         vf x = vld(dt, PE_AT(p, e + i * VL, es), left > VL ? VL : (int32_t)left);
         a[i] = vf_fma(x, x, a[i]);
       }
-    if (!combine) out[r] = vf_tree16(a);
   }
-  if (combine) out[0] = vf_tree16(a);
+  out[0] = vf_tree16(a);
 }
 
 /* NeoX, m <= VL pairs: x at sx, y at sy (dtype sd), written to dx, dy

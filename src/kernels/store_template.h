@@ -78,5 +78,9 @@ PE_AI void convert_row(int sd, int dd, const void *src, void *dst, int64_t n) {
   const int64_t ses = pe__esize(sd), des = pe__esize(dd);
   int64_t j = 0;
   for (; j + VL <= n; j += VL) vst(dd, PE_AT(out, j, des), vld_exact(sd, PE_AT(in, j, ses)));
+#if defined(PE_DT)
+  pe__enc_convert(PE_DT(sd), PE_AT(in, j, ses), PE_DT(dd), PE_AT(out, j, des), n - j);
+#else
   pe__enc_convert((pe_dtype)sd, PE_AT(in, j, ses), (pe_dtype)dd, PE_AT(out, j, des), n - j);
+#endif
 }

@@ -65,21 +65,25 @@ PE_AI vf vf_alibi_dist(int32_t q, int32_t j) {
 
 /* ---- dtypes: full vectors ---- */
 
-/* bf16 bits of 8 floats (low half of each lane): convert.h's integer
- * round-to-nearest-even, NaN quieted (top half | 0x40); not a hardware
- * conversion, which would flush subnormals. */
+/* bf16 bits of 8 floats: convert.h's integer round-to-nearest-even, NaN
+ * quieted (top half | 0x40, i.e. the top half of u | 0x400000, blended only
+ * when the vector holds a NaN); not a hardware conversion, which would
+ * flush subnormals. The top halves are gathered by one vpshufb (bytes 2, 3
+ * of each lane to the low 8 bytes of its 128-bit half) and one vpermq,
+ * instead of a shift, an extract and a pack. */
 PE_AI __m128i bf16_narrow(vf v) {
   __m256i u = _mm256_castps_si256(v);
-  __m256i hi = _mm256_srli_epi32(u, 16);
   __m256i bias = _mm256_add_epi32(_mm256_set1_epi32(0x7fff),
-                                  _mm256_and_si256(hi, _mm256_set1_epi32(1)));
-  __m256i r = _mm256_srli_epi32(_mm256_add_epi32(u, bias), 16);
+                                  _mm256_and_si256(_mm256_srli_epi32(u, 16), _mm256_set1_epi32(1)));
+  __m256i r = _mm256_add_epi32(u, bias);
   /* |u| and 0x7f800000 are non-negative, so the signed compare is exact */
   __m256i nan = _mm256_cmpgt_epi32(_mm256_and_si256(u, _mm256_set1_epi32(0x7fffffff)),
                                    _mm256_set1_epi32(0x7f800000));
-  r = _mm256_blendv_epi8(r, _mm256_or_si256(hi, _mm256_set1_epi32(0x40)), nan);
-  /* every lane is <= 0xffff, so the saturating pack is a plain narrowing */
-  return _mm_packus_epi32(_mm256_castsi256_si128(r), _mm256_extracti128_si256(r, 1));
+  if (__builtin_expect(!_mm256_testz_si256(nan, nan), 0))
+    r = _mm256_blendv_epi8(r, _mm256_or_si256(u, _mm256_set1_epi32(0x400000)), nan);
+  const __m256i top = _mm256_setr_epi8(2, 3, 6, 7, 10, 11, 14, 15, -1, -1, -1, -1, -1, -1, -1, -1,
+                                       2, 3, 6, 7, 10, 11, 14, 15, -1, -1, -1, -1, -1, -1, -1, -1);
+  return _mm256_castsi256_si128(_mm256_permute4x64_epi64(_mm256_shuffle_epi8(r, top), 0x08));
 }
 
 /* F16C: exact widening (a signaling NaN comes out quiet: the rotation's
@@ -87,9 +91,14 @@ PE_AI __m128i bf16_narrow(vf v) {
  * top payload bits (convert.h). bf16 widening is a shift. */
 PE_AI vf vldf(int dt, const void *p) {
   if (dt == PE_F32) return _mm256_loadu_ps(p);
-  __m128i h = _mm_loadu_si128(p);
-  if (dt == PE_F16) return _mm256_cvtph_ps(h);
-  return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+  if (dt == PE_F16) return _mm256_cvtph_ps(_mm_loadu_si128(p));
+  /* bf16: the 8 halves in both 128-bit lanes (a broadcast load), one vpshufb
+   * moves half i to the top of lane i and zeroes the bottom (instead of
+   * vpmovzxwd + vpslld) */
+  const __m256i idx = _mm256_setr_epi8(-1, -1, 0, 1, -1, -1, 2, 3, -1, -1, 4, 5, -1, -1, 6, 7, -1,
+                                       -1, 8, 9, -1, -1, 10, 11, -1, -1, 12, 13, -1, -1, 14, 15);
+  return _mm256_castsi256_ps(
+      _mm256_shuffle_epi8(_mm256_broadcastsi128_si256(_mm_loadu_si128(p)), idx));
 }
 PE_AI void vstf(int dt, void *p, vf v) {
   if (dt == PE_F32)
