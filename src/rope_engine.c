@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "cpu.h"
 #include "rope_engine.h"
 
 /* ---- row sources ---- */
@@ -427,8 +428,7 @@ static const pe_rope_cache *row_cache(const pe__rope_plan *p, int64_t b) {
 /* Tokens [u, u+n) of one sequence: the norm stage, the rows chunk by chunk
  * and their sinks, then the channels past rotary_dim and v. */
 static void run_block(const pe__rope_plan *p, int64_t u, int64_t n, float *scratch,
-                      float *scales) {
-  const float *cosp[PE_ENGINE_BLOCK_TOKENS], *sinp[PE_ENGINE_BLOCK_TOKENS];
+                      float *scales, const float **cosp, const float **sinp) {
   const float *qsp[PE_ENGINE_BLOCK_TOKENS], *ksp[PE_ENGINE_BLOCK_TOKENS];
   const int32_t half = p->half;
   int64_t b = u / p->tokens, t0 = u % p->tokens;
@@ -474,14 +474,15 @@ static void run_block(const pe__rope_plan *p, int64_t u, int64_t n, float *scrat
  * k's, in groups of PE_ENGINE_NORM_ROWS, each group a plan of its own (the
  * per-head weight is shared by every head, so only the tensors move), then
  * v. */
-static void run_head_groups(const pe__rope_plan *p, int64_t u, float *scratch, float *scales) {
+static void run_head_groups(const pe__rope_plan *p, int64_t u, float *scratch, float *scales,
+                            const float **cosp, const float **sinp) {
   pe__rope_plan g = *p;
   g.k.data = NULL;
   g.v.data = NULL;
   for (int64_t h0 = 0; h0 < p->q.heads; h0 += PE_ENGINE_NORM_ROWS) {
     g.q.data = p->q.data + h0 * p->q.s_head * p->q.esize;
     g.q.heads = p->q.heads - h0 < PE_ENGINE_NORM_ROWS ? p->q.heads - h0 : PE_ENGINE_NORM_ROWS;
-    run_block(&g, u, 1, scratch, scales);
+    run_block(&g, u, 1, scratch, scales, cosp, sinp);
   }
   g = *p;
   g.q.data = NULL;
@@ -490,36 +491,68 @@ static void run_head_groups(const pe__rope_plan *p, int64_t u, float *scratch, f
     g.k.data = p->k.data + h0 * p->k.s_head * p->k.esize;
     g.k.heads = p->k.heads - h0 < PE_ENGINE_NORM_ROWS ? p->k.heads - h0 : PE_ENGINE_NORM_ROWS;
     if (p->slots) g.dst = p->dst + h0 * p->dst_s_head * p->dst_esize;
-    run_block(&g, u, 1, scratch, scales);
+    run_block(&g, u, 1, scratch, scales, cosp, sinp);
   }
   if (p->v.data) {
     g = *p;
     g.q.data = g.k.data = NULL;
-    run_block(&g, u, 1, scratch, scales);
+    run_block(&g, u, 1, scratch, scales, cosp, sinp);
   }
+}
+
+/* The scratch: one block's computed rows, or, for a direct walk, which
+ * computes none, the row pointers of its long blocks. */
+typedef union engine_scratch {
+  float rows[PE_ENGINE_SCRATCH_FLOATS];
+  const float *ptr[PE_ENGINE_SCRATCH_FLOATS * sizeof(float) / sizeof(const float *)];
+} engine_scratch;
+#define DIRECT_MAX_TOKENS (PE_ENGINE_SCRATCH_FLOATS * sizeof(float) / (2 * sizeof(const float *)))
+
+/* Tokens per block of a direct walk (q and/or k rotated in place from table
+ * rows, no norm: the rows are the table's, the scratch holds their
+ * pointers), 0 when the plan is not one. Every group of heads of the kernel
+ * walk (isa_template.h) reads the block's cos/sin rows again; in [B,H,T,D]
+ * each group walks the block's tokens in one run, so the rows must stay in
+ * L2 while the group's rows stream through it: a quarter of this core's L2
+ * (read at run time). Longer runs per head are what the hardware
+ * prefetchers need when heads are T*head_dim apart (Zen 4, 4096 tokens:
+ * 0.5 -> ~1.0 of the stream bound against 32-token blocks). */
+static int64_t direct_block(const pe__rope_plan *p) {
+  if (p->source != PE_SOURCE_POSITIONS || p->inverse || p->norm_mode || p->slots ||
+      p->cache_in_place || p->v.data)
+    return 0;
+  int64_t n = pe__cpu_l2_bytes() / 4 / (2 * (int64_t)p->half * (int64_t)sizeof(float));
+  if (n < PE_ENGINE_BLOCK_TOKENS) n = PE_ENGINE_BLOCK_TOKENS;
+  if (n > (int64_t)DIRECT_MAX_TOKENS) n = (int64_t)DIRECT_MAX_TOKENS;
+  return n;
 }
 
 static void engine_range(void *ctx, int64_t begin, int64_t end) {
   const pe__rope_plan *p = ctx;
-  float scratch[PE_ENGINE_SCRATCH_FLOATS] __attribute__((aligned(64)));
+  engine_scratch scratch __attribute__((aligned(64)));
   float scales[PE_ENGINE_NORM_ROWS];
+  const float *cosp[PE_ENGINE_BLOCK_TOKENS], *sinp[PE_ENGINE_BLOCK_TOKENS];
   /* Tokens per block: their rows (2*half floats each) are reused by every
    * head of q and k, so they must stay in L1 (the scratch size); rows larger
    * than that alone are computed in chunks of frequencies. Under a norm the
-   * block's scales must fit too. */
+   * block's scales must fit too. A direct walk (table rows, no scratch
+   * rows) takes longer blocks (direct_block). */
   int64_t block = PE_ENGINE_SCRATCH_FLOATS / (2 * (int64_t)p->half);
   if (block > PE_ENGINE_BLOCK_TOKENS) block = PE_ENGINE_BLOCK_TOKENS;
   int64_t rows = norm_rows(p, &p->q) + norm_rows(p, &p->k);
   int grouped = rows > PE_ENGINE_NORM_ROWS;
   if (rows && block > PE_ENGINE_NORM_ROWS / rows) block = PE_ENGINE_NORM_ROWS / rows;
   if (block < 1) block = 1;
+  const int64_t dblock = direct_block(p);
   for (int64_t u = begin; u < end;) {
     int64_t t0 = u % p->tokens;
-    int64_t n = block;
+    int direct = dblock && row_cache(p, u / p->tokens)->table;
+    int64_t n = direct ? dblock : block;
     if (n > p->tokens - t0) n = p->tokens - t0; /* a block never crosses a sequence */
     if (n > end - u) n = end - u;
-    if (grouped) run_head_groups(p, u, scratch, scales);
-    else run_block(p, u, n, scratch, scales);
+    if (grouped) run_head_groups(p, u, scratch.rows, scales, cosp, sinp);
+    else if (direct) run_block(p, u, n, NULL, scales, scratch.ptr, scratch.ptr + dblock);
+    else run_block(p, u, n, scratch.rows, scales, cosp, sinp);
     u += n;
   }
 }
