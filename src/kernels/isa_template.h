@@ -4,8 +4,6 @@
  * defines:
  *   ISA                     the suffix token (scalar, avx2, avx512, neon)
  *   rope_row(dt, style, row, cos, sin, n, dist, mode, r, w)           in-place pairs
- *     (scalar; the vector ISAs' rope_template.h defines rope_group, rows of
- *     several heads at once, and PE_ROPE_GROUP instead)
  *   store_row(sd, dd, style, src, dst, cos, sin, n, dist, mode, r, w) rotate src -> dst
  *     (both normed first when mode, a constant, is not PE_NORM_OFF)
  *   sumsq_gen(dt, src, n, rows, rs, combine, out), norm_row_gen(sd, dd, src, dst, n, r, w, mode)  the QK-norm
@@ -36,45 +34,10 @@ PE_AI const float *row_weight(int mode, const pe_rope_block *b, int64_t h) {
   return wat(mode, b->weight, h * b->weight_head_stride);
 }
 
-#if defined(PE_ROPE_GROUP)
-/* In place, the vector ISAs: rows in groups of PE_ROPE_GROUP heads of one
- * token that share each step's cos/sin vectors (rope_template.h). Heads
- * nearer than tokens ([B,T,H,D], or one token): token by token, its heads
- * group by group, so the rows stream in address order. Heads farther apart
- * ([B,H,T,D]): a group of heads walks every token of the block, PE_ROPE_GROUP
- * + 1 streams (its rows and the block's cos/sin rows, which the engine sizes
- * to stay in L2 across the groups). */
-PE_AI void rows_walk(int dt, int style, int mode, const pe_rope_block *b, void *data,
-                     int64_t head_stride, int64_t token_stride) {
-  enum { G = PE_ROPE_GROUP };
-  char *base = data;
-  const int64_t es = pe__esize(dt), hs = head_stride * es, ts = token_stride * es;
-  const int64_t n_tokens = b->n_tokens, n_heads = b->n_heads, full = n_heads - n_heads % G;
-  const int32_t n = b->n_pairs, dist = b->pair_dist;
-  const int64_t scs = mode == PE_NORM_OFF ? 0 : b->scale_head_stride;
-  const int64_t ws = mode == PE_NORM_OFF ? 0 : b->weight_head_stride;
-  const float *w = mode == PE_NORM_OFF ? NULL : b->weight;
-#define GROUP_(g, t, h0)                                                                         \
-  rope_group(dt, style, mode, g, base + (t) * ts + (h0) * hs, hs, b->cos[t], b->sin[t], n, dist,  \
-             mode == PE_NORM_OFF ? NULL : b->scale[t] + (h0) * scs, scs, wat(mode, w, (h0) * ws), \
-             ws)
-  if (n_tokens == 1 || (hs < 0 ? -hs : hs) <= (ts < 0 ? -ts : ts)) {
-    for (int64_t t = 0; t < n_tokens; t++) {
-      for (int64_t h0 = 0; h0 < full; h0 += G) GROUP_(G, t, h0);
-      if (full < n_heads) GROUP_(n_heads - full, t, full);
-    }
-  } else {
-    for (int64_t h0 = 0; h0 < full; h0 += G)
-      for (int64_t t = 0; t < n_tokens; t++) GROUP_(G, t, h0);
-    if (full < n_heads)
-      for (int64_t t = 0; t < n_tokens; t++) GROUP_(n_heads - full, t, full);
-  }
-#undef GROUP_
-}
-#else
-/* In place (scalar): the nearer of the two strides goes innermost, so the
- * rows stream in address order whatever the layout ([B,T,H,D] or
- * [B,H,T,D]) while the block's cos/sin stay in L1. */
+/* In place: the nearer of the two strides goes innermost, so the rows stream
+ * in address order whatever the layout ([B,T,H,D] or [B,H,T,D]) while the
+ * block's cos/sin stay in L1. Heads farther apart than tokens, on the vector
+ * ISAs: groups of heads walk the block's tokens together (rows_grouped). */
 PE_AI void rows_walk(int dt, int style, int mode, const pe_rope_block *b, void *data,
                      int64_t head_stride, int64_t token_stride) {
   char *base = data;
@@ -96,12 +59,15 @@ PE_AI void rows_walk(int dt, int style, int mode, const pe_rope_block *b, void *
                  row_weight(mode, b, h));
     }
   } else {
+#if defined(PE_ROPE_GROUP)
+    rows_grouped(dt, style, mode, b, base, hs, ts); /* rope_template.h */
+#else
     for (int64_t h = 0; h < n_heads; h++)
       for (int64_t t = 0; t < n_tokens; t++) ROW_(t, h);
+#endif
   }
 #undef ROW_
 }
-#endif
 
 /* The block's (style, norm mode) as constants: one loop per combination. */
 #define BY_MODE_(walk, style, ...)                                                               \
