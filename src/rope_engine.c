@@ -510,21 +510,45 @@ typedef union engine_scratch {
 
 /* Tokens per block of a direct walk (q and/or k rotated in place from table
  * rows, no norm: the rows are the table's, the scratch holds their
- * pointers), 0 when the plan is not one. Every group of heads of the kernel
+ * pointers; run_direct), 0 when the plan is not one (a range of `units`
+ * tokens). Every group of heads of the kernel
  * walk (isa_template.h) reads the block's cos/sin rows again; in [B,H,T,D]
  * each group walks the block's tokens in one run, so the rows must stay in
  * L2 while the group's rows stream through it: a quarter of this core's L2
  * (read at run time). Longer runs per head are what the hardware
  * prefetchers need when heads are T*head_dim apart (Zen 4, 4096 tokens:
  * 0.5 -> ~1.0 of the stream bound against 32-token blocks). */
-static int64_t direct_block(const pe__rope_plan *p) {
+static int64_t direct_block(const pe__rope_plan *p, int64_t units) {
   if (p->source != PE_SOURCE_POSITIONS || p->inverse || p->norm_mode || p->slots ||
       p->cache_in_place || p->v.data)
     return 0;
+  if (units <= PE_ENGINE_BLOCK_TOKENS) return PE_ENGINE_BLOCK_TOKENS; /* no need to divide */
   int64_t n = pe__cpu_l2_bytes() / 4 / (2 * (int64_t)p->half * (int64_t)sizeof(float));
   if (n < PE_ENGINE_BLOCK_TOKENS) n = PE_ENGINE_BLOCK_TOKENS;
   if (n > (int64_t)DIRECT_MAX_TOKENS) n = (int64_t)DIRECT_MAX_TOKENS;
   return n;
+}
+
+/* Tokens [u, u+n) of one sequence of a direct plan: the table rows'
+ * pointers, then q's and k's rows (run_block's work without its stages,
+ * sources and sinks: a decode step is ~40 rows, where each of those costs). */
+static void run_direct(const pe__rope_plan *p, int64_t u, int64_t n, const float *table,
+                       const float **cosp, const float **sinp) {
+  const int64_t b = p->batch == 1 ? 0 : u / p->tokens, t0 = u - b * p->tokens;
+  const int64_t row = 2 * (int64_t)p->half;
+  for (int64_t i = 0; i < n; i++) {
+    cosp[i] = table + (p->pos ? p->pos[u + i] : t0 + i) * row;
+    sinp[i] = cosp[i] + p->half;
+  }
+  pe_rope_block blk = {.cos = cosp, .sin = sinp, .n_tokens = n, .n_pairs = p->half,
+                       .pair_dist = p->half, .style = p->style};
+  const pe__rope_operand *op = &p->q;
+  for (int o = 0; o < 2; o++, op = &p->k) {
+    if (!op->data) continue;
+    blk.n_heads = op->heads;
+    p->isa->rope_rows[op->dtype](&blk, op->data + (b * op->s_batch + t0 * op->s_token) * op->esize,
+                                 op->s_head, op->s_token);
+  }
 }
 
 static void engine_range(void *ctx, int64_t begin, int64_t end) {
@@ -532,26 +556,30 @@ static void engine_range(void *ctx, int64_t begin, int64_t end) {
   engine_scratch scratch __attribute__((aligned(64)));
   float scales[PE_ENGINE_NORM_ROWS];
   const float *cosp[PE_ENGINE_BLOCK_TOKENS], *sinp[PE_ENGINE_BLOCK_TOKENS];
-  /* Tokens per block: their rows (2*half floats each) are reused by every
-   * head of q and k, so they must stay in L1 (the scratch size); rows larger
-   * than that alone are computed in chunks of frequencies. Under a norm the
-   * block's scales must fit too. A direct walk (table rows, no scratch
-   * rows) takes longer blocks (direct_block). */
-  int64_t block = PE_ENGINE_SCRATCH_FLOATS / (2 * (int64_t)p->half);
-  if (block > PE_ENGINE_BLOCK_TOKENS) block = PE_ENGINE_BLOCK_TOKENS;
-  int64_t rows = norm_rows(p, &p->q) + norm_rows(p, &p->k);
-  int grouped = rows > PE_ENGINE_NORM_ROWS;
-  if (rows && block > PE_ENGINE_NORM_ROWS / rows) block = PE_ENGINE_NORM_ROWS / rows;
-  if (block < 1) block = 1;
-  const int64_t dblock = direct_block(p);
+  /* A direct walk (table rows, no scratch rows) takes long blocks
+   * (direct_block); the others (block, set on first use): their rows
+   * (2*half floats each) are reused by every head of q and k, so they must
+   * stay in L1 (the scratch size); rows larger than that alone are computed
+   * in chunks of frequencies. Under a norm the block's scales must fit too. */
+  const int64_t dblock = direct_block(p, end - begin);
+  int64_t block = 0;
+  int grouped = 0;
   for (int64_t u = begin; u < end;) {
-    int64_t t0 = u % p->tokens;
-    int direct = dblock && row_cache(p, u / p->tokens)->table;
-    int64_t n = direct ? dblock : block;
+    int64_t t0 = p->batch == 1 ? u : u % p->tokens;
+    const float *table = dblock ? row_cache(p, p->batch == 1 ? 0 : u / p->tokens)->table : NULL;
+    if (!table && !block) {
+      block = PE_ENGINE_SCRATCH_FLOATS / (2 * (int64_t)p->half);
+      if (block > PE_ENGINE_BLOCK_TOKENS) block = PE_ENGINE_BLOCK_TOKENS;
+      int64_t rows = norm_rows(p, &p->q) + norm_rows(p, &p->k);
+      grouped = rows > PE_ENGINE_NORM_ROWS;
+      if (rows && block > PE_ENGINE_NORM_ROWS / rows) block = PE_ENGINE_NORM_ROWS / rows;
+      if (block < 1) block = 1;
+    }
+    int64_t n = table ? dblock : block;
     if (n > p->tokens - t0) n = p->tokens - t0; /* a block never crosses a sequence */
     if (n > end - u) n = end - u;
-    if (grouped) run_head_groups(p, u, scratch.rows, scales, cosp, sinp);
-    else if (direct) run_block(p, u, n, NULL, scales, scratch.ptr, scratch.ptr + dblock);
+    if (table) run_direct(p, u, n, table, scratch.ptr, scratch.ptr + dblock);
+    else if (grouped) run_head_groups(p, u, scratch.rows, scales, cosp, sinp);
     else run_block(p, u, n, scratch.rows, scales, cosp, sinp);
     u += n;
   }
