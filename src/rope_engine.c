@@ -508,21 +508,30 @@ typedef union engine_scratch {
 } engine_scratch;
 #define DIRECT_MAX_TOKENS (PE_ENGINE_SCRATCH_FLOATS * sizeof(float) / (2 * sizeof(const float *)))
 
+/* Heads farther apart than tokens: [B,H,T,D], walked a group of heads at a
+ * time (rope_template.h's rows_grouped). */
+static inline int heads_far(const pe__rope_operand *op) {
+  return op->data && op->heads > 1 &&
+         (op->s_head < 0 ? -op->s_head : op->s_head) > (op->s_token < 0 ? -op->s_token : op->s_token);
+}
+
 /* Tokens per block of a direct walk (q and/or k rotated in place from table
  * rows, no norm: the rows are the table's, the scratch holds their
  * pointers; run_direct), 0 when the plan is not one (a range of `units`
- * tokens). Every group of heads of the kernel
- * walk (isa_template.h) reads the block's cos/sin rows again; in [B,H,T,D]
- * each group walks the block's tokens in one run, so the rows must stay in
- * L2 while the group's rows stream through it: a quarter of this core's L2
- * (read at run time). Longer runs per head are what the hardware
+ * tokens). In [B,H,T,D] every group of heads of the kernel walk reads the
+ * block's cos/sin rows again, walking the block's tokens in one run, so the
+ * rows must stay in L2 while the group's rows stream through it: a quarter
+ * of this core's L2 (read at run time). Longer runs per head are what the hardware
  * prefetchers need when heads are T*head_dim apart (Zen 4, 4096 tokens:
  * 0.5 -> ~1.0 of the stream bound against 32-token blocks). */
 static int64_t direct_block(const pe__rope_plan *p, int64_t units) {
   if (p->source != PE_SOURCE_POSITIONS || p->inverse || p->norm_mode || p->slots ||
       p->cache_in_place || p->v.data)
     return 0;
-  if (units <= PE_ENGINE_BLOCK_TOKENS) return PE_ENGINE_BLOCK_TOKENS; /* no need to divide */
+  /* Heads nearer than tokens ([B,T,H,D]) are walked token by token: a block
+   * of PE_ENGINE_BLOCK_TOKENS keeps its cos/sin rows in L1 for q and k. */
+  if (units <= PE_ENGINE_BLOCK_TOKENS || (!heads_far(&p->q) && !heads_far(&p->k)))
+    return PE_ENGINE_BLOCK_TOKENS;
   int64_t n = pe__cpu_l2_bytes() / 4 / (2 * (int64_t)p->half * (int64_t)sizeof(float));
   if (n < PE_ENGINE_BLOCK_TOKENS) n = PE_ENGINE_BLOCK_TOKENS;
   if (n > (int64_t)DIRECT_MAX_TOKENS) n = (int64_t)DIRECT_MAX_TOKENS;
