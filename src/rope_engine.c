@@ -521,9 +521,9 @@ static inline int heads_far(const pe__rope_operand *op) {
  * tokens). In [B,H,T,D] every group of heads of the kernel walk reads the
  * block's cos/sin rows again, walking the block's tokens in one run, so the
  * rows must stay in L2 while the group's rows stream through it: a quarter
- * of this core's L2 (read at run time). Longer runs per head are what the hardware
- * prefetchers need when heads are T*head_dim apart (Zen 4, 4096 tokens:
- * 0.5 -> ~1.0 of the stream bound against 32-token blocks). */
+ * of this core's L2 (read at run time). Long runs per head are what the
+ * hardware prefetchers need when heads are T*head_dim apart (Zen 4, 4096
+ * tokens: 0.5 -> ~1.0 of the stream bound against 32-token blocks). */
 static int64_t direct_block(const pe__rope_plan *p, int64_t units) {
   if (p->source != PE_SOURCE_POSITIONS || p->inverse || p->norm_mode || p->slots ||
       p->cache_in_place || p->v.data)
