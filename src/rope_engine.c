@@ -611,6 +611,10 @@ static int64_t bytes_per_token(const pe__rope_plan *p) {
 }
 
 void pe__rope_run(const pe__rope_plan *plan, pe_threadpool *pool) {
+  if (!pool) { /* what pe__pool_run does without a pool, minus the cost model */
+    if (plan->batch * plan->tokens > 0) engine_range((void *)plan, 0, plan->batch * plan->tokens);
+    return;
+  }
   pe__pool_run(pool, plan->batch * plan->tokens, 1, bytes_per_token(plan), engine_range,
                (void *)plan);
 }
