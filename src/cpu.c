@@ -1,6 +1,8 @@
 /* cpu.c - probe CPU features once. On x86 cpuid alone is not enough: the OS
  * must have enabled the register state (XCR0), as BLAKE3 and libdeflate check. */
 #include <stdatomic.h>
+#include <stdio.h>
+#include <unistd.h>
 
 #include "cpu.h"
 
@@ -52,4 +54,34 @@ unsigned pe__cpu_features(void) {
     atomic_store_explicit(&features, f, memory_order_relaxed);
   }
   return f;
+}
+
+/* The L2 from the C library (glibc reads cpuid on x86), else Linux's sysfs
+ * (aarch64 glibc reports 0), else PE_CPU_L2_DEFAULT. */
+static int64_t probe_l2(void) {
+  long v = -1;
+#if defined(_SC_LEVEL2_CACHE_SIZE)
+  v = sysconf(_SC_LEVEL2_CACHE_SIZE);
+#endif
+  if (v > 0) return v;
+  FILE *f = fopen("/sys/devices/system/cpu/cpu0/cache/index2/size", "r");
+  if (f) {
+    long n = 0;
+    char unit = 0;
+    if (fscanf(f, "%ld%c", &n, &unit) >= 1 && n > 0)
+      v = unit == 'K' ? n << 10 : unit == 'M' ? n << 20 : n;
+    fclose(f);
+  }
+  return v > 0 ? v : PE_CPU_L2_DEFAULT;
+}
+
+static _Atomic int64_t l2_bytes;
+
+int64_t pe__cpu_l2_bytes(void) {
+  int64_t v = atomic_load_explicit(&l2_bytes, memory_order_relaxed);
+  if (!v) {
+    v = probe_l2();
+    atomic_store_explicit(&l2_bytes, v, memory_order_relaxed);
+  }
+  return v;
 }

@@ -11,4 +11,10 @@
 #define PE_CPU_NEON 0x10u        /* AdvSIMD (always on aarch64) */
 
 PE_HIDDEN unsigned pe__cpu_features(void);
+
+/* Bytes of the L2 cache of one core, probed once (PE_CPU_L2_DEFAULT when the
+ * system does not say): the engine sizes the blocks whose cos/sin rows it
+ * keeps in L2 from it, so no CPU's cache size is built in. */
+#define PE_CPU_L2_DEFAULT (256 * 1024) /* the smallest per-core L2 of current server cores */
+PE_HIDDEN int64_t pe__cpu_l2_bytes(void);
 #endif

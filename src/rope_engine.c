@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "cpu.h"
 #include "rope_engine.h"
 
 /* ---- row sources ---- */
@@ -427,8 +428,7 @@ static const pe_rope_cache *row_cache(const pe__rope_plan *p, int64_t b) {
 /* Tokens [u, u+n) of one sequence: the norm stage, the rows chunk by chunk
  * and their sinks, then the channels past rotary_dim and v. */
 static void run_block(const pe__rope_plan *p, int64_t u, int64_t n, float *scratch,
-                      float *scales) {
-  const float *cosp[PE_ENGINE_BLOCK_TOKENS], *sinp[PE_ENGINE_BLOCK_TOKENS];
+                      float *scales, const float **cosp, const float **sinp) {
   const float *qsp[PE_ENGINE_BLOCK_TOKENS], *ksp[PE_ENGINE_BLOCK_TOKENS];
   const int32_t half = p->half;
   int64_t b = u / p->tokens, t0 = u % p->tokens;
@@ -474,14 +474,15 @@ static void run_block(const pe__rope_plan *p, int64_t u, int64_t n, float *scrat
  * k's, in groups of PE_ENGINE_NORM_ROWS, each group a plan of its own (the
  * per-head weight is shared by every head, so only the tensors move), then
  * v. */
-static void run_head_groups(const pe__rope_plan *p, int64_t u, float *scratch, float *scales) {
+static void run_head_groups(const pe__rope_plan *p, int64_t u, float *scratch, float *scales,
+                            const float **cosp, const float **sinp) {
   pe__rope_plan g = *p;
   g.k.data = NULL;
   g.v.data = NULL;
   for (int64_t h0 = 0; h0 < p->q.heads; h0 += PE_ENGINE_NORM_ROWS) {
     g.q.data = p->q.data + h0 * p->q.s_head * p->q.esize;
     g.q.heads = p->q.heads - h0 < PE_ENGINE_NORM_ROWS ? p->q.heads - h0 : PE_ENGINE_NORM_ROWS;
-    run_block(&g, u, 1, scratch, scales);
+    run_block(&g, u, 1, scratch, scales, cosp, sinp);
   }
   g = *p;
   g.q.data = NULL;
@@ -490,36 +491,105 @@ static void run_head_groups(const pe__rope_plan *p, int64_t u, float *scratch, f
     g.k.data = p->k.data + h0 * p->k.s_head * p->k.esize;
     g.k.heads = p->k.heads - h0 < PE_ENGINE_NORM_ROWS ? p->k.heads - h0 : PE_ENGINE_NORM_ROWS;
     if (p->slots) g.dst = p->dst + h0 * p->dst_s_head * p->dst_esize;
-    run_block(&g, u, 1, scratch, scales);
+    run_block(&g, u, 1, scratch, scales, cosp, sinp);
   }
   if (p->v.data) {
     g = *p;
     g.q.data = g.k.data = NULL;
-    run_block(&g, u, 1, scratch, scales);
+    run_block(&g, u, 1, scratch, scales, cosp, sinp);
+  }
+}
+
+/* The scratch: one block's computed rows, or, for a direct walk, which
+ * computes none, the row pointers of its long blocks. */
+typedef union engine_scratch {
+  float rows[PE_ENGINE_SCRATCH_FLOATS];
+  const float *ptr[PE_ENGINE_SCRATCH_FLOATS * sizeof(float) / sizeof(const float *)];
+} engine_scratch;
+#define DIRECT_MAX_TOKENS (PE_ENGINE_SCRATCH_FLOATS * sizeof(float) / (2 * sizeof(const float *)))
+
+/* Heads farther apart than tokens: [B,H,T,D], walked a group of heads at a
+ * time (rope_template.h's rows_grouped). */
+static inline int heads_far(const pe__rope_operand *op) {
+  return op->data && op->heads > 1 &&
+         (op->s_head < 0 ? -op->s_head : op->s_head) > (op->s_token < 0 ? -op->s_token : op->s_token);
+}
+
+/* Tokens per block of a direct walk (q and/or k rotated in place from table
+ * rows, no norm: the rows are the table's, the scratch holds their
+ * pointers; run_direct), 0 when the plan is not one (a range of `units`
+ * tokens). In [B,H,T,D] every group of heads of the kernel walk reads the
+ * block's cos/sin rows again, walking the block's tokens in one run, so the
+ * rows must stay in L2 while the group's rows stream through it: a quarter
+ * of this core's L2 (read at run time). Long runs per head are what the
+ * hardware prefetchers need when heads are T*head_dim apart (Zen 4, 4096
+ * tokens: 0.5 -> ~1.0 of the stream bound against 32-token blocks). */
+static int64_t direct_block(const pe__rope_plan *p, int64_t units) {
+  if (p->source != PE_SOURCE_POSITIONS || p->inverse || p->norm_mode || p->slots ||
+      p->cache_in_place || p->v.data)
+    return 0;
+  /* Heads nearer than tokens ([B,T,H,D]) are walked token by token: a block
+   * of PE_ENGINE_BLOCK_TOKENS keeps its cos/sin rows in L1 for q and k. */
+  if (units <= PE_ENGINE_BLOCK_TOKENS || (!heads_far(&p->q) && !heads_far(&p->k)))
+    return PE_ENGINE_BLOCK_TOKENS;
+  int64_t n = pe__cpu_l2_bytes() / 4 / (2 * (int64_t)p->half * (int64_t)sizeof(float));
+  if (n < PE_ENGINE_BLOCK_TOKENS) n = PE_ENGINE_BLOCK_TOKENS;
+  if (n > (int64_t)DIRECT_MAX_TOKENS) n = (int64_t)DIRECT_MAX_TOKENS;
+  return n;
+}
+
+/* Tokens [u, u+n) of one sequence of a direct plan: the table rows'
+ * pointers, then q's and k's rows (run_block's work without its stages,
+ * sources and sinks: a decode step is ~40 rows, where each of those costs). */
+static void run_direct(const pe__rope_plan *p, int64_t u, int64_t n, const float *table,
+                       const float **cosp, const float **sinp) {
+  const int64_t b = p->batch == 1 ? 0 : u / p->tokens, t0 = u - b * p->tokens;
+  const int64_t row = 2 * (int64_t)p->half;
+  for (int64_t i = 0; i < n; i++) {
+    cosp[i] = table + (p->pos ? p->pos[u + i] : t0 + i) * row;
+    sinp[i] = cosp[i] + p->half;
+  }
+  pe_rope_block blk = {.cos = cosp, .sin = sinp, .n_tokens = n, .n_pairs = p->half,
+                       .pair_dist = p->half, .style = p->style};
+  const pe__rope_operand *op = &p->q;
+  for (int o = 0; o < 2; o++, op = &p->k) {
+    if (!op->data) continue;
+    blk.n_heads = op->heads;
+    p->isa->rope_rows[op->dtype](&blk, op->data + (b * op->s_batch + t0 * op->s_token) * op->esize,
+                                 op->s_head, op->s_token);
   }
 }
 
 static void engine_range(void *ctx, int64_t begin, int64_t end) {
   const pe__rope_plan *p = ctx;
-  float scratch[PE_ENGINE_SCRATCH_FLOATS] __attribute__((aligned(64)));
+  engine_scratch scratch __attribute__((aligned(64)));
   float scales[PE_ENGINE_NORM_ROWS];
-  /* Tokens per block: their rows (2*half floats each) are reused by every
-   * head of q and k, so they must stay in L1 (the scratch size); rows larger
-   * than that alone are computed in chunks of frequencies. Under a norm the
-   * block's scales must fit too. */
-  int64_t block = PE_ENGINE_SCRATCH_FLOATS / (2 * (int64_t)p->half);
-  if (block > PE_ENGINE_BLOCK_TOKENS) block = PE_ENGINE_BLOCK_TOKENS;
-  int64_t rows = norm_rows(p, &p->q) + norm_rows(p, &p->k);
-  int grouped = rows > PE_ENGINE_NORM_ROWS;
-  if (rows && block > PE_ENGINE_NORM_ROWS / rows) block = PE_ENGINE_NORM_ROWS / rows;
-  if (block < 1) block = 1;
+  const float *cosp[PE_ENGINE_BLOCK_TOKENS], *sinp[PE_ENGINE_BLOCK_TOKENS];
+  /* A direct walk (table rows, no scratch rows) takes long blocks
+   * (direct_block); the others (block, set on first use): their rows
+   * (2*half floats each) are reused by every head of q and k, so they must
+   * stay in L1 (the scratch size); rows larger than that alone are computed
+   * in chunks of frequencies. Under a norm the block's scales must fit too. */
+  const int64_t dblock = direct_block(p, end - begin);
+  int64_t block = 0;
+  int grouped = 0;
   for (int64_t u = begin; u < end;) {
-    int64_t t0 = u % p->tokens;
-    int64_t n = block;
+    int64_t t0 = p->batch == 1 ? u : u % p->tokens;
+    const float *table = dblock ? row_cache(p, p->batch == 1 ? 0 : u / p->tokens)->table : NULL;
+    if (!table && !block) {
+      block = PE_ENGINE_SCRATCH_FLOATS / (2 * (int64_t)p->half);
+      if (block > PE_ENGINE_BLOCK_TOKENS) block = PE_ENGINE_BLOCK_TOKENS;
+      int64_t rows = norm_rows(p, &p->q) + norm_rows(p, &p->k);
+      grouped = rows > PE_ENGINE_NORM_ROWS;
+      if (rows && block > PE_ENGINE_NORM_ROWS / rows) block = PE_ENGINE_NORM_ROWS / rows;
+      if (block < 1) block = 1;
+    }
+    int64_t n = table ? dblock : block;
     if (n > p->tokens - t0) n = p->tokens - t0; /* a block never crosses a sequence */
     if (n > end - u) n = end - u;
-    if (grouped) run_head_groups(p, u, scratch, scales);
-    else run_block(p, u, n, scratch, scales);
+    if (table) run_direct(p, u, n, table, scratch.ptr, scratch.ptr + dblock);
+    else if (grouped) run_head_groups(p, u, scratch.rows, scales, cosp, sinp);
+    else run_block(p, u, n, scratch.rows, scales, cosp, sinp);
     u += n;
   }
 }
@@ -541,6 +611,10 @@ static int64_t bytes_per_token(const pe__rope_plan *p) {
 }
 
 void pe__rope_run(const pe__rope_plan *plan, pe_threadpool *pool) {
+  if (!pool) { /* what pe__pool_run does without a pool, minus the cost model */
+    if (plan->batch * plan->tokens > 0) engine_range((void *)plan, 0, plan->batch * plan->tokens);
+    return;
+  }
   pe__pool_run(pool, plan->batch * plan->tokens, 1, bytes_per_token(plan), engine_range,
                (void *)plan);
 }

@@ -2,8 +2,8 @@
  *
  * An entry point validates its arguments, describes the call as a plan and
  * hands it to pe__rope_run. The engine walks blocks of up to
- * PE_ENGINE_BLOCK_TOKENS tokens of one sequence (the unit the thread pool
- * splits), and for each block:
+ * PE_ENGINE_BLOCK_TOKENS tokens of one sequence (the pool splits tokens),
+ * and for each block:
  *   row source -> the block's cos/sin rows (a frequency chunk of them)
  *   stage      -> (optional) the QK-norm scale of each q/k row (rows_norm)
  *   sinks      -> q and/or k rotated in place, or k rotated into a cache row,
@@ -16,6 +16,11 @@
  *
  * A stage between them normalizes rows before their rotation (QK-norm), and
  * a second cache sink converts v into its cache rows.
+ *
+ * A direct walk - q and/or k rotated in place from table rows, nothing
+ * else - skips the stages: its blocks hold pointers into the table only,
+ * kept in the scratch, and in [B,H,T,D] they are as long as a quarter of
+ * the L2 holds (the kernel's groups of heads each walk the whole block).
  *
  * Stack: one block's scratch rows (PE_ENGINE_SCRATCH_FLOATS floats, 16 KiB)
  * and the norm stage's scales (PE_ENGINE_NORM_ROWS floats, 4 KiB) plus a few

@@ -262,6 +262,7 @@ typedef struct rows_case {
   int32_t n_pairs, pair_dist;
   int64_t tokens, heads;
   int head_major, neg_head, neg_token;
+  int norm, norm_per_token, weight_shared; /* the QK-norm stage (PE_NORM_*; 0: none) */
 } rows_case;
 
 /* One case of rope_rows on both structs: rows of `extent` elements (the
@@ -293,15 +294,33 @@ static void run_rows(const pe_isa *isa, const rows_case *k) {
   }
   pe_rope_block blk = {.cos = cp, .sin = sp, .n_tokens = k->tokens, .n_heads = k->heads,
                        .n_pairs = k->n_pairs, .pair_dist = k->pair_dist, .style = k->style};
+  /* under a norm: a scale per row (or per token) and weights per element of
+   * each head's row (or one row of weights for every head), never NaN */
+  float *scales = xmalloc((size_t)(k->tokens * k->heads) * sizeof(float));
+  float *weights = xmalloc((size_t)(extent * k->heads) * sizeof(float));
+  const float *scp[8];
+  for (int64_t i = 0; i < k->tokens * k->heads; i++)
+    scales[i] = rnd_below(8) ? 0.25f + (float)rnd_below(4096) / 1024.0f : bits_f32(gen_f32_no_nan());
+  for (int64_t i = 0; i < extent * k->heads; i++) weights[i] = bits_f32(gen_f32_no_nan());
+  for (int64_t t = 0; t < k->tokens; t++) scp[t] = scales + t * k->heads;
+  if (k->norm) {
+    blk.norm = k->norm;
+    blk.scale = scp;
+    blk.scale_head_stride = k->norm_per_token ? 0 : 1;
+    blk.weight = weights;
+    blk.weight_head_stride = k->weight_shared ? 0 : extent;
+  }
   ref->rope_rows[k->dt](&blk, a + base * (int64_t)es, hs, ts);
   isa->rope_rows[k->dt](&blk, b + base * (int64_t)es, hs, ts);
   char what[160];
   snprintf(what, sizeof what,
            "rope_rows dtype %d style %d n_pairs %d pair_dist %d tokens %lld heads %lld hs %lld "
-           "ts %lld",
+           "ts %lld norm %d",
            k->dt, k->style, (int)k->n_pairs, (int)k->pair_dist, (long long)k->tokens,
-           (long long)k->heads, (long long)hs, (long long)ts);
+           (long long)k->heads, (long long)hs, (long long)ts, k->norm);
   assert_same(a, b, (size_t)total * es, es, what);
+  free(scales);
+  free(weights);
   free(a);
   free(b);
   free(cs);
@@ -309,7 +328,9 @@ static void run_rows(const pe_isa *isa, const rows_case *k) {
 
 static void test_rope_rows(void **state) {
   const pe_isa *isa = isa_or_skip(*(int *)*state);
-  static const int64_t tok[] = {1, 2, 3, 5}, hd[] = {1, 2, 3};
+  /* heads: the vector walks take rows in groups of 4 (rope_template.h),
+   * with a remainder group */
+  static const int64_t tok[] = {1, 2, 3, 5}, hd[] = {1, 2, 3, 4, 5, 9};
   int64_t cases = 0;
   for (int dt = 0; dt < 3; dt++)
     for (int style = 0; style < 2; style++)
@@ -319,7 +340,10 @@ static void test_rope_rows(void **state) {
           /* pair_dist == n_pairs (whole rotary half) or > (a frequency chunk) */
           k.pair_dist = k.n_pairs + (rep & 1 ? (int32_t)rnd_below(70) + 1 : 0);
           k.tokens = tok[rnd_below(4)];
-          k.heads = hd[rnd_below(3)];
+          k.heads = hd[rnd_below(6)];
+          k.norm = rnd_below(2) ? 0 : (int)rnd_below(4); /* PE_NORM_OFF..PE_NORM_UNIT */
+          k.norm_per_token = (int)rnd_below(2);
+          k.weight_shared = (int)rnd_below(2);
           k.head_major = rep >> 1 & 1;
           k.neg_head = (int)rnd_below(2);
           k.neg_token = rep >= 4;

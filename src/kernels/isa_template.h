@@ -37,7 +37,9 @@ PE_AI const float *row_weight(int mode, const pe_rope_block *b, int64_t h) {
 
 /* In place: the nearer of the two strides goes innermost, so the rows stream
  * in address order whatever the layout ([B,T,H,D] or [B,H,T,D]) while the
- * block's cos/sin stay in L1. */
+ * block's cos/sin stay in L1. On the vector ISAs, heads farther apart than
+ * tokens, and the heads of a single token, go in groups that share each
+ * step's cos/sin vectors (rows_grouped). */
 PE_AI void rows_walk(int dt, int style, int mode, const pe_rope_block *b, void *data,
                      int64_t head_stride, int64_t token_stride) {
   char *base = data;
@@ -48,6 +50,12 @@ PE_AI void rows_walk(int dt, int style, int mode, const pe_rope_block *b, void *
 #define ROW_(t, h)                                                                               \
   rope_row(dt, style, base + (t) * ts + (h) * hs, b->cos[t], b->sin[t], n, dist, mode,           \
            row_scale(mode, b, t, h), row_weight(mode, b, h))
+#if defined(PE_ROPE_GROUP)
+  if (n_tokens == 1) { /* a decode step: rope_template.h */
+    rows_grouped(dt, style, mode, b, base, hs, ts);
+    return;
+  }
+#endif
   if (n_tokens == 1 || ahs <= ats) {
     for (int64_t t = 0; t < n_tokens; t++) {
       /* in locals: the rows' stores (may_alias vectors) would otherwise
@@ -59,8 +67,12 @@ PE_AI void rows_walk(int dt, int style, int mode, const pe_rope_block *b, void *
                  row_weight(mode, b, h));
     }
   } else {
+#if defined(PE_ROPE_GROUP)
+    rows_grouped(dt, style, mode, b, base, hs, ts); /* rope_template.h */
+#else
     for (int64_t h = 0; h < n_heads; h++)
       for (int64_t t = 0; t < n_tokens; t++) ROW_(t, h);
+#endif
   }
 #undef ROW_
 }
