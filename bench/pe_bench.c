@@ -144,9 +144,11 @@ static void usage(FILE *f) {
           "samples above 25 %% of the median (not max - min: a few preempted samples widen\n"
           "min..max but neither the IQR nor, beyond a rank each, the median; with 15 reps\n"
           "3 outliers at either end leave the IQR alone), the 1-minute load average above\n"
-          "the CPU count, or the calling thread waiting for its CPU more than 10 %% of the\n"
-          "time. A row flagged for its IQR alone is sampled again, up to 3 times in all\n"
-          "(the note says how often); the last sampling is reported.\n"
+          "the CPU count, the run queue (runnable threads of the machine, ours included,\n"
+          "sampled after every repetition: the load average without its minute of lag)\n"
+          "averaging above the CPU count, or the calling thread waiting for its CPU more\n"
+          "than 10 %% of the time. A row flagged for its IQR alone is sampled again, up\n"
+          "to 3 times in all (the note says how often); the last sampling is reported.\n"
           "The cutover suite times RoPE calls of 1..512 tokens on the caller alone and on\n"
           "a pool with its cut-over disabled (PE_POOL_MIN_BYTES=0), workers hot (calls\n"
           "back to back) and cold (2 ms asleep between calls): where a pool starts to pay.\n");
@@ -528,7 +530,8 @@ typedef struct result {
   double speedup_1t; /* NAN: no one-thread row */
   double load_max;   /* highest 1-minute load average seen while it ran */
   double wait_frac;  /* time its threads waited for a CPU / its wall time */
-  char flag[80];     /* non-empty: measured while disturbed, and why */
+  double run_queue;  /* mean runnable threads of the machine (ours included) */
+  char flag[120];    /* non-empty: measured while disturbed, and why */
   int attempts;      /* samplings of the row (more than one: its IQR was retried) */
   char note[96];
   char error[200]; /* non-empty: not measured */
@@ -552,6 +555,7 @@ static result *new_result(const bench_case *c) {
   r->threads = c->threads;
   r->bytes = c->bytes;
   r->ns = r->bound = r->textbook = r->textbook_native = NO_STATS;
+  r->run_queue = NAN;
   r->speedup_1t = NAN;
   r->load_max = r->wait_frac = NAN;
   return r;
@@ -605,11 +609,15 @@ static int64_t iterations_for(double ns_per_call) {
  * A row gets a '!' (and the reason, in the note) when its figures cannot be
  * trusted as the machine's: the interquartile range of its kernel samples
  * (p75 - p25) exceeds 25 % of the median, the 1-minute load average exceeded
- * the CPU count while
- * it ran, or the calling thread spent more than 10 % of its wall time
- * runnable but waiting for its CPU (run_delay in /proc/thread-self/schedstat:
- * the direct measure of other processes taking our cores, which the lagging
- * load average only shows after a minute). */
+ * the CPU count while it ran, the run queue (runnable threads of the whole
+ * machine, ours included, from /proc/loadavg, sampled after every repetition
+ * while our helper threads sleep) averaged above the CPU count, or the
+ * calling thread spent more than 10 % of its wall time runnable but waiting
+ * for its CPU (run_delay in /proc/thread-self/schedstat: the direct measure
+ * of other processes taking our core). The load average lags by a minute;
+ * the run queue is its instantaneous form, and catches what the CPU wait
+ * cannot: other processes busy on the other CPUs only (sharing the core's
+ * SMT sibling or the memory, a row then ran 1.5x slower with no wait). */
 /* Why the IQR and not max - min: the reported figure is the median, which
  * always lies between p25 and p75 and moves by at most one rank for each
  * sample a disturbance slows (on a shared VM one rep in 15 preempted by
@@ -638,19 +646,39 @@ static double run_wait_ns(void) {
   return ok ? (double)wait : NAN;
 }
 
+/* Runnable threads of the whole machine now (the 4th field of /proc/loadavg,
+ * "running/total"; the reader itself is one of them), or -1. */
+static int run_queue_now(void) {
+  FILE *f = fopen("/proc/loadavg", "r");
+  if (!f) return -1;
+  int running = -1;
+  if (fscanf(f, "%*f %*f %*f %d/", &running) != 1) running = -1;
+  fclose(f);
+  return running;
+}
+
 typedef struct disturbance {
   double t0, wait0, load_max;
+  long running_sum, running_n;
 } disturbance;
 
+static void disturbance_sample(disturbance *d) {
+  int r = run_queue_now();
+  if (r >= 0) d->running_sum += r, d->running_n++;
+}
+
 static disturbance disturbance_start(void) {
-  disturbance d = {now_ns(), run_wait_ns(), load_average()};
+  disturbance d = {now_ns(), run_wait_ns(), load_average(), 0, 0};
+  disturbance_sample(&d);
   return d;
 }
 
-static void disturbance_end(const disturbance *d, result *r) {
+static void disturbance_end(disturbance *d, result *r) {
+  disturbance_sample(d);
   double wall = now_ns() - d->t0, load = load_average();
   r->load_max = isnan(load) || load < d->load_max ? d->load_max : load;
   r->wait_frac = (run_wait_ns() - d->wait0) / wall;
+  r->run_queue = d->running_n ? (double)d->running_sum / (double)d->running_n : NAN;
   double iqr = (r->ns.p75 - r->ns.p25) / r->ns.med;
   long cpus = sysconf(_SC_NPROCESSORS_ONLN);
   size_t n = 0;
@@ -660,6 +688,9 @@ static void disturbance_end(const disturbance *d, result *r) {
   if (r->load_max > (double)cpus && n < sizeof r->flag)
     n += (size_t)snprintf(r->flag + n, sizeof r->flag - n, "%sload %.1f > %ld CPUs", n ? ", " : "",
                           r->load_max, cpus);
+  if (r->run_queue > (double)cpus && n < sizeof r->flag)
+    n += (size_t)snprintf(r->flag + n, sizeof r->flag - n, "%srun queue %.1f > %ld CPUs",
+                          n ? ", " : "", r->run_queue, cpus);
   if (r->wait_frac > FLAG_WAIT && n < sizeof r->flag)
     snprintf(r->flag + n, sizeof r->flag - n, "%swaited %.0f %% for its CPU", n ? ", " : "",
              100 * r->wait_frac);
@@ -722,6 +753,7 @@ static result *measure(bench_case *c) {
       if (one < b[rep]) b[rep] = one;
       sleep_us(300);
     }
+    disturbance_sample(&dist); /* our helper threads asleep: the caller is ours */
   }
   r->ns = summarise(k, opt.reps);
   r->bound = summarise(b, opt.reps);
@@ -2343,13 +2375,13 @@ static void print_table(const char *cpu, const char *cmdline) {
   if (nf)
     printf("\n! %d of %d rows measured while disturbed (the reason is in the note): the "
            "interquartile range of the samples (p75 - p25) above %.0f %% of the median, the "
-           "1-minute load average above the %ld CPUs, or the calling thread waiting more than "
-           "%.0f %% of the time for its CPU. Their figures are not the machine's: rerun on a "
-           "quiet machine.\n",
+           "1-minute load average or the run queue (runnable threads, sampled every repetition) "
+           "above the %ld CPUs, or the calling thread waiting more than %.0f %% of the time for "
+           "its CPU. Their figures are not the machine's: rerun on a quiet machine.\n",
            nf, n_results, 100 * FLAG_IQR, sysconf(_SC_NPROCESSORS_ONLN), 100 * FLAG_WAIT);
   else
     printf("\nNo row disturbed: every interquartile range (p75 - p25) within %.0f %% of the "
-           "median, load average at most the CPU count, CPU waits under %.0f %%.\n",
+           "median, load average and run queue at most the CPU count, CPU waits under %.0f %%.\n",
            100 * FLAG_IQR, 100 * FLAG_WAIT);
 }
 
@@ -2429,6 +2461,8 @@ static void print_json(const char *cpu, const char *cmdline) {
       json_number(r->load_max);
       printf(", \"cpu_wait_fraction\": ");
       json_number(r->wait_frac);
+      printf(", \"run_queue_mean\": ");
+      json_number(r->run_queue);
       printf(", \"flag\": ");
       json_string(r->flag);
     }
@@ -2454,7 +2488,7 @@ static void print_csv(void) {
   printf("suite,case,dtype,isa,threads,bytes,gbps,ns_median,ns_min,ns_max,ns_p25,ns_p75,"
          "iqr_fraction,bound_ns_median,ratio_bound,textbook_ns_median,ratio_textbook,"
          "textbook_native_ns_median,ratio_textbook_native,speedup_vs_1_thread,note,"
-         "loadavg_max,cpu_wait_fraction,flag\n");
+         "loadavg_max,cpu_wait_fraction,run_queue_mean,flag\n");
   for (int i = 0; i < n_results; i++) {
     const result *r = &results[i];
     csv_field(r->suite), putchar(',');
@@ -2465,7 +2499,7 @@ static void print_csv(void) {
     if (r->error[0]) {
       printf(",,,,,,,,,,,,,,,");
       csv_field(r->error);
-      printf(",,,");
+      printf(",,,,");
     } else {
       double v[14] = {r->bytes / r->ns.med, r->ns.med, r->ns.min, r->ns.max, r->ns.p25, r->ns.p75,
                       (r->ns.p75 - r->ns.p25) / r->ns.med, r->bound.med, r->bound.med / r->ns.med,
@@ -2481,6 +2515,8 @@ static void print_csv(void) {
       if (!isnan(r->load_max)) printf("%.2f", r->load_max);
       putchar(',');
       if (!isnan(r->wait_frac)) printf("%.4f", r->wait_frac);
+      putchar(',');
+      if (!isnan(r->run_queue)) printf("%.2f", r->run_queue);
       putchar(',');
       csv_field(r->flag);
     }
