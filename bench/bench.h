@@ -5,7 +5,9 @@
  *               the best the machine has; the library itself never does);
  *   textbook.c  the baseline a reader would write: a plain C RoPE loop over a
  *               precomputed float cos/sin table, compiled with the project's
- *               flags (baseline ISA, -O3 in Release). */
+ *               flags (baseline ISA, -O3): pb_textbook_*;
+ *   textbook_native.c  the same source compiled -O3 -march=native
+ *               -ffp-contract=fast: pb_textbook_native_*. */
 #ifndef PE_BENCH_H
 #define PE_BENCH_H
 
@@ -32,11 +34,23 @@ void pb_bound_rmw_rows(const pb_rows *r, int64_t begin, int64_t end, float a, fl
 /* Part `index` of `n` of the rows of r (contiguous pieces), as above. */
 void pb_bound_rmw_part(const pb_rows *r, int index, int n, float a, float b);
 
-/* The textbook loop: NeoX RoPE on float32 x[B,H,T,D] (strides in elements,
- * unit inner stride), pairs (i, i + half) for i < half, angle row pos[b*T+t]
- * (or t when pos is NULL) of cos_t/sin_t ([max_pos][half] each). */
-void pb_textbook_rope_neox_f32(float *x, const int64_t shape[4], const int64_t stride[4],
-                               int32_t half, const int64_t *pos, const float *cos_t,
-                               const float *sin_t);
+/* The textbook loop: NeoX RoPE on x[B,H,T,D] (strides in elements, unit
+ * inner stride, either layout), pairs (i, i + half) for i < half, angle row
+ * pos[b*T+t] (or t when pos is NULL) of cos_t/sin_t ([max_pos][half] each);
+ * f16/bf16 converted to float and back (round to nearest even). Declared for
+ * both builds of textbook.c: PREFIX pb_textbook_ (-O3) and
+ * pb_textbook_native_ (-O3 -march=native). */
+#define PB_TEXTBOOK_DECLARE(PREFIX)                                                             \
+  void PREFIX##rope_neox_f32(float *x, const int64_t shape[4], const int64_t stride[4],        \
+                             int32_t half, const int64_t *pos, const float *cos_t,               \
+                             const float *sin_t);                                                \
+  void PREFIX##rope_neox_f16(uint16_t *x, const int64_t shape[4], const int64_t stride[4],     \
+                             int32_t half, const int64_t *pos, const float *cos_t,               \
+                             const float *sin_t);                                                \
+  void PREFIX##rope_neox_bf16(uint16_t *x, const int64_t shape[4], const int64_t stride[4],    \
+                              int32_t half, const int64_t *pos, const float *cos_t,              \
+                              const float *sin_t);
+PB_TEXTBOOK_DECLARE(pb_textbook_)
+PB_TEXTBOOK_DECLARE(pb_textbook_native_)
 
 #endif

@@ -2,12 +2,15 @@
  * libposenc comes from.
  *
  * Each case times one entry point on one shape, repeated after a warm-up,
- * and reports the median and the spread (min..max) of the repetitions. In the
+ * and reports the median, the interquartile range (p25..p75, which decides
+ * whether the row is flagged as disturbed) and the full spread (min..max)
+ * of the repetitions. In the
  * same repetitions, interleaved with the kernel's samples so that a busy
  * machine slows both alike, it times the bound: an in-place streaming
  * read-modify-write over the same number of bytes laid out like the tensor
  * (bound.c), with as many threads as the case uses. For RoPE it also times a
- * textbook scalar loop over a precomputed float table (textbook.c).
+ * textbook scalar loop over a precomputed float table (textbook.c), built
+ * twice: with the project's flags (-O3) and with -O3 -march=native.
  * Shapes that fit in L1/L2 are measured warm, and so is their bound.
  *
  * The optional entry points (ALiBi, T5, sinusoidal, learned, HF config) are
@@ -69,7 +72,8 @@ typedef struct options {
   int style;                                 /* -1: from the model */
   int64_t tokens, batch;                     /* tokens 0: the suite's cases */
   int dtype;                                 /* -1: the suite's defaults */
-  int bthd;
+  int layouts; /* rope suite: bit 0 [B,H,T,D], bit 1 [B,T,H,D] (default both) */
+  int bthd;    /* the other suites: --layout bthd given */
   const char *isa;
   int threads[MAX_THREAD_COUNTS], n_threads, threads_given;
   const char *hf_config;
@@ -106,7 +110,10 @@ static void usage(FILE *f) {
           "  --tokens N         one case of N tokens instead of the suite's cases\n"
           "  --batch N          sequences (default 1)\n"
           "  --dtype f32|f16|bf16  tensor dtype (default: f32, plus f16/bf16 at 512 tokens)\n"
-          "  --layout bhtd|bthd memory order of q/k (default bhtd)\n"
+          "  --layout bhtd|bthd memory order of q/k: [B,H,T,D] or [B,T,H,D] (default: the\n"
+          "                     rope suite runs every prefill case in both, its case names\n"
+          "                     end in the layout; decode, one token, is the same memory\n"
+          "                     in both; the other suites use bhtd)\n"
           "  --isa NAME|all     force scalar, avx2, avx512, neon; all = each this CPU runs\n"
           "  --threads LIST     thread counts, e.g. 1,2 (default 1,2; 1 = no pool)\n"
           "  --hf-config FILE   rope cache from a HuggingFace config.json (heads from it too)\n"
@@ -119,19 +126,29 @@ static void usage(FILE *f) {
           "                     CPU it starts on; the pool's workers take the other cores)\n"
           "  -h, --help         this text\n"
           "\n"
-          "Every figure is the median of --reps repetitions with its spread (min..max).\n"
+          "Every figure is the median of --reps repetitions; 'spread (min..max ns)' is the\n"
+          "fastest and slowest of them, 'IQR p25..p75 (%% of median)' = (p75 - p25) / median,\n"
+          "the quartiles interpolated between sorted samples (as numpy.percentile does).\n"
           "GB/s counts bytes read + written in the tensors (the RoPE cos/sin table is not\n"
           "counted; learned counts the table rows it gathers); 'x stream bound' = bound\n"
           "time / kernel time with the same threads\n"
           "(1.0 = as fast as streaming the bytes once; with N threads the bound is the\n"
           "faster of an N-thread and a 1-thread stream); 'x textbook loop' = textbook loop\n"
-          "time / kernel time (RoPE, f32, NeoX, one thread); 'x 1 thread' = the same case's\n"
-          "one-thread time / this time. The bound is compiled -O3 -march=native.\n"
-          "A '!' in the note marks a row measured while disturbed: spread (max - min) above\n"
-          "25 %% of the median, 1-minute load average above the CPU count, or the\n"
-          "calling thread waiting for its CPU more than 10 %% of the time. A row\n"
-          "flagged for its spread alone is sampled again, up to 3 times in all (the\n"
-          "note says how often); the last sampling is the one reported.\n"
+          "time / kernel time (RoPE, NeoX, one thread, each dtype and layout: a plain C loop\n"
+          "over a float cos/sin table, built with the project's flags and -O3);\n"
+          "'x textbook-native' = the same loop's source built -O3 -march=native\n"
+          "-ffp-contract=fast (what a user's compiler makes of it for this CPU; the library\n"
+          "is not built native) / kernel time; 'x 1 thread' = the same case's one-thread\n"
+          "time / this time. The bound is compiled -O3 -march=native.\n"
+          "A '!' in the note marks a row measured while disturbed: the IQR of the kernel's\n"
+          "samples above 25 %% of the median (not max - min: a few preempted samples widen\n"
+          "min..max but neither the IQR nor, beyond a rank each, the median; with 15 reps\n"
+          "3 outliers at either end leave the IQR alone), the 1-minute load average above\n"
+          "the CPU count, the run queue (runnable threads of the machine, ours included,\n"
+          "sampled after every repetition: the load average without its minute of lag)\n"
+          "averaging above the CPU count, or the calling thread waiting for its CPU more\n"
+          "than 10 %% of the time. A row flagged for its IQR alone is sampled again, up\n"
+          "to 3 times in all (the note says how often); the last sampling is reported.\n"
           "The cutover suite times RoPE calls of 1..512 tokens on the caller alone and on\n"
           "a pool with its cut-over disabled (PE_POOL_MIN_BYTES=0), workers hot (calls\n"
           "back to back) and cold (2 ms asleep between calls): where a pool starts to pay.\n");
@@ -165,6 +182,7 @@ static int parse_args(int argc, char **argv) {
   opt.model = &models[0];
   opt.style = -1;
   opt.dtype = -1;
+  opt.layouts = 3;
   opt.batch = 1;
   opt.threads[0] = 1, opt.threads[1] = 2, opt.n_threads = 2;
   opt.reps = 15;
@@ -246,8 +264,8 @@ static int parse_args(int argc, char **argv) {
         return -1;
       }
     } else if (!strcmp(key, "--layout")) {
-      if (!strcmp(val, "bhtd")) opt.bthd = 0;
-      else if (!strcmp(val, "bthd")) opt.bthd = 1;
+      if (!strcmp(val, "bhtd")) opt.bthd = 0, opt.layouts = 1;
+      else if (!strcmp(val, "bthd")) opt.bthd = 1, opt.layouts = 2;
       else { fprintf(stderr, "pe-bench: --layout bhtd|bthd\n"); return -1; }
     } else if (!strcmp(key, "--isa")) {
       opt.isa = val;
@@ -322,16 +340,28 @@ static int cmp_double(const void *a, const void *b) {
 }
 
 typedef struct stats {
-  double med, min, max;
+  double med, min, max, p25, p75;
 } stats;
 
+#define NO_STATS ((stats){NAN, NAN, NAN, NAN, NAN})
+
+/* Quantile q of sorted v[0..n): linear interpolation between the samples
+ * at ranks floor and ceil of q*(n-1) (numpy.percentile's default). */
+static double quantile(const double *v, int n, double q) {
+  double at = q * (n - 1);
+  int i = (int)at;
+  return i + 1 < n ? v[i] + (at - i) * (v[i + 1] - v[i]) : v[n - 1];
+}
+
 static stats summarise(double *v, int n) {
-  stats s = {NAN, NAN, NAN};
+  stats s = NO_STATS;
   if (n <= 0) return s;
   qsort(v, (size_t)n, sizeof *v, cmp_double);
   s.min = v[0];
   s.max = v[n - 1];
-  s.med = n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+  s.med = quantile(v, n, 0.5);
+  s.p25 = quantile(v, n, 0.25);
+  s.p75 = quantile(v, n, 0.75);
   return s;
 }
 
@@ -485,6 +515,7 @@ struct bench_case {
   double bytes;                        /* read + written per call */
   pe_status (*call)(bench_case *);     /* one call of the kernel */
   void (*textbook)(bench_case *);      /* NULL: no textbook column */
+  void (*textbook_native)(bench_case *); /* NULL: no textbook-native column */
   pb_rows probe[2];                    /* the bound's rows (a mirror buffer) */
   int n_probe;
   void *st;                            /* suite state */
@@ -495,12 +526,13 @@ typedef struct result {
   char suite[16], name[48], dtype[8], isa[8];
   int threads;
   double bytes;
-  stats ns, bound, textbook;
+  stats ns, bound, textbook, textbook_native;
   double speedup_1t; /* NAN: no one-thread row */
   double load_max;   /* highest 1-minute load average seen while it ran */
   double wait_frac;  /* time its threads waited for a CPU / its wall time */
-  char flag[80];     /* non-empty: measured while disturbed, and why */
-  int attempts;      /* samplings of the row (more than one: its spread was retried) */
+  double run_queue;  /* mean runnable threads of the machine (ours included) */
+  char flag[120];    /* non-empty: measured while disturbed, and why */
+  int attempts;      /* samplings of the row (more than one: its IQR was retried) */
   char note[96];
   char error[200]; /* non-empty: not measured */
 } result;
@@ -522,7 +554,8 @@ static result *new_result(const bench_case *c) {
   snprintf(r->isa, sizeof r->isa, "%s", pe_isa_name());
   r->threads = c->threads;
   r->bytes = c->bytes;
-  r->ns = r->bound = r->textbook = (stats){NAN, NAN, NAN};
+  r->ns = r->bound = r->textbook = r->textbook_native = NO_STATS;
+  r->run_queue = NAN;
   r->speedup_1t = NAN;
   r->load_max = r->wait_frac = NAN;
   return r;
@@ -560,9 +593,9 @@ static double time_kernel(bench_case *c, int64_t iters) {
   return (now_ns() - t0) / (double)iters;
 }
 
-static double time_textbook(bench_case *c, int64_t iters) {
+static double time_textbook(bench_case *c, void (*fn)(bench_case *), int64_t iters) {
   double t0 = now_ns();
-  for (int64_t i = 0; i < iters; i++) c->textbook(c);
+  for (int64_t i = 0; i < iters; i++) fn(c);
   return (now_ns() - t0) / (double)iters;
 }
 
@@ -574,13 +607,27 @@ static int64_t iterations_for(double ns_per_call) {
 
 /* ---- was the row disturbed? ----------------------------------------------
  * A row gets a '!' (and the reason, in the note) when its figures cannot be
- * trusted as the machine's: the spread of its samples (max - min) exceeds
- * 25 % of the median, the 1-minute load average exceeded the CPU count while
- * it ran, or the calling thread spent more than 10 % of its wall time
- * runnable but waiting for its CPU (run_delay in /proc/thread-self/schedstat:
- * the direct measure of other processes taking our cores, which the lagging
- * load average only shows after a minute). */
-#define FLAG_SPREAD 0.25
+ * trusted as the machine's: the interquartile range of its kernel samples
+ * (p75 - p25) exceeds 25 % of the median, the 1-minute load average exceeded
+ * the CPU count while it ran, the run queue (runnable threads of the whole
+ * machine, ours included, from /proc/loadavg, sampled after every repetition
+ * while our helper threads sleep) averaged above the CPU count, or the
+ * calling thread spent more than 10 % of its wall time runnable but waiting
+ * for its CPU (run_delay in /proc/thread-self/schedstat: the direct measure
+ * of other processes taking our core). The load average lags by a minute;
+ * the run queue is its instantaneous form, and catches what the CPU wait
+ * cannot: other processes busy on the other CPUs only (sharing the core's
+ * SMT sibling or the memory, a row then ran 1.5x slower with no wait). */
+/* Why the IQR and not max - min: the reported figure is the median, which
+ * always lies between p25 and p75 and moves by at most one rank for each
+ * sample a disturbance slows (on a shared VM one rep in 15 preempted by
+ * another guest is routine, and max - min then flags a row whose median is
+ * fine). With 15 reps the IQR spans the sorted samples 4..12 (of 1..15), so
+ * up to 3 outliers at either end leave it alone; it widens when more are off,
+ * that is when the median itself is no longer pinned down to within 25 %.
+ * A machine slow for the whole row widens neither: that is what the
+ * load-average and CPU-wait checks are for. */
+#define FLAG_IQR 0.25
 #define FLAG_WAIT 0.10
 #define MEASURE_ATTEMPTS 3
 
@@ -599,28 +646,51 @@ static double run_wait_ns(void) {
   return ok ? (double)wait : NAN;
 }
 
+/* Runnable threads of the whole machine now (the 4th field of /proc/loadavg,
+ * "running/total"; the reader itself is one of them), or -1. */
+static int run_queue_now(void) {
+  FILE *f = fopen("/proc/loadavg", "r");
+  if (!f) return -1;
+  int running = -1;
+  if (fscanf(f, "%*f %*f %*f %d/", &running) != 1) running = -1;
+  fclose(f);
+  return running;
+}
+
 typedef struct disturbance {
   double t0, wait0, load_max;
+  long running_sum, running_n;
 } disturbance;
 
+static void disturbance_sample(disturbance *d) {
+  int r = run_queue_now();
+  if (r >= 0) d->running_sum += r, d->running_n++;
+}
+
 static disturbance disturbance_start(void) {
-  disturbance d = {now_ns(), run_wait_ns(), load_average()};
+  disturbance d = {now_ns(), run_wait_ns(), load_average(), 0, 0};
+  disturbance_sample(&d);
   return d;
 }
 
-static void disturbance_end(const disturbance *d, result *r) {
+static void disturbance_end(disturbance *d, result *r) {
+  disturbance_sample(d);
   double wall = now_ns() - d->t0, load = load_average();
   r->load_max = isnan(load) || load < d->load_max ? d->load_max : load;
   r->wait_frac = (run_wait_ns() - d->wait0) / wall;
-  double spread = (r->ns.max - r->ns.min) / r->ns.med;
+  r->run_queue = d->running_n ? (double)d->running_sum / (double)d->running_n : NAN;
+  double iqr = (r->ns.p75 - r->ns.p25) / r->ns.med;
   long cpus = sysconf(_SC_NPROCESSORS_ONLN);
   size_t n = 0;
   r->flag[0] = 0;
-  if (spread > FLAG_SPREAD)
-    n += (size_t)snprintf(r->flag + n, sizeof r->flag - n, "spread %.0f %%", 100 * spread);
+  if (iqr > FLAG_IQR)
+    n += (size_t)snprintf(r->flag + n, sizeof r->flag - n, "IQR %.0f %% of the median", 100 * iqr);
   if (r->load_max > (double)cpus && n < sizeof r->flag)
     n += (size_t)snprintf(r->flag + n, sizeof r->flag - n, "%sload %.1f > %ld CPUs", n ? ", " : "",
                           r->load_max, cpus);
+  if (r->run_queue > (double)cpus && n < sizeof r->flag)
+    n += (size_t)snprintf(r->flag + n, sizeof r->flag - n, "%srun queue %.1f > %ld CPUs",
+                          n ? ", " : "", r->run_queue, cpus);
   if (r->wait_frac > FLAG_WAIT && n < sizeof r->flag)
     snprintf(r->flag + n, sizeof r->flag - n, "%swaited %.0f %% for its CPU", n ? ", " : "",
              100 * r->wait_frac);
@@ -646,14 +716,19 @@ static result *measure(bench_case *c) {
   int64_t ib = iterations_for(time_bound(c, 1));
   for (int w = 0; w < opt.warmup; w++) time_bound(c, ib);
   int64_t ib1 = c->threads > 1 ? iterations_for(time_bound_n(c, 1, 1)) : ib;
-  int64_t it = 0;
+  int64_t it = 0, itn = 0;
   if (c->textbook) {
-    it = iterations_for(time_textbook(c, 1));
-    for (int w = 0; w < opt.warmup; w++) time_textbook(c, it);
+    it = iterations_for(time_textbook(c, c->textbook, 1));
+    for (int w = 0; w < opt.warmup; w++) time_textbook(c, c->textbook, it);
   }
-  double *k = calloc((size_t)opt.reps * 3, sizeof *k), *b = k + opt.reps, *t = b + opt.reps;
+  if (c->textbook_native) {
+    itn = iterations_for(time_textbook(c, c->textbook_native, 1));
+    for (int w = 0; w < opt.warmup; w++) time_textbook(c, c->textbook_native, itn);
+  }
+  double *k = calloc((size_t)opt.reps * 4, sizeof *k), *b = k + opt.reps, *t = b + opt.reps;
+  double *tn = t + opt.reps;
   if (!k) abort();
-  /* A row disturbed by its spread alone (a shared VM's timing noise with
+  /* A row disturbed by its IQR alone (a shared VM's timing noise with
    * nothing else running) is measured again, up to MEASURE_ATTEMPTS times in
    * all; the last attempt is reported, flagged if it still is. Load and CPU
    * waits are the machine's state, so those rows are not retried. */
@@ -666,7 +741,8 @@ static result *measure(bench_case *c) {
      * only once its workers are awake). */
     time_kernel(c, c->threads > 1 ? 2 + (int64_t)(2e6 / (k0 > 0 ? k0 : 2e6)) : 1);
     k[rep] = time_kernel(c, ik);
-    if (c->textbook) t[rep] = time_textbook(c, it);
+    if (c->textbook) t[rep] = time_textbook(c, c->textbook, it);
+    if (c->textbook_native) tn[rep] = time_textbook(c, c->textbook_native, itn);
     if (c->threads > 1) sleep_us(300);
     time_bound(c, 1);
     b[rep] = time_bound(c, ib);
@@ -677,14 +753,16 @@ static result *measure(bench_case *c) {
       if (one < b[rep]) b[rep] = one;
       sleep_us(300);
     }
+    disturbance_sample(&dist); /* our helper threads asleep: the caller is ours */
   }
   r->ns = summarise(k, opt.reps);
   r->bound = summarise(b, opt.reps);
   if (c->textbook) r->textbook = summarise(t, opt.reps);
+  if (c->textbook_native) r->textbook_native = summarise(tn, opt.reps);
   disturbance_end(&dist, r);
   r->attempts = attempt;
-  int spread_only = r->flag[0] && !strchr(r->flag, ',') && !strncmp(r->flag, "spread", 6);
-  if (!spread_only || attempt >= MEASURE_ATTEMPTS) break;
+  int iqr_only = r->flag[0] && !strchr(r->flag, ',') && !strncmp(r->flag, "IQR", 3);
+  if (!iqr_only || attempt >= MEASURE_ATTEMPTS) break;
   }
   free(k);
   return r;
@@ -851,7 +929,7 @@ typedef struct rope_state {
   pe_tensor q, k;
   int64_t *pos;
   int64_t tokens;
-  float *cos_t, *sin_t; /* textbook table, f32 NeoX only */
+  float *cos_t, *sin_t; /* textbook table, NeoX only */
   int32_t half;
 } rope_state;
 
@@ -860,10 +938,87 @@ static pe_status rope_call(bench_case *c) {
   return pe_apply_rope_qk(s->cache, &s->q, &s->k, s->pos, 0, c->pool);
 }
 
+/* The textbook loop on q then k, in the tensor's dtype: the -O3 build
+ * (native 0) or the -O3 -march=native one (native 1). */
+static void rope_textbook_on(rope_state *s, pe_tensor *x, int native) {
+  switch (x->dtype) {
+  case PE_F16:
+    (native ? pb_textbook_native_rope_neox_f16 : pb_textbook_rope_neox_f16)(
+        x->data, x->shape, x->stride, s->half, s->pos, s->cos_t, s->sin_t);
+    break;
+  case PE_BF16:
+    (native ? pb_textbook_native_rope_neox_bf16 : pb_textbook_rope_neox_bf16)(
+        x->data, x->shape, x->stride, s->half, s->pos, s->cos_t, s->sin_t);
+    break;
+  default:
+    (native ? pb_textbook_native_rope_neox_f32 : pb_textbook_rope_neox_f32)(
+        x->data, x->shape, x->stride, s->half, s->pos, s->cos_t, s->sin_t);
+  }
+}
+
 static void rope_textbook(bench_case *c) {
   rope_state *s = c->st;
-  pb_textbook_rope_neox_f32(s->q.data, s->q.shape, s->q.stride, s->half, s->pos, s->cos_t, s->sin_t);
-  pb_textbook_rope_neox_f32(s->k.data, s->k.shape, s->k.stride, s->half, s->pos, s->cos_t, s->sin_t);
+  rope_textbook_on(s, &s->q, 0);
+  rope_textbook_on(s, &s->k, 0);
+}
+
+static void rope_textbook_native(bench_case *c) {
+  rope_state *s = c->st;
+  rope_textbook_on(s, &s->q, 1);
+  rope_textbook_on(s, &s->k, 1);
+}
+
+static double elem_value(const pe_tensor *x, size_t i) {
+  if (x->dtype == PE_F32) return ((const float *)x->data)[i];
+  uint16_t h = ((const uint16_t *)x->data)[i];
+  if (x->dtype == PE_F16) { /* finite values only: fill() makes no others */
+    int e = (h >> 10) & 0x1f;
+    double m = e ? 1024 + (h & 0x3ff) : (h & 0x3ff);
+    return (h & 0x8000 ? -1 : 1) * ldexp(m, (e ? e : 1) - 25);
+  }
+  uint32_t u = (uint32_t)h << 16;
+  float f;
+  memcpy(&f, &u, 4);
+  return f;
+}
+
+/* Does the baseline compute what the library computes? One call of each
+ * build of the textbook loop and of the library on copies of q, compared
+ * element by element: within 2^-20 relative for f32 (the library rounds
+ * fmaf(x, c, -(y*s)), the loop x*c - y*s, contracted or not), within one
+ * unit in the last place for f16/bf16 (that difference, rounded). NULL: they
+ * agree; otherwise the first element that differs (the case then has no
+ * textbook columns, and its note says why). */
+static const char *textbook_mismatch(bench_case *c) {
+  static char why[128];
+  rope_state *s = c->st;
+  size_t n = (size_t)(s->q.shape[0] * s->q.shape[1] * s->q.shape[2] * s->q.shape[3]);
+  size_t bytes = tensor_bytes(&s->q);
+  void *orig = xalloc(bytes), *lib = xalloc(bytes);
+  memcpy(orig, s->q.data, bytes);
+  pe_tensor q_lib = s->q;
+  q_lib.data = lib;
+  memcpy(lib, orig, bytes);
+  pe_status st = pe_apply_rope_qk(s->cache, &q_lib, NULL, s->pos, 0, NULL);
+  double tol = s->q.dtype == PE_F32 ? 0x1p-20 : s->q.dtype == PE_F16 ? 0x1p-10 : 0x1p-7;
+  why[0] = 0;
+  for (int native = 0; native < 2 && st == PE_OK && !why[0]; native++) {
+    memcpy(s->q.data, orig, bytes);
+    rope_textbook_on(s, &s->q, native);
+    for (size_t i = 0; i < n; i++) {
+      double a = elem_value(&s->q, i), b = elem_value(&q_lib, i);
+      if (!(fabs(a - b) <= tol * (fabs(b) > 0.25 ? fabs(b) : 0.25))) {
+        snprintf(why, sizeof why, "textbook%s loop: element %zu is %.7g, the library's %.7g",
+                 native ? "-native" : "", i, a, b);
+        break;
+      }
+    }
+  }
+  if (st != PE_OK) snprintf(why, sizeof why, "pe_apply_rope_qk: %.70s", pe_last_error());
+  memcpy(s->q.data, orig, bytes);
+  free(orig);
+  free(lib);
+  return why[0] ? why : NULL;
 }
 
 static char *read_file(const char *path, size_t *len) {
@@ -1053,7 +1208,7 @@ static pe_status rope_cache_for(rope_geom *g, int64_t max_positions, pe_rope_cac
   return st;
 }
 
-static void rope_case(const char *name, int64_t tokens, int dt, int threads) {
+static void rope_case(const char *name, int64_t tokens, int dt, int threads, int bthd) {
   rope_geom g = geometry();
   rope_state s;
   memset(&s, 0, sizeof s);
@@ -1068,8 +1223,8 @@ static void rope_case(const char *name, int64_t tokens, int dt, int threads) {
   int64_t B = opt.batch;
   s.tokens = tokens;
   s.half = g.rotary_dim / 2;
-  s.q = make_tensor(dt, B, g.heads, tokens, g.head_dim, opt.bthd);
-  s.k = make_tensor(dt, B, g.kv_heads, tokens, g.head_dim, opt.bthd);
+  s.q = make_tensor(dt, B, g.heads, tokens, g.head_dim, bthd);
+  s.k = make_tensor(dt, B, g.kv_heads, tokens, g.head_dim, bthd);
   /* Decode: each sequence at its own position past a long context; prefill:
    * 0..T-1 (positions NULL). */
   if (tokens == 1) {
@@ -1090,7 +1245,7 @@ static void rope_case(const char *name, int64_t tokens, int dt, int threads) {
   c.probe[1] = probe_like(&s.k, g.rotary_dim);
   c.n_probe = 2;
   snprintf(c.note, sizeof c.note, "%dq/%dkv x %d (rot %d) %s %s", g.heads, g.kv_heads, g.head_dim,
-           g.rotary_dim, g.style == PE_ROPE_NEOX ? "neox" : "gptj", opt.bthd ? "bthd" : "bhtd");
+           g.rotary_dim, g.style == PE_ROPE_NEOX ? "neox" : "gptj", bthd ? "bthd" : "bhtd");
   if (opt.max_positions >= 0) {
     size_t l = strlen(c.note);
     if (max_pos)
@@ -1098,7 +1253,7 @@ static void rope_case(const char *name, int64_t tokens, int dt, int threads) {
     else
       snprintf(c.note + l, sizeof c.note - l, " on the fly");
   }
-  if (dt == PE_F32 && g.style == PE_ROPE_NEOX && threads == 1) {
+  if (g.style == PE_ROPE_NEOX && threads == 1) {
     s.cos_t = xalloc((size_t)tb_pos * (size_t)s.half * sizeof(float));
     s.sin_t = xalloc((size_t)tb_pos * (size_t)s.half * sizeof(float));
     float *cs = xalloc((size_t)s.half * 2 * sizeof(float));
@@ -1108,9 +1263,16 @@ static void rope_case(const char *name, int64_t tokens, int dt, int threads) {
       memcpy(s.sin_t + p * s.half, cs + s.half, (size_t)s.half * sizeof(float));
     }
     free(cs);
-    c.textbook = rope_textbook;
+    const char *bad = textbook_mismatch(&c);
+    if (bad) {
+      size_t l = strlen(c.note);
+      snprintf(c.note + l, sizeof c.note - l, "; no textbook: %s", bad);
+    } else {
+      c.textbook = rope_textbook;
+      c.textbook_native = rope_textbook_native;
+    }
   }
-  progress("[%.0fs] rope %s %s %d thr", (now_ns() - run_start) / 1e9, name, dtype_name(dt), threads);
+  progress("[%.0fs] rope %s %s %d thr", (now_ns() - run_start) / 1e9, c.name, dtype_name(dt), threads);
   measure(&c);
   free_probes(&c);
   free(s.q.data);
@@ -1121,13 +1283,29 @@ static void rope_case(const char *name, int64_t tokens, int dt, int threads) {
   pe_rope_cache_destroy(s.cache);
 }
 
+/* One rope case in each layout --layout selects (both by default), its
+ * name followed by the layout; decode (one token: both layouts are the
+ * same memory) once, in bhtd unless --layout bthd. */
+static void rope_layouts(const char *name, int64_t tokens, int dt, int threads) {
+  if (tokens == 1) {
+    rope_case(name, tokens, dt, threads, opt.layouts == 2);
+    return;
+  }
+  for (int l = 0; l < 2; l++) {
+    if (!(opt.layouts & (1 << l))) continue;
+    char full[48];
+    snprintf(full, sizeof full, "%.42s %s", name, l ? "bthd" : "bhtd");
+    rope_case(full, tokens, dt, threads, l);
+  }
+}
+
 static void suite_rope(void) {
   for (int ti = 0; ti < opt.n_threads; ti++) {
     int th = opt.threads[ti];
     if (opt.tokens) {
       char name[48];
       snprintf(name, sizeof name, "%s %" PRId64 " tok x%" PRId64, model_label(), opt.tokens, opt.batch);
-      rope_case(name, opt.tokens, opt.dtype >= 0 ? opt.dtype : PE_F32, th);
+      rope_layouts(name, opt.tokens, opt.dtype >= 0 ? opt.dtype : PE_F32, th);
       continue;
     }
     static const struct { const char *name; int64_t tokens; } cases[] = {
@@ -1136,12 +1314,12 @@ static void suite_rope(void) {
       char name[48];
       snprintf(name, sizeof name, "%s %s", model_label(), cases[i].name);
       if (opt.dtype >= 0) {
-        rope_case(name, cases[i].tokens, opt.dtype, th);
+        rope_layouts(name, cases[i].tokens, opt.dtype, th);
       } else {
-        rope_case(name, cases[i].tokens, PE_F32, th);
+        rope_layouts(name, cases[i].tokens, PE_F32, th);
         if (cases[i].tokens == 512) {
-          rope_case(name, 512, PE_F16, th);
-          rope_case(name, 512, PE_BF16, th);
+          rope_layouts(name, 512, PE_F16, th);
+          rope_layouts(name, 512, PE_BF16, th);
         }
       }
     }
@@ -2112,12 +2290,14 @@ static void fmt_ns(char *out, size_t len, double v) {
     snprintf(out, len, "%.1f", v);
 }
 
-#define N_COLS 13
+#define N_COLS 15
+#define COL_NOTE 14
 /* The README's Results tables use these names (a subset of the columns:
  * scripts/bench-results.sh writes them from --csv). */
 static const char *const col_names[N_COLS] = {
     "suite", "case", "dtype", "isa", "threads", "GB/s", "ns/call (median)", "spread (min..max ns)",
-    "bound GB/s", "x stream bound", "x textbook loop", "x 1 thread", "note"};
+    "IQR p25..p75 (% of median)", "bound GB/s", "x stream bound", "x textbook loop",
+    "x textbook-native", "x 1 thread", "note"};
 
 static void result_cells(const result *r, char cells[N_COLS][256]) {
   snprintf(cells[0], 256, "%s", r->suite);
@@ -2127,7 +2307,7 @@ static void result_cells(const result *r, char cells[N_COLS][256]) {
   snprintf(cells[4], 256, "%d", r->threads);
   for (int i = 5; i < N_COLS; i++) snprintf(cells[i], 256, "-");
   if (r->error[0]) {
-    snprintf(cells[12], 256, "%.200s", r->error);
+    snprintf(cells[COL_NOTE], 256, "%.200s", r->error);
     return;
   }
   fmt_num(cells[5], 256, r->bytes / r->ns.med, 1);
@@ -2138,18 +2318,20 @@ static void result_cells(const result *r, char cells[N_COLS][256]) {
     fmt_ns(b, sizeof b, r->ns.max);
     snprintf(cells[7], 256, "%.32s..%.32s", a, b);
   }
+  fmt_num(cells[8], 256, 100 * (r->ns.p75 - r->ns.p25) / r->ns.med, 0);
   if (!isnan(r->bound.med)) {
-    fmt_num(cells[8], 256, r->bytes / r->bound.med, 1);
-    fmt_num(cells[9], 256, r->bound.med / r->ns.med, 2);
+    fmt_num(cells[9], 256, r->bytes / r->bound.med, 1);
+    fmt_num(cells[10], 256, r->bound.med / r->ns.med, 2);
   }
-  fmt_num(cells[10], 256, r->textbook.med / r->ns.med, 2);
-  fmt_num(cells[11], 256, r->speedup_1t, 2);
+  fmt_num(cells[11], 256, r->textbook.med / r->ns.med, 2);
+  fmt_num(cells[12], 256, r->textbook_native.med / r->ns.med, 2);
+  fmt_num(cells[13], 256, r->speedup_1t, 2);
   char tries[32] = "";
   if (r->attempts > 1) snprintf(tries, sizeof tries, " (sampled %d times)", r->attempts);
   if (r->flag[0])
-    snprintf(cells[12], 256, "! %s%s%s%.96s", r->flag, tries, r->note[0] ? "; " : "", r->note);
+    snprintf(cells[COL_NOTE], 256, "! %s%s%s%.96s", r->flag, tries, r->note[0] ? "; " : "", r->note);
   else
-    snprintf(cells[12], 256, "%s%s%s", r->note, r->note[0] && tries[0] ? ";" : "", tries);
+    snprintf(cells[COL_NOTE], 256, "%s%s%s", r->note, r->note[0] && tries[0] ? ";" : "", tries);
 }
 
 static int n_flagged(void) {
@@ -2176,13 +2358,13 @@ static void print_table(const char *cpu, const char *cmdline) {
   printf("|\n");
   for (int i = 0; i < N_COLS; i++) {
     printf("|");
-    for (int j = 0; j < width[i] + 2; j++) putchar(i >= 4 && i <= 11 && j == width[i] + 1 ? ':' : '-');
+    for (int j = 0; j < width[i] + 2; j++) putchar(i >= 4 && i < COL_NOTE && j == width[i] + 1 ? ':' : '-');
   }
   printf("|\n");
   for (int r = 0; r < n_results; r++) {
     result_cells(&results[r], cells);
     for (int i = 0; i < N_COLS; i++) {
-      if (i >= 4 && i <= 11)
+      if (i >= 4 && i < COL_NOTE)
         printf("| %*s ", width[i], cells[i]);
       else
         printf("| %-*s ", width[i], cells[i]);
@@ -2191,15 +2373,16 @@ static void print_table(const char *cpu, const char *cmdline) {
   }
   int nf = n_flagged();
   if (nf)
-    printf("\n! %d of %d rows measured while disturbed (the reason is in the note): the spread of "
-           "the samples (max - min) above %.0f %% of the median, the 1-minute load average above "
-           "the %ld CPUs, or the calling thread waiting more than %.0f %% of the time for its "
-           "CPU. Their figures are not the machine's: rerun on a quiet machine.\n",
-           nf, n_results, 100 * FLAG_SPREAD, sysconf(_SC_NPROCESSORS_ONLN), 100 * FLAG_WAIT);
+    printf("\n! %d of %d rows measured while disturbed (the reason is in the note): the "
+           "interquartile range of the samples (p75 - p25) above %.0f %% of the median, the "
+           "1-minute load average or the run queue (runnable threads, sampled every repetition) "
+           "above the %ld CPUs, or the calling thread waiting more than %.0f %% of the time for "
+           "its CPU. Their figures are not the machine's: rerun on a quiet machine.\n",
+           nf, n_results, 100 * FLAG_IQR, sysconf(_SC_NPROCESSORS_ONLN), 100 * FLAG_WAIT);
   else
-    printf("\nNo row disturbed: every spread within %.0f %% of the median, load average at most "
-           "the CPU count, CPU waits under %.0f %%.\n",
-           100 * FLAG_SPREAD, 100 * FLAG_WAIT);
+    printf("\nNo row disturbed: every interquartile range (p75 - p25) within %.0f %% of the "
+           "median, load average and run queue at most the CPU count, CPU waits under %.0f %%.\n",
+           100 * FLAG_IQR, 100 * FLAG_WAIT);
 }
 
 static void json_string(const char *s) {
@@ -2252,6 +2435,12 @@ static void print_json(const char *cpu, const char *cmdline) {
       json_number(r->ns.min);
       printf(", \"ns_max\": ");
       json_number(r->ns.max);
+      printf(", \"ns_p25\": ");
+      json_number(r->ns.p25);
+      printf(", \"ns_p75\": ");
+      json_number(r->ns.p75);
+      printf(", \"iqr_fraction\": ");
+      json_number((r->ns.p75 - r->ns.p25) / r->ns.med);
       printf(", \"bound_ns_median\": ");
       json_number(r->bound.med);
       printf(", \"ratio_bound\": ");
@@ -2260,6 +2449,10 @@ static void print_json(const char *cpu, const char *cmdline) {
       json_number(r->textbook.med);
       printf(", \"ratio_textbook\": ");
       json_number(r->textbook.med / r->ns.med);
+      printf(", \"textbook_native_ns_median\": ");
+      json_number(r->textbook_native.med);
+      printf(", \"ratio_textbook_native\": ");
+      json_number(r->textbook_native.med / r->ns.med);
       printf(", \"speedup_vs_1_thread\": ");
       json_number(r->speedup_1t);
       printf(", \"note\": ");
@@ -2268,6 +2461,8 @@ static void print_json(const char *cpu, const char *cmdline) {
       json_number(r->load_max);
       printf(", \"cpu_wait_fraction\": ");
       json_number(r->wait_frac);
+      printf(", \"run_queue_mean\": ");
+      json_number(r->run_queue);
       printf(", \"flag\": ");
       json_string(r->flag);
     }
@@ -2290,9 +2485,10 @@ static void csv_field(const char *s) {
 }
 
 static void print_csv(void) {
-  printf("suite,case,dtype,isa,threads,bytes,gbps,ns_median,ns_min,ns_max,bound_ns_median,"
-         "ratio_bound,textbook_ns_median,ratio_textbook,speedup_vs_1_thread,note,"
-         "loadavg_max,cpu_wait_fraction,flag\n");
+  printf("suite,case,dtype,isa,threads,bytes,gbps,ns_median,ns_min,ns_max,ns_p25,ns_p75,"
+         "iqr_fraction,bound_ns_median,ratio_bound,textbook_ns_median,ratio_textbook,"
+         "textbook_native_ns_median,ratio_textbook_native,speedup_vs_1_thread,note,"
+         "loadavg_max,cpu_wait_fraction,run_queue_mean,flag\n");
   for (int i = 0; i < n_results; i++) {
     const result *r = &results[i];
     csv_field(r->suite), putchar(',');
@@ -2301,15 +2497,16 @@ static void print_csv(void) {
     csv_field(r->isa), putchar(',');
     printf("%d,", r->threads);
     if (r->error[0]) {
-      printf(",,,,,,,,,,");
+      printf(",,,,,,,,,,,,,,,");
       csv_field(r->error);
-      printf(",,,");
+      printf(",,,,");
     } else {
-      double v[9] = {r->bytes / r->ns.med, r->ns.med, r->ns.min, r->ns.max, r->bound.med,
-                     r->bound.med / r->ns.med, r->textbook.med, r->textbook.med / r->ns.med,
-                     r->speedup_1t};
+      double v[14] = {r->bytes / r->ns.med, r->ns.med, r->ns.min, r->ns.max, r->ns.p25, r->ns.p75,
+                      (r->ns.p75 - r->ns.p25) / r->ns.med, r->bound.med, r->bound.med / r->ns.med,
+                      r->textbook.med, r->textbook.med / r->ns.med, r->textbook_native.med,
+                      r->textbook_native.med / r->ns.med, r->speedup_1t};
       printf("%.0f,", r->bytes);
-      for (int j = 0; j < 9; j++) {
+      for (int j = 0; j < 14; j++) {
         if (!isnan(v[j])) printf("%.6g", v[j]);
         putchar(',');
       }
@@ -2318,6 +2515,8 @@ static void print_csv(void) {
       if (!isnan(r->load_max)) printf("%.2f", r->load_max);
       putchar(',');
       if (!isnan(r->wait_frac)) printf("%.4f", r->wait_frac);
+      putchar(',');
+      if (!isnan(r->run_queue)) printf("%.2f", r->run_queue);
       putchar(',');
       csv_field(r->flag);
     }

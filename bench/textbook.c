@@ -1,22 +1,151 @@
 /* textbook.c - the loop most codebases start from (HF's rotate_half written
- * in C): float32, NeoX pairing, a precomputed table of cos and sin per
- * position, no blocking, no intrinsics. pe-bench reports how many times
- * faster the library is than this, compiled with the project's own flags. */
+ * in C): NeoX pairing, a precomputed float table of cos and sin per
+ * position, no blocking, no intrinsics, heads and tokens walked in the order
+ * they lie in memory, and for f16/bf16 the obvious scalar conversions to
+ * float and back (round to nearest even) around the same float arithmetic:
+ * a _Float16 cast where the compiler has the type, shifts for bf16.
+ *
+ * pe-bench builds this file twice (bench/CMakeLists.txt): as itself with the
+ * project's flags (-O3, the baseline ISA: the 'x textbook loop' column), and
+ * through textbook_native.c, which defines PB_TEXTBOOK_PREFIX, with
+ * -O3 -march=native (the 'x textbook-native' column: what a user compiling
+ * this loop for their own machine gets for free). */
+#include <string.h>
+
 #include "bench.h"
 
-void pb_textbook_rope_neox_f32(float *x, const int64_t shape[4], const int64_t stride[4],
-                               int32_t half, const int64_t *pos, const float *cos_t,
-                               const float *sin_t) {
-  for (int64_t b = 0; b < shape[0]; b++)
-    for (int64_t h = 0; h < shape[1]; h++)
-      for (int64_t t = 0; t < shape[2]; t++) {
-        float *row = x + b * stride[0] + h * stride[1] + t * stride[2];
-        int64_t p = pos ? pos[b * shape[2] + t] : t;
-        const float *c = cos_t + p * half, *s = sin_t + p * half;
-        for (int32_t i = 0; i < half; i++) {
-          float x0 = row[i], x1 = row[i + half];
-          row[i] = x0 * c[i] - x1 * s[i];
-          row[i + half] = x1 * c[i] + x0 * s[i];
-        }
-      }
+#ifndef PB_TEXTBOOK_PREFIX
+#define PB_TEXTBOOK_PREFIX pb_textbook_
+#endif
+#define PB_CAT_(a, b) a##b
+#define PB_CAT(a, b) PB_CAT_(a, b)
+#define PB_TB(name) PB_CAT(PB_TEXTBOOK_PREFIX, name)
+
+static inline float bf16_to_f32(uint16_t h) {
+  uint32_t u = (uint32_t)h << 16;
+  float f;
+  memcpy(&f, &u, 4);
+  return f;
+}
+
+static inline uint16_t f32_to_bf16(float f) {
+  uint32_t u;
+  memcpy(&u, &f, 4);
+  if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40); /* quiet NaN */
+  u += 0x7fffu + ((u >> 16) & 1);
+  return (uint16_t)(u >> 16);
+}
+
+#if defined(__FLT16_MAX__)
+/* The compiler has _Float16 (GCC 12+ on x86-64, aarch64): the obvious code
+ * is a cast, which -march=native turns into the CPU's conversion
+ * instructions (F16C, AVX512-FP16, NEON) and the baseline build into
+ * libgcc's conversion calls. */
+static inline float f16_to_f32(uint16_t h) {
+  _Float16 f;
+  memcpy(&f, &h, 2);
+  return (float)f;
+}
+
+static inline uint16_t f32_to_f16(float f) {
+  _Float16 x = (_Float16)f;
+  uint16_t h;
+  memcpy(&h, &x, 2);
+  return h;
+}
+#else
+/* No _Float16: the conversions by hand, round to nearest even. */
+static inline float f16_to_f32(uint16_t h) {
+  uint32_t sign = (uint32_t)(h & 0x8000) << 16, e = (h >> 10) & 0x1f, m = h & 0x3ff, u;
+  if (e == 0x1f) {
+    u = sign | 0x7f800000u | (m << 13);
+  } else if (e) {
+    u = sign | ((e + 112) << 23) | (m << 13);
+  } else if (!m) {
+    u = sign;
+  } else { /* subnormal: m * 2^-24 */
+    uint32_t sh = 0;
+    while (!(m & 0x400)) m <<= 1, sh++;
+    u = sign | ((113 - sh) << 23) | ((m & 0x3ff) << 13);
+  }
+  float f;
+  memcpy(&f, &u, 4);
+  return f;
+}
+
+static inline uint16_t f32_to_f16(float f) {
+  uint32_t u;
+  memcpy(&u, &f, 4);
+  uint32_t sign = (u >> 16) & 0x8000, a = u & 0x7fffffffu;
+  if (a > 0x7f800000u) return (uint16_t)(sign | 0x7e00);       /* NaN */
+  if (a >= 0x477ff000u) return (uint16_t)(sign | 0x7c00);      /* rounds to infinity */
+  if (a >= 0x38800000u) {                                      /* normal: rebias, round */
+    uint32_t r = a - 0x38000000u;
+    return (uint16_t)(sign | ((r + 0x0fffu + ((r >> 13) & 1)) >> 13));
+  }
+  if (a < 0x33000000u) return (uint16_t)sign;                  /* below 2^-25: zero */
+  uint32_t e = a >> 23, m = (a & 0x7fffffu) | 0x800000u, shift = 126 - e; /* 14..24 */
+  uint32_t q = m >> shift, rem = m & ((1u << shift) - 1), halfway = 1u << (shift - 1);
+  if (rem > halfway || (rem == halfway && (q & 1))) q++;
+  return (uint16_t)(sign | q);
+}
+#endif
+
+/* Every row of x[B,H,T,D] in memory order: heads outer for [B,H,T,D]
+ * (stride[1] > stride[2]), tokens outer for [B,T,H,D]. ROW rotates one
+ * row, row, with the cos c and sin s of its position. */
+#define TB_WALK(T, ROW)                                                          \
+  for (int64_t b = 0; b < shape[0]; b++) {                                       \
+    if (stride[1] >= stride[2]) {                                                \
+      for (int64_t h = 0; h < shape[1]; h++)                                     \
+        for (int64_t t = 0; t < shape[2]; t++) {                                 \
+          T *row = x + b * stride[0] + h * stride[1] + t * stride[2];            \
+          int64_t p = pos ? pos[b * shape[2] + t] : t;                           \
+          const float *c = cos_t + p * half, *s = sin_t + p * half;              \
+          ROW;                                                                   \
+        }                                                                        \
+    } else {                                                                     \
+      for (int64_t t = 0; t < shape[2]; t++) {                                   \
+        int64_t p = pos ? pos[b * shape[2] + t] : t;                             \
+        const float *c = cos_t + p * half, *s = sin_t + p * half;                \
+        for (int64_t h = 0; h < shape[1]; h++) {                                 \
+          T *row = x + b * stride[0] + h * stride[1] + t * stride[2];            \
+          ROW;                                                                   \
+        }                                                                        \
+      }                                                                          \
+    }                                                                            \
+  }
+
+#define ROW_F32                                                                  \
+  for (int32_t i = 0; i < half; i++) {                                           \
+    float x0 = row[i], x1 = row[i + half];                                       \
+    row[i] = x0 * c[i] - x1 * s[i];                                              \
+    row[i + half] = x1 * c[i] + x0 * s[i];                                       \
+  }
+
+#define ROW_16(to_f32, from_f32)                                                 \
+  for (int32_t i = 0; i < half; i++) {                                           \
+    float x0 = to_f32(row[i]), x1 = to_f32(row[i + half]);                       \
+    row[i] = from_f32(x0 * c[i] - x1 * s[i]);                                    \
+    row[i + half] = from_f32(x1 * c[i] + x0 * s[i]);                             \
+  }
+#define ROW_F16 ROW_16(f16_to_f32, f32_to_f16)
+#define ROW_BF16 ROW_16(bf16_to_f32, f32_to_bf16)
+
+void PB_TB(rope_neox_f32)(float *x, const int64_t shape[4], const int64_t stride[4],
+                          int32_t half, const int64_t *pos, const float *cos_t,
+                          const float *sin_t) {
+  TB_WALK(float, ROW_F32)
+}
+
+void PB_TB(rope_neox_f16)(uint16_t *x, const int64_t shape[4], const int64_t stride[4],
+                          int32_t half, const int64_t *pos, const float *cos_t,
+                          const float *sin_t) {
+  TB_WALK(uint16_t, ROW_F16)
+}
+
+void PB_TB(rope_neox_bf16)(uint16_t *x, const int64_t shape[4], const int64_t stride[4],
+                           int32_t half, const int64_t *pos, const float *cos_t,
+                           const float *sin_t) {
+  TB_WALK(uint16_t, ROW_BF16)
 }

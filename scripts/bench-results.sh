@@ -8,9 +8,10 @@
 # model). This script replaces the block of this machine's kind (or adds one
 # before <!-- /bench-results -->) with: the command, the date, the CPU, the
 # load average, and the table of the run, in the columns of pe-bench's own
-# table (a subset, same names). Rows pe-bench flags '!' (measured while
-# disturbed) keep their '!' and the header counts them: rerun on a quiet
-# machine rather than publish them.
+# table (a subset, same names: the IQR column is the spread the '!' flag
+# uses). Rows pe-bench flags '!' (measured while disturbed) keep their '!'
+# and the header counts them: rerun on a quiet machine rather than publish
+# them.
 #
 # Usage: scripts/bench-results.sh [--build DIR] [--reps N] [--print] [-- PE_BENCH_ARGS...]
 #   --build DIR  build directory (default: build)
@@ -93,21 +94,24 @@ def ns(v):
     if v in ("", None): return "-"
     x = float(v)
     return "%.0f" % x if x >= 100 else "%.1f" % x
-cols = ["suite", "case", "dtype", "threads", "GB/s", "ns/call (median)", "x stream bound",
-        "x textbook loop", "x 1 thread", "note"]
-out = ["| " + " | ".join(cols) + " |", "|---|---|---|--:|--:|--:|--:|--:|--:|---|"]
+cols = ["suite", "case", "dtype", "threads", "GB/s", "ns/call (median)",
+        "IQR p25..p75 (% of median)", "x stream bound", "x textbook loop", "x textbook-native",
+        "x 1 thread", "note"]
+out = ["| " + " | ".join(cols) + " |", "|---|---|---|" + "--:|" * (len(cols) - 4) + "---|"]
 flagged = 0
 for r in rows:
     if r["gbps"] == "" and r["ns_median"] == "":
-        cells = [r["suite"], r["case"], r["dtype"], r["threads"]] + ["-"] * 5 + [r["note"]]
+        cells = [r["suite"], r["case"], r["dtype"], r["threads"]] + ["-"] * (len(cols) - 5) + [r["note"]]
     else:
         note = r["note"]
         if r.get("flag"):
             flagged += 1
             note = "! " + r["flag"] + ("; " + note if note else "")
+        iqr = r["iqr_fraction"]
         cells = [r["suite"], r["case"], r["dtype"], r["threads"], num(r["gbps"], 1),
-                 ns(r["ns_median"]), num(r["ratio_bound"], 2), num(r["ratio_textbook"], 2),
-                 num(r["speedup_vs_1_thread"], 2), note]
+                 ns(r["ns_median"]), num(str(100 * float(iqr)) if iqr else "", 0),
+                 num(r["ratio_bound"], 2), num(r["ratio_textbook"], 2),
+                 num(r["ratio_textbook_native"], 2), num(r["speedup_vs_1_thread"], 2), note]
     out.append("| " + " | ".join(c.replace("|", "/") for c in cells) + " |")
 head = ("From one \`make bench\` run (\`$shown\`: %s repetitions, written by "
         "\`scripts/bench-results.sh\`) on %s: %s (family $family model $cpumodel), $cpus vCPUs%s, "
