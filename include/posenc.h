@@ -421,7 +421,10 @@ PE_API pe_status pe_t5_add_bias(const pe_tensor *scores, const float *table,
 #define PE_SINUSOIDAL_CONCAT 0x10000u
 
 /* Write the table for positions 0..n_positions-1 into out
- * ([n_positions][d_model] float32). Angles in double precision.
+ * ([n_positions][d_model] float32). Angles in double precision: each
+ * frequency is the double product of two pow/exp results (a few double ulps
+ * from base^(-2i/d); d/64 + 64 calls per call, not d/2), the same bits on
+ * every ISA.
  * d_model >= 1 (>= 4 with PE_SINUSOIDAL_CONCAT); base > 0, finite. */
 PE_API pe_status pe_sinusoidal_table(int64_t n_positions, int32_t d_model, double base,
                                      uint32_t flags, float *out);
