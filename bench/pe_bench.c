@@ -2089,6 +2089,7 @@ typedef struct kvq_state {
   pe_tensor q, k, v, kc, vc, tmp; /* tmp: shift's f32 rows [1, 8, n, 128] */
   void *qkv;
   int64_t *slots, *pos, *deltas, n;
+  int with_q; /* store: q rotated in the same call (else only the kv heads) */
   float kscale, vscale;
   qkn_store_fn store;
   kvq_io_fn read, write;
@@ -2097,11 +2098,12 @@ typedef struct kvq_state {
 
 static pe_status kvq_store_call(bench_case *c) {
   kvq_state *s = c->st;
-  return s->store(s->cache, &s->norm, &s->q, &s->k, &s->v, &s->kv, s->slots, s->pos, 0, c->pool);
+  return s->store(s->cache, &s->norm, s->with_q ? &s->q : NULL, &s->k, &s->v, &s->kv, s->slots,
+                  s->pos, 0, c->pool);
 }
 static void kvq_store_unfused(bench_case *c) {
   kvq_state *s = c->st;
-  pe_apply_rope_qk(s->cache, &s->q, &s->k, s->pos, 0, c->pool);
+  pe_apply_rope_qk(s->cache, s->with_q ? &s->q : NULL, &s->k, s->pos, 0, c->pool);
   s->write(&s->kv, &s->k, &s->v, s->slots);
 }
 static pe_status kvq_shift_call(bench_case *c) {
@@ -2115,8 +2117,12 @@ static void kvq_shift_unfused(bench_case *c) {
   s->write(&s->kv, &s->tmp, NULL, s->slots);
 }
 
-/* kind 0: store of batch x tokens; 1: shift of `tokens` cached keys. */
+/* kind 0: store of batch x tokens (q, k and v); 2: the same with the kv
+ * heads alone (q not passed: what the quantizing store itself adds over a
+ * rope pass and a quantize pass); 1: shift of `tokens` cached keys. */
 static void kvq_case(int kind, uint32_t fmt, int64_t batch, int64_t tokens, int dt, int threads) {
+  const int with_q = kind == 0;
+  if (kind == 2) kind = 0;
   enum { HQ = 32, HKV = 8, HD = 128 };
   kvq_state s;
   memset(&s, 0, sizeof s);
@@ -2161,6 +2167,7 @@ static void kvq_case(int kind, uint32_t fmt, int64_t batch, int64_t tokens, int 
   s.kv.k_quant = s.kv.v_quant = fmt;
   if (fmt != PE_KV_Q8_0) s.kv.k_scale = &s.kscale, s.kv.v_scale = &s.vscale;
   s.n = n;
+  s.with_q = with_q;
   s.slots = xalloc((size_t)n * sizeof *s.slots);
   s.pos = xalloc((size_t)n * sizeof *s.pos);
   s.deltas = xalloc((size_t)n * sizeof *s.deltas);
@@ -2183,8 +2190,8 @@ static void kvq_case(int kind, uint32_t fmt, int64_t batch, int64_t tokens, int 
   c.suite = "kvquant";
   const char *fname = fmt == PE_KV_Q8_0 ? "q8_0" : "fp8e4m3";
   if (kind == 0)
-    snprintf(c.name, sizeof c.name, "store %s %s %" PRId64 "x%" PRId64, fname,
-             tokens == 1 ? "decode" : "prefill", batch, tokens);
+    snprintf(c.name, sizeof c.name, "store %s %s %" PRId64 "x%" PRId64 "%s", fname,
+             tokens == 1 ? "decode" : "prefill", batch, tokens, with_q ? "" : " kv");
   else
     snprintf(c.name, sizeof c.name, "shift %s %" PRId64 " keys", fname, n);
   c.dtype = dt;
@@ -2193,12 +2200,15 @@ static void kvq_case(int kind, uint32_t fmt, int64_t batch, int64_t tokens, int 
   c.st = &s;
   c.call = kind == 0 ? kvq_store_call : kvq_shift_call;
   c.textbook = kind == 0 ? kvq_store_unfused : kvq_shift_unfused;
-  c.bytes = kind == 0 ? (double)(n * (2 * HQ * HD * es + 2 * HKV * HD * es + 2 * HKV * rb))
+  c.bytes = kind == 0 ? (double)(n * ((with_q ? 2 * HQ * HD * es : 0) + 2 * HKV * HD * es +
+                                       2 * HKV * rb))
                       : (double)(2 * n * HKV * rb);
   c.probe[0] = probe_flat(c.bytes);
   c.n_probe = 1;
   snprintf(c.note, sizeof c.note, "%s",
-           kind == 0 ? "x textbook = vs pe_apply_rope_qk + pe_kv_write (k, v)"
+           kind == 0 ? (with_q ? "x textbook = vs pe_apply_rope_qk + pe_kv_write (k, v)"
+                               : "kv heads only (q NULL); x textbook = vs pe_apply_rope_qk(k) "
+                                 "+ pe_kv_write (k, v)")
                      : "x textbook = vs pe_kv_read + pe_rope_shift_k + pe_kv_write");
   progress("[%.0fs] kvquant %s %s %d thr", (now_ns() - run_start) / 1e9, c.name, dtype_name(dt),
            threads);
@@ -2226,6 +2236,8 @@ static void suite_kvquant(void) {
       }
       kvq_case(0, fmts[f], 32, 1, dt, opt.threads[ti]);  /* decode, a batch of 32 */
       kvq_case(0, fmts[f], 1, 512, dt, opt.threads[ti]); /* prefill */
+      kvq_case(2, fmts[f], 32, 1, dt, opt.threads[ti]);  /* the same, kv heads alone */
+      kvq_case(2, fmts[f], 1, 512, dt, opt.threads[ti]);
     }
     if (!opt.tokens) {
       kvq_case(1, PE_KV_Q8_0, 1, 512, dt, opt.threads[ti]);  /* shift 512 keys */
