@@ -6,6 +6,7 @@
 #include <stddef.h>
 #include <string.h>
 
+#include "cpu.h"
 #include "kernels/isa.h"
 #include "rope_internal.h"
 
@@ -202,6 +203,9 @@ PE_API pe_status pe_rope_cache_create(const pe_rope_params *user, pe_rope_cache 
     pe__isa()->rope_sincos(0, p.max_positions, c->inv_freq, NULL, half, (float)c->attention_factor,
                                c->table);
   }
+  /* Probe the L2 size here, off the hot path: on aarch64 it reads sysfs
+   * (fopen allocates), which a first apply call must not do. */
+  (void)pe__cpu_l2_bytes();
   *out = c;
   return PE_OK;
 }
