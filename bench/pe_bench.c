@@ -1965,6 +1965,32 @@ static void qkn_unfused(bench_case *c) {
   qkn_copy_rows(&s->v, &s->vc, s->slots);
 }
 
+/* The setup the qknorm and kvquant suites share: a NeoX rope cache of
+ * head_dim hd and base theta covering `tokens` positions, and a packed QKV
+ * buffer [batch, tokens, (hq + 2*hkv) * hd] of dtype dt, filled, with q, k and
+ * v as [B, H, T, D] views of it. 0, or -1 after not_available(suite, ...). */
+static int packed_qkv(const char *suite, int64_t hq, int64_t hkv, int64_t hd, double theta,
+                      int64_t batch, int64_t tokens, int dt, pe_rope_cache **cache, void **qkv,
+                      pe_tensor *q, pe_tensor *k, pe_tensor *v) {
+  pe_rope_params p;
+  pe_rope_params_init(&p);
+  p.head_dim = (int32_t)hd, p.style = PE_ROPE_NEOX, p.base = theta;
+  p.max_positions = tokens + 64 > 8192 ? tokens + 64 : 8192;
+  if (pe_rope_cache_create(&p, cache) != PE_OK) {
+    not_available(suite, pe_last_error());
+    return -1;
+  }
+  int64_t row = (hq + 2 * hkv) * hd, n = batch * tokens, es = (int64_t)dtype_size(dt);
+  *qkv = xalloc((size_t)(n * row * es));
+  fill(*qkv, dt, (size_t)(n * row));
+  pe_tensor base = {*qkv, (pe_dtype)dt, {batch, hq, tokens, hd}, {tokens * row, hd, row, 1}};
+  *q = *k = *v = base;
+  k->shape[1] = v->shape[1] = hkv;
+  k->data = (char *)*qkv + hq * hd * es;
+  v->data = (char *)*qkv + (hq + hkv) * hd * es;
+  return 0;
+}
+
 static void qkn_case(int64_t batch, int64_t tokens, int dt, int threads) {
   enum { HQ = 32, HKV = 8, HD = 128 };
   qkn_state s;
@@ -1974,22 +2000,10 @@ static void qkn_case(int64_t batch, int64_t tokens, int dt, int threads) {
     not_available("qknorm", "pe_qk_norm_rope_store is not in this library");
     return;
   }
-  pe_rope_params p;
-  pe_rope_params_init(&p);
-  p.head_dim = HD, p.style = PE_ROPE_NEOX, p.base = 1000000.0;
-  p.max_positions = tokens + 64 > 8192 ? tokens + 64 : 8192;
-  if (pe_rope_cache_create(&p, &s.cache) != PE_OK) {
-    not_available("qknorm", pe_last_error());
+  if (packed_qkv("qknorm", HQ, HKV, HD, 1000000.0, batch, tokens, dt, &s.cache, &s.qkv, &s.q, &s.k,
+                 &s.v))
     return;
-  }
   int64_t row = (HQ + 2 * HKV) * HD, n = batch * tokens, es = (int64_t)dtype_size(dt);
-  s.qkv = xalloc((size_t)(n * row * es));
-  fill(s.qkv, dt, (size_t)(n * row));
-  pe_tensor base = {s.qkv, (pe_dtype)dt, {batch, HQ, tokens, HD}, {tokens * row, HD, row, 1}};
-  s.q = s.k = s.v = base;
-  s.k.shape[1] = s.v.shape[1] = HKV;
-  s.k.data = (char *)s.qkv + HQ * HD * es;
-  s.v.data = (char *)s.qkv + (HQ + HKV) * HD * es;
   int64_t blocks = (n + FUSED_BLOCK - 1) / FUSED_BLOCK + 2;
   size_t cache_elems = (size_t)(blocks * FUSED_BLOCK * HKV * HD);
   pe_tensor kc = {xalloc(cache_elems * (size_t)es), (pe_dtype)dt, {blocks, HKV, FUSED_BLOCK, HD},
@@ -2134,23 +2148,11 @@ static void kvq_case(int kind, uint32_t fmt, int64_t batch, int64_t tokens, int 
     not_available("kvquant", "the quantized-cache calls are not in this library");
     return;
   }
-  pe_rope_params p;
-  pe_rope_params_init(&p);
-  p.head_dim = HD, p.style = PE_ROPE_NEOX, p.base = 500000.0;
-  p.max_positions = tokens + 64 > 8192 ? tokens + 64 : 8192;
-  if (pe_rope_cache_create(&p, &s.cache) != PE_OK) {
-    not_available("kvquant", pe_last_error());
+  if (packed_qkv("kvquant", HQ, HKV, HD, 500000.0, batch, tokens, dt, &s.cache, &s.qkv, &s.q,
+                 &s.k, &s.v))
     return;
-  }
-  int64_t row = (HQ + 2 * HKV) * HD, n = batch * tokens, es = (int64_t)dtype_size(dt);
+  int64_t n = batch * tokens, es = (int64_t)dtype_size(dt);
   int64_t rb = fmt == PE_KV_Q8_0 ? HD / 32 * 34 : HD;
-  s.qkv = xalloc((size_t)(n * row * es));
-  fill(s.qkv, dt, (size_t)(n * row));
-  pe_tensor base = {s.qkv, (pe_dtype)dt, {batch, HQ, tokens, HD}, {tokens * row, HD, row, 1}};
-  s.q = s.k = s.v = base;
-  s.k.shape[1] = s.v.shape[1] = HKV;
-  s.k.data = (char *)s.qkv + HQ * HD * es;
-  s.v.data = (char *)s.qkv + (HQ + HKV) * HD * es;
   int64_t blocks = (n + FUSED_BLOCK - 1) / FUSED_BLOCK + 2;
   size_t cache_bytes = (size_t)(blocks * FUSED_BLOCK * HKV * rb);
   pe_tensor kc = {xalloc(cache_bytes), PE_F32, {blocks, HKV, FUSED_BLOCK, HD},
