@@ -769,8 +769,8 @@ typedef enum pe_kv_quant {
  * own format). The tensor keeps its shape in elements ([num_blocks, kv_heads,
  * block_size, head_dim], shape[3] the channels) but is a tensor of BYTES:
  * data is the byte address of row [0,0,0], stride[0..2] are in bytes (any
- * order and sign), stride[3] must be 1, no alignment is required and its
- * dtype field is not read. One row (block, head, slot) is:
+ * order and sign; as for a plain cache, no two rows may overlap), stride[3]
+ * must be 1, no alignment is required and its dtype field is not read. One row (block, head, slot) is:
  *   PE_KV_FP8_E4M3 / E5M2: head_dim bytes, byte i the code of channel i:
  *     code = round-to-nearest-even(x / scale) in the format (x the float32
  *     value, the float32 divide), saturating to the largest finite magnitude

@@ -40,6 +40,11 @@ PE_HIDDEN const char *pe__dtype_name(pe_dtype d);
  * fn and name are used in the error sentence. */
 PE_HIDDEN pe_status pe__check_tensor(const char *fn, const char *name, const pe_tensor *t,
                                      int writable);
+/* Fail unless the three outer dimensions of t step over disjoint rows of row
+ * units (elements, or bytes for a quantized cache); strides in the same units.
+ * Call only once the extent is known to be representable. */
+PE_HIDDEN pe_status pe__check_no_alias(const char *fn, const char *name, const pe_tensor *t,
+                                       int64_t row, const char *unit);
 /* The stride of dimension d as kernels may use it: 0 for a size-1 dimension,
  * whose stride is never stepped and so may be anything (NumPy and PyTorch
  * produce arbitrary ones), even a value that overflows when scaled to bytes. */

@@ -98,7 +98,9 @@ pe_status pe__kv_check_tensor(const char *fn, const char *name, const pe_tensor 
   if ((uintptr_t)(-lo) > base || __builtin_add_overflow(base, (uintptr_t)hi, &end))
     return pe__fail(PE_ERR_OVERFLOW, "%s: %s spans past the address space (strides too large)", fn,
                     name);
-  return PE_OK;
+  /* As for a plain cache (checked writable): slots never alias, so the slot
+   * count num_blocks * block_size, which callers form, cannot overflow. */
+  return pe__check_no_alias(fn, name, t, pe__kv_row_bytes(quant, t->shape[3], PE_F32), "bytes");
 }
 
 /* [lo, hi) of a validated non-empty tensor: strides in elements of es bytes

@@ -27,6 +27,37 @@ const char *pe__dtype_name(pe_dtype d) {
 
 static const char *const dim_names[4] = {"0", "1", "2", "3"};
 
+/* No two indices of a written tensor may name one element (or byte, for a
+ * quantized cache): sorted by |stride|, each dimension must step over
+ * everything the inner ones span (row units, the innermost row's extent).
+ * Sufficient, and true of every layout produced by slicing a dense tensor
+ * (incl. packed QKV). The extent must already be known not to overflow. */
+pe_status pe__check_no_alias(const char *fn, const char *name, const pe_tensor *t, int64_t row,
+                             const char *unit) {
+  int order[3] = {0, 1, 2};
+  int64_t mag[3];
+  for (int i = 0; i < 3; i++) mag[i] = t->stride[i] < 0 ? -t->stride[i] : t->stride[i];
+  for (int a = 0; a < 3; a++)
+    for (int b = a + 1; b < 3; b++)
+      if (mag[order[b]] < mag[order[a]]) {
+        int tmp = order[a];
+        order[a] = order[b];
+        order[b] = tmp;
+      }
+  int64_t covered = row;
+  for (int k = 0; k < 3; k++) {
+    int d = order[k];
+    if (t->shape[d] == 1) continue;
+    if (mag[d] < covered)
+      return pe__fail(PE_ERR_SHAPE,
+                      "%s: %s is written in place but its strides alias elements: |stride[%d]| = "
+                      "%" PRId64 " < %" PRId64 " %s spanned by the inner dimensions",
+                      fn, name, d, mag[d], covered, unit);
+    covered += (t->shape[d] - 1) * mag[d];
+  }
+  return PE_OK;
+}
+
 pe_status pe__check_tensor(const char *fn, const char *name, const pe_tensor *t, int writable) {
   if (!t) return pe__fail(PE_ERR_NULL_POINTER, "%s: %s is NULL", fn, name);
   if (!t->data) return pe__fail(PE_ERR_NULL_POINTER, "%s: %s->data is NULL", fn, name);
@@ -79,32 +110,7 @@ pe_status pe__check_tensor(const char *fn, const char *name, const pe_tensor *t,
   if ((uintptr_t)(-blo) > base || __builtin_add_overflow(base, (uintptr_t)bhi, &end))
     return pe__fail(PE_ERR_OVERFLOW, "%s: %s spans past the address space (strides too large)", fn,
                     name);
-  if (writable) {
-    /* No two indices may name one element: sorted by |stride|, each dimension
-     * must step over everything the inner ones span. Sufficient, and true of
-     * every layout produced by slicing a dense tensor (incl. packed QKV). */
-    int order[3] = {0, 1, 2};
-    int64_t mag[3];
-    for (int i = 0; i < 3; i++) mag[i] = t->stride[i] < 0 ? -t->stride[i] : t->stride[i];
-    for (int a = 0; a < 3; a++)
-      for (int b = a + 1; b < 3; b++)
-        if (mag[order[b]] < mag[order[a]]) {
-          int tmp = order[a];
-          order[a] = order[b];
-          order[b] = tmp;
-        }
-    int64_t covered = t->shape[3];
-    for (int k = 0; k < 3; k++) {
-      int d = order[k];
-      if (t->shape[d] == 1) continue;
-      if (mag[d] < covered)
-        return pe__fail(PE_ERR_SHAPE,
-                        "%s: %s is written in place but its strides alias elements: |stride[%d]| = "
-                        "%" PRId64 " < %" PRId64 " elements spanned by the inner dimensions",
-                        fn, name, d, mag[d], covered);
-      covered += (t->shape[d] - 1) * mag[d];
-    }
-  }
+  if (writable) return pe__check_no_alias(fn, name, t, t->shape[3], "elements");
   return PE_OK;
 }
 

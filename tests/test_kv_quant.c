@@ -376,6 +376,20 @@ static void test_errors_write_nothing(void **state) {
   p.kv.k = &ks;
   expect_err(&p, PE_ERR_SHAPE, "stride[3]");
   p.kv.k = &p.kct;
+  /* Slots that alias one row (a zero block stride), and the fuzz_rope_store
+   * find: 2^62 blocks of 2^62 slots, all at one address, whose slot count
+   * num_blocks * block_size overflowed int64 before anything refused it. */
+  pe_tensor ka = p.kct;
+  ka.stride[0] = 0;
+  p.kv.k = &ka;
+  expect_err(&p, PE_ERR_SHAPE, "alias");
+  ka.shape[0] = ka.shape[2] = (int64_t)1 << 62;
+  ka.stride[0] = ka.stride[2] = 0;
+  expect_err(&p, PE_ERR_SHAPE, "alias");
+  int64_t one_slot[1] = {0}, one_delta[1] = {1};
+  assert_int_equal(pe_rope_shift_k_cache(p.c, &p.kv, one_slot, one_delta, 1, NULL), PE_ERR_SHAPE);
+  assert_non_null(strstr(pe_last_error(), "alias"));
+  p.kv.k = &p.kct;
   /* still fine afterwards */
   assert_int_equal(prob_store(&p, NULL), PE_OK);
   check_rows(&p);
