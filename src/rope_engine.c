@@ -636,7 +636,12 @@ void pe__rope_run(const pe__rope_plan *plan, pe_threadpool *pool) {
 void pe__rope_plan_init(pe__rope_plan *p, const pe_rope_cache *c, const pe_tensor *q,
                         const pe_tensor *k, uint32_t flags, pe__rope_source source) {
   const pe_tensor *any = q ? q : k;
-  memset(p, 0, sizeof *p);
+  /* Through the C library's memset (the size hidden from the compiler):
+   * gcc expands the plan's constant size inline as `rep stosq`, whose
+   * start-up cost is ~3 % of a decode step (Zen 4, 32q/8kv x 128 f32,
+   * fastest of 100: 294-300 -> 285-289 ns per call). */
+  volatile size_t size = sizeof *p;
+  memset(p, 0, size);
   p->isa = pe__isa();
   p->half = c->half;
   p->head_dim = c->p.head_dim;
