@@ -36,7 +36,9 @@ pe_status pe__check_no_alias(const char *fn, const char *name, const pe_tensor *
                              const char *unit) {
   /* The dimensions sorted by |stride| (compare-swaps (0,1), (0,2), (1,2))
    * in scalars: swapping through an index array on the stack chained
-   * store-to-load forwards, ~7 % of a decode step's time (Zen 4). */
+   * store-to-load forwards (Zen 4, a RoPE decode step of 32q/8kv x 128 f32:
+   * 7 % -> 2 % of its profile samples, fastest of 100 calls 298-302 -> 294-299
+   * ns). */
   int64_t m0 = t->stride[0] < 0 ? -t->stride[0] : t->stride[0];
   int64_t m1 = t->stride[1] < 0 ? -t->stride[1] : t->stride[1];
   int64_t m2 = t->stride[2] < 0 ? -t->stride[2] : t->stride[2];
