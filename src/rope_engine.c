@@ -611,6 +611,20 @@ static int64_t bytes_per_token(const pe__rope_plan *p) {
 }
 
 void pe__rope_run(const pe__rope_plan *plan, pe_threadpool *pool) {
+  /* One token of a direct plan (a decode step of one sequence: one unit,
+   * which no pool splits): its rows straight away, without engine_range's
+   * block loop and the pool's cost model (113 of the ~1150 instructions a
+   * call runs around the rows' kernel; Zen 4, 32q/8kv x 128 f32: 305-316 ->
+   * 297-304 ns per call, fastest of 100). The pool is released as
+   * pe__pool_run releases it for an empty range. */
+  const float *table;
+  if (plan->batch * plan->tokens == 1 && direct_block(plan, 1) &&
+      (table = row_cache(plan, 0)->table) != NULL) {
+    const float *cosp[1], *sinp[1];
+    run_direct(plan, 0, 1, table, cosp, sinp);
+    if (pool) pe__pool_run(pool, 0, 1, 0, engine_range, (void *)plan);
+    return;
+  }
   if (!pool) { /* what pe__pool_run does without a pool, minus the cost model */
     if (plan->batch * plan->tokens > 0) engine_range((void *)plan, 0, plan->batch * plan->tokens);
     return;
@@ -622,7 +636,12 @@ void pe__rope_run(const pe__rope_plan *plan, pe_threadpool *pool) {
 void pe__rope_plan_init(pe__rope_plan *p, const pe_rope_cache *c, const pe_tensor *q,
                         const pe_tensor *k, uint32_t flags, pe__rope_source source) {
   const pe_tensor *any = q ? q : k;
-  memset(p, 0, sizeof *p);
+  /* Through the C library's memset (the size hidden from the compiler):
+   * gcc expands the plan's constant size inline as `rep stosq`, whose
+   * start-up cost is ~3 % of a decode step (Zen 4, 32q/8kv x 128 f32,
+   * fastest of 100: 294-300 -> 285-289 ns per call). */
+  volatile size_t size = sizeof *p;
+  memset(p, 0, size);
   p->isa = pe__isa();
   p->half = c->half;
   p->head_dim = c->p.head_dim;
