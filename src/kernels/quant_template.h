@@ -111,53 +111,72 @@ PE_AI qi q_roundf(qf q) {
   return __builtin_convertvector(q + h, qi);
 }
 
-/* Blocks in groups of up to 8: every block's amax first, then their d and
- * 1/d (independent scalar divisions, which then overlap), then the qs. */
+/* roundf of x * id as int32 (the ISA's own where it has one: the same bits). */
+#if defined(VEC_Q8_ROUND)
+#define Q8_ROUND_(q) (qu)vb_q8_round((vf)(q))
+#else
+#define Q8_ROUND_(q) (qu)q_roundf(q)
+#endif
+
+typedef float q4f __attribute__((vector_size(16)));
+typedef int32_t q4i __attribute__((vector_size(16)));
+typedef uint32_t q4u __attribute__((vector_size(16)));
+
+/* g <= 4 blocks at p (dtype sd) into the g blocks at blk, four at once:
+ * each block's |x| bits reduced to one vector (unsigned max: the float order,
+ * NaN and Inf above every finite value), the four maxima formed together
+ * (vb_hmax4_u32), then quant_common.h's pe_q8_0_inv in four float lanes
+ * (the same divides: d = amax / 127.0f, id = 1.0f / d where d != 0; the f16
+ * of d by vb_f16x4, pe_f32_to_f16's bits for every finite d), then the qs.
+ * A non-finite block (amax bits above FLT_MAX) is d 0x7e00, qs 0; a block
+ * whose 1/d overflows gets id 0, so its qs come out 0 (every x finite). Lanes
+ * of the blocks past g are zeros and never stored. */
+PE_AI void q8_group(int sd, const char *p, int64_t ses, uint8_t *blk, int g) {
+  qf x[4][QV];
+  vbi am[4];
+  for (int k = 0; k < 4; k++) {
+    am[k] = (vbi)QU1(0);
+    if (k >= g) continue;
+    for (int i = 0; i < QV; i++) {
+      x[k][i] = q_load(sd, PE_AT(p, k * PE_Q8_0_BLOCK + i * VL, ses), VL);
+      am[k] = vb_max_u32(am[k], (vbi)((qu)x[k][i] & 0x7fffffffu));
+    }
+  }
+  q4u m = (q4u)vb_hmax4_u32(am[0], am[1], am[2], am[3]);
+  q4i bad = (q4i)(m > 0x7f7fffffu);                 /* a NaN or an Inf in the block */
+  q4f d = (q4f)(m & ~(q4u)bad) / 127.0f;            /* finite, >= 0 */
+  q4i dz = (q4i)(d == 0.0f);
+  q4f one = {1.0f, 1.0f, 1.0f, 1.0f};
+  q4f id = one / (q4f)(((q4u)d & ~(q4u)dz) | ((q4u)one & (q4u)dz)); /* no 1/0 */
+  q4i ok = ~dz & ~bad & (q4i)(id <= 0x1.fffffep127f);
+  id = (q4f)((q4u)id & (q4u)ok);
+  uint64_t h = vb_f16x4((vf4)d);
+  for (int k = 0; k < g; k++) {
+    uint8_t *b = blk + k * PE_Q8_0_BYTES;
+    uint16_t d16 = bad[k] ? PE_Q8_0_NONFINITE_D : (uint16_t)(h >> (16 * k));
+    b[0] = (uint8_t)(d16 & 0xffu);
+    b[1] = (uint8_t)(d16 >> 8);
+    if (bad[k]) {
+      memset(b + 2, 0, PE_Q8_0_BLOCK);
+      continue;
+    }
+    const qf iv = (qf)vf_set1(id[k]);
+    vbi q[QV];
+    for (int i = 0; i < QV; i++) q[i] = (vbi)Q8_ROUND_(x[k][i] * iv);
+    vb_store_q8(b + 2, q);
+  }
+}
+
+/* Blocks four at a time (the last group may be shorter). */
 PE_AI void kvq_q8_gen(int sd, const void *src, void *dst, int64_t n) {
-  enum { G = 8 };
   const char *in = src;
   uint8_t *out = dst;
   const int64_t ses = pe__esize(sd), nb = n / PE_Q8_0_BLOCK;
-  for (int64_t b0 = 0; b0 < nb; b0 += G) {
-    int g = nb - b0 < G ? (int)(nb - b0) : G;
-    uint32_t am[G];
-    float id[G];
-    for (int k = 0; k < g; k++) {
-      const char *p = PE_AT(in, (b0 + k) * PE_Q8_0_BLOCK, ses);
-      qu amax = {0};
-      for (int i = 0; i < QV; i++) {
-        qu a = (qu)q_load(sd, PE_AT(p, i * VL, ses), VL) & 0x7fffffffu; /* |x| as bits */
-        amax = q_sel((qi)(a > amax), a, amax); /* order = float order; NaN, Inf above */
-      }
-      am[k] = vb_hmax_u32((vbi)amax);
-    }
-    for (int k = 0; k < g; k++) {
-      uint8_t *blk = out + (b0 + k) * PE_Q8_0_BYTES;
-      if (am[k] > 0x7f7fffffu) { /* a NaN or an Inf in the block */
-        blk[0] = PE_Q8_0_NONFINITE_D & 0xffu;
-        blk[1] = PE_Q8_0_NONFINITE_D >> 8;
-        id[k] = 0.0f;
-        continue;
-      }
-      uint16_t d16;
-      id[k] = pe_q8_0_inv(pe_bits_f32(am[k]), &d16);
-      blk[0] = (uint8_t)(d16 & 0xffu);
-      blk[1] = (uint8_t)(d16 >> 8);
-    }
-    for (int k = 0; k < g; k++) {
-      uint8_t *blk = out + (b0 + k) * PE_Q8_0_BYTES;
-      /* non-finite block, or 1/d overflowed (every x * id +-Inf or NaN):
-       * qs 0. Otherwise every |x * id| <= amax * id < 128, finite. */
-      if (am[k] > 0x7f7fffffu || !(id[k] <= 0x1.fffffep127f)) {
-        memset(blk + 2, 0, PE_Q8_0_BLOCK);
-        continue;
-      }
-      const char *p = PE_AT(in, (b0 + k) * PE_Q8_0_BLOCK, ses);
-      for (int i = 0; i < QV; i++)
-        vb_store_u8(blk + 2 + i * VL,
-                    (vbi)((qu)q_roundf(q_load(sd, PE_AT(p, i * VL, ses), VL) * id[k]) & 0xffu));
-    }
-  }
+  int64_t b = 0;
+  for (; b + 4 <= nb; b += 4)
+    q8_group(sd, PE_AT(in, b * PE_Q8_0_BLOCK, ses), ses, out + b * PE_Q8_0_BYTES, 4);
+  if (b < nb)
+    q8_group(sd, PE_AT(in, b * PE_Q8_0_BLOCK, ses), ses, out + b * PE_Q8_0_BYTES, (int)(nb - b));
 }
 
 PE_AI void kvd_q8_gen(int dd, const void *src, void *dst, int64_t n) {
