@@ -136,10 +136,10 @@ PE_AI void q8_group(int sd, const char *p, int64_t ses, uint8_t *blk, int g) {
   vbi am[4];
   for (int k = 0; k < 4; k++) {
     am[k] = (vbi)QU1(0);
-    if (k >= g) continue;
-    for (int i = 0; i < QV; i++) {
+    for (int i = 0; i < QV && k < g; i++) {
       x[k][i] = q_load(sd, PE_AT(p, k * PE_Q8_0_BLOCK + i * VL, ses), VL);
-      am[k] = vb_max_u32(am[k], (vbi)((qu)x[k][i] & 0x7fffffffu));
+      vbi a = (vbi)((qu)x[k][i] & 0x7fffffffu);
+      am[k] = i ? vb_max_u32(am[k], a) : a;
     }
   }
   q4u m = (q4u)vb_hmax4_u32(am[0], am[1], am[2], am[3]);
@@ -179,16 +179,32 @@ PE_AI void kvq_q8_gen(int sd, const void *src, void *dst, int64_t n) {
     q8_group(sd, PE_AT(in, b * PE_Q8_0_BLOCK, ses), ses, out + b * PE_Q8_0_BYTES, (int)(nb - b));
 }
 
+/* g <= 4 blocks (four at a time): their f16 d widened together
+ * (vb_f32x4_f16: exact, pe_f16_to_f32's value; a signaling NaN comes out
+ * quiet, which the product (float)qs * d does to it anyway), then the qs. */
+PE_AI void q8_dgroup(int dd, const uint8_t *in, char *out, int64_t des, int g) {
+  uint16_t hs[4] = {0, 0, 0, 0};
+  for (int k = 0; k < g; k++) memcpy(&hs[k], in + k * PE_Q8_0_BYTES, 2); /* little-endian */
+  uint64_t h;
+  memcpy(&h, hs, 8);
+  q4f d = (q4f)vb_f32x4_f16(h);
+  for (int k = 0; k < g; k++) {
+    const uint8_t *blk = in + k * PE_Q8_0_BYTES;
+    const qf dv = (qf)vf_set1(d[k]);
+    for (int i = 0; i < QV; i++) {
+      qf y = __builtin_convertvector((qi)vb_load_s8(blk + 2 + i * VL), qf) * dv;
+      vst(dd, PE_AT(out, (k * PE_Q8_0_BLOCK + i * VL), des), (vf)y);
+    }
+  }
+}
+
 PE_AI void kvd_q8_gen(int dd, const void *src, void *dst, int64_t n) {
   const uint8_t *in = src;
   char *out = dst;
-  const int64_t des = pe__esize(dd);
-  for (int64_t b = 0; b < n / PE_Q8_0_BLOCK; b++) {
-    const uint8_t *blk = in + b * PE_Q8_0_BYTES;
-    float d = pe_f16_to_f32((uint16_t)(blk[0] | blk[1] << 8));
-    for (int i = 0; i < QV; i++) {
-      qf y = __builtin_convertvector((qi)vb_load_s8(blk + 2 + i * VL), qf) * d;
-      vst(dd, PE_AT(out, (b * PE_Q8_0_BLOCK + i * VL), des), (vf)y);
-    }
-  }
+  const int64_t des = pe__esize(dd), nb = n / PE_Q8_0_BLOCK;
+  int64_t b = 0;
+  for (; b + 4 <= nb; b += 4)
+    q8_dgroup(dd, in + b * PE_Q8_0_BYTES, PE_AT(out, b * PE_Q8_0_BLOCK, des), des, 4);
+  if (b < nb)
+    q8_dgroup(dd, in + b * PE_Q8_0_BYTES, PE_AT(out, b * PE_Q8_0_BLOCK, des), des, (int)(nb - b));
 }

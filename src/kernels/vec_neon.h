@@ -168,6 +168,8 @@ typedef float32x4_t vf4; /* four float lanes */
 PE_AI uint64_t vb_f16x4(vf4 d) {
   return vget_lane_u64(vreinterpret_u64_f16(vcvt_f16_f32(d)), 0);
 }
+/* Four f16 (h, little-endian) widened exactly. */
+PE_AI vf4 vb_f32x4_f16(uint64_t h) { return vcvt_f32_f16(vreinterpret_f16_u64(vcreate_u64(h))); }
 PE_AI void vb_store_q8(void *p, const vbi *q) {
   for (int h = 0; h < 2; h++) {
     uint16x8_t a = vuzp1q_u16(vreinterpretq_u16_u32(q[4 * h]), vreinterpretq_u16_u32(q[4 * h + 1]));
