@@ -162,7 +162,15 @@ PE_AI void q8_group(int sd, const char *p, int64_t ses, uint8_t *blk, int g) {
     }
     const qf iv = (qf)vf_set1(id[k]);
     vbi q[QV];
-    for (int i = 0; i < QV; i++) q[i] = (vbi)Q8_ROUND_(x[k][i] * iv);
+    for (int i = 0; i < QV; i++) {
+      /* the loaded rows are kept where 4 * QV of them fit in registers
+       * (AVX-512: 8 of 32) or where a load converts (16-bit sources);
+       * otherwise a float32 load again is cheaper than the spills */
+      qf xv = 4 * QV <= 8 || sd != PE_F32
+                  ? x[k][i]
+                  : q_load(sd, PE_AT(p, k * PE_Q8_0_BLOCK + i * VL, ses), VL);
+      q[i] = (vbi)Q8_ROUND_(xv * iv);
+    }
     vb_store_q8(b + 2, q);
   }
 }
