@@ -200,6 +200,12 @@ PE_AI void vb_store_q8(void *p, const vbi *q) {
   _mm256_storeu_si256(p, _mm256_permutevar8x32_epi32(b, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7)));
 }
 
+/* FP8 decoding (quant_template.h): VL bytes zero-extended to VL 16-bit
+ * lanes, and VL f16 widened exactly to float. */
+typedef __m128i vh;
+PE_AI vh vh_load_u8(const void *p) { return _mm_cvtepu8_epi16(_mm_loadl_epi64(p)); }
+PE_AI vf vf_from_f16(vh h) { return _mm256_cvtph_ps(h); }
+
 #include "vec_buffered.h"
 
 #endif

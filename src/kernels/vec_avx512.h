@@ -316,4 +316,10 @@ PE_AI vbi vb_q8_round(vf q) {
   return _mm512_cvttps_epi32(_mm512_add_ps(q, _mm512_castsi512_ps(h)));
 }
 
+/* FP8 decoding (quant_template.h): VL bytes zero-extended to VL 16-bit
+ * lanes, and VL f16 widened exactly to float. */
+typedef __m256i vh;
+PE_AI vh vh_load_u8(const void *p) { return _mm256_cvtepu8_epi16(_mm_loadu_si128(p)); }
+PE_AI vf vf_from_f16(vh h) { return _mm512_cvtph_ps(h); }
+
 #endif

@@ -179,4 +179,10 @@ PE_AI void vb_store_q8(void *p, const vbi *q) {
   }
 }
 
+/* FP8 decoding (quant_template.h): VL bytes zero-extended to VL 16-bit
+ * lanes, and VL f16 widened exactly to float. */
+typedef uint16x4_t vh;
+PE_AI vh vh_load_u8(const void *p) { return vget_low_u16(vmovl_u8(vb_load4(p))); }
+PE_AI vf vf_from_f16(vh h) { return vcvt_f32_f16(vreinterpret_f16_u16(h)); }
+
 #endif
