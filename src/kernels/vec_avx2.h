@@ -206,6 +206,13 @@ typedef __m128i vh;
 PE_AI vh vh_load_u8(const void *p) { return _mm_cvtepu8_epi16(_mm_loadl_epi64(p)); }
 PE_AI vf vf_from_f16(vh h) { return _mm256_cvtph_ps(h); }
 
+/* 4 * VL codes (lanes in 0..255) of four vectors stored as bytes: two
+ * vpackusdw, one vpackuswb, one vpermd. */
+PE_AI void vb_store_u8x4(void *p, vbi a, vbi b, vbi c, vbi d) {
+  __m256i w = _mm256_packus_epi16(_mm256_packus_epi32(a, b), _mm256_packus_epi32(c, d));
+  _mm256_storeu_si256(p, _mm256_permutevar8x32_epi32(w, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7)));
+}
+
 #include "vec_buffered.h"
 
 #endif

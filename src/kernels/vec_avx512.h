@@ -322,4 +322,12 @@ typedef __m256i vh;
 PE_AI vh vh_load_u8(const void *p) { return _mm256_cvtepu8_epi16(_mm_loadu_si128(p)); }
 PE_AI vf vf_from_f16(vh h) { return _mm512_cvtph_ps(h); }
 
+/* 4 * VL codes (lanes in 0..255) of four vectors stored as bytes: vpackusdw +
+ * vpackuswb in-lane, one vpermd to order (four vpmovdb cost twice the uops). */
+PE_AI void vb_store_u8x4(void *p, vbi a, vbi b, vbi c, vbi d) {
+  __m512i w = _mm512_packus_epi16(_mm512_packus_epi32(a, b), _mm512_packus_epi32(c, d));
+  const __m512i idx = _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
+  _mm512_storeu_si512(p, _mm512_permutexvar_epi32(idx, w));
+}
+
 #endif

@@ -185,4 +185,11 @@ typedef uint16x4_t vh;
 PE_AI vh vh_load_u8(const void *p) { return vget_low_u16(vmovl_u8(vb_load4(p))); }
 PE_AI vf vf_from_f16(vh h) { return vcvt_f32_f16(vreinterpret_f16_u16(h)); }
 
+/* 4 * VL codes (lanes in 0..255) of four vectors stored as bytes. */
+PE_AI void vb_store_u8x4(void *p, vbi a, vbi b, vbi c, vbi d) {
+  uint16x8_t x = vuzp1q_u16(vreinterpretq_u16_u32(a), vreinterpretq_u16_u32(b));
+  uint16x8_t y = vuzp1q_u16(vreinterpretq_u16_u32(c), vreinterpretq_u16_u32(d));
+  vst1q_u8((uint8_t *)p, vuzp1q_u8(vreinterpretq_u8_u16(x), vreinterpretq_u8_u16(y)));
+}
+
 #endif
