@@ -128,69 +128,85 @@ typedef float q4f __attribute__((vector_size(16)));
 typedef int32_t q4i __attribute__((vector_size(16)));
 typedef uint32_t q4u __attribute__((vector_size(16)));
 
-/* g <= 4 blocks at p (dtype sd) into the g blocks at blk, four at once:
- * each block's |x| bits reduced to one vector (unsigned max: the float order,
- * NaN and Inf above every finite value), the four maxima formed together
- * (vb_hmax4_u32), then quant_common.h's pe_q8_0_inv in four float lanes
- * (the same divides: d = amax / 127.0f, id = 1.0f / d where d != 0; the f16
- * of d by vb_f16x4, pe_f32_to_f16's bits for every finite d), then the qs.
- * A non-finite block (amax bits above FLT_MAX) is d 0x7e00, qs 0; a block
- * whose 1/d overflows gets id 0, so its qs come out 0 (every x finite). Lanes
- * of the blocks past g are zeros and never stored. */
-PE_AI void q8_group(int sd, const char *p, int64_t ses, uint8_t *blk, int g) {
-  qf x[4][QV];
+/* Q8_0 in groups of g <= 4 blocks, in two steps. q8_scan: each block's |x|
+ * bits reduced to one vector (unsigned max: the float order, NaN and Inf
+ * above every finite value), the four maxima formed together
+ * (vb_hmax4_u32), then quant_common.h's pe_q8_0_inv in four float lanes (the
+ * same divides: d = amax / 127.0f, id = 1.0f / d where d != 0; the f16 of d
+ * by vb_f16x4, pe_f32_to_f16's bits for every finite d). A non-finite block
+ * (amax bits above FLT_MAX) is d 0x7e00, qs 0; a block whose 1/d overflows
+ * gets id 0, so its qs come out 0 (every x finite). Lanes of the blocks past
+ * g are zeros and never stored. q8_emit: the d and the qs. */
+typedef struct q8_scale {
+  q4f id;
+  q4i bad;
+  uint64_t h; /* the four f16 d */
+} q8_scale;
+
+PE_AI q8_scale q8_scan(int sd, const char *p, int64_t ses, int g) {
   vbi am[4];
   for (int k = 0; k < 4; k++) {
     am[k] = (vbi)QU1(0);
     for (int i = 0; i < QV && k < g; i++) {
-      x[k][i] = q_load(sd, PE_AT(p, k * PE_Q8_0_BLOCK + i * VL, ses), VL);
-      vbi a = (vbi)((qu)x[k][i] & 0x7fffffffu);
+      vbi a = (vbi)((qu)q_load(sd, PE_AT(p, k * PE_Q8_0_BLOCK + i * VL, ses), VL) & 0x7fffffffu);
       am[k] = i ? vb_max_u32(am[k], a) : a;
     }
   }
   q4u m = (q4u)vb_hmax4_u32(am[0], am[1], am[2], am[3]);
-  q4i bad = (q4i)(m > 0x7f7fffffu);                 /* a NaN or an Inf in the block */
-  q4f d = (q4f)(m & ~(q4u)bad) / 127.0f;            /* finite, >= 0 */
+  q8_scale r;
+  r.bad = (q4i)(m > 0x7f7fffffu);                /* a NaN or an Inf in the block */
+  q4f d = (q4f)(m & ~(q4u)r.bad) / 127.0f;        /* finite, >= 0 */
   q4i dz = (q4i)(d == 0.0f);
   q4f one = {1.0f, 1.0f, 1.0f, 1.0f};
   q4f id = one / (q4f)(((q4u)d & ~(q4u)dz) | ((q4u)one & (q4u)dz)); /* no 1/0 */
-  q4i ok = ~dz & ~bad & (q4i)(id <= 0x1.fffffep127f);
-  id = (q4f)((q4u)id & (q4u)ok);
-  uint64_t h = vb_f16x4((vf4)d);
+  q4i ok = ~dz & ~r.bad & (q4i)(id <= 0x1.fffffep127f);
+  r.id = (q4f)((q4u)id & (q4u)ok);
+  r.h = vb_f16x4((vf4)d);
+  return r;
+}
+
+PE_AI void q8_emit(int sd, const char *p, int64_t ses, uint8_t *blk, int g, q8_scale sc) {
   for (int k = 0; k < g; k++) {
     uint8_t *b = blk + k * PE_Q8_0_BYTES;
-    uint16_t d16 = bad[k] ? PE_Q8_0_NONFINITE_D : (uint16_t)(h >> (16 * k));
+    uint16_t d16 = sc.bad[k] ? PE_Q8_0_NONFINITE_D : (uint16_t)(sc.h >> (16 * k));
     b[0] = (uint8_t)(d16 & 0xffu);
     b[1] = (uint8_t)(d16 >> 8);
-    if (bad[k]) {
+    if (sc.bad[k]) {
       memset(b + 2, 0, PE_Q8_0_BLOCK);
       continue;
     }
-    const qf iv = (qf)vf_set1(id[k]);
+    const qf iv = (qf)vf_set1(sc.id[k]);
     vbi q[QV];
-    for (int i = 0; i < QV; i++) {
-      /* the loaded rows are kept where 4 * QV of them fit in registers
-       * (AVX-512: 8 of 32) or where a load converts (16-bit sources);
-       * otherwise a float32 load again is cheaper than the spills */
-      qf xv = 4 * QV <= 8 || sd != PE_F32
-                  ? x[k][i]
-                  : q_load(sd, PE_AT(p, k * PE_Q8_0_BLOCK + i * VL, ses), VL);
-      q[i] = (vbi)Q8_ROUND_(xv * iv);
-    }
+    for (int i = 0; i < QV; i++)
+      q[i] = (vbi)Q8_ROUND_(q_load(sd, PE_AT(p, k * PE_Q8_0_BLOCK + i * VL, ses), VL) * iv);
     vb_store_q8(b + 2, q);
   }
 }
 
-/* Blocks four at a time (the last group may be shorter). */
+/* Groups of four blocks, software-pipelined: the next group's scales (whose
+ * two dependent divides are the long chain) are started before this
+ * group's qs, so the divides overlap the qs work instead of stalling it;
+ * then the short last group. The values are loaded again for the qs (from
+ * L1). */
 PE_AI void kvq_q8_gen(int sd, const void *src, void *dst, int64_t n) {
   const char *in = src;
   uint8_t *out = dst;
-  const int64_t ses = pe__esize(sd), nb = n / PE_Q8_0_BLOCK;
-  int64_t b = 0;
-  for (; b + 4 <= nb; b += 4)
-    q8_group(sd, PE_AT(in, b * PE_Q8_0_BLOCK, ses), ses, out + b * PE_Q8_0_BYTES, 4);
-  if (b < nb)
-    q8_group(sd, PE_AT(in, b * PE_Q8_0_BLOCK, ses), ses, out + b * PE_Q8_0_BYTES, (int)(nb - b));
+  const int64_t ses = pe__esize(sd), nb = n / PE_Q8_0_BLOCK, nf = nb / 4;
+#define Q8_IN_(f) PE_AT(in, (f) * 4 * PE_Q8_0_BLOCK, ses)
+  if (nf) {
+    q8_scale sc = q8_scan(sd, Q8_IN_(0), ses, 4);
+    for (int64_t f = 0; f < nf; f++) {
+      q8_scale next = sc;
+      if (f + 1 < nf) next = q8_scan(sd, Q8_IN_(f + 1), ses, 4);
+      q8_emit(sd, Q8_IN_(f), ses, out + f * 4 * PE_Q8_0_BYTES, 4, sc);
+      sc = next;
+    }
+  }
+  if (nb > 4 * nf) {
+    int g = (int)(nb - 4 * nf);
+    q8_emit(sd, Q8_IN_(nf), ses, out + nf * 4 * PE_Q8_0_BYTES, g, q8_scan(sd, Q8_IN_(nf), ses, g));
+  }
+#undef Q8_IN_
 }
 
 /* g <= 4 blocks (four at a time): their f16 d widened together
