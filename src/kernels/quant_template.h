@@ -183,23 +183,26 @@ PE_AI void q8_emit(int sd, const char *p, int64_t ses, uint8_t *blk, int g, q8_s
   }
 }
 
-/* Groups of four blocks, software-pipelined: the next group's scales (whose
- * two dependent divides are the long chain) are started before this
- * group's qs, so the divides overlap the qs work instead of stalling it;
- * then the short last group. The values are loaded again for the qs (from
- * L1). */
+/* Groups of four blocks, software-pipelined: the scales of the group two
+ * ahead (whose two dependent divides are the long chain) are started before
+ * this group's qs, so the divides overlap the qs work instead of stalling
+ * it (one ahead: 210 -> 183 us for the fused 512-key shift on Zen 4, two:
+ * 180); then the short last group. The values are loaded again for the qs
+ * (from L1). */
 PE_AI void kvq_q8_gen(int sd, const void *src, void *dst, int64_t n) {
   const char *in = src;
   uint8_t *out = dst;
   const int64_t ses = pe__esize(sd), nb = n / PE_Q8_0_BLOCK, nf = nb / 4;
 #define Q8_IN_(f) PE_AT(in, (f) * 4 * PE_Q8_0_BLOCK, ses)
   if (nf) {
-    q8_scale sc = q8_scan(sd, Q8_IN_(0), ses, 4);
+    q8_scale sc = q8_scan(sd, Q8_IN_(0), ses, 4), s1 = sc;
+    if (nf > 1) s1 = q8_scan(sd, Q8_IN_(1), ses, 4);
     for (int64_t f = 0; f < nf; f++) {
-      q8_scale next = sc;
-      if (f + 1 < nf) next = q8_scan(sd, Q8_IN_(f + 1), ses, 4);
+      q8_scale s2 = s1;
+      if (f + 2 < nf) s2 = q8_scan(sd, Q8_IN_(f + 2), ses, 4);
       q8_emit(sd, Q8_IN_(f), ses, out + f * 4 * PE_Q8_0_BYTES, 4, sc);
-      sc = next;
+      sc = s1;
+      s1 = s2;
     }
   }
   if (nb > 4 * nf) {
