@@ -170,7 +170,14 @@ static void move_rows(const pe_tensor *cache, uint32_t quant, float scale, const
   const pe_isa *isa = pe__isa();
   int64_t ces = quant ? 1 : (int64_t)pe__dtype_size(cache->dtype);
   int64_t tes = (int64_t)pe__dtype_size(t->dtype), bs = cache->shape[2], dim = t->shape[3];
-  int64_t batch = t->shape[0], tokens = t->shape[2];
+  int64_t batch = t->shape[0], tokens = t->shape[2], heads = t->shape[1];
+  /* a slot's heads adjacent in both (t's head stride dim, the cache's one
+   * row; [B,T,H,D] views, NHD caches): one kernel call for all of them (Q8_0
+   * blocks never straddle rows: dim % 32 == 0), so the quantizer's per-call
+   * latency (the block scales' divides) overlaps across heads */
+  if (heads > 1 && pe__stride(t, 1) == dim &&
+      pe__stride(cache, 1) * ces == pe__kv_row_bytes(quant, dim, cache->dtype))
+    dim *= heads, heads = 1;
   for (int64_t b = 0; b < batch; b++)
     for (int64_t tk = 0; tk < tokens; tk++) {
       int64_t s = slots[b * tokens + tk];
@@ -178,7 +185,7 @@ static void move_rows(const pe_tensor *cache, uint32_t quant, float scale, const
       char *crow = (char *)cache->data +
                    ((s / bs) * pe__stride(cache, 0) + (s % bs) * pe__stride(cache, 2)) * ces;
       char *trow = (char *)t->data + (b * pe__stride(t, 0) + tk * pe__stride(t, 2)) * tes;
-      for (int64_t h = 0; h < t->shape[1]; h++) {
+      for (int64_t h = 0; h < heads; h++) {
         char *c = crow + h * pe__stride(cache, 1) * ces, *r = trow + h * pe__stride(t, 1) * tes;
         if (write && quant)
           isa->kv_quant[quant - 1][t->dtype](r, c, dim, scale);

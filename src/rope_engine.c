@@ -321,6 +321,7 @@ static void store_quant_k(const pe__rope_plan *p, int64_t b, int64_t u, int64_t 
   const int64_t rows = norm_rows(p, &p->k), g_max = QROW_FLOATS / hd;
   const pe_isa *isa = p->isa;
   pe_kv_quant_fn quant = isa->kv_quant[p->dst_quant - 1][PE_F32];
+  const int64_t qrow = pe__kv_row_bytes(p->dst_quant, hd, PE_F32);
   for (int64_t i = 0; i < blk->n_tokens; i++) {
     int64_t s = p->slots[u + i];
     if (s < 0) continue;
@@ -350,8 +351,11 @@ static void store_quant_k(const pe__rope_plan *p, int64_t b, int64_t u, int64_t 
         else
           isa->convert[p->k.dtype][PE_F32](x, y, rest);
       }
-      for (int64_t h = 0; h < g; h++)
-        quant(row + h * hd, dst + (h0 + h) * p->dst_s_head, hd, p->dst_scale);
+      if (p->dst_s_head == qrow) /* adjacent cache rows: one call (kv_quant.c's move_rows) */
+        quant(row, dst + h0 * p->dst_s_head, g * hd, p->dst_scale);
+      else
+        for (int64_t h = 0; h < g; h++)
+          quant(row + h * hd, dst + (h0 + h) * p->dst_s_head, hd, p->dst_scale);
     }
   }
 }
@@ -377,14 +381,16 @@ static void rotate_cache_rows(const pe__rope_plan *p, int64_t u, const pe_rope_b
     }
     for (int64_t h0 = 0; h0 < heads; h0 += g_max) {
       int64_t g = heads - h0 < g_max ? heads - h0 : g_max;
-      for (int64_t h = 0; h < g; h++)
-        isa->kv_dequant[p->dst_quant - 1][PE_F32](dst + (h0 + h) * p->dst_s_head, row + h * hd, hd,
-                                                  p->dst_scale);
+      /* adjacent cache rows: one call each way (kv_quant.c's move_rows) */
+      const int one = p->dst_s_head == pe__kv_row_bytes(p->dst_quant, hd, PE_F32);
+      for (int64_t h = 0; h < (one ? 1 : g); h++)
+        isa->kv_dequant[p->dst_quant - 1][PE_F32](dst + (h0 + h) * p->dst_s_head, row + h * hd,
+                                                  one ? g * hd : hd, p->dst_scale);
       sb.n_heads = g;
       isa->rope_rows[PE_F32](&sb, row, hd, 0);
-      for (int64_t h = 0; h < g; h++)
-        isa->kv_quant[p->dst_quant - 1][PE_F32](row + h * hd, dst + (h0 + h) * p->dst_s_head, hd,
-                                                p->dst_scale);
+      for (int64_t h = 0; h < (one ? 1 : g); h++)
+        isa->kv_quant[p->dst_quant - 1][PE_F32](row + h * hd, dst + (h0 + h) * p->dst_s_head,
+                                                one ? g * hd : hd, p->dst_scale);
     }
   }
 }
@@ -394,14 +400,19 @@ static void rotate_cache_rows(const pe__rope_plan *p, int64_t u, const pe_rope_b
 static void store_v(const pe__rope_plan *p, int64_t b, int64_t u, int64_t t0, int64_t n) {
   if (p->v_dst_quant) {
     pe_kv_quant_fn quant = p->isa->kv_quant[p->v_dst_quant - 1][p->v.dtype];
+    const int one = p->v.s_head == p->v_dim &&
+                    p->v_dst_s_head == pe__kv_row_bytes(p->v_dst_quant, p->v_dim, PE_F32);
     for (int64_t i = 0; i < n; i++) {
       int64_t s = p->slots[u + i];
       if (s < 0) continue;
       const char *src = op_row(&p->v, b, t0 + i);
       char *dst = slot_row(p->v_dst, 1, p->dst_block, p->v_dst_s_block, p->v_dst_s_slot, s);
-      for (int64_t h = 0; h < p->v.heads; h++)
-        quant(src + h * p->v.s_head * p->v.esize, dst + h * p->v_dst_s_head, p->v_dim,
-              p->v_dst_scale);
+      if (one) /* adjacent rows on both sides: one call (kv_quant.c's move_rows) */
+        quant(src, dst, p->v.heads * p->v_dim, p->v_dst_scale);
+      else
+        for (int64_t h = 0; h < p->v.heads; h++)
+          quant(src + h * p->v.s_head * p->v.esize, dst + h * p->v_dst_s_head, p->v_dim,
+                p->v_dst_scale);
     }
     return;
   }

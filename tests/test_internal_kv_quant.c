@@ -373,6 +373,54 @@ static void check_isa(int which) {
       assert_memory_equal(qa, qv, sizeof qa);
     }
   }
+  /* Q8_0 rows of mixed blocks (the vector paths quantize four blocks at
+   * once and widen four d at once): each block normal, all zero, holding a
+   * NaN or an Inf, d an f16 subnormal, 1/d overflowing (qs 0), d
+   * overflowing f16, or +-amax tied, in every order, 1 to 11 blocks (the
+   * short last group); every source dtype, and the rows read back */
+  {
+    enum { NB = 11 };
+    static const float kinds_amax[] = {1.0f, 0.0f, 1.0f, 1.0f, 0x1p-128f, 0x1p-140f, 9e6f, 3.5f};
+    float x[32 * NB];
+    uint8_t xs[32 * NB * 4];
+    uint8_t qa[34 * NB], qv[34 * NB];
+    for (int r = 0; r < 400; r++) {
+      int nb = 1 + (int)(rnd() % NB);
+      for (int k = 0; k < nb; k++) {
+        int kind = (int)(rnd() % 8);
+        float am = kinds_amax[kind];
+        for (int j = 0; j < 32; j++)
+          x[32 * k + j] = am * (float)((int)(rnd() % 255) - 127) / 127.0f;
+        if (kind == 2) x[32 * k + (int)(rnd() % 32)] = rnd() % 2 ? NAN : -NAN;
+        if (kind == 3) x[32 * k + (int)(rnd() % 32)] = rnd() % 2 ? INFINITY : -INFINITY;
+        if (kind == 7) {
+          x[32 * k + (int)(rnd() % 32)] = am;
+          x[32 * k + (int)(rnd() % 32)] = -am;
+        }
+      }
+      int n = 32 * nb;
+      for (int dt = PE_F32; dt <= PE_BF16; dt++) {
+        for (int i = 0; i < n; i++) {
+          uint32_t u = f32_bits(x[i]);
+          if (dt == PE_F32) {
+            memcpy(xs + 4 * i, &u, 4);
+          } else {
+            /* bf16: the top half; f16: the value's f16 (NaN/Inf kept) */
+            uint16_t h = dt == PE_BF16 ? (uint16_t)(u >> 16) : ggml_fp32_to_fp16(x[i]);
+            memcpy(xs + 2 * i, &h, 2);
+          }
+        }
+        ref->kv_quant[Q8_0][dt](xs, qa, n, 0.0f);
+        isa->kv_quant[Q8_0][dt](xs, qv, n, 0.0f);
+        if (memcmp(qa, qv, (size_t)(34 * nb)))
+          fail_msg("%s q8_0 mixed blocks dtype %d, %d blocks: bytes differ", isa->name, dt, nb);
+        float ya[32 * NB], yv[32 * NB];
+        ref->kv_dequant[Q8_0][PE_F32](qa, ya, n, 0.0f);
+        isa->kv_dequant[Q8_0][PE_F32](qa, yv, n, 0.0f);
+        assert_memory_equal(ya, yv, (size_t)n * 4);
+      }
+    }
+  }
   /* the FP8 float classes through the vector path too */
   for (int f = E4M3; f <= E5M2; f++) {
     enum { N = 6 * 4096 };

@@ -171,6 +171,48 @@ PE_AI uint32_t vb_hmax_u32(vbi v) {
   return (uint32_t)_mm_cvtsi128_si32(m);
 }
 
+/* Q8_0 (quant_template.h): the unsigned lane maximum; the largest lane of
+ * each of four vectors as four lanes, reduced together (one 128-bit exchange
+ * per pair, then two in-lane passes for all four); the f16 bits of four
+ * floats (F16C, round to nearest even: pe_f32_to_f16 for every finite
+ * float); one block's QV = 4 vectors of int32 in [-128, 127] stored as 32
+ * int8 (two vpackssdw, one vpacksswb, one vpermd). */
+PE_AI vbi vb_max_u32(vbi a, vbi b) { return _mm256_max_epu32(a, b); }
+PE_AI __m128i vb_hmax4_u32(vbi a0, vbi a1, vbi a2, vbi a3) {
+  __m256i t0 = _mm256_max_epu32(_mm256_permute2x128_si256(a0, a1, 0x20),
+                                _mm256_permute2x128_si256(a0, a1, 0x31)); /* a0 | a1 */
+  __m256i t1 = _mm256_max_epu32(_mm256_permute2x128_si256(a2, a3, 0x20),
+                                _mm256_permute2x128_si256(a2, a3, 0x31)); /* a2 | a3 */
+  __m256 f0 = _mm256_castsi256_ps(t0), f1 = _mm256_castsi256_ps(t1);
+  __m256i m = _mm256_max_epu32(_mm256_castps_si256(_mm256_shuffle_ps(f0, f1, 0x88)),
+                               _mm256_castps_si256(_mm256_shuffle_ps(f0, f1, 0xdd)));
+  m = _mm256_max_epu32(m, _mm256_shuffle_epi32(m, 0xb1)); /* [a0 a0 a2 a2 | a1 a1 a3 a3] */
+  return _mm_blend_epi32(_mm256_castsi256_si128(m), _mm256_extracti128_si256(m, 1), 0xa);
+}
+typedef __m128 vf4; /* four float lanes */
+PE_AI uint64_t vb_f16x4(vf4 d) {
+  return (uint64_t)_mm_cvtsi128_si64(_mm_cvtps_ph(d, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+}
+/* Four f16 (h, little-endian) widened exactly. */
+PE_AI vf4 vb_f32x4_f16(uint64_t h) { return _mm_cvtph_ps(_mm_cvtsi64_si128((long long)h)); }
+PE_AI void vb_store_q8(void *p, const vbi *q) {
+  __m256i b = _mm256_packs_epi16(_mm256_packs_epi32(q[0], q[1]), _mm256_packs_epi32(q[2], q[3]));
+  _mm256_storeu_si256(p, _mm256_permutevar8x32_epi32(b, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7)));
+}
+
+/* FP8 decoding (quant_template.h): VL bytes zero-extended to VL 16-bit
+ * lanes, and VL f16 widened exactly to float. */
+typedef __m128i vh;
+PE_AI vh vh_load_u8(const void *p) { return _mm_cvtepu8_epi16(_mm_loadl_epi64(p)); }
+PE_AI vf vf_from_f16(vh h) { return _mm256_cvtph_ps(h); }
+
+/* 4 * VL codes (lanes in 0..255) of four vectors stored as bytes: two
+ * vpackusdw, one vpackuswb, one vpermd. */
+PE_AI void vb_store_u8x4(void *p, vbi a, vbi b, vbi c, vbi d) {
+  __m256i w = _mm256_packus_epi16(_mm256_packus_epi32(a, b), _mm256_packus_epi32(c, d));
+  _mm256_storeu_si256(p, _mm256_permutevar8x32_epi32(w, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7)));
+}
+
 #include "vec_buffered.h"
 
 #endif

@@ -277,4 +277,57 @@ PE_AI void vb_store_u8(void *p, vbi v) { _mm_storeu_si128(p, _mm512_cvtepi32_epi
 PE_AI vbi vb_min_u32(vbi a, vbi b) { return _mm512_min_epu32(a, b); }
 PE_AI uint32_t vb_hmax_u32(vbi v) { return (uint32_t)_mm512_reduce_max_epu32(v); }
 
+/* Q8_0 (quant_template.h). The unsigned 32-bit lane maximum (|x| bits:
+ * float order, NaN and Inf above every finite value); the largest lane of
+ * each of four vectors as four lanes, reduced together (two 256-bit and two
+ * 128-bit exchanges and one in-lane pass for all four, instead of four
+ * horizontal reductions); the f16 bits of four floats (vcvtps2ph, round to
+ * nearest even: convert.h's pe_f32_to_f16 for every finite float); one
+ * block's QV = 2 vectors of int32 in [-128, 127] stored as 32 int8
+ * (vpackssdw + vpacksswb in-lane, one vpermd to order: cheaper than two
+ * vpmovdb, which Zen 4 splits); roundf (quant_template.h's q_roundf) with
+ * its copysign in one vpternlogd. */
+PE_AI vbi vb_max_u32(vbi a, vbi b) { return _mm512_max_epu32(a, b); }
+PE_AI __m128i vb_hmax4_u32(vbi a0, vbi a1, vbi a2, vbi a3) {
+  __m512i t01 = _mm512_max_epu32(_mm512_shuffle_i64x2(a0, a1, 0x44), _mm512_shuffle_i64x2(a0, a1, 0xee));
+  __m512i t23 = _mm512_max_epu32(_mm512_shuffle_i64x2(a2, a3, 0x44), _mm512_shuffle_i64x2(a2, a3, 0xee));
+  __m512i u = _mm512_max_epu32(_mm512_shuffle_i64x2(t01, t23, 0x88),
+                               _mm512_shuffle_i64x2(t01, t23, 0xdd)); /* 128-bit chunk k: a_k */
+  u = _mm512_max_epu32(u, _mm512_shuffle_epi32(u, (_MM_PERM_ENUM)0x4e));
+  u = _mm512_max_epu32(u, _mm512_shuffle_epi32(u, (_MM_PERM_ENUM)0xb1));
+  const __m512i first = _mm512_setr_epi32(0, 4, 8, 12, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0);
+  return _mm512_castsi512_si128(_mm512_permutexvar_epi32(first, u));
+}
+typedef __m128 vf4; /* four float lanes */
+PE_AI uint64_t vb_f16x4(vf4 d) {
+  return (uint64_t)_mm_cvtsi128_si64(_mm_cvtps_ph(d, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+}
+/* Four f16 (h, little-endian) widened exactly. */
+PE_AI vf4 vb_f32x4_f16(uint64_t h) { return _mm_cvtph_ps(_mm_cvtsi64_si128((long long)h)); }
+PE_AI void vb_store_q8(void *p, const vbi *q) {
+  __m512i b = _mm512_packs_epi16(_mm512_packs_epi32(q[0], q[1]), _mm512_setzero_si512());
+  const __m512i idx = _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 0, 0, 0, 0, 0, 0, 0, 0);
+  _mm256_storeu_si256(p, _mm512_castsi512_si256(_mm512_permutexvar_epi32(idx, b)));
+}
+#define VEC_Q8_ROUND 1
+PE_AI vbi vb_q8_round(vf q) {
+  __m512i h = _mm512_ternarylogic_epi32(_mm512_castps_si512(q), _mm512_set1_epi32((int)0x80000000u),
+                                        _mm512_set1_epi32(0x3effffff), 0xea); /* (q & sign) | 0.49999997 */
+  return _mm512_cvttps_epi32(_mm512_add_ps(q, _mm512_castsi512_ps(h)));
+}
+
+/* FP8 decoding (quant_template.h): VL bytes zero-extended to VL 16-bit
+ * lanes, and VL f16 widened exactly to float. */
+typedef __m256i vh;
+PE_AI vh vh_load_u8(const void *p) { return _mm256_cvtepu8_epi16(_mm_loadu_si128(p)); }
+PE_AI vf vf_from_f16(vh h) { return _mm512_cvtph_ps(h); }
+
+/* 4 * VL codes (lanes in 0..255) of four vectors stored as bytes: vpackusdw +
+ * vpackuswb in-lane, one vpermd to order (four vpmovdb cost twice the uops). */
+PE_AI void vb_store_u8x4(void *p, vbi a, vbi b, vbi c, vbi d) {
+  __m512i w = _mm512_packus_epi16(_mm512_packus_epi32(a, b), _mm512_packus_epi32(c, d));
+  const __m512i idx = _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
+  _mm512_storeu_si512(p, _mm512_permutexvar_epi32(idx, w));
+}
+
 #endif

@@ -155,5 +155,41 @@ PE_AI void vb_store_u8(void *p, vbi v) {
 /* Unsigned 32-bit lane minimum, and the largest lane. */
 PE_AI vbi vb_min_u32(vbi a, vbi b) { return vminq_u32(a, b); }
 PE_AI uint32_t vb_hmax_u32(vbi v) { return vmaxvq_u32(v); }
+/* Q8_0 (quant_template.h): the unsigned lane maximum; the largest lane of
+ * each of four vectors as four lanes (three pairwise maxima); the f16 bits
+ * of four floats (FCVTN, FPCR's round to nearest even: pe_f32_to_f16 for
+ * every finite float); one block's QV = 8 vectors of int32 in [-128, 127]
+ * stored as 32 int8 (UZP1 keeps the low halves, then the low bytes). */
+PE_AI vbi vb_max_u32(vbi a, vbi b) { return vmaxq_u32(a, b); }
+PE_AI uint32x4_t vb_hmax4_u32(vbi a0, vbi a1, vbi a2, vbi a3) {
+  return vpmaxq_u32(vpmaxq_u32(a0, a1), vpmaxq_u32(a2, a3));
+}
+typedef float32x4_t vf4; /* four float lanes */
+PE_AI uint64_t vb_f16x4(vf4 d) {
+  return vget_lane_u64(vreinterpret_u64_f16(vcvt_f16_f32(d)), 0);
+}
+/* Four f16 (h, little-endian) widened exactly. */
+PE_AI vf4 vb_f32x4_f16(uint64_t h) { return vcvt_f32_f16(vreinterpret_f16_u64(vcreate_u64(h))); }
+PE_AI void vb_store_q8(void *p, const vbi *q) {
+  for (int h = 0; h < 2; h++) {
+    uint16x8_t a = vuzp1q_u16(vreinterpretq_u16_u32(q[4 * h]), vreinterpretq_u16_u32(q[4 * h + 1]));
+    uint16x8_t b =
+        vuzp1q_u16(vreinterpretq_u16_u32(q[4 * h + 2]), vreinterpretq_u16_u32(q[4 * h + 3]));
+    vst1q_u8((uint8_t *)p + 16 * h, vuzp1q_u8(vreinterpretq_u8_u16(a), vreinterpretq_u8_u16(b)));
+  }
+}
+
+/* FP8 decoding (quant_template.h): VL bytes zero-extended to VL 16-bit
+ * lanes, and VL f16 widened exactly to float. */
+typedef uint16x4_t vh;
+PE_AI vh vh_load_u8(const void *p) { return vget_low_u16(vmovl_u8(vb_load4(p))); }
+PE_AI vf vf_from_f16(vh h) { return vcvt_f32_f16(vreinterpret_f16_u16(h)); }
+
+/* 4 * VL codes (lanes in 0..255) of four vectors stored as bytes. */
+PE_AI void vb_store_u8x4(void *p, vbi a, vbi b, vbi c, vbi d) {
+  uint16x8_t x = vuzp1q_u16(vreinterpretq_u16_u32(a), vreinterpretq_u16_u32(b));
+  uint16x8_t y = vuzp1q_u16(vreinterpretq_u16_u32(c), vreinterpretq_u16_u32(d));
+  vst1q_u8((uint8_t *)p, vuzp1q_u8(vreinterpretq_u8_u16(x), vreinterpretq_u8_u16(y)));
+}
 
 #endif
