@@ -374,15 +374,17 @@ PE_AI void rows_grouped(int dt, int style, int mode, const pe_rope_block *b, cha
                         int64_t hs, int64_t ts) {
   enum { G = PE_ROPE_GROUP };
   const float *const *cosv = b->cos, *const *sinv = b->sin; /* in locals: see rows_walk */
-  const float *const *scv = b->scale;
   const int64_t n_tokens = b->n_tokens, n_heads = b->n_heads, full = n_heads - n_heads % G;
   const int32_t n = b->n_pairs, dist = b->pair_dist;
-  const int64_t scs = mode == PE_NORM_OFF ? 0 : b->scale_head_stride;
   const int64_t ws = mode == PE_NORM_OFF ? 0 : b->weight_head_stride;
   const float *w = mode == PE_NORM_OFF ? NULL : b->weight;
 #define GROUP_(g, t, h0)                                                                         \
-  rope_group(dt, style, mode, g, base + (t) * ts + (h0) * hs, hs, cosv[t], sinv[t], n, dist,     \
-             mode == PE_NORM_OFF ? NULL : scv[t] + (h0) * scs, scs, wat(mode, w, (h0) * ws), ws)
+  do {                                                                                           \
+    float sc_[G]; /* the group's scales (isa_template.h) */                                      \
+    row_scales(dt, mode, b, t, h0, g, base + (t) * ts + (h0) * hs, hs, sc_);                     \
+    rope_group(dt, style, mode, g, base + (t) * ts + (h0) * hs, hs, cosv[t], sinv[t], n, dist,   \
+               sc_, 1, wat(mode, w, (h0) * ws), ws);                                             \
+  } while (0)
   for (int64_t h0 = 0; h0 < full; h0 += G)
     for (int64_t t = 0; t < n_tokens; t++) GROUP_(G, t, h0);
   if (full < n_heads)
