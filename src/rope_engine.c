@@ -409,6 +409,10 @@ static void store_v(const pe__rope_plan *p, int64_t b, int64_t u, int64_t t0, in
     int64_t s = p->slots[u + i];
     if (s < 0) continue;
     const char *src = op_row(&p->v, b, t0 + i);
+    if (i + 1 < n) /* the next token's rows: see isa_template.h's prefetch_bytes */
+      for (int64_t h = 0; h < p->v.heads; h++)
+        for (int64_t o = 0; o < p->v_dim * p->v.esize; o += 64)
+          __builtin_prefetch(op_row(&p->v, b, t0 + i + 1) + h * p->v.s_head * p->v.esize + o);
     char *dst = slot_row(p->v_dst, p->v_dst_esize, p->dst_block, p->v_dst_s_block,
                          p->v_dst_s_slot, s);
     for (int64_t h = 0; h < p->v.heads; h++)
@@ -441,9 +445,12 @@ static void run_block(const pe__rope_plan *p, int64_t u, int64_t n, float *scrat
    * each row's scale as they reach it (block_norm), so every row is read
    * from memory once, not once for its sum and again for its rotation (the
    * sums were the first touch and waited on it: Zen 4, Qwen3-8B bf16,
-   * prefill 512). The quantizing and in-cache sinks still take the stage. */
+   * prefill 512). The quantizing and in-cache sinks still take the stage,
+   * and so does a block of one token (decode): its rows stay in L1 between
+   * the two passes, and the stage's one call for all of them is the cheaper
+   * (callgrind, AVX2, one token: 15 % fewer instructions than per group). */
   int own = p->norm_mode && !p->norm_per_token && 2 * (int64_t)half == p->head_dim &&
-            chunk == half;
+            chunk == half && n > 1;
   int own_k = own && !p->cache_in_place && !(p->slots && p->dst_quant);
   if (rq && !own) norm_scales(p, &p->q, b, t0, n, qs);
   if (rk && !own_k) norm_scales(p, &p->k, b, t0, n, ks);

@@ -106,14 +106,28 @@ PE_AI void rows_walk(int dt, int style, int mode, const pe_rope_block *b, void *
        * make the compiler reload them for every head */
       const float *c = b->cos[t], *s = b->sin[t];
       char *row = base + t * ts;
-      for (int64_t h0 = 0; h0 < n_heads; h0 += PE_NORM_GROUP) {
+      if (mode == PE_NORM_OFF || b->scale) { /* no norm, or the block's scales */
+        for (int64_t h = 0; h < n_heads; h++)
+          rope_row(dt, style, row + h * hs, c, s, n, dist, mode, row_scale(mode, b, t, h),
+                   row_weight(mode, b, h));
+        continue;
+      }
+      /* each row's own scale (isa.h): a group's are taken before the
+       * previous group is rotated (rows_grouped) */
+      float sc[2][PE_NORM_GROUP];
+      row_scales(dt, mode, b, t, 0, n_heads < PE_NORM_GROUP ? n_heads : PE_NORM_GROUP, row, hs,
+                 sc[0]);
+      for (int64_t h0 = 0, k = 0; h0 < n_heads; h0 += PE_NORM_GROUP, k ^= 1) {
         const int64_t g = n_heads - h0 < PE_NORM_GROUP ? n_heads - h0 : PE_NORM_GROUP;
-        float sc[PE_NORM_GROUP];
+        const int64_t hn = h0 + PE_NORM_GROUP;
         if (t + 1 < n_tokens)
           for (int64_t h = h0; h < h0 + g; h++) prefetch_bytes(row + ts + h * hs, ext * es);
-        row_scales(dt, mode, b, t, h0, g, row + h0 * hs, hs, sc);
+        if (hn < n_heads)
+          row_scales(dt, mode, b, t, hn, n_heads - hn < PE_NORM_GROUP ? n_heads - hn : PE_NORM_GROUP,
+                     row + hn * hs, hs, sc[k ^ 1]);
         for (int64_t h = h0; h < h0 + g; h++)
-          rope_row(dt, style, row + h * hs, c, s, n, dist, mode, sc[h - h0], row_weight(mode, b, h));
+          rope_row(dt, style, row + h * hs, c, s, n, dist, mode, sc[k][h - h0],
+                   row_weight(mode, b, h));
       }
     }
   } else {
@@ -161,16 +175,26 @@ PE_AI void store_walk(int sd, int dd, int style, int mode, const pe_rope_block *
     const float *c = b->cos[t], *sn = b->sin[t]; /* in locals: see rows_walk */
     const int64_t n_heads = b->n_heads;
     const int32_t n = b->n_pairs, dist = b->pair_dist;
-    for (int64_t h0 = 0; h0 < n_heads; h0 += PE_NORM_GROUP) {
+    if (mode == PE_NORM_OFF || b->scale) { /* no norm, or the block's scales */
+      for (int64_t h = 0; h < n_heads; h++)
+        store_row(sd, dd, style, s + h * shs, d + h * dhs, c, sn, n, dist, mode,
+                  row_scale(mode, b, t, h), row_weight(mode, b, h));
+      continue;
+    }
+    float sc[2][PE_NORM_GROUP]; /* each row's own, a group ahead (rows_walk) */
+    row_scales(sd, mode, b, t, 0, n_heads < PE_NORM_GROUP ? n_heads : PE_NORM_GROUP, s, shs, sc[0]);
+    for (int64_t h0 = 0, k = 0; h0 < n_heads; h0 += PE_NORM_GROUP, k ^= 1) {
       const int64_t g = n_heads - h0 < PE_NORM_GROUP ? n_heads - h0 : PE_NORM_GROUP;
-      float sc[PE_NORM_GROUP];
+      const int64_t hn = h0 + PE_NORM_GROUP;
       if (t + 1 < b->n_tokens)
         for (int64_t h = h0; h < h0 + g; h++)
           prefetch_bytes((const char *)src[t + 1] + h * shs,
                          (style == PE_ROPE_GPTJ ? 2 * (int64_t)n : (int64_t)dist + n) * pe__esize(sd));
-      row_scales(sd, mode, b, t, h0, g, s + h0 * shs, shs, sc);
+      if (hn < n_heads)
+        row_scales(sd, mode, b, t, hn, n_heads - hn < PE_NORM_GROUP ? n_heads - hn : PE_NORM_GROUP,
+                   s + hn * shs, shs, sc[k ^ 1]);
       for (int64_t h = h0; h < h0 + g; h++)
-        store_row(sd, dd, style, s + h * shs, d + h * dhs, c, sn, n, dist, mode, sc[h - h0],
+        store_row(sd, dd, style, s + h * shs, d + h * dhs, c, sn, n, dist, mode, sc[k][h - h0],
                   row_weight(mode, b, h));
     }
   }
