@@ -159,7 +159,10 @@ static void block_rows(const pe__rope_plan *p, const pe_rope_cache *c, int64_t u
 
 /* ---- the norm stage ---- */
 
-float pe__norm_scale(float s, int64_t n, float eps) { return pe__norm_scale_of(s, n, eps); }
+float pe__norm_scale(float s, int64_t n, float eps) {
+  float r = 1.0f / sqrtf(s / (float)n + eps);
+  return isnan(r) ? 0.0f : r;
+}
 
 /* Scales of the norm per token of a block: one per head row, or one. */
 static inline int64_t norm_rows(const pe__rope_plan *p, const pe__rope_operand *op) {
@@ -207,15 +210,13 @@ static inline int64_t pair_offset(const pe__rope_plan *p, int32_t i0) {
   return p->style == PE_ROPE_GPTJ ? 2 * (int64_t)i0 : i0;
 }
 
-/* The block's norm fields for op's rows (scales [token][row], w its weight;
- * scales NULL: the kernel computes each row's own, isa.h). */
+/* The block's norm fields for op's rows (scales [token][row], w its weight). */
 static void block_norm(const pe__rope_plan *p, pe_rope_block *blk, const float *scales,
                        int64_t rows, const float *w, int32_t i0, const float **sp) {
   if (!p->norm_mode) return;
-  for (int64_t i = 0; scales && i < blk->n_tokens; i++) sp[i] = scales + i * rows;
+  for (int64_t i = 0; i < blk->n_tokens; i++) sp[i] = scales + i * rows;
   blk->norm = p->norm_mode;
-  blk->scale = scales ? sp : NULL;
-  blk->norm_eps = p->norm_eps;
+  blk->scale = sp;
   blk->scale_head_stride = p->norm_per_token ? 0 : 1;
   blk->weight = norm_weight(p, w, 0, pair_offset(p, i0));
   blk->weight_head_stride = p->norm_per_token ? p->head_dim : 0;
@@ -267,14 +268,14 @@ static void store_pairs(const pe__rope_plan *p, int64_t b, int64_t u, int64_t t0
     dst[m] = cache_row(p, s) + off * p->dst_esize;
     cosp[m] = blk->cos[i];
     sinp[m] = blk->sin[i];
-    scp[m] = blk->norm && blk->scale ? blk->scale[i] : NULL;
+    scp[m] = blk->norm ? blk->scale[i] : NULL;
     m++;
   }
   if (!m) return;
   pe_rope_block sb = *blk;
   sb.cos = cosp;
   sb.sin = sinp;
-  sb.scale = blk->scale ? scp : NULL;
+  sb.scale = scp;
   sb.n_tokens = m;
   p->isa->rope_store_rows[p->k.dtype][p->dst_dtype](&sb, src, p->k.s_head, dst, p->dst_s_head);
 }
@@ -420,10 +421,6 @@ static void store_v(const pe__rope_plan *p, int64_t b, int64_t u, int64_t t0, in
     int64_t s = p->slots[u + i];
     if (s < 0) continue;
     const char *src = op_row(&p->v, b, t0 + i);
-    if (i + 1 < n) /* the next token's rows: see isa_template.h's prefetch_bytes */
-      for (int64_t h = 0; h < p->v.heads; h++)
-        for (int64_t o = 0; o < p->v_dim * p->v.esize; o += 64)
-          __builtin_prefetch(op_row(&p->v, b, t0 + i + 1) + h * p->v.s_head * p->v.esize + o);
     char *dst = slot_row(p->v_dst, p->v_dst_esize, p->dst_block, p->v_dst_s_block,
                          p->v_dst_s_slot, s);
     for (int64_t h = 0; h < p->v.heads; h++)
@@ -448,24 +445,13 @@ static void run_block(const pe__rope_plan *p, int64_t u, int64_t n, float *scrat
   int64_t b = u / p->tokens, t0 = u % p->tokens;
   int64_t rq = norm_rows(p, &p->q), rk = norm_rows(p, &p->k);
   float *qs = scales, *ks = scales + n * rq;
-  const pe_rope_cache *c = p->q.data || p->k.data ? row_cache(p, b) : NULL;
-  int direct = c && p->source == PE_SOURCE_POSITIONS && c->table && !p->inverse;
-  int32_t chunk = direct ? half : (int32_t)(PE_ENGINE_SCRATCH_FLOATS / (2 * n));
-  if (chunk > half) chunk = half;
-  /* A per-head norm of rows rotated whole in one chunk: the kernels compute
-   * each row's scale as they reach it (block_norm), so every row is read
-   * from memory once, not once for its sum and again for its rotation (the
-   * sums were the first touch and waited on it: Zen 4, Qwen3-8B bf16,
-   * prefill 512). The quantizing and in-cache sinks still take the stage,
-   * and so does a block of one token (decode): its rows stay in L1 between
-   * the two passes, and the stage's one call for all of them is the cheaper
-   * (callgrind, AVX2, one token: 15 % fewer instructions than per group). */
-  int own = p->norm_mode && !p->norm_per_token && 2 * (int64_t)half == p->head_dim &&
-            chunk == half && n > 1;
-  int own_k = own && !p->cache_in_place && !(p->slots && p->dst_quant);
-  if (rq && !own) norm_scales(p, &p->q, b, t0, n, qs);
-  if (rk && !own_k) norm_scales(p, &p->k, b, t0, n, ks);
+  if (rq) norm_scales(p, &p->q, b, t0, n, qs);
+  if (rk) norm_scales(p, &p->k, b, t0, n, ks);
   if (p->q.data || p->k.data) {
+    const pe_rope_cache *c = row_cache(p, b);
+    int direct = p->source == PE_SOURCE_POSITIONS && c->table && !p->inverse;
+    int32_t chunk = direct ? half : (int32_t)(PE_ENGINE_SCRATCH_FLOATS / (2 * n));
+    if (chunk > half) chunk = half;
     for (int32_t i0 = 0; i0 < half; i0 += chunk) {
       int32_t m = half - i0 < chunk ? half - i0 : chunk;
       block_rows(p, c, u, t0, n, i0, m, direct, scratch, cosp, sinp);
@@ -474,13 +460,13 @@ static void run_block(const pe__rope_plan *p, int64_t u, int64_t n, float *scrat
       if (p->q.data) {
         pe_rope_block qb = blk;
         qb.n_heads = p->q.heads;
-        block_norm(p, &qb, own ? NULL : qs, rq, p->q_weight, i0, qsp);
+        block_norm(p, &qb, qs, rq, p->q_weight, i0, qsp);
         rotate_in_place(p, &p->q, b, t0, &qb, i0);
       }
       if (p->k.data) {
         pe_rope_block kb = blk;
         kb.n_heads = p->k.heads;
-        block_norm(p, &kb, own_k ? NULL : ks, rk, p->k_weight, i0, ksp);
+        block_norm(p, &kb, ks, rk, p->k_weight, i0, ksp);
         if (p->cache_in_place) rotate_cache_rows(p, u, &kb);
         else if (p->slots && p->dst_quant) store_quant_k(p, b, u, t0, &kb, ks);
         else if (p->slots) store_pairs(p, b, u, t0, &kb, i0);

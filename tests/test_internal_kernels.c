@@ -263,22 +263,7 @@ typedef struct rows_case {
   int64_t tokens, heads;
   int head_major, neg_head, neg_token;
   int norm, norm_per_token, weight_shared; /* the QK-norm stage (PE_NORM_*; 0: none) */
-  int own; /* per-head norm, scale NULL: each row's scale computed by the kernel */
 } rows_case;
-
-/* The scales the engine's norm stage passes (scalar pe_norm_sumsq, then
- * pe__norm_scale) for the rows of 2*n_pairs elements at row + (t*ts + h*hs)
- * elements: what a kernel given scale NULL must compute for itself. */
-static void stage_scales(int dt, const char *row, int64_t hs, int64_t ts, int64_t tokens,
-                         int64_t heads, int32_t n_pairs, float eps, float *out) {
-  const int64_t es = (int64_t)esz(dt), n = 2 * (int64_t)n_pairs;
-  for (int64_t t = 0; t < tokens; t++)
-    for (int64_t h = 0; h < heads; h++) {
-      float s;
-      ref->norm_sumsq[dt](row + (t * ts + h * hs) * es, n, 1, 0, 0, &s);
-      out[t * heads + h] = pe__norm_scale(s, n, eps);
-    }
-}
 
 /* One case of rope_rows on both structs: rows of `extent` elements (the
  * pairs, the gap between the x and y chunks for NEOX, `gap` guard elements),
@@ -325,20 +310,6 @@ static void run_rows(const pe_isa *isa, const rows_case *k) {
     blk.weight = weights;
     blk.weight_head_stride = k->weight_shared ? 0 : extent;
   }
-  char *c = NULL;
-  if (k->own) {
-    /* the same rows with the stage's scales: the kernel's own must equal them */
-    float eps = rnd_below(2) ? 1e-6f : 0.0f;
-    stage_scales(k->dt, a + base * (int64_t)es, hs, ts, k->tokens, k->heads, k->n_pairs, eps,
-                 scales);
-    blk.scale_head_stride = 1;
-    c = xmalloc((size_t)total * es);
-    memcpy(c, a, (size_t)total * es);
-    ref->rope_rows[k->dt](&blk, c + base * (int64_t)es, hs, ts);
-    blk.scale = NULL;
-    blk.scale_head_stride = 0;
-    blk.norm_eps = eps;
-  }
   ref->rope_rows[k->dt](&blk, a + base * (int64_t)es, hs, ts);
   isa->rope_rows[k->dt](&blk, b + base * (int64_t)es, hs, ts);
   char what[160];
@@ -348,10 +319,6 @@ static void run_rows(const pe_isa *isa, const rows_case *k) {
            k->dt, k->style, (int)k->n_pairs, (int)k->pair_dist, (long long)k->tokens,
            (long long)k->heads, (long long)hs, (long long)ts, k->norm);
   assert_same(a, b, (size_t)total * es, es, what);
-  if (c) {
-    assert_same(c, a, (size_t)total * es, es, "rope_rows: own scales differ from the stage's");
-    free(c);
-  }
   free(scales);
   free(weights);
   free(a);
@@ -377,8 +344,6 @@ static void test_rope_rows(void **state) {
           k.norm = rnd_below(2) ? 0 : (int)rnd_below(4); /* PE_NORM_OFF..PE_NORM_UNIT */
           k.norm_per_token = (int)rnd_below(2);
           k.weight_shared = (int)rnd_below(2);
-          k.own = k.norm && !k.norm_per_token &&
-                  (style == PE_ROPE_GPTJ || k.pair_dist == k.n_pairs) && rnd_below(2);
           k.head_major = rep >> 1 & 1;
           k.neg_head = (int)rnd_below(2);
           k.neg_token = rep >= 4;
@@ -422,52 +387,12 @@ static void run_store(const pe_isa *isa, int sd, int dd, int style, int32_t n_pa
   }
   pe_rope_block blk = {.cos = cp, .sin = sp, .n_tokens = tokens, .n_heads = heads,
                        .n_pairs = n_pairs, .pair_dist = pair_dist, .style = style};
-  /* a per-head norm in half the cases; where the rows are exactly their
-   * pairs, the kernel's own scales (scale NULL) against the stage's */
-  float *scales = xmalloc((size_t)(tokens * heads) * sizeof(float));
-  float *weights = xmalloc((size_t)(extent * heads) * sizeof(float));
-  const float *scp[8];
-  char *dc = NULL;
-  if (rnd_below(2)) {
-    for (int64_t i = 0; i < extent * heads; i++) weights[i] = bits_f32(gen_f32_no_nan());
-    blk.norm = 1 + (int)rnd_below(3);
-    blk.weight = weights;
-    blk.weight_head_stride = rnd_below(2) ? 0 : extent;
-    float eps = 1e-6f;
-    for (int64_t t = 0; t < tokens; t++) {
-      for (int64_t h = 0; h < heads; h++) {
-        float sum;
-        ref->norm_sumsq[sd]((const char *)s[t] + h * shs * (int64_t)ses, 2 * (int64_t)n_pairs, 1,
-                            0, 0, &sum);
-        scales[t * heads + h] = pe__norm_scale(sum, 2 * (int64_t)n_pairs, eps);
-      }
-      scp[t] = scales + t * heads;
-    }
-    blk.scale = scp;
-    blk.scale_head_stride = 1;
-    if (style == PE_ROPE_GPTJ || pair_dist == n_pairs) {
-      dc = xmalloc((size_t)dtotal * des);
-      memcpy(dc, da, (size_t)dtotal * des);
-      void *d2[8];
-      for (int64_t t = 0; t < tokens; t++) d2[t] = dc + ((char *)d0[t] - da);
-      ref->rope_store_rows[sd][dd](&blk, s, shs, d2, dhs);
-      blk.scale = NULL;
-      blk.scale_head_stride = 0;
-      blk.norm_eps = eps;
-    }
-  }
   ref->rope_store_rows[sd][dd](&blk, s, shs, d0, dhs);
   isa->rope_store_rows[sd][dd](&blk, s, shs, d1, dhs);
   char what[128];
   snprintf(what, sizeof what, "rope_store_rows %d -> %d style %d n_pairs %d pair_dist %d heads %lld",
            sd, dd, style, (int)n_pairs, (int)pair_dist, (long long)heads);
   assert_same(da, db, (size_t)dtotal * des, des, what);
-  if (dc) {
-    assert_same(dc, da, (size_t)dtotal * des, des, "rope_store_rows: own scales differ from the stage's");
-    free(dc);
-  }
-  free(scales);
-  free(weights);
   assert_same_bytes(src0, src, (size_t)stotal * ses, "rope_store_rows wrote its source");
   free(src);
   free(src0);

@@ -21,7 +21,6 @@
 #ifndef PE_KERNELS_ISA_H
 #define PE_KERNELS_ISA_H
 
-#include <math.h>
 #include <stdint.h>
 
 #include "../internal.h"
@@ -97,20 +96,12 @@ typedef struct pe_rope_block {
    * below unused). Otherwise each element is normed before the rotation,
    * as pe_norm_apply below: with r = scale[t][h * scale_head_stride] and the
    * weight of element e of the row (e counted as in the row, from the
-   * row pointer the kernel gets) at weight[h * weight_head_stride + e].
-   * scale NULL: each row's own scale, computed by the kernel from the row
-   * just before it is rotated (one pass over memory instead of two):
-   * r = pe__norm_scale_of(s, 2*n_pairs, norm_eps), s the sum of squares of
-   * the row's elements [0, 2*n_pairs) from the row pointer in
-   * pe_norm_sumsq's order (combine 0) - the very values the engine would
-   * pass. Only for a per-head norm of rows that are exactly their pairs
-   * (NEOX: pair_dist == n_pairs); scale_head_stride unused. */
+   * row pointer the kernel gets) at weight[h * weight_head_stride + e]. */
   int32_t norm;            /* PE_NORM_* */
-  const float *const *scale; /* [n_tokens], or NULL (above) */
+  const float *const *scale; /* [n_tokens] */
   int64_t scale_head_stride; /* 1 per head, 0 per token (one scale per token) */
   const float *weight;       /* PE_NORM_W, PE_NORM_W1: float32; else unused */
   int64_t weight_head_stride; /* 0 (one weight row for every head) or head_dim */
-  float norm_eps;            /* scale NULL: the norm's eps; else unused */
 } pe_rope_block;
 
 /* The QK-norm: modes (equal to the public pe_qk_norm_kind values) and the
@@ -253,12 +244,6 @@ typedef struct pe_isa {
  * and r = 0 when it is NaN (a NaN element: the row's NaNs stay NaN and its
  * other elements become 0, as an Inf row does in HF). */
 PE_HIDDEN float pe__norm_scale(float s, int64_t n, float eps);
-/* The same, inline, for the kernels that compute their rows' own scales
- * (pe_rope_block.scale NULL); pe__norm_scale is this function. */
-static inline float pe__norm_scale_of(float s, int64_t n, float eps) {
-  float r = 1.0f / sqrtf(s / (float)n + eps);
-  return isnan(r) ? 0.0f : r;
-}
 
 extern PE_HIDDEN const pe_isa pe__isa_scalar;
 #if defined(PE_HAVE_AVX2)

@@ -18,19 +18,6 @@
 
 #define FN(name) PE_CAT(PE_CAT(name, _), ISA)
 
-/* The 64-byte lines of [p, p + bytes) asked for ahead of their use: the
- * walks touch the next token's rows while they work on this one's. Rows of
- * one token are runs of a few KiB a token stride apart ([B,T,H,D], q, k and v
- * packed), whose starts the hardware prefetchers, which stop at 4 KiB pages,
- * do not see coming. */
-PE_AI void prefetch_bytes(const char *p, int64_t bytes) {
-  for (int64_t o = 0; o < bytes; o += 64) __builtin_prefetch(p + o);
-}
-
-/* Defined below; rope_template.h's group walk calls it. */
-PE_AI void row_scales(int dt, int mode, const pe_rope_block *b, int64_t t, int64_t h0, int64_t g,
-                      const char *row, int64_t hs, float *out);
-
 #if defined(VL)
 #include "rope_template.h"
 #include "store_template.h"
@@ -43,32 +30,6 @@ PE_AI void row_scales(int dt, int mode, const pe_rope_block *b, int64_t t, int64
 /* Row (t, h)'s QK-norm scale and weights (mode a constant; OFF: none). */
 PE_AI float row_scale(int mode, const pe_rope_block *b, int64_t t, int64_t h) {
   return mode == PE_NORM_OFF ? 0.0f : b->scale[t][h * b->scale_head_stride];
-}
-
-/* Heads a walk takes at a time when it computes its rows' own scales: their
- * sums of squares are independent chains of FMAs (isa.h fixes each chain's
- * order), so a group's sums overlap where one row's would wait on the FMA
- * latency and then on the divide and square root of its scale. */
-#define PE_NORM_GROUP 4
-
-/* The scales of rows h0 .. h0+g-1 of token t (g <= PE_NORM_GROUP; head h0's
- * row at row, dtype dt, the next ones hs bytes apart) into out: the block's
- * (isa.h), or with b->scale NULL each row's own from its elements, as the
- * engine's norm stage would compute them (pe_norm_sumsq, pe__norm_scale):
- * read before any of them is written. */
-PE_AI void row_scales(int dt, int mode, const pe_rope_block *b, int64_t t, int64_t h0, int64_t g,
-                      const char *row, int64_t hs, float *out) {
-  if (mode == PE_NORM_OFF) {
-    for (int64_t k = 0; k < g; k++) out[k] = 0.0f;
-    return;
-  }
-  if (b->scale) {
-    for (int64_t k = 0; k < g; k++) out[k] = row_scale(mode, b, t, h0 + k);
-    return;
-  }
-  const int64_t n = 2 * (int64_t)b->n_pairs;
-  sumsq_gen(dt, row, n, g, hs / pe__esize(dt), 0, out);
-  for (int64_t k = 0; k < g; k++) out[k] = pe__norm_scale_of(out[k], n, b->norm_eps);
 }
 PE_AI const float *row_weight(int mode, const pe_rope_block *b, int64_t h) {
   return wat(mode, b->weight, h * b->weight_head_stride);
@@ -86,14 +47,9 @@ PE_AI void rows_walk(int dt, int style, int mode, const pe_rope_block *b, void *
   int64_t ahs = hs < 0 ? -hs : hs, ats = ts < 0 ? -ts : ts;
   const int64_t n_tokens = b->n_tokens, n_heads = b->n_heads;
   const int32_t n = b->n_pairs, dist = b->pair_dist;
-  const int64_t ext = style == PE_ROPE_GPTJ ? 2 * (int64_t)n : (int64_t)dist + n; /* elements */
 #define ROW_(t, h)                                                                               \
-  do {                                                                                           \
-    float sc_;                                                                                   \
-    row_scales(dt, mode, b, t, h, 1, base + (t) * ts + (h) * hs, hs, &sc_);                      \
-    rope_row(dt, style, base + (t) * ts + (h) * hs, b->cos[t], b->sin[t], n, dist, mode, sc_,    \
-             row_weight(mode, b, h));                                                            \
-  } while (0)
+  rope_row(dt, style, base + (t) * ts + (h) * hs, b->cos[t], b->sin[t], n, dist, mode,           \
+           row_scale(mode, b, t, h), row_weight(mode, b, h))
 #if defined(PE_ROPE_GROUP)
   if (n_tokens == 1) { /* a decode step: rope_template.h */
     rows_grouped(dt, style, mode, b, base, hs, ts);
@@ -106,29 +62,9 @@ PE_AI void rows_walk(int dt, int style, int mode, const pe_rope_block *b, void *
        * make the compiler reload them for every head */
       const float *c = b->cos[t], *s = b->sin[t];
       char *row = base + t * ts;
-      if (mode == PE_NORM_OFF || b->scale) { /* no norm, or the block's scales */
-        for (int64_t h = 0; h < n_heads; h++)
-          rope_row(dt, style, row + h * hs, c, s, n, dist, mode, row_scale(mode, b, t, h),
-                   row_weight(mode, b, h));
-        continue;
-      }
-      /* each row's own scale (isa.h): a group's are taken before the
-       * previous group is rotated (rows_grouped) */
-      float sc[2][PE_NORM_GROUP];
-      row_scales(dt, mode, b, t, 0, n_heads < PE_NORM_GROUP ? n_heads : PE_NORM_GROUP, row, hs,
-                 sc[0]);
-      for (int64_t h0 = 0, k = 0; h0 < n_heads; h0 += PE_NORM_GROUP, k ^= 1) {
-        const int64_t g = n_heads - h0 < PE_NORM_GROUP ? n_heads - h0 : PE_NORM_GROUP;
-        const int64_t hn = h0 + PE_NORM_GROUP;
-        if (t + 1 < n_tokens)
-          for (int64_t h = h0; h < h0 + g; h++) prefetch_bytes(row + ts + h * hs, ext * es);
-        if (hn < n_heads)
-          row_scales(dt, mode, b, t, hn, n_heads - hn < PE_NORM_GROUP ? n_heads - hn : PE_NORM_GROUP,
-                     row + hn * hs, hs, sc[k ^ 1]);
-        for (int64_t h = h0; h < h0 + g; h++)
-          rope_row(dt, style, row + h * hs, c, s, n, dist, mode, sc[k][h - h0],
-                   row_weight(mode, b, h));
-      }
+      for (int64_t h = 0; h < n_heads; h++)
+        rope_row(dt, style, row + h * hs, c, s, n, dist, mode, row_scale(mode, b, t, h),
+                 row_weight(mode, b, h));
     }
   } else {
 #if defined(PE_ROPE_GROUP)
@@ -175,28 +111,9 @@ PE_AI void store_walk(int sd, int dd, int style, int mode, const pe_rope_block *
     const float *c = b->cos[t], *sn = b->sin[t]; /* in locals: see rows_walk */
     const int64_t n_heads = b->n_heads;
     const int32_t n = b->n_pairs, dist = b->pair_dist;
-    if (mode == PE_NORM_OFF || b->scale) { /* no norm, or the block's scales */
-      for (int64_t h = 0; h < n_heads; h++)
-        store_row(sd, dd, style, s + h * shs, d + h * dhs, c, sn, n, dist, mode,
-                  row_scale(mode, b, t, h), row_weight(mode, b, h));
-      continue;
-    }
-    float sc[2][PE_NORM_GROUP]; /* each row's own, a group ahead (rows_walk) */
-    row_scales(sd, mode, b, t, 0, n_heads < PE_NORM_GROUP ? n_heads : PE_NORM_GROUP, s, shs, sc[0]);
-    for (int64_t h0 = 0, k = 0; h0 < n_heads; h0 += PE_NORM_GROUP, k ^= 1) {
-      const int64_t g = n_heads - h0 < PE_NORM_GROUP ? n_heads - h0 : PE_NORM_GROUP;
-      const int64_t hn = h0 + PE_NORM_GROUP;
-      if (t + 1 < b->n_tokens)
-        for (int64_t h = h0; h < h0 + g; h++)
-          prefetch_bytes((const char *)src[t + 1] + h * shs,
-                         (style == PE_ROPE_GPTJ ? 2 * (int64_t)n : (int64_t)dist + n) * pe__esize(sd));
-      if (hn < n_heads)
-        row_scales(sd, mode, b, t, hn, n_heads - hn < PE_NORM_GROUP ? n_heads - hn : PE_NORM_GROUP,
-                   s + hn * shs, shs, sc[k ^ 1]);
-      for (int64_t h = h0; h < h0 + g; h++)
-        store_row(sd, dd, style, s + h * shs, d + h * dhs, c, sn, n, dist, mode, sc[k][h - h0],
-                  row_weight(mode, b, h));
-    }
+    for (int64_t h = 0; h < n_heads; h++)
+      store_row(sd, dd, style, s + h * shs, d + h * dhs, c, sn, n, dist, mode,
+                row_scale(mode, b, t, h), row_weight(mode, b, h));
   }
 }
 

@@ -374,49 +374,18 @@ PE_AI void rows_grouped(int dt, int style, int mode, const pe_rope_block *b, cha
                         int64_t hs, int64_t ts) {
   enum { G = PE_ROPE_GROUP };
   const float *const *cosv = b->cos, *const *sinv = b->sin; /* in locals: see rows_walk */
+  const float *const *scv = b->scale;
   const int64_t n_tokens = b->n_tokens, n_heads = b->n_heads, full = n_heads - n_heads % G;
   const int32_t n = b->n_pairs, dist = b->pair_dist;
+  const int64_t scs = mode == PE_NORM_OFF ? 0 : b->scale_head_stride;
   const int64_t ws = mode == PE_NORM_OFF ? 0 : b->weight_head_stride;
   const float *w = mode == PE_NORM_OFF ? NULL : b->weight;
-  if (mode == PE_NORM_OFF || b->scale) { /* no norm, or the block's scales */
-    const float *const *scv = b->scale;
-    const int64_t scs = mode == PE_NORM_OFF ? 0 : b->scale_head_stride;
 #define GROUP_(g, t, h0)                                                                         \
   rope_group(dt, style, mode, g, base + (t) * ts + (h0) * hs, hs, cosv[t], sinv[t], n, dist,     \
              mode == PE_NORM_OFF ? NULL : scv[t] + (h0) * scs, scs, wat(mode, w, (h0) * ws), ws)
-    for (int64_t h0 = 0; h0 < full; h0 += G)
-      for (int64_t t = 0; t < n_tokens; t++) GROUP_(G, t, h0);
-    if (full < n_heads)
-      for (int64_t t = 0; t < n_tokens; t++) GROUP_(n_heads - full, t, full);
-#undef GROUP_
-    return;
-  }
-  /* Each row's own scale (scale NULL, isa.h). Step k is group k / n_tokens (its first head h0) at token k % n_tokens,
-   * the order of the loops it replaces (groups outer). The next step's
-   * scales are taken before this step's rows are rotated, so that under a
-   * norm computed here (scale NULL) their sums overlap this step's work
-   * instead of waiting on it. */
-  const int64_t steps = (n_heads + G - 1) / G * n_tokens;
-  float sc[2][G];
-  if (steps <= 0) return;
-#define G_(k) (n_heads - (k) / n_tokens * G < G ? n_heads - (k) / n_tokens * G : G)
-#define SCALES_(k, out)                                                                           \
-  row_scales(dt, mode, b, (k) % n_tokens, (k) / n_tokens * G, G_(k),                             \
-             base + (k) % n_tokens * ts + (k) / n_tokens * G * hs, hs, out)
-#define GROUP_(g, t, h0, scp)                                                                     \
-  rope_group(dt, style, mode, g, base + (t) * ts + (h0) * hs, hs, cosv[t], sinv[t], n, dist,     \
-             scp, 1, wat(mode, w, (h0) * ws), ws)
-  SCALES_(0, sc[0]);
-  for (int64_t k = 0; k < steps; k++) {
-    const int64_t t = k % n_tokens, h0 = k / n_tokens * G;
-    const float *cur = sc[k & 1];
-    if (k + 1 < steps) SCALES_(k + 1, sc[(k + 1) & 1]);
-    if (h0 < full)
-      GROUP_(G, t, h0, cur);
-    else
-      GROUP_(n_heads - full, t, full, cur);
-  }
-#undef G_
-#undef SCALES_
+  for (int64_t h0 = 0; h0 < full; h0 += G)
+    for (int64_t t = 0; t < n_tokens; t++) GROUP_(G, t, h0);
+  if (full < n_heads)
+    for (int64_t t = 0; t < n_tokens; t++) GROUP_(n_heads - full, t, full);
 #undef GROUP_
 }
