@@ -363,6 +363,8 @@ static void store_quant_k(const pe__rope_plan *p, int64_t b, int64_t u, int64_t 
 /* The cache rows of the block's slots rotated in place (plan.cache_in_place):
  * blk holds every frequency (i0 = 0). */
 static void rotate_cache_rows(const pe__rope_plan *p, int64_t u, const pe_rope_block *blk) {
+  /* adjacent cache rows: one call each way (kv_quant.c's move_rows) */
+  const int one = p->dst_s_head == pe__kv_row_bytes(p->dst_quant, p->head_dim, PE_F32);
   float row[QROW_FLOATS] __attribute__((aligned(64)));
   const int64_t hd = p->head_dim, heads = p->k.heads, g_max = QROW_FLOATS / hd;
   const pe_isa *isa = p->isa;
@@ -381,8 +383,6 @@ static void rotate_cache_rows(const pe__rope_plan *p, int64_t u, const pe_rope_b
     }
     for (int64_t h0 = 0; h0 < heads; h0 += g_max) {
       int64_t g = heads - h0 < g_max ? heads - h0 : g_max;
-      /* adjacent cache rows: one call each way (kv_quant.c's move_rows) */
-      const int one = p->dst_s_head == pe__kv_row_bytes(p->dst_quant, hd, PE_F32);
       for (int64_t h = 0; h < (one ? 1 : g); h++)
         isa->kv_dequant[p->dst_quant - 1][PE_F32](dst + (h0 + h) * p->dst_s_head, row + h * hd,
                                                   one ? g * hd : hd, p->dst_scale);
