@@ -2,7 +2,8 @@
  *
  * An entry point validates its arguments, describes the call as a plan and
  * hands it to pe__rope_run. The engine walks blocks of up to
- * PE_ENGINE_BLOCK_TOKENS tokens of one sequence (the pool splits tokens),
+ * PE_ENGINE_BLOCK_TOKENS tokens of one sequence (the pool splits tokens;
+ * a direct [B,H,T,D] walk, groups of heads: rope_engine.c's group_range),
  * and for each block:
  *   row source -> the block's cos/sin rows (a frequency chunk of them)
  *   stage      -> (optional) the QK-norm scale of each q/k row (rows_norm)

@@ -238,6 +238,12 @@ static void test_rope_same_bytes_any_pool_size(void **state) {
       {"f16 k only, 3 tokens", OP_APPLY, PE_F16, 96, 64, PE_ROPE_NEOX, 64, 1, 4, 5, 3, 0, 0, 1, 0, 1, 0},
       {"f32 shift_k", OP_SHIFT, PE_F32, 18, 0, PE_ROPE_NEOX, 64, 2, 0, 3, 23, 0, 0, 0, 0, 1, 0},
       {"bf16 rerotate_k, bthd", OP_REROTATE, PE_BF16, 64, 32, PE_ROPE_GPTJ, 128, 2, 0, 2, 19, 1, 3, 0, 0, 1, 0},
+      /* [B,H,T,D] from a table: the pool splits by groups of 4 heads (q's,
+       * then k's) and token blocks of at most 1024 (two blocks here on any
+       * L2 of at least 256 KiB); 9 and 3 heads end in partial groups. */
+      {"f32 neox bhtd, 9/3 heads, 1100 tokens, table", OP_APPLY, PE_F32, 16, 0, PE_ROPE_NEOX, 2048, 2, 9, 3, 1100, 0, 0, 0, 1, 1, 0},
+      {"f16 gptj bhtd padded, q only, 6 heads, table", OP_APPLY, PE_F16, 32, 0, PE_ROPE_GPTJ, 256, 3, 6, 2, 45, 0, 4, 1, 1, 0, 0},
+      {"bf16 neox bhtd, k only, 13 heads, table", OP_APPLY, PE_BF16, 64, 48, PE_ROPE_NEOX, 128, 1, 2, 13, 70, 0, 0, 0, 0, 1, 0},
   };
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) check_case(&cases[i]);
 }
