@@ -148,6 +148,18 @@ static void block_rows(const pe__rope_plan *p, const pe_rope_cache *c, int64_t u
         continue;
       }
     }
+    /* A token at its predecessor's position takes its row: a context shift
+     * moves every key by one delta (llama.cpp's K-shift), so a block needs
+     * one row of sincos, not one per token (Zen 4, q8_0 cache, 512 keys: the
+     * sincos were ~25 % of pe_rope_shift_k_cache and ~40 % of
+     * pe_rope_shift_k). Only for the sources whose row is a function of
+     * axis 0's position alone. */
+    if (i > 0 && p->pos && p->source != PE_SOURCE_AXES &&
+        position(p, 0, u + i, t0 + i) == position(p, 0, u + i - 1, t0 + i - 1)) {
+      cosp[i] = cosp[i - 1];
+      sinp[i] = sinp[i - 1];
+      continue;
+    }
     float *row = scratch + i * 2 * (int64_t)m;
     fill_row(p, c, u + i, t0 + i, i0, m, row);
     if (p->inverse)

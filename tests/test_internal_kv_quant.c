@@ -316,12 +316,17 @@ static void check_isa(int which) {
   enum { MAXN = 32 * 12, G = 64 };
   /* element-aligned: the kernels' float/half rows are (the API requires it) */
   static _Alignas(64) uint8_t src[MAXN * 4 + G], a[MAXN * 4 + G], b[MAXN * 4 + G];
-  const float scales[] = {1.0f, 0.0173f, 3.5f, 0x1p-12f};
+  /* powers of two (the vector kernels multiply by the exact reciprocal
+   * there) from the smallest normal to the largest, whose quotients of
+   * random bits reach every subnormal, overflow and zero case; and others */
+  const float scales[] = {1.0f, 0.0173f, 3.5f, 0x1p-12f, 0x1p-126f, 0x1p127f, 0.5f, 0x1p100f,
+                          0x1p-100f, 448.0f / 3.0f};
+  const int n_scales = (int)(sizeof scales / sizeof scales[0]);
   for (int f = E4M3; f <= Q8_0; f++)
     for (int dt = PE_F32; dt <= PE_BF16; dt++)
-      for (int it = 0; it < 400; it++) {
+      for (int it = 0; it < 1000; it++) {
         int64_t n = f == Q8_0 ? 32 * (1 + (int64_t)(rnd() % 12)) : 1 + (int64_t)(rnd() % MAXN);
-        float sc = scales[rnd() % 4];
+        float sc = scales[rnd() % (uint64_t)n_scales];
         int off = (int)(rnd() % 4); /* unaligned starts */
         fill_dt(src + 4 * off, dt, n, f == Q8_0 && rnd() % 4 != 0);
         /* quantize */

@@ -542,6 +542,41 @@ static void test_shift_cache(void **state) {
     }
 }
 
+/* A shift whose deltas come in runs (llama.cpp's K-shift moves every key by
+ * one delta; the engine then computes a block's cos/sin row once and gives it
+ * to the run's tokens): byte for byte what one call per slot writes (a call
+ * of one slot has one row of its own), for runs that cross the engine's
+ * blocks of tokens, a run of one, and deltas that repeat after a different
+ * one. */
+static void test_shift_cache_runs(void **state) {
+  (void)state;
+  for (int kf = 0; kf < 3; kf++) {
+    prob p;
+    prob_make(&p, 128, 128, 64, PE_F32, formats[kf], PE_KV_Q8_0, PE_QK_NORM_NONE);
+    assert_int_equal(prob_store(&p, NULL), PE_OK);
+    int64_t slots[B * T], deltas[B * T];
+    int64_t n = stored_slots(&p, slots);
+    for (int pat = 0; pat < 3; pat++) {
+      for (int64_t i = 0; i < n; i++)
+        deltas[i] = pat == 0 ? -256                                  /* one delta for all */
+                    : pat == 1 ? (i / 5) % 2 ? 37 : -300             /* runs of 5, alternating */
+                               : i % 7 == 3 ? 11 : (i / 9) * 13 - 40; /* runs of 9 broken by singles */
+      uint8_t *c0 = malloc(kc_bytes(&p)), *want = malloc(kc_bytes(&p));
+      memcpy(c0, p.kc, kc_bytes(&p));
+      for (int64_t i = 0; i < n; i++)
+        assert_int_equal(pe_rope_shift_k_cache(p.c, &p.kv, slots + i, deltas + i, 1, NULL), PE_OK);
+      memcpy(want, p.kc, kc_bytes(&p));
+      assert_memory_not_equal(want, c0, kc_bytes(&p));
+      memcpy(p.kc, c0, kc_bytes(&p));
+      assert_int_equal(pe_rope_shift_k_cache(p.c, &p.kv, slots, deltas, n, NULL), PE_OK);
+      assert_memory_equal(p.kc, want, kc_bytes(&p));
+      memcpy(p.kc, c0, kc_bytes(&p));
+      free(c0), free(want);
+    }
+    prob_free(&p);
+  }
+}
+
 /* Re-rotation from one cache's frequencies to another's on a quantized
  * cache: byte for byte the reference dequantization, pe_rope_rerotate_k on
  * the float32 rows, the reference quantization. */
@@ -590,6 +625,7 @@ int main(void) {
       cmocka_unit_test(test_isa_and_pools),
       cmocka_unit_test(test_errors_write_nothing),
       cmocka_unit_test(test_shift_cache),
+      cmocka_unit_test(test_shift_cache_runs),
       cmocka_unit_test(test_rerotate_cache),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);

@@ -63,6 +63,12 @@ static inline uint8_t pe_fp8_from_f32(int fmt, float y) {
   return (uint8_t)(sign | m);
 }
 
+/* Whether scale is a normal power of two (2^-126 .. 2^127: its reciprocal
+ * 2^-127 .. 2^126 is a float, exactly), for which the vector kernels
+ * multiply by 1/scale instead of dividing (the same value: quant_template.h's
+ * kvq_fp8_rows). vLLM's uncalibrated k_scale / v_scale is 1.0. */
+#define PE_FP8_POW2_SCALE(s) ((pe_f32_bits(s) & 0x807fffffu) == 0 && (pe_f32_bits(s) >> 23) != 0)
+
 /* The exact float32 value of a code (before the scale), isa.h:
  *   e4m3fn: m = c & 0x7f; 0x7f NaN -> sign | 0x7fc00000; m < 8 -> m * 2^-9;
  *           else bits (m << 20) + (120 << 23)

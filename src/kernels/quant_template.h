@@ -45,23 +45,35 @@ PE_AI qu fp8_encode(int fmt, qf y) {
 #define FP8_ENCODE_(fmt, y) (vbi)fp8_encode(fmt, y)
 #endif
 
-PE_AI void kvq_fp8_gen(int fmt, int sd, const void *src, void *dst, int64_t n, float scale) {
-  const char *in = src;
-  uint8_t *out = dst;
+/* The codes of n values from in: y = x / scale, or, when scale is a power
+ * of two (quant_common.h's PE_FP8_POW2_SCALE; inv a constant), y = x * r
+ * with r = 1/scale exact: the same real number, so the same rounded float
+ * (subnormal, overflow, NaN, Inf and zero signs alike); a multiply costs a
+ * fraction of a divide. Tails: as everywhere, zeros past n never stored. */
+PE_AI void kvq_fp8_rows(int fmt, int sd, int inv, const char *in, uint8_t *out, int64_t n,
+                        qf vs) {
   const int64_t ses = pe__esize(sd);
-  const qf vs = (qf)vf_set1(scale);
+#define FP8_Y_(x) (inv ? (x) * vs : (x) / vs)
   int64_t j = 0;
-#define FP8_AT_(k) FP8_ENCODE_(fmt, q_load(sd, PE_AT(in, j + (k) * VL, ses), VL) / vs)
+#define FP8_AT_(k) FP8_ENCODE_(fmt, FP8_Y_(q_load(sd, PE_AT(in, j + (k) * VL, ses), VL)))
   for (; j + 4 * VL <= n; j += 4 * VL) /* four vectors narrowed together */
     vb_store_u8x4(out + j, FP8_AT_(0), FP8_AT_(1), FP8_AT_(2), FP8_AT_(3));
 #undef FP8_AT_
   for (; j + VL <= n; j += VL)
-    vb_store_u8(out + j, FP8_ENCODE_(fmt, q_load(sd, PE_AT(in, j, ses), VL) / vs));
+    vb_store_u8(out + j, FP8_ENCODE_(fmt, FP8_Y_(q_load(sd, PE_AT(in, j, ses), VL))));
   if (j < n) {
     uint8_t b[VL];
-    vb_store_u8(b, FP8_ENCODE_(fmt, q_load(sd, PE_AT(in, j, ses), (int32_t)(n - j)) / vs));
+    vb_store_u8(b, FP8_ENCODE_(fmt, FP8_Y_(q_load(sd, PE_AT(in, j, ses), (int32_t)(n - j)))));
     memcpy(out + j, b, (size_t)(n - j));
   }
+#undef FP8_Y_
+}
+
+PE_AI void kvq_fp8_gen(int fmt, int sd, const void *src, void *dst, int64_t n, float scale) {
+  if (PE_FP8_POW2_SCALE(scale))
+    kvq_fp8_rows(fmt, sd, 1, src, dst, n, (qf)vf_set1(1.0f / scale));
+  else
+    kvq_fp8_rows(fmt, sd, 0, src, dst, n, (qf)vf_set1(scale));
 }
 
 /* quant_common.h's pe_fp8_to_f32 through the f16 with the code's bits: an
