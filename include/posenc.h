@@ -686,31 +686,47 @@ PE_API pe_status pe_apply_rope_qk_multi(const pe_rope_cache *const *caches, int3
  *   projection, a weight of heads * head_dim floats, head-major as the
  *   projection's output), every channel including those past rotary_dim.
  *
- * Exact arithmetic (float32, each operation rounded, the same bits on every
- * ISA and pool size): the sum of squares s accumulates element e of the row
- * (a per-token row: each head's row in head order, e restarting at 0 in each)
- * into lane e % 16 by fmaf(x, x, lane), in increasing e; the 16 lanes are
- * added pairwise (lane i += lane i+8, then +4, +2, +1); r = 1.0f /
- * sqrtf(s / (float)n + eps) (n channels), r = 0 when it is NaN (an element is
- * NaN: that element stays NaN, the others become 0, as a row holding an Inf
- * does in HF too; HF would make the whole row NaN); each element n = (x * r) *
- * w, (x * r) * (1.0f + w) or x * r; then n is rotated as pe_apply_rope_qk
- * rotates (fmaf(n_x, c, -(n_y*s)), fmaf(n_y, c, n_x*s)) and rounded once to
- * the output dtype. Relative to a float64 evaluation of the same formulas the
- * error is at most about (L/2 + 12) float32 ulps of |n_x| + |n_y| (n_x, n_y
- * the pair's exact normed values; L = ceil(head_dim/16), the terms a lane
- * sums, times the heads for a per-token norm; the sum's rounding dominates;
- * tests/test_qk_norm.c checks it).
+ * Exact arithmetic (float64 from the load to one rounding, the same bits on
+ * every ISA and pool size): each element x (widened exactly to float32, then
+ * to double) adds its square to the sum s in float64 - element e of the row
+ * (a per-token row: each head's row in head order, e restarting at 0 in
+ * each) into lane e % 16, lane + x*x (exact: a float's square has at most 48
+ * bits and cannot overflow a double), in increasing e; the 16 lanes are added
+ * pairwise (lane i += lane i+8, then +4, +2, +1). r = 1.0 / sqrt(s / n + eps)
+ * in double (n channels), r = 0 when it is NaN (an element is NaN: that
+ * element stays NaN, the others become 0, as a row holding an Inf does in HF
+ * too; HF would make the whole row NaN). Each element n = (x * r) * w,
+ * (x * r) * (1.0 + w) or x * r in double; the pair is rotated in double by
+ * the table's float32 cos/sin c, s (widened exactly): fma(n_x, c, -(n_y*s)),
+ * fma(n_y, c, n_x*s); then rounded ONCE to float32, and for bf16/f16 outputs
+ * that float32 rounded once more to the dtype (as every store rounds).
+ * Channels past rotary_dim: n rounded the same way.
+ *
+ * Error bound (float32 outputs), against the float64 formulas with exact
+ * cos/sin: the double steps contribute ~2^-50 relative; c and s are each
+ * within 1.5 float32 ulp of their own value (pe_rope_cache_create), so within
+ * 1.5 * 2^-24 absolute, which moves the rotated pair by at most
+ * 1.5 * 2^-24 * (|n_x| + |n_y|); the one rounding adds half an ulp of the
+ * result (at most half an ulp of |n_x| + |n_y|). In all: below
+ * 1.5 * 2^-24 * v + ulp(v) / 2 < 2 float32 ulps of v = |n_x| + |n_y| (n_x,
+ * n_y the pair's exact normed values; 1.26 ulps measured, 1.73 * 2^-24 * v);
+ * past rotary_dim half an ulp of |n| (correctly rounded but for the ~2^-50).
+ * tests/test_qk_norm.c checks both. (The float32 arithmetic this replaced, each
+ * operation rounded, was bounded by (ceil(n/16)/2 + 12) ulps; the results'
+ * low bits changed with this.)
  *
  * How that relates to HF's rounding for bf16/f16 models: HF upcasts x to
- * float32 for the mean and r, like this library. Gemma3RMSNorm multiplies by
- * (1 + w) in float32 and casts once, Llama4TextL2Norm casts x * r once; Qwen3
- * and OLMo 2 cast x * r to the input dtype before multiplying by the weight
- * (a bf16 product), and apply_rotary_pos_emb then rounds q*cos, rotate_half(q)
- * *sin and their sum to bf16 again. This library keeps everything in float32
- * and rounds once, so its bf16 output is the float32 result correctly
- * rounded: within half a bf16 ulp of the exact value where HF's is within a
- * few.
+ * float32 for the mean and r (this library: float64). Gemma3RMSNorm
+ * multiplies by (1 + w) in float32 and casts once to the input dtype,
+ * Llama4TextL2Norm casts x * r once; Qwen3RMSNorm and OLMo 2 cast x * r to
+ * the input dtype before multiplying by the weight (a bf16 product, rounded
+ * again), and apply_rotary_pos_emb then rounds q*cos, rotate_half(q)*sin and
+ * their sum to bf16 again (with cos/sin cast to bf16). This library rounds
+ * to float32 once and from there to the dtype once, so its bf16/f16 output
+ * is the float32 result correctly rounded: within half a bf16 ulp (plus the
+ * float32 result's < 2 float32 ulps) of the exact value where HF's is within
+ * a few bf16 ulps; for float32 models (Gemma 3 run in float32) HF's float32
+ * result carries several float32 roundings, this one one.
  *
  * The weights are float32 (convert a bf16 checkpoint's weight once with an
  * exact widening; it is read on every call, not copied). A NaN weight gives
@@ -886,10 +902,10 @@ PE_API pe_status pe_qk_norm_rope(const pe_rope_cache *c, const pe_qk_norm *norm,
  *   as pe_apply_rope_qk_store (-1 skips a token: its k and v rows are not
  *   written, its q is still normed and rotated; a duplicate slot is an
  *   error).
- * Stored values: k's row normed and rotated in float32 and rounded once to
- * the k cache's dtype (so, for a cache of k's dtype, bit for bit what
- * pe_qk_norm_rope on k and a copy give; a wider cache keeps the float32
- * result); channels past rotary_dim normed and rounded; v's elements
+ * Stored values: k's row normed and rotated in float64, rounded once to
+ * float32 and from there to the k cache's dtype (so, for a cache of k's
+ * dtype, bit for bit what pe_qk_norm_rope on k and a copy give; a wider cache
+ * keeps the float32 result); channels past rotary_dim normed and rounded; v's elements
  * converted exactly as pe_apply_rope_qk_store converts (bits copied when the
  * dtypes match). With PE_QK_NORM_NONE and no v this is
  * pe_apply_rope_qk_store.

@@ -163,10 +163,11 @@ static void assert_same(const void *a, const void *b, size_t n, size_t es, const
   size_t i = 0;
   while (((const unsigned char *)a)[i] == ((const unsigned char *)b)[i]) i++;
   i /= es;
-  uint32_t x = 0, y = 0;
-  memcpy(&x, (const char *)a + i * es, es);
-  memcpy(&y, (const char *)b + i * es, es);
-  fail_msg("%s: element %zu of %zu differs (scalar 0x%x, simd 0x%x)", what, i, n / es, x, y);
+  uint64_t x = 0, y = 0; /* elements of up to 8 bytes (norm_sumsq's doubles) */
+  memcpy(&x, (const char *)a + i * es, es < 8 ? es : 8);
+  memcpy(&y, (const char *)b + i * es, es < 8 ? es : 8);
+  fail_msg("%s: element %zu of %zu differs (scalar 0x%llx, simd 0x%llx)", what, i, n / es,
+           (unsigned long long)x, (unsigned long long)y);
 }
 #define assert_same_bytes(a, b, n, what) assert_same(a, b, n, 1, what)
 
@@ -297,11 +298,14 @@ static void run_rows(const pe_isa *isa, const rows_case *k) {
                        .n_pairs = k->n_pairs, .pair_dist = k->pair_dist, .style = k->style};
   /* under a norm: a scale per row (or per token) and weights per element of
    * each head's row (or one row of weights for every head), never NaN */
-  float *scales = xmalloc((size_t)(k->tokens * k->heads) * sizeof(float));
+  double *scales = xmalloc((size_t)(k->tokens * k->heads) * sizeof(double));
   float *weights = xmalloc((size_t)(extent * k->heads) * sizeof(float));
-  const float *scp[8];
+  const double *scp[8];
+  /* scales as pe__norm_scale makes them: doubles (most not float32 values),
+   * and now and then any float32 (Inf, 0, subnormals, huge) */
   for (int64_t i = 0; i < k->tokens * k->heads; i++)
-    scales[i] = rnd_below(8) ? 0.25f + (float)rnd_below(4096) / 1024.0f : bits_f32(gen_f32_no_nan());
+    scales[i] = rnd_below(8) ? 1.0 / sqrt(0.01 + (double)rnd_below(1u << 20) / 4096.0)
+                             : (double)bits_f32(gen_f32_no_nan());
   for (int64_t i = 0; i < extent * k->heads; i++) weights[i] = bits_f32(gen_f32_no_nan());
   for (int64_t t = 0; t < k->tokens; t++) scp[t] = scales + t * k->heads;
   if (k->norm) {
@@ -357,7 +361,7 @@ static void test_rope_rows(void **state) {
 /* ---- rope_store_rows ---- */
 
 static void run_store(const pe_isa *isa, int sd, int dd, int style, int32_t n_pairs,
-                      int32_t pair_dist, int64_t tokens, int64_t heads) {
+                      int32_t pair_dist, int64_t tokens, int64_t heads, int norm) {
   const size_t ses = esz(sd), des = esz(dd);
   int64_t extent = style == PE_ROPE_GPTJ ? 2 * (int64_t)n_pairs : (int64_t)pair_dist + n_pairs;
   int64_t shs = extent + rnd_below(4), dhs = extent + rnd_below(4);
@@ -388,13 +392,32 @@ static void run_store(const pe_isa *isa, int sd, int dd, int style, int32_t n_pa
   }
   pe_rope_block blk = {.cos = cp, .sin = sp, .n_tokens = tokens, .n_heads = heads,
                        .n_pairs = n_pairs, .pair_dist = pair_dist, .style = style};
+  /* under a norm (the normed kernels): scales per row or per token, weights
+   * per head or shared, as in run_rows */
+  double scales[8 * 4];
+  const double *scp[8];
+  float *weights = xmalloc((size_t)(extent * heads) * sizeof(float));
+  for (int64_t i = 0; i < tokens * heads; i++)
+    scales[i] = rnd_below(8) ? 1.0 / sqrt(0.01 + (double)rnd_below(1u << 20) / 4096.0)
+                             : (double)bits_f32(gen_f32_no_nan());
+  for (int64_t i = 0; i < extent * heads; i++) weights[i] = bits_f32(gen_f32_no_nan());
+  for (int64_t t = 0; t < tokens; t++) scp[t] = scales + t * heads;
+  if (norm) {
+    blk.norm = norm;
+    blk.scale = scp;
+    blk.scale_head_stride = rnd_below(2);
+    blk.weight = weights;
+    blk.weight_head_stride = rnd_below(2) ? 0 : extent;
+  }
   ref->rope_store_rows[sd][dd](&blk, s, shs, d0, dhs);
   isa->rope_store_rows[sd][dd](&blk, s, shs, d1, dhs);
   char what[128];
-  snprintf(what, sizeof what, "rope_store_rows %d -> %d style %d n_pairs %d pair_dist %d heads %lld",
-           sd, dd, style, (int)n_pairs, (int)pair_dist, (long long)heads);
+  snprintf(what, sizeof what,
+           "rope_store_rows %d -> %d style %d n_pairs %d pair_dist %d heads %lld norm %d", sd, dd,
+           style, (int)n_pairs, (int)pair_dist, (long long)heads, norm);
   assert_same(da, db, (size_t)dtotal * des, des, what);
   assert_same_bytes(src0, src, (size_t)stotal * ses, "rope_store_rows wrote its source");
+  free(weights);
   free(src);
   free(src0);
   free(da);
@@ -412,7 +435,8 @@ static void test_rope_store_rows(void **state) {
           for (int rep = 0; rep < 2; rep++) {
             int32_t n = pair_counts[ci];
             int32_t dist = n + (rep ? (int32_t)rnd_below(40) + 1 : 0);
-            run_store(isa, sd, dd, style, n, dist, 1 + rnd_below(4), 1 + rnd_below(3));
+            run_store(isa, sd, dd, style, n, dist, 1 + rnd_below(4), 1 + rnd_below(3),
+                      rnd_below(2) ? 0 : (int)rnd_below(4));
             cases++;
           }
   printf("# %s rope_store_rows: %lld cases\n", isa->name, (long long)cases);
@@ -422,6 +446,61 @@ static void test_rope_store_rows(void **state) {
 
 static const int64_t lengths[] = {0, 1, 2, 3, 5, 7, 8, 9, 15, 16, 17, 31, 32, 33, 47, 64, 100, 1000};
 #define N_LENGTHS (sizeof lengths / sizeof lengths[0])
+
+/* ---- the QK-norm's other kernels: norm_sumsq, norm_row ---- */
+
+static void test_norm_kernels(void **state) {
+  const pe_isa *isa = isa_or_skip(*(int *)*state);
+  static const int64_t lens[] = {1, 2, 3, 7, 15, 16, 17, 31, 33, 64, 80, 128, 130};
+  int64_t cases = 0;
+  char what[128];
+  for (int dt = 0; dt < 3; dt++)
+    for (size_t li = 0; li < sizeof lens / sizeof lens[0]; li++)
+      for (int rep = 0; rep < 6; rep++) {
+        /* sums of squares: rows 1..9 at a pitch past n, each row or combined */
+        int64_t n = lens[li], rows = 1 + rnd_below(9), rs = n + rnd_below(5);
+        int combine = rep & 1;
+        int64_t total = rs * rows + 8;
+        char *src = xmalloc((size_t)total * esz(dt));
+        fill(src, dt, total);
+        double a[9], b[9];
+        memset(a, 0x5a, sizeof a);
+        memset(b, 0x5a, sizeof b);
+        ref->norm_sumsq[dt](src, n, rows, rs, combine, a);
+        isa->norm_sumsq[dt](src, n, rows, rs, combine, b);
+        snprintf(what, sizeof what, "norm_sumsq dtype %d n %lld rows %lld combine %d", dt,
+                 (long long)n, (long long)rows, combine);
+        assert_same(a, b, sizeof a, 8, what);
+        /* a normed row past rotary_dim into every dtype, and in place */
+        for (int dd = 0; dd < 3; dd++) {
+          int mode = 1 + (int)rnd_below(3);
+          double r = rnd_below(8) ? 1.0 / sqrt(0.01 + (double)rnd_below(1u << 20) / 4096.0)
+                                  : (double)bits_f32(gen_f32_no_nan());
+          float w[130];
+          for (int64_t i = 0; i < n; i++) w[i] = bits_f32(gen_f32_no_nan());
+          char *da = xmalloc((size_t)(n + 8) * esz(dd)), *db = xmalloc((size_t)(n + 8) * esz(dd));
+          fill(da, dd, n + 8);
+          memcpy(db, da, (size_t)(n + 8) * esz(dd));
+          ref->norm_row[dt][dd](src, da, n, r, w, mode);
+          isa->norm_row[dt][dd](src, db, n, r, w, mode);
+          snprintf(what, sizeof what, "norm_row %d -> %d n %lld mode %d", dt, dd, (long long)n,
+                   mode);
+          assert_same(da, db, (size_t)(n + 8) * esz(dd), esz(dd), what);
+          if (dd == dt) {
+            memcpy(da, src, (size_t)n * esz(dt));
+            memcpy(db, src, (size_t)n * esz(dt));
+            ref->norm_row[dt][dd](da, da, n, r, w, mode);
+            isa->norm_row[dt][dd](db, db, n, r, w, mode);
+            assert_same(da, db, (size_t)n * esz(dd), esz(dd), "norm_row in place");
+          }
+          free(da);
+          free(db);
+        }
+        free(src);
+        cases++;
+      }
+  printf("# %s norm_sumsq / norm_row: %lld cases\n", isa->name, (long long)cases);
+}
 
 static void test_convert(void **state) {
   const pe_isa *isa = isa_or_skip(*(int *)*state);
@@ -681,10 +760,85 @@ static void test_scalar_sincos_alibi_reference(void **state) {
   assert_true(wide[0] == 1.0f && wide[1] == -4.0f);
 }
 
+/* The scalar QK-norm kernels against isa.h's definitions written here:
+ * - norm_sumsq: 16 double lanes, element e into lane e % 16, then the tree
+ *   (i + 8, + 4, + 2, + 1), bit for bit; integer rows, whose sums are exact
+ *   in any order, equal the exact sum.
+ * - the normed rotation and norm_row: n = x*r*w (x*r*(1+w), x*r) and
+ *   x*c - y*s, y*c + x*s in long double, rounded to float32: within half an
+ *   ulp of it plus 2^-50 of the magnitude (the kernel's double steps). */
+static void test_scalar_norm_reference(void **state) {
+  (void)state;
+  for (int rep = 0; rep < 300; rep++) {
+    int64_t n = 1 + rnd_below(200);
+    float x[200];
+    for (int64_t i = 0; i < n; i++) x[i] = bits_f32(gen_f32_no_nan());
+    double lane[16] = {0};
+    for (int64_t e = 0; e < n; e++) lane[e % 16] += (double)x[e] * (double)x[e];
+    for (int w = 8; w >= 1; w /= 2)
+      for (int i = 0; i < w; i++) lane[i] += lane[i + w];
+    double got;
+    ref->norm_sumsq[PE_F32](x, n, 1, n, 0, &got);
+    assert_memory_equal(&got, &lane[0], sizeof got);
+    float k[200];
+    double exact = 0;
+    for (int64_t i = 0; i < n; i++) {
+      k[i] = (float)((int)rnd_below(2001) - 1000);
+      exact += (double)k[i] * k[i];
+    }
+    ref->norm_sumsq[PE_F32](k, n, 1, n, 0, &got);
+    assert_true(got == exact);
+  }
+  for (int mode = 1; mode <= 3; mode++)
+    for (int style = 0; style < 2; style++)
+      for (int rep = 0; rep < 200; rep++) {
+        int32_t np = 1 + (int32_t)rnd_below(40);
+        float row[80], orig[80], w[80], c[40], s[40];
+        for (int i = 0; i < 2 * np; i++) {
+          row[i] = orig[i] = (float)((double)(rnd() >> 11) * 0x1p-53 * 8.0 - 4.0);
+          w[i] = (float)(0.5 + (double)(rnd() >> 11) * 0x1p-53);
+        }
+        for (int32_t j = 0; j < np; j++) {
+          double a = (double)rnd_below(100000) / 1000.0;
+          c[j] = (float)cos(a);
+          s[j] = (float)sin(a);
+        }
+        double r = 1.0 / sqrt(0.01 + (double)rnd_below(1u << 20) / 4096.0);
+        const float *cp = c, *sp = s;
+        const double *rp = &r;
+        pe_rope_block blk = {.cos = &cp, .sin = &sp, .n_tokens = 1, .n_heads = 1,
+                             .n_pairs = np, .pair_dist = np, .style = style, .norm = mode,
+                             .scale = &rp, .weight = w};
+        ref->rope_rows[PE_F32](&blk, row, 0, 0);
+        long double nv[80];
+        for (int i = 0; i < 2 * np; i++) {
+          long double f = mode == 1 ? (long double)w[i] : mode == 2 ? 1.0L + w[i] : 1.0L;
+          nv[i] = (long double)orig[i] * r * f;
+        }
+        for (int32_t j = 0; j < np; j++) {
+          int gptj = style == PE_ROPE_GPTJ, ix = gptj ? 2 * j : j, iy = gptj ? 2 * j + 1 : np + j;
+          long double xr = nv[ix] * c[j] - nv[iy] * s[j], yr = nv[iy] * c[j] + nv[ix] * s[j];
+          double mag = (double)(fabsl(nv[ix]) + fabsl(nv[iy]));
+          double ex = fabs((double)(row[ix] - xr)), ey = fabs((double)(row[iy] - yr));
+          double hx = ldexp(1.0, ilogb((double)fabsl(xr)) - 24); /* half an ulp */
+          double hy = ldexp(1.0, ilogb((double)fabsl(yr)) - 24);
+          assert_true(ex <= hx + 0x1p-50 * mag + 0x1p-140);
+          assert_true(ey <= hy + 0x1p-50 * mag + 0x1p-140);
+        }
+        /* norm_row: the same elements, unrotated */
+        float out[80];
+        ref->norm_row[PE_F32][PE_F32](orig, out, 2 * np, r, w, mode);
+        for (int i = 0; i < 2 * np; i++) {
+          double h = ldexp(1.0, ilogb((double)fabsl(nv[i])) - 24);
+          assert_true(fabs((double)(out[i] - nv[i])) <= h + 0x1p-50 * (double)fabsl(nv[i]));
+        }
+      }
+}
+
 int main(void) {
   static int ids[N_ISA] = {ISA_AVX2, ISA_AVX512, ISA_NEON};
-  struct CMUnitTest tests[6 * N_ISA + 3];
-  static char names[6 * N_ISA][48];
+  struct CMUnitTest tests[7 * N_ISA + 4];
+  static char names[7 * N_ISA][48];
   size_t n = 0;
   static const struct {
     const char *what;
@@ -693,6 +847,7 @@ int main(void) {
                {"rope_rows", test_rope_rows},
                {"rope_store_rows", test_rope_store_rows},
                {"convert", test_convert},
+               {"norm_kernels", test_norm_kernels},
                {"enc_rows", test_enc_rows}};
   for (int i = 0; i < N_ISA; i++)
     for (size_t k = 0; k < sizeof kinds / sizeof kinds[0]; k++) {
@@ -703,5 +858,6 @@ int main(void) {
   tests[n++] = (struct CMUnitTest)cmocka_unit_test(test_scalar_rotate_reference);
   tests[n++] = (struct CMUnitTest)cmocka_unit_test(test_scalar_convert_reference);
   tests[n++] = (struct CMUnitTest)cmocka_unit_test(test_scalar_sincos_alibi_reference);
+  tests[n++] = (struct CMUnitTest)cmocka_unit_test(test_scalar_norm_reference);
   return _cmocka_run_group_tests("kernels", tests, n, NULL, NULL);
 }

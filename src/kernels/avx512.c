@@ -17,7 +17,7 @@ static void rope_rows_bf16_sel(const pe_rope_block *b, void *data, int64_t hs, i
   static void store_##S##_bf16_sel(const pe_rope_block *b, const void *const *src, int64_t shs, \
                                    void *const *dst, int64_t dhs);                               \
   static void convert_##S##_bf16_sel(const void *src, void *dst, int64_t n);                     \
-  static void norm_row_##S##_bf16_sel(const void *src, void *dst, int64_t n, float r,            \
+  static void norm_row_##S##_bf16_sel(const void *src, void *dst, int64_t n, double r,           \
                                       const float *w, int32_t mode);
 STORE_DECL_(f32)
 STORE_DECL_(f16)
@@ -66,15 +66,15 @@ static void rope_rows_bf16_sel(const pe_rope_block *b, void *data, int64_t hs, i
       convert_##S##_bf16_avx512(src, dst, n);                                                    \
   }                                                                                              \
   BF16_TARGET static void norm_row_##S##_bf16_cvt(const void *src, void *dst, int64_t n,         \
-                                                  float r, const float *w, int32_t mode) {       \
+                                                  double r, const float *w, int32_t mode) {      \
     if (mode == PE_NORM_W)                                                                       \
-      norm_row_gen(sd, PE_BF16_CVT, src, dst, n, r, w, PE_NORM_W);                               \
+      nrow_gen(sd, PE_BF16_CVT, src, dst, n, r, w, PE_NORM_W);                                   \
     else if (mode == PE_NORM_W1)                                                                 \
-      norm_row_gen(sd, PE_BF16_CVT, src, dst, n, r, w, PE_NORM_W1);                              \
+      nrow_gen(sd, PE_BF16_CVT, src, dst, n, r, w, PE_NORM_W1);                                  \
     else                                                                                         \
-      norm_row_gen(sd, PE_BF16_CVT, src, dst, n, r, w, PE_NORM_UNIT);                            \
+      nrow_gen(sd, PE_BF16_CVT, src, dst, n, r, w, PE_NORM_UNIT);                                \
   }                                                                                              \
-  static void norm_row_##S##_bf16_sel(const void *src, void *dst, int64_t n, float r,            \
+  static void norm_row_##S##_bf16_sel(const void *src, void *dst, int64_t n, double r,           \
                                       const float *w, int32_t mode) {                            \
     if (has_bf16())                                                                              \
       norm_row_##S##_bf16_cvt(src, dst, n, r, w, mode);                                          \

@@ -21,6 +21,7 @@
 #ifndef PE_KERNELS_ISA_H
 #define PE_KERNELS_ISA_H
 
+#include <math.h>
 #include <stdint.h>
 
 #include "../internal.h"
@@ -93,50 +94,61 @@ typedef struct pe_rope_block {
   int32_t pair_dist;       /* NEOX: offset of y from x, in elements */
   int32_t style;           /* PE_ROPE_NEOX or PE_ROPE_GPTJ */
   /* The QK-norm stage (norm PE_NORM_OFF, the zero value: none; the fields
-   * below unused). Otherwise each element is normed before the rotation,
-   * as pe_norm_apply below: with r = scale[t][h * scale_head_stride] and the
+   * below unused). Otherwise each element is normed and rotated in float64
+   * as PE_NORM_* below says: with r = scale[t][h * scale_head_stride] and the
    * weight of element e of the row (e counted as in the row, from the
-   * row pointer the kernel gets) at weight[h * weight_head_stride + e]. */
+   * row pointer the kernel gets) at weight[h * weight_head_stride + e].
+   * rope_rows and rope_store_rows hand a normed block to kernels of their
+   * own (noinline, one per dtype pair: the plain rows' code is not touched
+   * by the norm). */
   int32_t norm;            /* PE_NORM_* */
-  const float *const *scale; /* [n_tokens] */
+  const double *const *scale; /* [n_tokens] */
   int64_t scale_head_stride; /* 1 per head, 0 per token (one scale per token) */
   const float *weight;       /* PE_NORM_W, PE_NORM_W1: float32; else unused */
   int64_t weight_head_stride; /* 0 (one weight row for every head) or head_dim */
 } pe_rope_block;
 
 /* The QK-norm: modes (equal to the public pe_qk_norm_kind values) and the
- * element operation, the definition every ISA follows. x is the element
- * widened as the rotation loads it, r the row's scale (pe__norm_scale), w its
- * weight:
+ * element operation, the definition every ISA follows, in float64. x is the
+ * element widened as the rotation loads it (then exactly to double), r the
+ * row's scale (pe__norm_scale, a double), w its float32 weight (widened):
  *   PE_NORM_W:    n = (x * r) * w              (Qwen3, OLMo 2)
- *   PE_NORM_W1:   n = (x * r) * (1.0f + w)     (Gemma 3; the add first)
+ *   PE_NORM_W1:   n = (x * r) * (1.0 + w)      (Gemma 3; the add first)
  *   PE_NORM_UNIT: n = x * r                    (Llama 4 L2Norm)
- * float32 multiplies, each rounded, in this order; n is then rotated (or,
- * past rotary_dim, stored) and rounded once to the output dtype. */
+ * double multiplies (and add), each rounded, in this order. A pair (n_x,
+ * n_y) is then rotated in double by the table's float32 c, s (widened):
+ *   ys = n_y*s; nys = -ys;  x' = fma(n_x, c, nys);  y' = fma(n_y, c, n_x*s)
+ * (PE_OPAQUE on ys and nys, as for the float rotation), and x', y' are
+ * rounded ONCE to float32 (then, for bf16/f16 outputs, float32 -> dtype as
+ * every store does, convert.h). Past rotary_dim n itself is rounded so. */
 #define PE_NORM_OFF 0
 #define PE_NORM_W 1
 #define PE_NORM_W1 2
 #define PE_NORM_UNIT 3
 
 /* Sums of squares of `rows` rows of n elements (row r at src + r*row_stride
- * elements of the kernel's dtype, widened as the rotation loads them), in the
- * fixed order every ISA reproduces: 16 float32 lanes start at +0; element e
- * of a row does
- *   lane[e % 16] = fmaf(x_e, x_e, lane[e % 16])     in increasing e,
- * rows in order; then the lanes are added as a tree:
+ * elements of the kernel's dtype, widened as the rotation loads them, then
+ * exactly to double), in float64 and in the fixed order every ISA
+ * reproduces: 16 double lanes start at +0; element e of a row does
+ *   lane[e % 16] = lane[e % 16] + x_e*x_e          in increasing e
+ * (x_e*x_e is exact in double and cannot overflow, so fma(x, x, lane) is the
+ * same operation), rows in order; then the lanes are added as a tree:
  *   lane[i] += lane[i + 8] (i < 8), then += lane[i + 4] (i < 4), +2, +1
- * (float adds) and lane[0] is the sum. combine 1: one set of lanes for all
- * rows (a per-token norm: every head of the token, each row starting again at
- * lane 0), the sum to out[0]; combine 0: each row its own lanes, its sum to
- * out[r]. */
+ * (double adds, pe__tree16d) and lane[0] is the sum, a NaN sum replaced by
+ * the quiet NaN of <math.h>'s NAN (its payload would depend on the order the
+ * compiler gives the operands; any NaN makes the scale 0). combine 1: one set of
+ * lanes for all rows (a per-token norm: every head of the token, each row
+ * starting again at lane 0), the sum to out[0]; combine 0: each row its own
+ * lanes, its sum to out[r]. */
 typedef void (*pe_norm_sumsq_fn)(const void *src, int64_t n, int64_t rows, int64_t row_stride,
-                                 int combine, float *out);
+                                 int combine, double *out);
 
-/* dst[e] = round(pe_norm_apply(mode, x_e, r, w[e])) for e in [0, n) (mode not
+/* dst[e] = the element n of PE_NORM_* (mode, x_e, r, w[e]) in double,
+ * rounded once to float32 (then to dst's dtype), for e in [0, n) (mode not
  * PE_NORM_OFF): src of the first dtype index, dst of the second; dst may be
  * src (in place), otherwise they do not overlap. The channels past
  * rotary_dim of a normed row. */
-typedef void (*pe_norm_row_fn)(const void *src, void *dst, int64_t n, float r, const float *w,
+typedef void (*pe_norm_row_fn)(const void *src, void *dst, int64_t n, double r, const float *w,
                                int32_t mode);
 
 /* In place: the row of token t, head h starts at (element) data +
@@ -240,10 +252,19 @@ typedef struct pe_isa {
 
 /* The scale of a normed row from its sum of squares s (pe_norm_sumsq) over n
  * elements, portable code shared by every ISA (rope_engine.c):
- *   r = 1.0f / sqrtf(s / (float)n + eps)      (float32, each op rounded)
+ *   r = 1.0 / sqrt(s / (double)n + (double)eps)   (float64, each op rounded)
  * and r = 0 when it is NaN (a NaN element: the row's NaNs stay NaN and its
  * other elements become 0, as an Inf row does in HF). */
-PE_HIDDEN float pe__norm_scale(float s, int64_t n, float eps);
+PE_HIDDEN double pe__norm_scale(double s, int64_t n, float eps);
+
+/* isa.h's tree of 16 double lanes (pe_norm_sumsq_fn), shared by every ISA. */
+static inline double pe__tree16d(const double *a) {
+  double s0 = a[0] + a[8], s1 = a[1] + a[9], s2 = a[2] + a[10], s3 = a[3] + a[11];
+  double s4 = a[4] + a[12], s5 = a[5] + a[13], s6 = a[6] + a[14], s7 = a[7] + a[15];
+  double t0 = s0 + s4, t1 = s1 + s5, t2 = s2 + s6, t3 = s3 + s7;
+  double u0 = t0 + t2, u1 = t1 + t3, r = u0 + u1;
+  return r != r ? (double)NAN : r; /* one NaN: which payload wins follows instruction order */
+}
 
 extern PE_HIDDEN const pe_isa pe__isa_scalar;
 #if defined(PE_HAVE_AVX2)

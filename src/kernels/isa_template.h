@@ -5,8 +5,11 @@
  *   ISA                     the suffix token (scalar, avx2, avx512, neon)
  *   rope_row(dt, style, row, cos, sin, n, dist, mode, r, w)           in-place pairs
  *   store_row(sd, dd, style, src, dst, cos, sin, n, dist, mode, r, w) rotate src -> dst
- *     (both normed first when mode, a constant, is not PE_NORM_OFF)
- *   sumsq_gen(dt, src, n, rows, rs, combine, out), norm_row_gen(sd, dd, src, dst, n, r, w, mode)  the QK-norm
+ *     (the plain rows: called with mode PE_NORM_OFF only)
+ *   nrope_row(dt, style, mode, row, cos, sin, n, dist, r, w), nstore_row(sd, dd, style,
+ *     mode, src, dst, cos, sin, n, dist, r, w)   the same normed (mode a constant, not
+ *     OFF; r a double): isa.h's float64 norm and rotation
+ *   sumsq_gen(dt, src, n, rows, rs, combine, out), nrow_gen(sd, dd, src, dst, n, r, w, mode)  the QK-norm
  *   convert_row(sd, dd, src, dst, n)                      sd != dd
  *   add_row_gen(dt, ..), alibi_row_gen(dt, ..), load_row_gen(dt, ..)
  *   FN(rope_sincos), FN(sincos)
@@ -28,12 +31,112 @@
 /* ---- the walks ---- */
 
 /* Row (t, h)'s QK-norm scale and weights (mode a constant; OFF: none). */
-PE_AI float row_scale(int mode, const pe_rope_block *b, int64_t t, int64_t h) {
-  return mode == PE_NORM_OFF ? 0.0f : b->scale[t][h * b->scale_head_stride];
+PE_AI double row_scale(int mode, const pe_rope_block *b, int64_t t, int64_t h) {
+  return mode == PE_NORM_OFF ? 0.0 : b->scale[t][h * b->scale_head_stride];
 }
 PE_AI const float *row_weight(int mode, const pe_rope_block *b, int64_t h) {
   return wat(mode, b->weight, h * b->weight_head_stride);
 }
+
+/* ---- the normed rows (b->norm not PE_NORM_OFF): kernels of their own ----
+ * Noinline functions, one per dtype (pair), that the plain rows' entries
+ * call: the float64 norm and rotation (isa.h) add no code to the plain rows
+ * (a decode step's ~40 rows, where every instruction counts) and no copy of
+ * the grouped walks (clang's ASan build of the kernels). Walk: the nearer of
+ * the two strides innermost, as rows_walk. */
+PE_AI void nrows_walk(int dt, int style, int mode, const pe_rope_block *b, void *data,
+                      int64_t head_stride, int64_t token_stride) {
+  char *base = data;
+  int64_t es = pe__esize(dt), hs = head_stride * es, ts = token_stride * es;
+  int64_t ahs = hs < 0 ? -hs : hs, ats = ts < 0 ? -ts : ts;
+  const int64_t n_tokens = b->n_tokens, n_heads = b->n_heads;
+  const int32_t n = b->n_pairs, dist = b->pair_dist;
+  if (n_tokens == 1 || ahs <= ats) {
+    for (int64_t t = 0; t < n_tokens; t++)
+      for (int64_t h = 0; h < n_heads; h++)
+        nrope_row(dt, style, mode, base + t * ts + h * hs, b->cos[t], b->sin[t], n, dist,
+                  row_scale(mode, b, t, h), row_weight(mode, b, h));
+  } else {
+    for (int64_t h = 0; h < n_heads; h++)
+      for (int64_t t = 0; t < n_tokens; t++)
+        nrope_row(dt, style, mode, base + t * ts + h * hs, b->cos[t], b->sin[t], n, dist,
+                  row_scale(mode, b, t, h), row_weight(mode, b, h));
+  }
+}
+
+PE_AI void nstore_walk(int sd, int dd, int style, int mode, const pe_rope_block *b,
+                       const void *const *src, int64_t src_head_stride, void *const *dst,
+                       int64_t dst_head_stride) {
+  int64_t shs = src_head_stride * pe__esize(sd), dhs = dst_head_stride * pe__esize(dd);
+  for (int64_t t = 0; t < b->n_tokens; t++)
+    for (int64_t h = 0; h < b->n_heads; h++)
+      nstore_row(sd, dd, style, mode, (const char *)src[t] + h * shs, (char *)dst[t] + h * dhs,
+                 b->cos[t], b->sin[t], b->n_pairs, b->pair_dist, row_scale(mode, b, t, h),
+                 row_weight(mode, b, h));
+}
+
+#define NBY_MODE_(walk, style, ...)                                                              \
+  switch (b->norm) {                                                                             \
+    case PE_NORM_W: walk(__VA_ARGS__, style, PE_NORM_W, b, ARGS_); break;                        \
+    case PE_NORM_W1: walk(__VA_ARGS__, style, PE_NORM_W1, b, ARGS_); break;                      \
+    default: walk(__VA_ARGS__, style, PE_NORM_UNIT, b, ARGS_); break;                            \
+  }
+#define NBY_STYLE_(walk, ...)                                                                    \
+  if (b->style == PE_ROPE_GPTJ) {                                                                \
+    NBY_MODE_(walk, PE_ROPE_GPTJ, __VA_ARGS__)                                                   \
+  } else {                                                                                       \
+    NBY_MODE_(walk, PE_ROPE_NEOX, __VA_ARGS__)                                                   \
+  }
+#define NROWS_(S, sd)                                                                            \
+  __attribute__((noinline)) static void FN(nrows_##S)(const pe_rope_block *b, void *data,       \
+                                                      int64_t hs, int64_t ts) {                  \
+    NBY_STYLE_(nrows_walk, sd)                                                                   \
+  }
+#define ARGS_ data, hs, ts
+NROWS_(f32, PE_F32)
+NROWS_(f16, PE_F16)
+NROWS_(bf16, PE_BF16)
+#undef ARGS_
+#undef NROWS_
+#define NPAIR_(S, sd, D, dd)                                                                     \
+  __attribute__((noinline)) static void FN(nstore_##S##_##D)(                                    \
+      const pe_rope_block *b, const void *const *src, int64_t shs, void *const *dst,             \
+      int64_t dhs) {                                                                             \
+    NBY_STYLE_(nstore_walk, sd, dd)                                                              \
+  }
+#define NFROM_(S, sd) NPAIR_(S, sd, f32, PE_F32) NPAIR_(S, sd, f16, PE_F16) NPAIR_(S, sd, bf16, PE_BF16)
+#define ARGS_ src, shs, dst, dhs
+NFROM_(f32, PE_F32)
+NFROM_(f16, PE_F16)
+NFROM_(bf16, PE_BF16)
+#undef ARGS_
+#undef NFROM_
+#undef NPAIR_
+#undef NBY_STYLE_
+#undef NBY_MODE_
+
+/* The normed kernel of dtype dt (an ISA's private bf16 variant, dt > PE_BF16,
+ * takes the plain bf16 one: the same bits). */
+PE_AI void nrows_call(int dt, const pe_rope_block *b, void *data, int64_t hs, int64_t ts) {
+  if (dt == PE_F32) FN(nrows_f32)(b, data, hs, ts);
+  else if (dt == PE_F16) FN(nrows_f16)(b, data, hs, ts);
+  else FN(nrows_bf16)(b, data, hs, ts);
+}
+#define NSTORE_D_(S)                                                                             \
+  if (dd == PE_F32) FN(nstore_##S##_f32)(b, src, shs, dst, dhs);                                 \
+  else if (dd == PE_F16) FN(nstore_##S##_f16)(b, src, shs, dst, dhs);                            \
+  else FN(nstore_##S##_bf16)(b, src, shs, dst, dhs);
+PE_AI void nstore_call(int sd, int dd, const pe_rope_block *b, const void *const *src,
+                       int64_t shs, void *const *dst, int64_t dhs) {
+  if (sd == PE_F32) {
+    NSTORE_D_(f32)
+  } else if (sd == PE_F16) {
+    NSTORE_D_(f16)
+  } else {
+    NSTORE_D_(bf16)
+  }
+}
+#undef NSTORE_D_
 
 /* In place: the nearer of the two strides goes innermost, so the rows stream
  * in address order whatever the layout ([B,T,H,D] or [B,H,T,D]) while the
@@ -49,7 +152,7 @@ PE_AI void rows_walk(int dt, int style, int mode, const pe_rope_block *b, void *
   const int32_t n = b->n_pairs, dist = b->pair_dist;
 #define ROW_(t, h)                                                                               \
   rope_row(dt, style, base + (t) * ts + (h) * hs, b->cos[t], b->sin[t], n, dist, mode,           \
-           row_scale(mode, b, t, h), row_weight(mode, b, h))
+           0.0f /* plain */, row_weight(mode, b, h))
 #if defined(PE_ROPE_GROUP)
   if (n_tokens == 1) { /* a decode step: rope_template.h */
     rows_grouped(dt, style, mode, b, base, hs, ts);
@@ -63,7 +166,7 @@ PE_AI void rows_walk(int dt, int style, int mode, const pe_rope_block *b, void *
       const float *c = b->cos[t], *s = b->sin[t];
       char *row = base + t * ts;
       for (int64_t h = 0; h < n_heads; h++)
-        rope_row(dt, style, row + h * hs, c, s, n, dist, mode, row_scale(mode, b, t, h),
+        rope_row(dt, style, row + h * hs, c, s, n, dist, mode, 0.0f /* plain */,
                  row_weight(mode, b, h));
     }
   } else {
@@ -77,14 +180,9 @@ PE_AI void rows_walk(int dt, int style, int mode, const pe_rope_block *b, void *
 #undef ROW_
 }
 
-/* The block's (style, norm mode) as constants: one loop per combination. */
-#define BY_MODE_(walk, style, ...)                                                               \
-  switch (b->norm) {                                                                             \
-    case PE_NORM_W: walk(__VA_ARGS__, style, PE_NORM_W, b, ARGS_); break;                        \
-    case PE_NORM_W1: walk(__VA_ARGS__, style, PE_NORM_W1, b, ARGS_); break;                      \
-    case PE_NORM_UNIT: walk(__VA_ARGS__, style, PE_NORM_UNIT, b, ARGS_); break;                  \
-    default: walk(__VA_ARGS__, style, PE_NORM_OFF, b, ARGS_); break;                             \
-  }
+/* The block's style as a constant: one loop per style (plain rows: a
+ * normed block went to its own kernel before, nrows_call / nstore_call). */
+#define BY_MODE_(walk, style, ...) walk(__VA_ARGS__, style, PE_NORM_OFF, b, ARGS_);
 #define BY_STYLE_(walk, ...)                                                                     \
   if (b->style == PE_ROPE_GPTJ) {                                                                \
     BY_MODE_(walk, PE_ROPE_GPTJ, __VA_ARGS__)                                                    \
@@ -93,6 +191,10 @@ PE_AI void rows_walk(int dt, int style, int mode, const pe_rope_block *b, void *
   }
 
 PE_AI void rows_gen(int dt, const pe_rope_block *b, void *data, int64_t hs, int64_t ts) {
+  if (b->norm != PE_NORM_OFF) {
+    nrows_call(dt, b, data, hs, ts);
+    return;
+  }
 #define ARGS_ data, hs, ts
   BY_STYLE_(rows_walk, dt)
 #undef ARGS_
@@ -113,12 +215,16 @@ PE_AI void store_walk(int sd, int dd, int style, int mode, const pe_rope_block *
     const int32_t n = b->n_pairs, dist = b->pair_dist;
     for (int64_t h = 0; h < n_heads; h++)
       store_row(sd, dd, style, s + h * shs, d + h * dhs, c, sn, n, dist, mode,
-                row_scale(mode, b, t, h), row_weight(mode, b, h));
+                0.0f /* plain */, row_weight(mode, b, h));
   }
 }
 
 PE_AI void store_gen(int sd, int dd, const pe_rope_block *b, const void *const *src, int64_t shs,
                      void *const *dst, int64_t dhs) {
+  if (b->norm != PE_NORM_OFF) {
+    nstore_call(sd, dd, b, src, shs, dst, dhs);
+    return;
+  }
 #define ARGS_ src, shs, dst, dhs
   BY_STYLE_(store_walk, sd, dd)
 #undef ARGS_
@@ -157,7 +263,7 @@ FROM_(bf16, PE_BF16)
 
 #define NORM_(S, sd)                                                                             \
   static void FN(norm_sumsq_##S)(const void *src, int64_t n, int64_t rows, int64_t rs,          \
-                                 int combine, float *out) {                                      \
+                                 int combine, double *out) {                                     \
     sumsq_gen(sd, src, n, rows, rs, combine, out);                                               \
   }
 NORM_(f32, PE_F32)
@@ -166,14 +272,14 @@ NORM_(bf16, PE_BF16)
 #undef NORM_
 
 #define NPAIR_(S, sd, D, dd)                                                                     \
-  static void FN(norm_row_##S##_##D)(const void *src, void *dst, int64_t n, float r,             \
+  static void FN(norm_row_##S##_##D)(const void *src, void *dst, int64_t n, double r,            \
                                      const float *w, int32_t mode) {                             \
     if (mode == PE_NORM_W)                                                                       \
-      norm_row_gen(sd, dd, src, dst, n, r, w, PE_NORM_W);                                        \
+      nrow_gen(sd, dd, src, dst, n, r, w, PE_NORM_W);                                            \
     else if (mode == PE_NORM_W1)                                                                 \
-      norm_row_gen(sd, dd, src, dst, n, r, w, PE_NORM_W1);                                       \
+      nrow_gen(sd, dd, src, dst, n, r, w, PE_NORM_W1);                                           \
     else                                                                                         \
-      norm_row_gen(sd, dd, src, dst, n, r, w, PE_NORM_UNIT);                                     \
+      nrow_gen(sd, dd, src, dst, n, r, w, PE_NORM_UNIT);                                         \
   }
 #define NFROM_(S, sd) NPAIR_(S, sd, f32, PE_F32) NPAIR_(S, sd, f16, PE_F16) NPAIR_(S, sd, bf16, PE_BF16)
 NFROM_(f32, PE_F32)

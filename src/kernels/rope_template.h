@@ -146,42 +146,62 @@ PE_AI vf norm_ld(int mode, vf x, vf r, const float *w, int32_t m) {
   return norm_v(mode, x, r, weighted ? vf_loadn(w, m) : x);
 }
 
-/* The sums of squares in 16 lanes (isa.h): VL-lane accumulators, 16/VL of
- * them, element e in accumulator (e % 16) / VL, lane e % VL; lanes past a
- * tail add fmaf(0, 0, acc) = acc (every acc is +0, positive, Inf or NaN);
- * vf_tree16 (vec_<isa>.h) adds the lanes in isa.h's order. Each lane is one
- * chain of dependent FMAs (isa.h fixes the order), so one row alone waits
- * on the FMA latency: with combine 0 the rows are independent and SQ_ROWS
- * of them are summed at once, each in its own accumulators (the same
- * operations per row, only interleaved). */
-enum { SQ_ROWS = 4 };
-/* Rows [0, R) of p (stride rs bytes), their own lanes, sums to out. */
-PE_AI void sumsq_rows(int dt, int R, const char *p, int64_t rs, int64_t n, float *out) {
-  enum { NA = 16 / VL };
+/* The sums of squares in 16 double lanes (isa.h): 2*(16/VL) VDL-lane
+ * accumulators, element e in accumulator (e % 16) / VDL, lane e % VDL (each
+ * float vector of VL elements widened to its low and high VDL doubles);
+ * lanes past a tail add 0*0 + acc = acc (every acc is +0, positive, Inf or
+ * NaN); the accumulators are stored in lane order and added by isa.h's
+ * tree (pe__tree16d). Each lane is one chain of dependent FMAs (isa.h fixes
+ * the order), so one row alone waits on the FMA latency: with combine 0 the
+ * rows are independent and SQ_ROWS of them are summed at once, each in its
+ * own accumulators (the same operations per row, only interleaved). */
+enum { SQ_ROWS = 4, SQ_NA = 16 / VL, SQ_ND = 2 * SQ_NA };
+/* x's squares into a[2i] (low half) and a[2i + 1] (high half). */
+PE_AI void sumsq_add(vd *a, int i, vf x) {
+  vd lo = vd_widen_lo(x), hi = vd_widen_hi(x);
+  a[2 * i] = vd_fma(lo, lo, a[2 * i]);
+  a[2 * i + 1] = vd_fma(hi, hi, a[2 * i + 1]);
+}
+/* Elements [0, n) of the row at p into the accumulators a. */
+PE_AI void sumsq_row(int dt, const char *p, int64_t n, vd *a) {
   const int64_t es = pe__esize(dt);
-  vf a[SQ_ROWS][NA];
+  int64_t e = 0;
+  for (; e + 16 <= n; e += 16)
+    for (int i = 0; i < SQ_NA; i++) sumsq_add(a, i, vld(dt, PE_AT(p, e + i * VL, es), VL));
+  if (e < n)
+    for (int i = 0; i < SQ_NA; i++) {
+      int64_t left = n - e - i * VL;
+      sumsq_add(a, i, vld(dt, PE_AT(p, e + i * VL, es), left > VL ? VL : (int32_t)left));
+    }
+}
+PE_AI double sumsq_tree(const vd *a) {
+  double l[16];
+  for (int i = 0; i < SQ_ND; i++) vd_store(l + i * VDL, a[i]);
+  return pe__tree16d(l);
+}
+/* Rows [0, R) of p (stride rs bytes), their own lanes, sums to out. */
+PE_AI void sumsq_rows(int dt, int R, const char *p, int64_t rs, int64_t n, double *out) {
+  const int64_t es = pe__esize(dt);
+  vd a[SQ_ROWS][SQ_ND];
   for (int k = 0; k < R; k++)
-    for (int i = 0; i < NA; i++) a[k][i] = vf_set1(0.0f);
+    for (int i = 0; i < SQ_ND; i++) a[k][i] = vd_set1(0.0);
   int64_t e = 0;
   for (; e + 16 <= n; e += 16)
     for (int k = 0; k < R; k++)
-      for (int i = 0; i < NA; i++) {
-        vf x = vld(dt, PE_AT(p + k * rs, e + i * VL, es), VL);
-        a[k][i] = vf_fma(x, x, a[k][i]);
-      }
+      for (int i = 0; i < SQ_NA; i++)
+        sumsq_add(a[k], i, vld(dt, PE_AT(p + k * rs, e + i * VL, es), VL));
   if (e < n)
     for (int k = 0; k < R; k++)
-      for (int i = 0; i < NA; i++) {
+      for (int i = 0; i < SQ_NA; i++) {
         int64_t left = n - e - i * VL;
-        vf x = vld(dt, PE_AT(p + k * rs, e + i * VL, es), left > VL ? VL : (int32_t)left);
-        a[k][i] = vf_fma(x, x, a[k][i]);
+        int32_t m = left > VL ? VL : (int32_t)left;
+        sumsq_add(a[k], i, vld(dt, PE_AT(p + k * rs, e + i * VL, es), m));
       }
-  for (int k = 0; k < R; k++) out[k] = vf_tree16(a[k]);
+  for (int k = 0; k < R; k++) out[k] = sumsq_tree(a[k]);
 }
 
 PE_AI void sumsq_gen(int dt, const void *src, int64_t n, int64_t rows, int64_t row_stride,
-                     int combine, float *out) {
-  enum { NA = 16 / VL };
+                     int combine, double *out) {
   const int64_t es = pe__esize(dt);
   if (!combine) {
     const char *p = src;
@@ -191,24 +211,10 @@ PE_AI void sumsq_gen(int dt, const void *src, int64_t n, int64_t rows, int64_t r
     for (; r < rows; r++) sumsq_rows(dt, 1, p + r * rs, rs, n, out + r);
     return;
   }
-  vf a[NA];
-  for (int i = 0; i < NA; i++) a[i] = vf_set1(0.0f);
-  for (int64_t r = 0; r < rows; r++) {
-    const char *p = (const char *)src + r * row_stride * es;
-    int64_t e = 0;
-    for (; e + 16 <= n; e += 16)
-      for (int i = 0; i < NA; i++) {
-        vf x = vld(dt, PE_AT(p, e + i * VL, es), VL);
-        a[i] = vf_fma(x, x, a[i]);
-      }
-    if (e < n)
-      for (int i = 0; i < NA; i++) {
-        int64_t left = n - e - i * VL;
-        vf x = vld(dt, PE_AT(p, e + i * VL, es), left > VL ? VL : (int32_t)left);
-        a[i] = vf_fma(x, x, a[i]);
-      }
-  }
-  out[0] = vf_tree16(a);
+  vd a[SQ_ND];
+  for (int i = 0; i < SQ_ND; i++) a[i] = vd_set1(0.0);
+  for (int64_t r = 0; r < rows; r++) sumsq_row(dt, (const char *)src + r * row_stride * es, n, a);
+  out[0] = sumsq_tree(a);
 }
 
 /* The steps in two halves, so that a group of rows can load all its
@@ -389,7 +395,6 @@ PE_AI void rows_grouped(int dt, int style, int mode, const pe_rope_block *b, cha
                         int64_t hs, int64_t ts) {
   enum { G = PE_ROPE_GROUP };
   const float *const *cosv = b->cos, *const *sinv = b->sin; /* in locals: see rows_walk */
-  const float *const *scv = b->scale;
   const int64_t n_tokens = b->n_tokens, n_heads = b->n_heads, full = n_heads - n_heads % G;
   const int32_t n = b->n_pairs, dist = b->pair_dist;
   const int64_t scs = mode == PE_NORM_OFF ? 0 : b->scale_head_stride;
@@ -397,10 +402,118 @@ PE_AI void rows_grouped(int dt, int style, int mode, const pe_rope_block *b, cha
   const float *w = mode == PE_NORM_OFF ? NULL : b->weight;
 #define GROUP_(g, t, h0)                                                                         \
   rope_group(dt, style, mode, g, base + (t) * ts + (h0) * hs, hs, cosv[t], sinv[t], n, dist,     \
-             mode == PE_NORM_OFF ? NULL : scv[t] + (h0) * scs, scs, wat(mode, w, (h0) * ws), ws)
+             NULL /* plain rows: no scales */, scs, wat(mode, w, (h0) * ws), ws)
   for (int64_t h0 = 0; h0 < full; h0 += G)
     for (int64_t t = 0; t < n_tokens; t++) GROUP_(G, t, h0);
   if (full < n_heads)
     for (int64_t t = 0; t < n_tokens; t++) GROUP_(n_heads - full, t, full);
 #undef GROUP_
+}
+
+/* ---- the normed rows (isa.h's PE_NORM_*: float64, one rounding) ---- */
+
+/* The normed values of VDL elements x (widened) with weights w (mode a
+ * constant, not OFF; w unused for UNIT). */
+PE_AI vd norm_d(int mode, vd x, vd r, vd w) {
+  vd n = vd_mul(x, r);
+  if (mode == PE_NORM_W) n = vd_mul(n, w);
+  if (mode == PE_NORM_W1) n = vd_mul(n, vd_add(vd_set1(1.0), w));
+  return n;
+}
+/* isa.h's double rotation of normed halves. */
+PE_AI void rotate_d(vd x, vd y, vd c, vd s, vd *xo, vd *yo) {
+  vd ys = vd_mul(y, s);
+  PE_OPAQUE(ys);
+  vd nys = vd_neg(ys);
+  PE_OPAQUE(nys);
+  *xo = vd_fma(x, c, nys);
+  *yo = vd_fma(y, c, vd_mul(x, s));
+}
+/* x, y (float vectors of a step's pairs, weights wx, wy) normed by r and
+ * rotated by c, s in double, each half, rounded once to float32. */
+PE_AI void nrot(int mode, vf x, vf y, vf wx, vf wy, vd r, vf c, vf s, vf *xo, vf *yo) {
+  vd xl, xh, yl, yh;
+  rotate_d(norm_d(mode, vd_widen_lo(x), r, vd_widen_lo(wx)),
+           norm_d(mode, vd_widen_lo(y), r, vd_widen_lo(wy)), vd_widen_lo(c), vd_widen_lo(s), &xl,
+           &yl);
+  rotate_d(norm_d(mode, vd_widen_hi(x), r, vd_widen_hi(wx)),
+           norm_d(mode, vd_widen_hi(y), r, vd_widen_hi(wy)), vd_widen_hi(c), vd_widen_hi(s), &xh,
+           &yh);
+  *xo = vf_from_vd2(xl, xh);
+  *yo = vf_from_vd2(yl, yh);
+}
+/* m lanes of weights at w (zeros for UNIT: not read). */
+PE_AI vf nw_ld(int mode, const float *w, int32_t m) {
+  return mode == PE_NORM_UNIT ? vf_set1(0.0f) : vf_loadn(w, m);
+}
+
+/* One normed row src (dtype sd) -> dst (dtype dd), in place when dst == src
+ * (every step loads its pairs before it stores them). */
+PE_AI void nstore_row(int sd, int dd, int style, int mode, const void *src, void *dst,
+                      const float *c, const float *s, int32_t n, int32_t dist, double rs,
+                      const float *w) {
+  const char *in = src;
+  char *out = dst;
+  const int64_t ses = pe__esize(sd), des = pe__esize(dd);
+  const vd rv = vd_set1(rs);
+  if (style == PE_ROPE_GPTJ) {
+    for (int32_t j = 0; j < n; j += VL) {
+      int32_t m = n - j >= VL ? VL : n - j;
+      const char *sp = in + 2 * j * ses;
+      char *dp = out + 2 * j * des;
+      const float *wp = wat(mode, w, 2 * j);
+      vf x, y, wx, wy, xn, yn;
+#if defined(VEC_LD2)
+      vldi(sd, sp, m, &x, &y);
+      if (mode == PE_NORM_UNIT)
+        wx = wy = vf_set1(0.0f);
+      else
+        vldi(PE_F32, wp, m, &wx, &wy);
+      nrot(mode, x, y, wx, wy, rv, gptj_cs(c + j, m), gptj_cs(s + j, m), &xn, &yn);
+      vsti(dd, dp, m, xn, yn);
+#else
+      vf_deinterleave(vld(sd, sp, 2 * m), vld(sd, sp + VL * ses, 2 * m - VL), &x, &y);
+      vf_deinterleave(nw_ld(mode, wp, 2 * m), nw_ld(mode, wat(mode, wp, VL), 2 * m - VL), &wx,
+                      &wy);
+      nrot(mode, x, y, wx, wy, rv, gptj_cs(c + j, m), gptj_cs(s + j, m), &xn, &yn);
+      vf lo, hi;
+      vf_interleave(xn, yn, &lo, &hi);
+      vst2(dd, dp, 2 * m, lo, dp + VL * des, 2 * m - VL, hi);
+#endif
+    }
+    return;
+  }
+  const char *iy = in + dist * ses;
+  char *oy = out + dist * des;
+  const float *wy = wat(mode, w, dist);
+  for (int32_t j = 0; j < n; j += VL) {
+    int32_t m = n - j >= VL ? VL : n - j;
+    vf xn, yn;
+    nrot(mode, vld(sd, PE_AT(in, j, ses), m), vld(sd, PE_AT(iy, j, ses), m),
+         nw_ld(mode, wat(mode, w, j), m), nw_ld(mode, wat(mode, wy, j), m), rv,
+         vf_loadn(c + j, m), vf_loadn(s + j, m), &xn, &yn);
+    vst2(dd, PE_AT(out, j, des), m, xn, PE_AT(oy, j, des), m, yn);
+  }
+}
+
+PE_AI void nrope_row(int dt, int style, int mode, void *row, const float *c, const float *s,
+                     int32_t n, int32_t dist, double rs, const float *w) {
+  nstore_row(dt, dt, style, mode, row, row, c, s, n, dist, rs, w);
+}
+
+/* A normed row without rotation (mode not OFF): n elements src -> dst, in
+ * place when dst == src (each vector is loaded before it is stored). */
+PE_AI void nrow_gen(int sd, int dd, const void *src, void *dst, int64_t n, double rs,
+                    const float *w, int mode) {
+  const char *in = src;
+  char *out = dst;
+  const int64_t ses = pe__esize(sd), des = pe__esize(dd);
+  const vd rv = vd_set1(rs);
+  for (int64_t j = 0; j < n; j += VL) {
+    int32_t m = n - j >= VL ? VL : (int32_t)(n - j);
+    vf x = vld(sd, PE_AT(in, j, ses), m), wv = nw_ld(mode, wat(mode, w, j), m);
+    vf y = vf_from_vd2(norm_d(mode, vd_widen_lo(x), rv, vd_widen_lo(wv)),
+                       norm_d(mode, vd_widen_hi(x), rv, vd_widen_hi(wv)));
+    vst2(dd, PE_AT(out, j, des), m, y, PE_AT(out, j, des), 0, y);
+  }
 }

@@ -96,31 +96,63 @@ PE_AI float rot_load(int dt, const void *p, int64_t i) {
   return pe__elem_load((pe_dtype)dt, p, i);
 }
 
-/* The QK-norm of element e of a row (isa.h's pe_norm_apply): mode a
- * constant, r the row's scale, w its weights (unused for OFF and UNIT). */
-PE_AI float norm_one(int mode, float x, float r, const float *w, int64_t e) {
-  if (mode == PE_NORM_OFF) return x;
-  float n = x * r;
-  if (mode == PE_NORM_W) n = n * w[e];
-  if (mode == PE_NORM_W1) n = n * (1.0f + w[e]);
-  return n;
-}
-
 /* Pairs j < n: NEOX (j, dist + j), GPTJ (2j, 2j + 1); loaded from src,
- * normed (mode, r, w), rotated, rounded once into dst (which may be src:
- * both of a pair are loaded before either is stored). */
+ * rotated, rounded once into dst (which may be src: both of a pair are
+ * loaded before either is stored). The plain rows: mode is PE_NORM_OFF
+ * (isa_template.h sends normed rows to nstore_row), r and w unused. */
 PE_AI void store_row(int sd, int dd, int style, const void *src, void *dst, const float *cosv,
                      const float *sinv, int32_t n, int32_t dist, int mode, float r,
                      const float *w) {
+  (void)mode, (void)r, (void)w;
   int64_t yo = style == PE_ROPE_GPTJ ? 1 : dist, step = style == PE_ROPE_GPTJ ? 2 : 1;
   for (int32_t j = 0; j < n; j++) {
     int64_t ix = j * step, iy = yo + j * step;
     float xn, yn;
-    rotate_pair(norm_one(mode, rot_load(sd, src, ix), r, w, ix),
-                norm_one(mode, rot_load(sd, src, iy), r, w, iy), cosv[j], sinv[j], &xn, &yn);
+    rotate_pair(rot_load(sd, src, ix), rot_load(sd, src, iy), cosv[j], sinv[j], &xn, &yn);
     pe__elem_store((pe_dtype)dd, dst, ix, xn);
     pe__elem_store((pe_dtype)dd, dst, iy, yn);
   }
+}
+
+/* ---- the QK-norm (isa.h's PE_NORM_*: float64, one rounding) ---- */
+
+/* The normed element e of a row: mode a constant (not OFF), r the row's
+ * scale, w its weights (unused for UNIT). */
+PE_AI double norm_one(int mode, float x, double r, const float *w, int64_t e) {
+  double n = (double)x * r;
+  if (mode == PE_NORM_W) n = n * (double)w[e];
+  if (mode == PE_NORM_W1) n = n * (1.0 + (double)w[e]);
+  return n;
+}
+
+/* The rotation of a normed pair in double, rounded once to float32. */
+static inline void rotate_pair_d(double x, double y, float c, float s, float *xo, float *yo) {
+  double ys = y * (double)s;
+  PE_OPAQUE(ys);
+  double nys = -ys;
+  PE_OPAQUE(nys);
+  *xo = (float)fma(x, (double)c, nys);
+  *yo = (float)fma(y, (double)c, x * (double)s);
+}
+
+/* store_row's pairs, normed (mode, r, w) and rotated in double. */
+PE_AI void nstore_row(int sd, int dd, int style, int mode, const void *src, void *dst,
+                      const float *cosv, const float *sinv, int32_t n, int32_t dist, double r,
+                      const float *w) {
+  int64_t yo = style == PE_ROPE_GPTJ ? 1 : dist, step = style == PE_ROPE_GPTJ ? 2 : 1;
+  for (int32_t j = 0; j < n; j++) {
+    int64_t ix = j * step, iy = yo + j * step;
+    float xn, yn;
+    rotate_pair_d(norm_one(mode, rot_load(sd, src, ix), r, w, ix),
+                  norm_one(mode, rot_load(sd, src, iy), r, w, iy), cosv[j], sinv[j], &xn, &yn);
+    pe__elem_store((pe_dtype)dd, dst, ix, xn);
+    pe__elem_store((pe_dtype)dd, dst, iy, yn);
+  }
+}
+
+PE_AI void nrope_row(int dt, int style, int mode, void *row, const float *cosv, const float *sinv,
+                     int32_t n, int32_t dist, double r, const float *w) {
+  nstore_row(dt, dt, style, mode, row, row, cosv, sinv, n, dist, r, w);
 }
 
 PE_AI void rope_row(int dt, int style, void *row, const float *cosv, const float *sinv, int32_t n,
@@ -130,35 +162,26 @@ PE_AI void rope_row(int dt, int style, void *row, const float *cosv, const float
 
 /* ---- the QK-norm's other kernels ---- */
 
-/* isa.h's tree of the 16 lanes. */
-PE_AI float tree16(const float *a) {
-  float s0 = a[0] + a[8], s1 = a[1] + a[9], s2 = a[2] + a[10], s3 = a[3] + a[11];
-  float s4 = a[4] + a[12], s5 = a[5] + a[13], s6 = a[6] + a[14], s7 = a[7] + a[15];
-  float t0 = s0 + s4, t1 = s1 + s5, t2 = s2 + s6, t3 = s3 + s7;
-  float u0 = t0 + t2, u1 = t1 + t3;
-  return u0 + u1;
-}
-
 PE_AI void sumsq_gen(int dt, const void *src, int64_t n, int64_t rows, int64_t row_stride,
-                     int combine, float *out) {
-  float a[16] = {0};
+                     int combine, double *out) {
+  double a[16] = {0};
   for (int64_t r = 0; r < rows; r++) {
     const char *p = (const char *)src + r * row_stride * pe__esize(dt);
     if (r > 0 && !combine)
-      for (int i = 0; i < 16; i++) a[i] = 0.0f;
+      for (int i = 0; i < 16; i++) a[i] = 0.0;
     for (int64_t e = 0; e < n; e++) {
-      float x = rot_load(dt, p, e);
-      a[e % 16] = fmaf(x, x, a[e % 16]);
+      double x = (double)rot_load(dt, p, e);
+      a[e % 16] = fma(x, x, a[e % 16]); /* x*x exact: a[] + x*x */
     }
-    if (!combine) out[r] = tree16(a);
+    if (!combine) out[r] = pe__tree16d(a);
   }
-  if (combine) out[0] = tree16(a);
+  if (combine) out[0] = pe__tree16d(a);
 }
 
-PE_AI void norm_row_gen(int sd, int dd, const void *src, void *dst, int64_t n, float r,
-                        const float *w, int mode) {
+PE_AI void nrow_gen(int sd, int dd, const void *src, void *dst, int64_t n, double r,
+                    const float *w, int mode) {
   for (int64_t e = 0; e < n; e++)
-    pe__elem_store((pe_dtype)dd, dst, e, norm_one(mode, rot_load(sd, src, e), r, w, e));
+    pe__elem_store((pe_dtype)dd, dst, e, (float)norm_one(mode, rot_load(sd, src, e), r, w, e));
 }
 
 /* ---- conversions and the encodings: enc_common.h's element loops ---- */

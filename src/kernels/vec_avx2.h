@@ -39,6 +39,9 @@ PE_AI vf vf_neg(vf a) { return _mm256_xor_ps(a, _mm256_set1_ps(-0.0f)); }
 #define vd_add _mm256_add_pd
 #define vd_fma _mm256_fmadd_pd /* a*b + c, one rounding */
 #define vd_fms _mm256_fmsub_pd /* a*b - c = fma(a, b, -c), one rounding */
+/* The QK-norm's float64 steps (isa.h): the sign flipped (NaN too), a store. */
+PE_AI vd vd_neg(vd a) { return _mm256_xor_pd(a, _mm256_set1_pd(-0.0)); }
+#define vd_store _mm256_storeu_pd
 PE_AI vd vd_round(vd x) { return _mm256_round_pd(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC); }
 /* r where |r| <= PE_REDUCED_MAX (false for NaN), else 0. */
 PE_AI vd vd_keep_reduced(vd r) {
@@ -136,15 +139,6 @@ PE_AI void vf_interleave(vf x, vf y, vf *lo, vf *hi) {
 }
 PE_AI vf vf_gptj_cs(vf v) {
   return _mm256_castpd_ps(_mm256_permute4x64_pd(_mm256_castps_pd(v), 0xd8));
-}
-
-/* The QK-norm's sum of 16 lanes, isa.h's tree: lane i += lane i+8 (a[0]
- * holds lanes 0-7, a[1] 8-15), then +4, +2, +1. */
-PE_AI float vf_tree16(const vf *a) {
-  __m256 s8 = _mm256_add_ps(a[0], a[1]);
-  __m128 s4 = _mm_add_ps(_mm256_castps256_ps128(s8), _mm256_extractf128_ps(s8, 1));
-  __m128 s2 = _mm_add_ps(s4, _mm_movehl_ps(s4, s4));
-  return _mm_cvtss_f32(_mm_add_ss(s2, _mm_shuffle_ps(s2, s2, 1)));
 }
 
 /* The cache write's NEOX rows take 2*VL pairs a step: each 64-byte line of

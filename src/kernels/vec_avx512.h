@@ -54,6 +54,9 @@ PE_AI void vf_storen(float *p, int32_t n, vf v) {
 #define vd_add _mm512_add_pd
 #define vd_fma _mm512_fmadd_pd /* a*b + c, one rounding */
 #define vd_fms _mm512_fmsub_pd /* a*b - c = fma(a, b, -c), one rounding */
+/* The QK-norm's float64 steps (isa.h): the sign flipped (NaN too), a store. */
+PE_AI vd vd_neg(vd a) { return _mm512_xor_pd(a, _mm512_set1_pd(-0.0)); }
+#define vd_store _mm512_storeu_pd
 PE_AI vd vd_loadn(const double *p, int32_t n) {
   return n >= VDL ? _mm512_loadu_pd(p) : _mm512_maskz_loadu_pd((__mmask8)mask_n(n), p);
 }
@@ -225,15 +228,6 @@ PE_AI void vf_interleave(vf x, vf y, vf *lo, vf *hi) {
   *hi = _mm512_permutex2var_ps(x, _mm512_add_epi32(first, _mm512_set1_epi32(8)), y);
 }
 PE_AI vf vf_gptj_cs(vf v) { return v; } /* x and y come out in pair order */
-
-/* The QK-norm's sum of 16 lanes, isa.h's tree: lane i += lane i+8, then
- * +4, +2, +1 (a[0] holds the 16 lanes). */
-PE_AI float vf_tree16(const vf *a) {
-  __m256 s8 = _mm256_add_ps(_mm512_castps512_ps256(a[0]), _mm512_extractf32x8_ps(a[0], 1));
-  __m128 s4 = _mm_add_ps(_mm256_castps256_ps128(s8), _mm256_extractf128_ps(s8, 1));
-  __m128 s2 = _mm_add_ps(s4, _mm_movehl_ps(s4, s4));
-  return _mm_cvtss_f32(_mm_add_ss(s2, _mm_shuffle_ps(s2, s2, 1)));
-}
 
 #define VEC_WHOLE_LINES 1
 

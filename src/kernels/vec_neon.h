@@ -39,6 +39,9 @@ typedef float64x2_t vd;
 #define vd_add vaddq_f64
 #define vd_fma(a, b, c) vfmaq_f64(c, a, b) /* a*b + c */
 #define vd_fms(a, b, c) vfmaq_f64(vnegq_f64(c), a, b) /* fma(a, b, -c) */
+/* The QK-norm's float64 steps (isa.h): the sign flipped (NaN too), a store. */
+#define vd_neg vnegq_f64
+#define vd_store vst1q_f64
 /* r where |r| <= PE_REDUCED_MAX (false for NaN), else 0. */
 PE_AI vd vd_keep_reduced(vd r) {
   uint64x2_t ok = vcaleq_f64(r, vdupq_n_f64(PE_REDUCED_MAX));
@@ -119,14 +122,6 @@ PE_AI void vstif(int dt, void *p, vf x, vf y) {
 #define VEC_LD2 1
 
 /* Four lanes: the cache write's rows need no wider step. */
-/* The QK-norm's sum of 16 lanes, isa.h's tree (a[j] holds lanes 4j..4j+3):
- * lane i += lane i+8 (a0 + a2, a1 + a3), then +4, +2, +1. */
-PE_AI float vf_tree16(const vf *a) {
-  float32x4_t s4 = vaddq_f32(vaddq_f32(a[0], a[2]), vaddq_f32(a[1], a[3]));
-  float32x2_t s2 = vadd_f32(vget_low_f32(s4), vget_high_f32(s4));
-  return vget_lane_f32(s2, 0) + vget_lane_f32(s2, 1);
-}
-
 #define VEC_WHOLE_LINES 0
 
 #include "vec_buffered.h"
