@@ -51,21 +51,6 @@ PE_AI void store_row(int sd, int dd, int style, const void *src, void *dst, cons
               c + j, s + j, n - j, mode, rv, wat(mode, w, j), wat(mode, wy, j));
 }
 
-/* A normed row without rotation (mode not OFF): n elements src -> dst, in
- * place when dst == src (each vector is loaded before it is stored). */
-PE_AI void norm_row_gen(int sd, int dd, const void *src, void *dst, int64_t n, float rs,
-                        const float *w, int mode) {
-  const char *in = src;
-  char *out = dst;
-  const int64_t ses = pe__esize(sd), des = pe__esize(dd);
-  const vf rv = vf_set1(rs);
-  for (int64_t j = 0; j < n; j += VL) {
-    int32_t m = n - j >= VL ? VL : (int32_t)(n - j);
-    vf x = norm_ld(mode, vld(sd, PE_AT(in, j, ses), m), rv, wat(mode, w, j), m);
-    vst2(dd, PE_AT(out, j, des), m, x, PE_AT(out, j, des), 0, x);
-  }
-}
-
 /* VL elements of dtype dt widened as convert.h does: exactly, an f16
  * signaling NaN kept signaling (unlike the rotation's load, vld). */
 PE_AI vf vld_exact(int dt, const void *p) { return dt == PE_F16 ? vld_f16_exact(p) : vld(dt, p, VL); }
