@@ -28,18 +28,20 @@ PE_AI vd reduce_2pi(int safe, vd p, vd f, vd flo, int lo) {
 
 /* cos/sin of p*(freq[i] + freq_lo[i]) for the rows of pos0.. (isa.h): the
  * double reduction, SLEEF's float sincos of the rounded angle, then the
- * first-order fix for the rounding dr, in three passes over up to CH
- * frequencies of a row through L1 buffers: every reduced angle, then every
- * SLEEF call, then every fix. SLEEF's call is out of line and clobbers every
- * vector register, so the one-step-at-a-time loop spilled and reloaded its
- * live vectors (p, the constants, dr) around each call; in passes nothing is
- * live across a call but pointers (AMD EPYC Zen 4, 64 frequencies: AVX-512
- * 1.28 -> 1.21 ns/pair, AVX2 2.19 -> 1.92). Lanes past a row's end are
+ * first-order fix for the rounding dr, in two passes over up to CH
+ * frequencies of a row through L1 buffers: every reduced angle (and its dr),
+ * then each SLEEF call with its fix and stores. SLEEF's call is out of line
+ * and clobbers every vector register, so the one-step-at-a-time loop spilled
+ * and reloaded its live vectors (p, the constants, dr) around each call; here
+ * nothing is live across a call but pointers. The stores stay next to the
+ * calls: a third pass of stores alone stalled on the write misses of a
+ * table larger than the caches (AMD EPYC Zen 4, 64 frequencies, AVX-512:
+ * 1.28 -> 1.21 ns/pair in L2; AVX2 2.19 -> 1.92). Lanes past a row's end are
  * computed on zero angles and never stored. */
 PE_AI void sincos_rows(int safe, int lo, int64_t pos0, int64_t n, const double *freq,
                        const double *freq_lo, int32_t n_freq, float scale, float *out) {
   enum { CH = 256 }; /* a multiple of every VL */
-  _Alignas(64) float rfa[CH], dra[CH], ca[CH], sa[CH];
+  _Alignas(64) float rfa[CH], dra[CH];
   const vd z = vd_set1(0.0);
   for (int64_t r = 0; r < n; r++) {
     const vd p = vd_set1((double)(pos0 + r));
@@ -58,16 +60,12 @@ PE_AI void sincos_rows(int safe, int lo, int64_t pos0, int64_t n, const double *
                   vf_from_vd2(vd_sub(r0, vd_widen_lo(rf)), vd_sub(r1, vd_widen_hi(rf))));
       }
       for (int32_t i = 0; i < m; i += VL) {
+        const int32_t k = m - i < VL ? m - i : VL;
         vf a = vf_loadn(rfa + i, VL);
         __typeof__(VEC_SINCOSF(a)) sc = VEC_SINCOSF(a); /* .x = sin, .y = cos */
-        vf_storen(sa + i, VL, sc.x);
-        vf_storen(ca + i, VL, sc.y);
-      }
-      for (int32_t i = 0; i < m; i += VL) {
-        const int32_t k = m - i < VL ? m - i : VL;
-        vf c = vf_loadn(ca + i, VL), s = vf_loadn(sa + i, VL), dr = vf_loadn(dra + i, VL);
-        vf cf = vf_fnma(s, dr, c); /* fmaf(-s, dr, c) */
-        vf sf = vf_fma(c, dr, s);  /* fmaf(c, dr, s) */
+        vf dr = vf_loadn(dra + i, VL);
+        vf cf = vf_fnma(sc.x, dr, sc.y); /* fmaf(-s, dr, c) */
+        vf sf = vf_fma(sc.y, dr, sc.x);  /* fmaf(c, dr, s) */
         if (scale != 1.0f) {
           cf = vf_mul(cf, vf_set1(scale));
           sf = vf_mul(sf, vf_set1(scale));
