@@ -38,6 +38,12 @@ PE_AI const float *row_weight(int mode, const pe_rope_block *b, int64_t h) {
   return wat(mode, b->weight, h * b->weight_head_stride);
 }
 
+/* Whether a walk puts heads innermost: their stride (bytes, either sign) is
+ * the nearer one ([B,T,H,D]), so the rows stream in address order. */
+PE_AI int heads_inner(int64_t hs, int64_t ts) {
+  return (hs < 0 ? -hs : hs) <= (ts < 0 ? -ts : ts);
+}
+
 /* ---- the normed rows (b->norm not PE_NORM_OFF): kernels of their own ----
  * Noinline functions, one per dtype (pair), that the plain rows' entries
  * call: the float64 norm and rotation (isa.h) add no code to the plain rows
@@ -47,11 +53,10 @@ PE_AI const float *row_weight(int mode, const pe_rope_block *b, int64_t h) {
 PE_AI void nrows_walk(int dt, int style, int mode, const pe_rope_block *b, void *data,
                       int64_t head_stride, int64_t token_stride) {
   char *base = data;
-  int64_t es = pe__esize(dt), hs = head_stride * es, ts = token_stride * es;
-  int64_t ahs = hs < 0 ? -hs : hs, ats = ts < 0 ? -ts : ts;
+  const int64_t hs = head_stride * pe__esize(dt), ts = token_stride * pe__esize(dt);
   const int64_t n_tokens = b->n_tokens, n_heads = b->n_heads;
   const int32_t n = b->n_pairs, dist = b->pair_dist;
-  if (n_tokens == 1 || ahs <= ats) {
+  if (n_tokens == 1 || heads_inner(hs, ts)) {
     for (int64_t t = 0; t < n_tokens; t++)
       for (int64_t h = 0; h < n_heads; h++)
         nrope_row(dt, style, mode, base + t * ts + h * hs, b->cos[t], b->sin[t], n, dist,
@@ -147,7 +152,6 @@ PE_AI void rows_walk(int dt, int style, int mode, const pe_rope_block *b, void *
                      int64_t head_stride, int64_t token_stride) {
   char *base = data;
   int64_t es = pe__esize(dt), hs = head_stride * es, ts = token_stride * es;
-  int64_t ahs = hs < 0 ? -hs : hs, ats = ts < 0 ? -ts : ts;
   const int64_t n_tokens = b->n_tokens, n_heads = b->n_heads;
   const int32_t n = b->n_pairs, dist = b->pair_dist;
 #define ROW_(t, h)                                                                               \
@@ -159,7 +163,7 @@ PE_AI void rows_walk(int dt, int style, int mode, const pe_rope_block *b, void *
     return;
   }
 #endif
-  if (n_tokens == 1 || ahs <= ats) {
+  if (n_tokens == 1 || heads_inner(hs, ts)) {
     for (int64_t t = 0; t < n_tokens; t++) {
       /* in locals: the rows' stores (may_alias vectors) would otherwise
        * make the compiler reload them for every head */
