@@ -36,8 +36,9 @@ PE_AI vd reduce_2pi(int safe, vd p, vd f, vd flo, int lo) {
  * nothing is live across a call but pointers. The stores stay next to the
  * calls: a third pass of stores alone stalled on the write misses of a
  * table larger than the caches (AMD EPYC Zen 4, 64 frequencies, AVX-512:
- * 1.28 -> 1.21 ns/pair in L2; AVX2 2.19 -> 1.92). Lanes past a row's end are
- * computed on zero angles and never stored. */
+ * 1.28 -> 1.17 ns/pair on L2-sized rows, 1.34 -> 1.22 in pe-bench's 64 MiB
+ * table; AVX2 2.19 -> 1.93). Lanes past a row's end are computed on zero
+ * angles and never stored. */
 PE_AI void sincos_rows(int safe, int lo, int64_t pos0, int64_t n, const double *freq,
                        const double *freq_lo, int32_t n_freq, float scale, float *out) {
   enum { CH = 256 }; /* a multiple of every VL */
