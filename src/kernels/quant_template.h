@@ -157,7 +157,8 @@ typedef struct q8_scale {
 
 /* bf16 rows as pairs (the ISA stores qs from 16-bit lanes: vb_store_q8w2):
  * 2 * VL bf16 loaded as VL 32-bit lanes u, element 2i in u's low half, 2i + 1
- * in its high half; u << 16 and u & 0xffff0000 are the two elements as
+ * in its high half (little-endian, as the d stores below and q8_dgroup
+ * assume); u << 16 and u & 0xffff0000 are the two elements as
  * float32, exactly (bf16 is the top half of a float32), with integer ops
  * instead of the widening shuffles of q_load. */
 #if defined(VEC_Q8_PAIRS)
