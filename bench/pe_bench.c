@@ -2151,10 +2151,19 @@ static void kvq_shift_unfused(bench_case *c) {
 
 /* kind 0: store of batch x tokens (q, k and v); 2: the same with the kv
  * heads alone (q not passed: what the quantizing store itself adds over a
- * rope pass and a quantize pass); 1: shift of `tokens` cached keys. */
-static void kvq_case(int kind, uint32_t fmt, int64_t batch, int64_t tokens, int dt, int threads) {
-  const int with_q = kind == 0;
+ * rope pass and a quantize pass); 1: shift of `tokens` cached keys, the
+ * unfused side's f32 rows head-major [1, 8, n, 128] (one pe_kv_read /
+ * pe_kv_write kernel call per 128-value row); 3: the same shift with those
+ * rows token-major (the cache's own order: the 8 heads of a slot adjacent,
+ * one kernel call per slot each way, the faster unfused sequence). fp8_scale:
+ * the fp8 k and v scales (0: 0.05 and 0.02; a power of two such as 1.0,
+ * vLLM's uncalibrated k_scale, takes the vector kernels' multiply-by-
+ * reciprocal path instead of the divide). */
+static void kvq_case(int kind, uint32_t fmt, int64_t batch, int64_t tokens, int dt, int threads,
+                     float fp8_scale) {
+  const int with_q = kind == 0, tok_major = kind == 3;
   if (kind == 2) kind = 0;
+  if (kind == 3) kind = 1;
   enum { HQ = 32, HKV = 8, HD = 128 };
   kvq_state s;
   memset(&s, 0, sizeof s);
@@ -2180,7 +2189,7 @@ static void kvq_case(int kind, uint32_t fmt, int64_t batch, int64_t tokens, int 
   s.vc.data = xalloc(cache_bytes);
   memset(s.vc.data, 0, cache_bytes);
   pe_qk_norm_init(&s.norm);
-  s.kscale = 0.05f, s.vscale = 0.02f;
+  s.kscale = fp8_scale > 0 ? fp8_scale : 0.05f, s.vscale = fp8_scale > 0 ? fp8_scale : 0.02f;
   pe_kv_cache_init(&s.kv);
   s.kv.k = &s.kc;
   s.kv.v = &s.vc;
@@ -2203,17 +2212,21 @@ static void kvq_case(int kind, uint32_t fmt, int64_t batch, int64_t tokens, int 
     goto out;
   }
   pe_tensor tmp = {NULL, PE_F32, {1, HKV, n, HD}, {HKV * n * HD, n * HD, HD, 1}};
+  if (tok_major) tmp.stride[1] = HD, tmp.stride[2] = HKV * HD;
   if (kind == 1) tmp.data = xalloc((size_t)(HKV * n * HD) * sizeof(float));
   s.tmp = tmp;
   bench_case c;
   memset(&c, 0, sizeof c);
   c.suite = "kvquant";
   const char *fname = fmt == PE_KV_Q8_0 ? "q8_0" : "fp8e4m3";
+  char sc_name[24] = "";
+  if (fmt != PE_KV_Q8_0 && fp8_scale > 0) snprintf(sc_name, sizeof sc_name, " scale %g", fp8_scale);
   if (kind == 0)
-    snprintf(c.name, sizeof c.name, "store %s %s %" PRId64 "x%" PRId64 "%s", fname,
-             tokens == 1 ? "decode" : "prefill", batch, tokens, with_q ? "" : " kv");
+    snprintf(c.name, sizeof c.name, "store %s %s %" PRId64 "x%" PRId64 "%s%s", fname,
+             tokens == 1 ? "decode" : "prefill", batch, tokens, with_q ? "" : " kv", sc_name);
   else
-    snprintf(c.name, sizeof c.name, "shift %s %" PRId64 " keys", fname, n);
+    snprintf(c.name, sizeof c.name, "shift %s %" PRId64 " keys%s", fname, n,
+             tok_major ? " tok-major" : "");
   c.dtype = dt;
   c.threads = threads;
   c.pool = pool_for(threads);
@@ -2229,7 +2242,10 @@ static void kvq_case(int kind, uint32_t fmt, int64_t batch, int64_t tokens, int 
            kind == 0 ? (with_q ? "x textbook = vs pe_apply_rope_qk + pe_kv_write (k, v)"
                                : "kv heads only (q NULL); x textbook = vs pe_apply_rope_qk(k) "
                                  "+ pe_kv_write (k, v)")
-                     : "x textbook = vs pe_kv_read + pe_rope_shift_k + pe_kv_write");
+                     : tok_major ? "x textbook = vs pe_kv_read + pe_rope_shift_k + pe_kv_write, "
+                                   "f32 rows token-major [n, 8, 128]"
+                                 : "x textbook = vs pe_kv_read + pe_rope_shift_k + pe_kv_write, "
+                                   "f32 rows head-major [8, n, 128]");
   progress("[%.0fs] kvquant %s %s %d thr", (now_ns() - run_start) / 1e9, c.name, dtype_name(dt),
            threads);
   measure(&c);
@@ -2251,17 +2267,21 @@ static void suite_kvquant(void) {
     int dt = opt.dtype >= 0 ? opt.dtype : PE_BF16;
     for (int f = 0; f < 2; f++) {
       if (opt.tokens) {
-        kvq_case(0, fmts[f], opt.batch, opt.tokens, dt, opt.threads[ti]);
+        kvq_case(0, fmts[f], opt.batch, opt.tokens, dt, opt.threads[ti], 0);
         continue;
       }
-      kvq_case(0, fmts[f], 32, 1, dt, opt.threads[ti]);  /* decode, a batch of 32 */
-      kvq_case(0, fmts[f], 1, 512, dt, opt.threads[ti]); /* prefill */
-      kvq_case(2, fmts[f], 32, 1, dt, opt.threads[ti]);  /* the same, kv heads alone */
-      kvq_case(2, fmts[f], 1, 512, dt, opt.threads[ti]);
+      kvq_case(0, fmts[f], 32, 1, dt, opt.threads[ti], 0);  /* decode, a batch of 32 */
+      kvq_case(0, fmts[f], 1, 512, dt, opt.threads[ti], 0); /* prefill */
+      kvq_case(2, fmts[f], 32, 1, dt, opt.threads[ti], 0);  /* the same, kv heads alone */
+      kvq_case(2, fmts[f], 1, 512, dt, opt.threads[ti], 0);
+      if (fmts[f] != PE_KV_Q8_0) /* a power-of-two scale (vLLM's default 1.0) */
+        kvq_case(2, fmts[f], 1, 512, dt, opt.threads[ti], 1.0f);
     }
     if (!opt.tokens) {
-      kvq_case(1, PE_KV_Q8_0, 1, 512, dt, opt.threads[ti]);  /* shift 512 keys */
-      kvq_case(1, PE_KV_Q8_0, 1, 4096, dt, opt.threads[ti]); /* shift a 4096 context */
+      kvq_case(1, PE_KV_Q8_0, 1, 512, dt, opt.threads[ti], 0);  /* shift 512 keys */
+      kvq_case(3, PE_KV_Q8_0, 1, 512, dt, opt.threads[ti], 0);  /* f32 rows token-major */
+      kvq_case(1, PE_KV_Q8_0, 1, 4096, dt, opt.threads[ti], 0); /* shift a 4096 context */
+      kvq_case(3, PE_KV_Q8_0, 1, 4096, dt, opt.threads[ti], 0);
     }
   }
 }

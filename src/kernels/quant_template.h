@@ -155,16 +155,51 @@ typedef struct q8_scale {
   uint64_t h; /* the four f16 d */
 } q8_scale;
 
+/* bf16 rows as pairs (the ISA stores qs from 16-bit lanes: vb_store_q8w2):
+ * 2 * VL bf16 loaded as VL 32-bit lanes u, element 2i in u's low half, 2i + 1
+ * in its high half (little-endian, as the d stores below and q8_dgroup
+ * assume); u << 16 and u & 0xffff0000 are the two elements as
+ * float32, exactly (bf16 is the top half of a float32), with integer ops
+ * instead of the widening shuffles of q_load. */
+#if defined(VEC_Q8_PAIRS)
+#define Q8_PAIRS_(sd) ((sd) == PE_BF16)
+PE_AI qu q8_pairs(const char *p, int64_t e) {
+  qu u;
+  memcpy(&u, p + 2 * e, sizeof u);
+  return u;
+}
+#else
+#define Q8_PAIRS_(sd) 0
+#endif
+
 PE_AI q8_scale q8_scan(int sd, const char *p, int64_t ses, int g) {
   vbi am[4];
-  for (int k = 0; k < 4; k++) {
-    am[k] = (vbi)QU1(0);
-    for (int i = 0; i < QV && k < g; i++) {
-      vbi a = (vbi)((qu)q_load(sd, PE_AT(p, k * PE_Q8_0_BLOCK + i * VL, ses), VL) & 0x7fffffffu);
-      am[k] = i ? vb_max_u32(am[k], a) : a;
+  q4u m;
+#if defined(VEC_Q8_PAIRS)
+  if (Q8_PAIRS_(sd)) {
+    /* a = |both|; max(a, a << 16) has max(|x_2i|, |x_2i+1|) in its top half
+     * (the low half is cleared once, after the reduction) */
+    for (int k = 0; k < 4; k++) {
+      am[k] = (vbi)QU1(0);
+      for (int i = 0; i < QV / 2 && k < g; i++) {
+        qu a = q8_pairs(p, k * PE_Q8_0_BLOCK + i * 2 * VL) & 0x7fff7fffu;
+        vbi b = vb_max_u32((vbi)a, (vbi)(a << 16));
+        am[k] = i ? vb_max_u32(am[k], b) : b;
+      }
     }
+    m = (q4u)vb_hmax4_u32(am[0], am[1], am[2], am[3]) & 0xffff0000u;
+  } else
+#endif
+  {
+    for (int k = 0; k < 4; k++) {
+      am[k] = (vbi)QU1(0);
+      for (int i = 0; i < QV && k < g; i++) {
+        vbi a = (vbi)((qu)q_load(sd, PE_AT(p, k * PE_Q8_0_BLOCK + i * VL, ses), VL) & 0x7fffffffu);
+        am[k] = i ? vb_max_u32(am[k], a) : a;
+      }
+    }
+    m = (q4u)vb_hmax4_u32(am[0], am[1], am[2], am[3]);
   }
-  q4u m = (q4u)vb_hmax4_u32(am[0], am[1], am[2], am[3]);
   q8_scale r;
   r.bad = (q4i)(m > 0x7f7fffffu);                /* a NaN or an Inf in the block */
   q4f d = (q4f)(m & ~(q4u)r.bad) / 127.0f;        /* finite, >= 0 */
@@ -173,8 +208,16 @@ PE_AI q8_scale q8_scan(int sd, const char *p, int64_t ses, int g) {
   q4f id = one / (q4f)(((q4u)d & ~(q4u)dz) | ((q4u)one & (q4u)dz)); /* no 1/0 */
   q4i ok = ~dz & ~r.bad & (q4i)(id <= 0x1.fffffep127f);
   r.id = (q4f)((q4u)id & (q4u)ok);
-  r.h = vb_f16x4((vf4)d);
+  /* a bad block's d is the quiet NaN 0x7fc00000, whose f16 is
+   * PE_Q8_0_NONFINITE_D (0x7e00); every finite d's f16 is at most 0x7c00
+   * (Inf), so h + 0x0200 per lane carries into bit 15 only for bad blocks:
+   * one scalar test for the whole group (q8_any_bad) */
+  r.h = vb_f16x4((vf4)(((q4u)d & ~(q4u)r.bad) | (0x7fc00000u & (q4u)r.bad)));
   return r;
+}
+
+PE_AI int q8_any_bad(q8_scale sc) {
+  return ((sc.h + 0x0200020002000200ull) & 0x8000800080008000ull) != 0;
 }
 
 PE_AI void q8_emit(int sd, const char *p, int64_t ses, uint8_t *blk, int g, q8_scale sc) {
@@ -195,6 +238,51 @@ PE_AI void q8_emit(int sd, const char *p, int64_t ses, uint8_t *blk, int g, q8_s
   }
 }
 
+/* Two blocks' 2 * QV vectors of qs stored at p0 and p1 (the ISA's own where
+ * it narrows both together). */
+#if defined(VEC_Q8_STORE2)
+#define Q8_STORE2_(p0, p1, q) vb_store_q8x2(p0, p1, q)
+#else
+#define Q8_STORE2_(p0, p1, q) (vb_store_q8(p0, q), vb_store_q8(p1, (q) + QV))
+#endif
+
+/* q8_emit of a full group of four finite blocks (!q8_any_bad): no per-block
+ * test, each d one 16-bit store, the qs of two blocks narrowed together. */
+PE_AI void q8_emit4(int sd, const char *p, int64_t ses, uint8_t *blk, q8_scale sc) {
+  for (int k = 0; k < 4; k++) {
+    uint16_t d16 = (uint16_t)(sc.h >> (16 * k));
+    memcpy(blk + k * PE_Q8_0_BYTES, &d16, 2); /* little-endian */
+  }
+#if defined(VEC_Q8_PAIRS)
+  if (Q8_PAIRS_(sd)) {
+    /* each pair's two qs as the low and high 16 bits of a lane: element order */
+    for (int k = 0; k < 4; k += 2) {
+      vbi w[QV];
+      for (int j = 0; j < 2; j++) {
+        const qf iv = (qf)vf_set1(sc.id[k + j]);
+        for (int i = 0; i < QV / 2; i++) {
+          qu u = q8_pairs(p, (k + j) * PE_Q8_0_BLOCK + i * 2 * VL);
+          qu qe = Q8_ROUND_((qf)(u << 16) * iv), qo = Q8_ROUND_((qf)(u & 0xffff0000u) * iv);
+          w[j * (QV / 2) + i] = (vbi)((qe & 0xffffu) | (qo << 16));
+        }
+      }
+      vb_store_q8w2(blk + k * PE_Q8_0_BYTES + 2, blk + (k + 1) * PE_Q8_0_BYTES + 2, w);
+    }
+    return;
+  }
+#endif
+  for (int k = 0; k < 4; k += 2) {
+    vbi q[2 * QV];
+    for (int j = 0; j < 2; j++) {
+      const qf iv = (qf)vf_set1(sc.id[k + j]);
+      for (int i = 0; i < QV; i++)
+        q[j * QV + i] =
+            (vbi)Q8_ROUND_(q_load(sd, PE_AT(p, (k + j) * PE_Q8_0_BLOCK + i * VL, ses), VL) * iv);
+    }
+    Q8_STORE2_(blk + k * PE_Q8_0_BYTES + 2, blk + (k + 1) * PE_Q8_0_BYTES + 2, q);
+  }
+}
+
 /* Groups of four blocks, software-pipelined: the scales of the group two
  * ahead (whose two dependent divides are the long chain) are started before
  * this group's qs, so the divides overlap the qs work instead of stalling
@@ -212,7 +300,10 @@ PE_AI void kvq_q8_gen(int sd, const void *src, void *dst, int64_t n) {
     for (int64_t f = 0; f < nf; f++) {
       q8_scale s2 = s1;
       if (f + 2 < nf) s2 = q8_scan(sd, Q8_IN_(f + 2), ses, 4);
-      q8_emit(sd, Q8_IN_(f), ses, out + f * 4 * PE_Q8_0_BYTES, 4, sc);
+      if (__builtin_expect(q8_any_bad(sc), 0))
+        q8_emit(sd, Q8_IN_(f), ses, out + f * 4 * PE_Q8_0_BYTES, 4, sc);
+      else
+        q8_emit4(sd, Q8_IN_(f), ses, out + f * 4 * PE_Q8_0_BYTES, sc);
       sc = s1;
       s1 = s2;
     }

@@ -194,6 +194,15 @@ PE_AI void vb_store_q8(void *p, const vbi *q) {
   _mm256_storeu_si256(p, _mm256_permutevar8x32_epi32(b, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7)));
 }
 
+/* Two blocks' qs from 16-bit lanes (quant_template.h's bf16 pairs: w[0..1]
+ * the first block's 32 qs in element order, w[2..3] the second's): per
+ * block one vpacksswb, one vpermq to order, one store. */
+#define VEC_Q8_PAIRS 1
+PE_AI void vb_store_q8w2(void *p0, void *p1, const vbi *w) {
+  _mm256_storeu_si256(p0, _mm256_permute4x64_epi64(_mm256_packs_epi16(w[0], w[1]), 0xd8));
+  _mm256_storeu_si256(p1, _mm256_permute4x64_epi64(_mm256_packs_epi16(w[2], w[3]), 0xd8));
+}
+
 /* FP8 decoding (quant_template.h): VL bytes zero-extended to VL 16-bit
  * lanes, and VL f16 widened exactly to float. */
 typedef __m128i vh;

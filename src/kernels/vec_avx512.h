@@ -303,6 +303,27 @@ PE_AI void vb_store_q8(void *p, const vbi *q) {
   const __m512i idx = _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 0, 0, 0, 0, 0, 0, 0, 0);
   _mm256_storeu_si256(p, _mm512_castsi512_si256(_mm512_permutexvar_epi32(idx, b)));
 }
+/* Two blocks' qs (q[0..1] the first's, q[2..3] the second's) narrowed
+ * together: two vpackssdw, one vpacksswb, one vpermd (half of the packs and
+ * permutes of two vb_store_q8), one 256-bit store to each block. */
+#define VEC_Q8_STORE2 1
+PE_AI void vb_store_q8x2(void *p0, void *p1, const vbi *q) {
+  __m512i w = _mm512_packs_epi16(_mm512_packs_epi32(q[0], q[1]), _mm512_packs_epi32(q[2], q[3]));
+  const __m512i idx = _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
+  w = _mm512_permutexvar_epi32(idx, w);
+  _mm256_storeu_si256(p0, _mm512_castsi512_si256(w));
+  _mm256_storeu_si256(p1, _mm512_extracti64x4_epi64(w, 1));
+}
+/* Two blocks' qs from 16-bit lanes (quant_template.h's bf16 pairs: w[0]
+ * the first block's 32 qs in element order, w[1] the second's): one
+ * vpacksswb, one vpermq to order, one 256-bit store to each block. */
+#define VEC_Q8_PAIRS 1
+PE_AI void vb_store_q8w2(void *p0, void *p1, const vbi *w) {
+  __m512i b = _mm512_permutexvar_epi64(_mm512_setr_epi64(0, 2, 4, 6, 1, 3, 5, 7),
+                                       _mm512_packs_epi16(w[0], w[1]));
+  _mm256_storeu_si256(p0, _mm512_castsi512_si256(b));
+  _mm256_storeu_si256(p1, _mm512_extracti64x4_epi64(b, 1));
+}
 #define VEC_Q8_ROUND 1
 PE_AI vbi vb_q8_round(vf q) {
   __m512i h = _mm512_ternarylogic_epi32(_mm512_castps_si512(q), _mm512_set1_epi32((int)0x80000000u),
