@@ -161,6 +161,13 @@ PE_AI void rows_walk(int dt, int style, const pe_rope_block *b, void *data, int6
   }
 #endif
   if (n_tokens == 1 || heads_inner(hs, ts)) {
+#if defined(PE_ROPE_HELD)
+    if (n % VL == 0 && n <= PE_ROPE_HELD * VL) { /* rope_template.h */
+      for (int64_t t = 0; t < n_tokens; t++)
+        token_rows(dt, style, base + t * ts, hs, n_heads, b->cos[t], b->sin[t], n, dist);
+      return;
+    }
+#endif
     for (int64_t t = 0; t < n_tokens; t++) {
       /* in locals: the rows' stores (may_alias vectors) would otherwise
        * make the compiler reload them for every head */

@@ -358,6 +358,55 @@ PE_AI void rows_grouped(int dt, int style, const pe_rope_block *b, char *base, i
 #undef GROUP_
 }
 
+/* ---- the heads of one token ---- */
+
+/* Full steps of a row whose cos/sin vectors stay in registers across the
+ * heads of a token (token_rows): n_pairs <= PE_ROPE_HELD * VL. */
+#define PE_ROPE_HELD 4
+
+/* Step k (VL pairs) of the row at r with the vectors c, s (from held_cs). */
+PE_AI void held_step(int dt, int style, char *r, int32_t k, int32_t dist, vf c, vf s) {
+  const int64_t es = pe__esize(dt);
+  vf x, y;
+  if (style == PE_ROPE_GPTJ) {
+    char *p = r + 2 * k * VL * es;
+    gptj_ld(dt, p, VL, &x, &y);
+    gptj_st(dt, p, VL, 0, x, y, c, s);
+  } else {
+    char *px = r + k * VL * es, *py = px + dist * es;
+    neox_ld(dt, px, py, VL, &x, &y);
+    neox_st(dt, px, py, VL, x, y, c, s);
+  }
+}
+PE_AI vf held_cs(int style, const float *p) {
+  return style == PE_ROPE_GPTJ ? gptj_cs(p, VL) : vf_loadn(p, VL);
+}
+
+/* The rows of one token's n_heads heads (head h's at row + h*hs bytes), each
+ * as rope_row, n a multiple of VL and <= PE_ROPE_HELD * VL: the token's cos
+ * and sin vectors are loaded once and kept in registers (named, so that they
+ * are not an array on the stack) across its heads, so a row costs its own
+ * loads and stores only. For heads adjacent in memory ([B,T,H,D] and the
+ * other heads-inner walks): AMD EPYC Zen 4, 512 tokens from L3, a
+ * standalone copy of both loops: 0.84-0.86 -> 0.90-0.91 of the stream
+ * bound, L2-resident 0.86-0.88 -> 1.09. */
+PE_AI void token_rows(int dt, int style, char *row, int64_t hs, int64_t n_heads, const float *c,
+                      const float *s, int32_t n, int32_t dist) {
+  const int32_t steps = n / VL;
+#define HELD_(k)                                                                                 \
+  const vf c##k = steps > k ? held_cs(style, c + k * VL) : vf_set1(0.0f);                        \
+  const vf s##k = steps > k ? held_cs(style, s + k * VL) : vf_set1(0.0f);
+  HELD_(0) HELD_(1) HELD_(2) HELD_(3)
+#undef HELD_
+  for (int64_t h = 0; h < n_heads; h++) {
+    char *r = row + h * hs;
+    held_step(dt, style, r, 0, dist, c0, s0);
+    if (steps > 1) held_step(dt, style, r, 1, dist, c1, s1);
+    if (steps > 2) held_step(dt, style, r, 2, dist, c2, s2);
+    if (steps > 3) held_step(dt, style, r, 3, dist, c3, s3);
+  }
+}
+
 /* ---- the normed rows (isa.h's PE_NORM_*: float64, one rounding) ---- */
 
 /* The normed values of VDL elements x (widened) with weights w (mode a
