@@ -144,9 +144,12 @@ PE_AI void nstore_call(int sd, int dd, const pe_rope_block *b, const void *const
 
 /* In place: the nearer of the two strides goes innermost, so the rows stream
  * in address order whatever the layout ([B,T,H,D] or [B,H,T,D]) while the
- * block's cos/sin stay in L1. On the vector ISAs, heads farther apart than
- * tokens, and the heads of a single token, go in groups that share each
- * step's cos/sin vectors (rows_grouped). */
+ * block's cos/sin stay in L1. On the vector ISAs, rows of up to
+ * PE_ROPE_HELD vectors of pairs walked heads inner (and a decode step's rows
+ * nearer than 4 KiB) keep each token's cos/sin vectors in registers across
+ * its heads (token_rows); heads farther apart than tokens, and the other
+ * decode steps, go in groups that share each step's cos/sin vectors
+ * (rows_grouped). */
 PE_AI void rows_walk(int dt, int style, const pe_rope_block *b, void *data, int64_t head_stride,
                      int64_t token_stride) {
   char *base = data;
@@ -155,13 +158,17 @@ PE_AI void rows_walk(int dt, int style, const pe_rope_block *b, void *data, int6
   const int32_t n = b->n_pairs, dist = b->pair_dist;
 #define ROW_(t, h) rope_row(dt, style, base + (t) * ts + (h) * hs, b->cos[t], b->sin[t], n, dist)
 #if defined(PE_ROPE_HELD)
-  /* A decode step whose rows are nearer than 4 KiB (a [B,H,1,D] q or k):
-   * the token's cos/sin in registers across every head (token_rows; Zen 4,
-   * AVX-512, Llama-3-8B q+k, min of 20000: 270 -> 250 ns). Rows 4 KiB apart
-   * or more share address bits 0-11, so a row's loads would wait on the
-   * previous row's stores (4K aliasing): they keep rows_grouped's order. */
-  if (n_tokens == 1 && (hs < 0 ? -hs : hs) < 4096 && n % VL == 0 && n <= PE_ROPE_HELD * VL) {
-    token_rows(dt, style, base, hs, n_heads, b->cos[0], b->sin[0], n, dist);
+  /* Heads inner, or a decode step whose rows are nearer than 4 KiB (a
+   * [B,H,1,D] q or k; Zen 4, AVX-512, Llama-3-8B q+k, min of 20000: 270 ->
+   * 250 ns against rows_grouped): the token's cos/sin in registers across
+   * every head (token_rows). A decode step's rows 4 KiB apart or more share
+   * address bits 0-11, so a row's loads would wait on the previous row's
+   * stores (4K aliasing): they keep rows_grouped's order. One call site, so
+   * that token_rows is expanded once per (dtype, style). */
+  if (n % VL == 0 && n <= PE_ROPE_HELD * VL &&
+      (n_tokens == 1 ? (hs < 0 ? -hs : hs) < 4096 : heads_inner(hs, ts))) {
+    for (int64_t t = 0; t < n_tokens; t++)
+      token_rows(dt, style, base + t * ts, hs, n_heads, b->cos[t], b->sin[t], n, dist);
     return;
   }
 #endif
@@ -172,13 +179,6 @@ PE_AI void rows_walk(int dt, int style, const pe_rope_block *b, void *data, int6
   }
 #endif
   if (n_tokens == 1 || heads_inner(hs, ts)) {
-#if defined(PE_ROPE_HELD)
-    if (n % VL == 0 && n <= PE_ROPE_HELD * VL) { /* rope_template.h */
-      for (int64_t t = 0; t < n_tokens; t++)
-        token_rows(dt, style, base + t * ts, hs, n_heads, b->cos[t], b->sin[t], n, dist);
-      return;
-    }
-#endif
     for (int64_t t = 0; t < n_tokens; t++) {
       /* in locals: the rows' stores (may_alias vectors) would otherwise
        * make the compiler reload them for every head */
