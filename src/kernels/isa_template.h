@@ -165,7 +165,7 @@ PE_AI void rows_walk(int dt, int style, const pe_rope_block *b, void *data, int6
    * address bits 0-11, so a row's loads would wait on the previous row's
    * stores (4K aliasing): they keep rows_grouped's order. One call site, so
    * that token_rows is expanded once per (dtype, style). */
-  if (n % VL == 0 && n <= PE_ROPE_HELD * VL &&
+  if (n > 0 && n % VL == 0 && n <= PE_ROPE_HELD * VL &&
       (n_tokens == 1 ? (hs < 0 ? -hs : hs) < 4096 : heads_inner(hs, ts))) {
     for (int64_t t = 0; t < n_tokens; t++)
       token_rows(dt, style, base + t * ts, hs, n_heads, b->cos[t], b->sin[t], n, dist);
