@@ -265,6 +265,7 @@ typedef struct rows_case {
   int64_t tokens, heads;
   int head_major, neg_head, neg_token;
   int norm, norm_per_token, weight_shared; /* the QK-norm stage (PE_NORM_*; 0: none) */
+  int wide; /* rows >= 4 KiB apart: a decode step's walk depends on it (isa_template.h) */
 } rows_case;
 
 /* One case of rope_rows on both structs: rows of `extent` elements (the
@@ -275,6 +276,7 @@ static void run_rows(const pe_isa *isa, const rows_case *k) {
   int64_t extent = k->style == PE_ROPE_GPTJ ? 2 * (int64_t)k->n_pairs
                                             : (int64_t)k->pair_dist + k->n_pairs;
   int64_t rs = extent + 1 + rnd_below(5); /* row pitch, guard elements between rows */
+  if (k->wide) rs += 2048;
   int64_t hs = k->head_major ? rs * k->tokens : rs, ts = k->head_major ? rs : rs * k->heads;
   int64_t total = rs * k->tokens * k->heads + 16;
   /* base: the element of token 0, head 0; negative strides walk down */
@@ -352,6 +354,7 @@ static void test_rope_rows(void **state) {
           k.head_major = rep >> 1 & 1;
           k.neg_head = (int)rnd_below(2);
           k.neg_token = rep >= 4;
+          k.wide = rnd_below(4) == 0;
           run_rows(isa, &k);
           cases++;
         }

@@ -3,9 +3,8 @@
  * pattern). Included once, last, by each src/kernels/<isa>.c, which first
  * defines:
  *   ISA                     the suffix token (scalar, avx2, avx512, neon)
- *   rope_row(dt, style, row, cos, sin, n, dist, mode, r, w)           in-place pairs
- *   store_row(sd, dd, style, src, dst, cos, sin, n, dist, mode, r, w) rotate src -> dst
- *     (the plain rows: called with mode PE_NORM_OFF only)
+ *   rope_row(dt, style, row, cos, sin, n, dist)           the plain pairs in place
+ *   store_row(sd, dd, style, src, dst, cos, sin, n, dist) the plain pairs src -> dst
  *   nrope_row(dt, style, mode, row, cos, sin, n, dist, r, w), nstore_row(sd, dd, style,
  *     mode, src, dst, cos, sin, n, dist, r, w)   the same normed (mode a constant, not
  *     OFF; r a double): isa.h's float64 norm and rotation
@@ -145,21 +144,37 @@ PE_AI void nstore_call(int sd, int dd, const pe_rope_block *b, const void *const
 
 /* In place: the nearer of the two strides goes innermost, so the rows stream
  * in address order whatever the layout ([B,T,H,D] or [B,H,T,D]) while the
- * block's cos/sin stay in L1. On the vector ISAs, heads farther apart than
- * tokens, and the heads of a single token, go in groups that share each
- * step's cos/sin vectors (rows_grouped). */
-PE_AI void rows_walk(int dt, int style, int mode, const pe_rope_block *b, void *data,
-                     int64_t head_stride, int64_t token_stride) {
+ * block's cos/sin stay in L1. On the vector ISAs, rows of up to
+ * PE_ROPE_HELD vectors of pairs walked heads inner (and a decode step's rows
+ * nearer than 4 KiB) keep each token's cos/sin vectors in registers across
+ * its heads (token_rows); heads farther apart than tokens, and the other
+ * decode steps, go in groups that share each step's cos/sin vectors
+ * (rows_grouped). */
+PE_AI void rows_walk(int dt, int style, const pe_rope_block *b, void *data, int64_t head_stride,
+                     int64_t token_stride) {
   char *base = data;
   int64_t es = pe__esize(dt), hs = head_stride * es, ts = token_stride * es;
   const int64_t n_tokens = b->n_tokens, n_heads = b->n_heads;
   const int32_t n = b->n_pairs, dist = b->pair_dist;
-#define ROW_(t, h)                                                                               \
-  rope_row(dt, style, base + (t) * ts + (h) * hs, b->cos[t], b->sin[t], n, dist, mode,           \
-           0.0f /* plain */, row_weight(mode, b, h))
+#define ROW_(t, h) rope_row(dt, style, base + (t) * ts + (h) * hs, b->cos[t], b->sin[t], n, dist)
+#if defined(PE_ROPE_HELD)
+  /* Heads inner, or a decode step whose rows are nearer than 4 KiB (a
+   * [B,H,1,D] q or k; Zen 4, AVX-512, Llama-3-8B q+k, min of 20000: 270 ->
+   * 250 ns against rows_grouped): the token's cos/sin in registers across
+   * every head (token_rows). A decode step's rows 4 KiB apart or more share
+   * address bits 0-11, so a row's loads would wait on the previous row's
+   * stores (4K aliasing): they keep rows_grouped's order. One call site, so
+   * that token_rows is expanded once per (dtype, style). */
+  if (n > 0 && n % VL == 0 && n <= PE_ROPE_HELD * VL &&
+      (n_tokens == 1 ? (hs < 0 ? -hs : hs) < 4096 : heads_inner(hs, ts))) {
+    for (int64_t t = 0; t < n_tokens; t++)
+      token_rows(dt, style, base + t * ts, hs, n_heads, b->cos[t], b->sin[t], n, dist);
+    return;
+  }
+#endif
 #if defined(PE_ROPE_GROUP)
   if (n_tokens == 1) { /* a decode step: rope_template.h */
-    rows_grouped(dt, style, mode, b, base, hs, ts);
+    rows_grouped(dt, style, b, base, hs, ts);
     return;
   }
 #endif
@@ -169,13 +184,11 @@ PE_AI void rows_walk(int dt, int style, int mode, const pe_rope_block *b, void *
        * make the compiler reload them for every head */
       const float *c = b->cos[t], *s = b->sin[t];
       char *row = base + t * ts;
-      for (int64_t h = 0; h < n_heads; h++)
-        rope_row(dt, style, row + h * hs, c, s, n, dist, mode, 0.0f /* plain */,
-                 row_weight(mode, b, h));
+      for (int64_t h = 0; h < n_heads; h++) rope_row(dt, style, row + h * hs, c, s, n, dist);
     }
   } else {
 #if defined(PE_ROPE_GROUP)
-    rows_grouped(dt, style, mode, b, base, hs, ts); /* rope_template.h */
+    rows_grouped(dt, style, b, base, hs, ts); /* rope_template.h */
 #else
     for (int64_t h = 0; h < n_heads; h++)
       for (int64_t t = 0; t < n_tokens; t++) ROW_(t, h);
@@ -186,12 +199,11 @@ PE_AI void rows_walk(int dt, int style, int mode, const pe_rope_block *b, void *
 
 /* The block's style as a constant: one loop per style (plain rows: a
  * normed block went to its own kernel before, nrows_call / nstore_call). */
-#define BY_MODE_(walk, style, ...) walk(__VA_ARGS__, style, PE_NORM_OFF, b, ARGS_);
 #define BY_STYLE_(walk, ...)                                                                     \
   if (b->style == PE_ROPE_GPTJ) {                                                                \
-    BY_MODE_(walk, PE_ROPE_GPTJ, __VA_ARGS__)                                                    \
+    walk(__VA_ARGS__, PE_ROPE_GPTJ, b, ARGS_);                                                   \
   } else {                                                                                       \
-    BY_MODE_(walk, PE_ROPE_NEOX, __VA_ARGS__)                                                    \
+    walk(__VA_ARGS__, PE_ROPE_NEOX, b, ARGS_);                                                   \
   }
 
 PE_AI void rows_gen(int dt, const pe_rope_block *b, void *data, int64_t hs, int64_t ts) {
@@ -207,7 +219,7 @@ PE_AI void rows_gen(int dt, const pe_rope_block *b, void *data, int64_t hs, int6
 /* The cache write: tokens outer (each goes to its own cache slot), heads
  * inner (adjacent in both the activations' [T, H, D] and the cache's slot
  * rows of the common layouts). */
-PE_AI void store_walk(int sd, int dd, int style, int mode, const pe_rope_block *b,
+PE_AI void store_walk(int sd, int dd, int style, const pe_rope_block *b,
                       const void *const *src, int64_t src_head_stride, void *const *dst,
                       int64_t dst_head_stride) {
   int64_t shs = src_head_stride * pe__esize(sd), dhs = dst_head_stride * pe__esize(dd);
@@ -218,8 +230,7 @@ PE_AI void store_walk(int sd, int dd, int style, int mode, const pe_rope_block *
     const int64_t n_heads = b->n_heads;
     const int32_t n = b->n_pairs, dist = b->pair_dist;
     for (int64_t h = 0; h < n_heads; h++)
-      store_row(sd, dd, style, s + h * shs, d + h * dhs, c, sn, n, dist, mode,
-                0.0f /* plain */, row_weight(mode, b, h));
+      store_row(sd, dd, style, s + h * shs, d + h * dhs, c, sn, n, dist);
   }
 }
 
@@ -234,7 +245,6 @@ PE_AI void store_gen(int sd, int dd, const pe_rope_block *b, const void *const *
 #undef ARGS_
 }
 #undef BY_STYLE_
-#undef BY_MODE_
 
 /* ---- the entry points, one per dtype (pair) ---- */
 

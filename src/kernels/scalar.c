@@ -98,12 +98,10 @@ PE_AI float rot_load(int dt, const void *p, int64_t i) {
 
 /* Pairs j < n: NEOX (j, dist + j), GPTJ (2j, 2j + 1); loaded from src,
  * rotated, rounded once into dst (which may be src: both of a pair are
- * loaded before either is stored). The plain rows: mode is PE_NORM_OFF
- * (isa_template.h sends normed rows to nstore_row), r and w unused. */
+ * loaded before either is stored). The plain rows (isa_template.h sends
+ * normed rows to nstore_row). */
 PE_AI void store_row(int sd, int dd, int style, const void *src, void *dst, const float *cosv,
-                     const float *sinv, int32_t n, int32_t dist, int mode, float r,
-                     const float *w) {
-  (void)mode, (void)r, (void)w;
+                     const float *sinv, int32_t n, int32_t dist) {
   int64_t yo = style == PE_ROPE_GPTJ ? 1 : dist, step = style == PE_ROPE_GPTJ ? 2 : 1;
   for (int32_t j = 0; j < n; j++) {
     int64_t ix = j * step, iy = yo + j * step;
@@ -156,8 +154,8 @@ PE_AI void nrope_row(int dt, int style, int mode, void *row, const float *cosv, 
 }
 
 PE_AI void rope_row(int dt, int style, void *row, const float *cosv, const float *sinv, int32_t n,
-                    int32_t dist, int mode, float r, const float *w) {
-  store_row(dt, dt, style, row, row, cosv, sinv, n, dist, mode, r, w);
+                    int32_t dist) {
+  store_row(dt, dt, style, row, row, cosv, sinv, n, dist);
 }
 
 /* ---- the QK-norm's other kernels ---- */

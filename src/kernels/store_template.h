@@ -11,33 +11,25 @@
  * is covered by whole stores and the CPU can skip reading it first (two
  * masked halves would each need the read). */
 PE_AI void store_row(int sd, int dd, int style, const void *src, void *dst, const float *c,
-                     const float *s, int32_t n, int32_t dist, int mode, float rs,
-                     const float *w) {
+                     const float *s, int32_t n, int32_t dist) {
   const char *in = src;
   char *out = dst;
   const int64_t ses = pe__esize(sd), des = pe__esize(dd);
-  const vf rv = vf_set1(rs);
   int32_t j = 0;
   if (style == PE_ROPE_GPTJ) {
     for (; j + VL <= n; j += VL)
-      gptj_step(sd, dd, in + 2 * j * ses, out + 2 * j * des, c + j, s + j, VL, 1, mode, rv,
-                wat(mode, w, 2 * j));
-    if (j < n)
-      gptj_step(sd, dd, in + 2 * j * ses, out + 2 * j * des, c + j, s + j, n - j, 0, mode, rv,
-                wat(mode, w, 2 * j));
+      gptj_step(sd, dd, in + 2 * j * ses, out + 2 * j * des, c + j, s + j, VL, 1);
+    if (j < n) gptj_step(sd, dd, in + 2 * j * ses, out + 2 * j * des, c + j, s + j, n - j, 0);
     return;
   }
   const char *iy = in + dist * ses;
   char *oy = out + dist * des;
-  const float *wy = wat(mode, w, dist);
 #if VEC_WHOLE_LINES
   for (; j + 2 * VL <= n; j += 2 * VL) {
     vf xa, ya, xb, yb;
-    rotate(norm_ld(mode, vld(sd, PE_AT(in, j, ses), VL), rv, wat(mode, w, j), VL),
-           norm_ld(mode, vld(sd, PE_AT(iy, j, ses), VL), rv, wat(mode, wy, j), VL), vf_load(c + j),
+    rotate(vld(sd, PE_AT(in, j, ses), VL), vld(sd, PE_AT(iy, j, ses), VL), vf_load(c + j),
            vf_load(s + j), &xa, &ya);
-    rotate(norm_ld(mode, vld(sd, PE_AT(in, j + VL, ses), VL), rv, wat(mode, w, j + VL), VL),
-           norm_ld(mode, vld(sd, PE_AT(iy, j + VL, ses), VL), rv, wat(mode, wy, j + VL), VL),
+    rotate(vld(sd, PE_AT(in, j + VL, ses), VL), vld(sd, PE_AT(iy, j + VL, ses), VL),
            vf_load(c + j + VL), vf_load(s + j + VL), &xb, &yb);
     vstw(dd, PE_AT(out, j, des), xa, xb);
     vstw(dd, PE_AT(oy, j, des), ya, yb);
@@ -45,10 +37,10 @@ PE_AI void store_row(int sd, int dd, int style, const void *src, void *dst, cons
 #endif
   for (; j + VL <= n; j += VL)
     neox_step(sd, dd, PE_AT(in, j, ses), PE_AT(iy, j, ses), PE_AT(out, j, des), PE_AT(oy, j, des),
-              c + j, s + j, VL, mode, rv, wat(mode, w, j), wat(mode, wy, j));
+              c + j, s + j, VL);
   if (j < n)
     neox_step(sd, dd, PE_AT(in, j, ses), PE_AT(iy, j, ses), PE_AT(out, j, des), PE_AT(oy, j, des),
-              c + j, s + j, n - j, mode, rv, wat(mode, w, j), wat(mode, wy, j));
+              c + j, s + j, n - j);
 }
 
 /* VL elements of dtype dt widened as convert.h does: exactly, an f16
