@@ -50,6 +50,60 @@ PE_AI int heads_inner(int64_t hs, int64_t ts) {
  * (a decode step's ~40 rows, where every instruction counts) and no copy of
  * the grouped walks (clang's ASan build of the kernels). Walk: the nearer of
  * the two strides innermost, as rows_walk. */
+#if defined(VL)
+/* The vector ISAs: the rows' float64 operands widened once (rope_template.h's
+ * nprep_*): a token's cos/sin once for all its heads, a weight row shared by
+ * every head (weight_head_stride 0) once per call, a per-token-scope head's
+ * weights (OLMo 2) once per head and token group. Pairs in pieces of NCH.
+ * Heads innermost (heads_inner, or one token): each token's rows in turn;
+ * otherwise ([B,H,T,D]) groups of NTG tokens, each head's rows of the group
+ * in turn. Row (t, h) reads (sv ? sv[t] : sb + t*sts) + h*shs (bytes) and
+ * writes (dv ? dv[t] : db + t*dts) + h*dhs. */
+enum { NTG = 4 };
+PE_AI void nwalk(int sd, int dd, int style, int mode, const pe_rope_block *b, const char *sb,
+                 const void *const *sv, int64_t sts, int64_t shs, char *db, void *const *dv,
+                 int64_t dts, int64_t dhs, int tokens_grouped) {
+  _Alignas(64) double cd[NTG][NCH], sdv[NTG][NCH], wx[NCH], wy[NCH];
+  const int weighted = mode == PE_NORM_W || mode == PE_NORM_W1;
+  const int64_t n_tokens = b->n_tokens, n_heads = b->n_heads, ses = pe__esize(sd),
+                des = pe__esize(dd), tg = tokens_grouped ? NTG : 1;
+  const int32_t dist = b->pair_dist;
+  const int per_head_w = weighted && b->weight_head_stride != 0;
+  for (int32_t j0 = 0; j0 < b->n_pairs; j0 += NCH) {
+    const int32_t n = b->n_pairs - j0 < NCH ? b->n_pairs - j0 : NCH;
+    const int64_t e0 = style == PE_ROPE_GPTJ ? 2 * (int64_t)j0 : j0; /* the piece's first element */
+    if (weighted && !per_head_w) nprep_w(style, mode, b->weight + e0, n, dist, wx, wy);
+    for (int64_t t0 = 0; t0 < n_tokens; t0 += tg) {
+      const int64_t g = n_tokens - t0 < tg ? n_tokens - t0 : tg;
+      for (int64_t k = 0; k < g; k++)
+        nprep_cs(style, b->cos[t0 + k] + j0, b->sin[t0 + k] + j0, n, cd[k], sdv[k]);
+      for (int64_t h = 0; h < n_heads; h++) {
+        if (per_head_w)
+          nprep_w(style, mode, row_weight(mode, b, h) + e0, n, dist, wx, wy);
+        for (int64_t k = 0; k < g; k++) {
+          const int64_t t = t0 + k;
+          const char *s = (sv ? (const char *)sv[t] : sb + t * sts) + h * shs + e0 * ses;
+          char *d = (dv ? (char *)dv[t] : db + t * dts) + h * dhs + e0 * des;
+          nstore_row(sd, dd, style, mode, s, d, cd[k], sdv[k], n, dist, row_scale(mode, b, t, h),
+                     wx, wy);
+        }
+      }
+    }
+  }
+}
+PE_AI void nrows_walk(int dt, int style, int mode, const pe_rope_block *b, void *data,
+                      int64_t head_stride, int64_t token_stride) {
+  const int64_t hs = head_stride * pe__esize(dt), ts = token_stride * pe__esize(dt);
+  nwalk(dt, dt, style, mode, b, data, NULL, ts, hs, data, NULL, ts, hs,
+        !(b->n_tokens == 1 || heads_inner(hs, ts)));
+}
+PE_AI void nstore_walk(int sd, int dd, int style, int mode, const pe_rope_block *b,
+                       const void *const *src, int64_t src_head_stride, void *const *dst,
+                       int64_t dst_head_stride) {
+  nwalk(sd, dd, style, mode, b, NULL, src, 0, src_head_stride * pe__esize(sd), NULL, dst, 0,
+        dst_head_stride * pe__esize(dd), 0);
+}
+#else
 PE_AI void nrows_walk(int dt, int style, int mode, const pe_rope_block *b, void *data,
                       int64_t head_stride, int64_t token_stride) {
   char *base = data;
@@ -79,6 +133,7 @@ PE_AI void nstore_walk(int sd, int dd, int style, int mode, const pe_rope_block 
                  b->cos[t], b->sin[t], b->n_pairs, b->pair_dist, row_scale(mode, b, t, h),
                  row_weight(mode, b, h));
 }
+#endif
 
 #define NBY_MODE_(walk, style, ...)                                                              \
   switch (b->norm) {                                                                             \
