@@ -8,7 +8,8 @@
  *     (the plain rows: called with mode PE_NORM_OFF only)
  *   nrope_row(dt, style, mode, row, cos, sin, n, dist, r, w), nstore_row(sd, dd, style,
  *     mode, src, dst, cos, sin, n, dist, r, w)   the same normed (mode a constant, not
- *     OFF; r a double): isa.h's float64 norm and rotation
+ *     OFF; r a double): isa.h's float64 norm and rotation (scalar.c; the vector
+ *     ISAs' nstore_row takes cos, sin and weights prepared as doubles, rope_template.h)
  *   sumsq_gen(dt, src, n, rows, rs, combine, out), nrow_gen(sd, dd, src, dst, n, r, w, mode)  the QK-norm
  *   convert_row(sd, dd, src, dst, n)                      sd != dd
  *   add_row_gen(dt, ..), alibi_row_gen(dt, ..), load_row_gen(dt, ..)
@@ -51,22 +52,30 @@ PE_AI int heads_inner(int64_t hs, int64_t ts) {
  * the grouped walks (clang's ASan build of the kernels). Walk: the nearer of
  * the two strides innermost, as rows_walk. */
 #if defined(VL)
-/* The vector ISAs: the rows' float64 operands widened once (rope_template.h's
- * nprep_*): a token's cos/sin once for all its heads, a weight row shared by
- * every head (weight_head_stride 0) once per call, a per-token-scope head's
- * weights (OLMo 2) once per head and token group. Pairs in pieces of NCH.
- * Heads innermost (heads_inner, or one token): each token's rows in turn;
- * otherwise ([B,H,T,D]) groups of NTG tokens, each head's rows of the group
- * in turn. Row (t, h) reads (sv ? sv[t] : sb + t*sts) + h*shs (bytes) and
- * writes (dv ? dv[t] : db + t*dts) + h*dhs. */
+/* The vector ISAs: one walk (noinline, style and mode read at run time) for
+ * every dtype pair, calling a row kernel of its own for each dtype pair,
+ * style and mode (noinline, FN(nrow_tab)): the in-place rows are the pair
+ * (dt, dt) with dst == src. The walk widens the rows' float64 operands once
+ * (rope_template.h's nprep_*): a token's cos/sin once for all its heads, a
+ * weight row shared by every head (weight_head_stride 0) once per call, a
+ * per-token-scope head's weights (OLMo 2) once per head and token group.
+ * Pairs in pieces of NCH. Heads innermost (heads_inner, or one token): each
+ * token's rows in turn; otherwise ([B,H,T,D]) groups of NTG tokens, each
+ * head's rows of the group in turn. Row (t, h) reads (sv ? sv[t] : sb +
+ * t*sts) + h*shs and writes (dv ? dv[t] : db + t*dts) + h*dhs (bytes). */
+typedef void (*pe_nrow_fn)(const void *src, void *dst, const double *c, const double *s,
+                           int32_t n, int32_t dist, double rs, const double *wx,
+                           const double *wy);
 enum { NTG = 4 };
-PE_AI void nwalk(int sd, int dd, int style, int mode, const pe_rope_block *b, const char *sb,
-                 const void *const *sv, int64_t sts, int64_t shs, char *db, void *const *dv,
-                 int64_t dts, int64_t dhs, int tokens_grouped) {
+__attribute__((noinline)) static void FN(nwalk)(const pe_rope_block *b, pe_nrow_fn row,
+                                                int64_t ses, int64_t des, const char *sb,
+                                                const void *const *sv, int64_t sts, int64_t shs,
+                                                char *db, void *const *dv, int64_t dts,
+                                                int64_t dhs, int tokens_grouped) {
   _Alignas(64) double cd[NTG][NCH], sdv[NTG][NCH], wx[NCH], wy[NCH];
+  const int style = b->style, mode = b->norm;
   const int weighted = mode == PE_NORM_W || mode == PE_NORM_W1;
-  const int64_t n_tokens = b->n_tokens, n_heads = b->n_heads, ses = pe__esize(sd),
-                des = pe__esize(dd), tg = tokens_grouped ? NTG : 1;
+  const int64_t n_tokens = b->n_tokens, n_heads = b->n_heads, tg = tokens_grouped ? NTG : 1;
   const int32_t dist = b->pair_dist;
   const int per_head_w = weighted && b->weight_head_stride != 0;
   for (int32_t j0 = 0; j0 < b->n_pairs; j0 += NCH) {
@@ -79,29 +88,65 @@ PE_AI void nwalk(int sd, int dd, int style, int mode, const pe_rope_block *b, co
         nprep_cs(style, b->cos[t0 + k] + j0, b->sin[t0 + k] + j0, n, cd[k], sdv[k]);
       for (int64_t h = 0; h < n_heads; h++) {
         if (per_head_w)
-          nprep_w(style, mode, row_weight(mode, b, h) + e0, n, dist, wx, wy);
+          nprep_w(style, mode, b->weight + h * b->weight_head_stride + e0, n, dist, wx, wy);
         for (int64_t k = 0; k < g; k++) {
           const int64_t t = t0 + k;
           const char *s = (sv ? (const char *)sv[t] : sb + t * sts) + h * shs + e0 * ses;
           char *d = (dv ? (char *)dv[t] : db + t * dts) + h * dhs + e0 * des;
-          nstore_row(sd, dd, style, mode, s, d, cd[k], sdv[k], n, dist, row_scale(mode, b, t, h),
-                     wx, wy);
+          row(s, d, cd[k], sdv[k], n, dist, b->scale[t][h * b->scale_head_stride], wx, wy);
         }
       }
     }
   }
 }
-PE_AI void nrows_walk(int dt, int style, int mode, const pe_rope_block *b, void *data,
-                      int64_t head_stride, int64_t token_stride) {
-  const int64_t hs = head_stride * pe__esize(dt), ts = token_stride * pe__esize(dt);
-  nwalk(dt, dt, style, mode, b, data, NULL, ts, hs, data, NULL, ts, hs,
-        !(b->n_tokens == 1 || heads_inner(hs, ts)));
+#define NROW_(S, sd, D, dd, ST, SN, M, MN)                                                      \
+  __attribute__((noinline)) static void FN(nrow_##S##_##D##_##SN##_##MN)(                      \
+      const void *src, void *dst, const double *c, const double *s, int32_t n, int32_t dist,  \
+      double rs, const double *wx, const double *wy) {                                         \
+    nstore_row(sd, dd, ST, M, src, dst, c, s, n, dist, rs, wx, wy);                             \
+  }
+#define NROW_M_(S, sd, D, dd, ST, SN)                                                           \
+  NROW_(S, sd, D, dd, ST, SN, PE_NORM_W, w)                                                     \
+  NROW_(S, sd, D, dd, ST, SN, PE_NORM_W1, w1) NROW_(S, sd, D, dd, ST, SN, PE_NORM_UNIT, u)
+#define NROW_S_(S, sd, D, dd)                                                                   \
+  NROW_M_(S, sd, D, dd, PE_ROPE_NEOX, neox) NROW_M_(S, sd, D, dd, PE_ROPE_GPTJ, gptj)
+#define NROW_D_(S, sd)                                                                          \
+  NROW_S_(S, sd, f32, PE_F32) NROW_S_(S, sd, f16, PE_F16) NROW_S_(S, sd, bf16, PE_BF16)
+NROW_D_(f32, PE_F32)
+NROW_D_(f16, PE_F16)
+NROW_D_(bf16, PE_BF16)
+#define NT_M_(S, D, SN)                                                                         \
+  { FN(nrow_##S##_##D##_##SN##_w), FN(nrow_##S##_##D##_##SN##_w1), FN(nrow_##S##_##D##_##SN##_u) }
+#define NT_S_(S, D) { NT_M_(S, D, neox), NT_M_(S, D, gptj) }
+#define NT_D_(S) { NT_S_(S, f32), NT_S_(S, f16), NT_S_(S, bf16) }
+/* [src dtype][dst dtype][GPT-J][W, W1, UNIT] */
+static const pe_nrow_fn FN(nrow_tab)[3][3][2][3] = {NT_D_(f32), NT_D_(f16), NT_D_(bf16)};
+#undef NT_D_
+#undef NT_S_
+#undef NT_M_
+#undef NROW_D_
+#undef NROW_S_
+#undef NROW_M_
+#undef NROW_
+/* The row kernel of a block of dtypes sd -> dd (an ISA's private bf16
+ * variant, dt > PE_BF16, takes the plain bf16 one: the same bits). */
+PE_AI pe_nrow_fn nrow_pick(int sd, int dd, const pe_rope_block *b) {
+#define IX_(dt) ((dt) == PE_F32 ? 0 : (dt) == PE_F16 ? 1 : 2)
+  return FN(nrow_tab)[IX_(sd)][IX_(dd)][b->style == PE_ROPE_GPTJ]
+                     [b->norm == PE_NORM_W ? 0 : b->norm == PE_NORM_W1 ? 1 : 2];
+#undef IX_
 }
-PE_AI void nstore_walk(int sd, int dd, int style, int mode, const pe_rope_block *b,
-                       const void *const *src, int64_t src_head_stride, void *const *dst,
-                       int64_t dst_head_stride) {
-  nwalk(sd, dd, style, mode, b, NULL, src, 0, src_head_stride * pe__esize(sd), NULL, dst, 0,
-        dst_head_stride * pe__esize(dd), 0);
+PE_AI void nrows_call(int dt, const pe_rope_block *b, void *data, int64_t head_stride,
+                      int64_t token_stride) {
+  const int64_t es = pe__esize(dt), hs = head_stride * es, ts = token_stride * es;
+  FN(nwalk)(b, nrow_pick(dt, dt, b), es, es, data, NULL, ts, hs, data, NULL, ts, hs,
+            !(b->n_tokens == 1 || heads_inner(hs, ts)));
+}
+PE_AI void nstore_call(int sd, int dd, const pe_rope_block *b, const void *const *src,
+                       int64_t shs, void *const *dst, int64_t dhs) {
+  const int64_t ses = pe__esize(sd), des = pe__esize(dd);
+  FN(nwalk)(b, nrow_pick(sd, dd, b), ses, des, NULL, src, 0, shs * ses, NULL, dst, 0, dhs * des,
+            0);
 }
 #else
 PE_AI void nrows_walk(int dt, int style, int mode, const pe_rope_block *b, void *data,
@@ -133,7 +178,6 @@ PE_AI void nstore_walk(int sd, int dd, int style, int mode, const pe_rope_block 
                  b->cos[t], b->sin[t], b->n_pairs, b->pair_dist, row_scale(mode, b, t, h),
                  row_weight(mode, b, h));
 }
-#endif
 
 #define NBY_MODE_(walk, style, ...)                                                              \
   switch (b->norm) {                                                                             \
@@ -197,6 +241,7 @@ PE_AI void nstore_call(int sd, int dd, const pe_rope_block *b, const void *const
   }
 }
 #undef NSTORE_D_
+#endif /* VL */
 
 /* In place: the nearer of the two strides goes innermost, so the rows stream
  * in address order whatever the layout ([B,T,H,D] or [B,H,T,D]) while the
