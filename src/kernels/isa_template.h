@@ -63,47 +63,69 @@ PE_AI int heads_inner(int64_t hs, int64_t ts) {
  * token's rows in turn; otherwise ([B,H,T,D]) groups of NTG tokens, each
  * head's rows of the group in turn. Row (t, h) reads (sv ? sv[t] : sb +
  * t*sts) + h*shs and writes (dv ? dv[t] : db + t*dts) + h*dhs (bytes). */
-typedef void (*pe_nrow_fn)(const void *src, void *dst, const double *c, const double *s,
-                           int32_t n, int32_t dist, double rs, const double *wx,
-                           const double *wy);
+/* A row kernel: count rows, row i from src + i*sstep to dst + i*dstep
+ * (bytes), its cos/sin at c, s + i*cstep, its scale rs[i*rstep]. */
+typedef void (*pe_nrow_fn)(const char *src, int64_t sstep, char *dst, int64_t dstep,
+                           const double *c, const double *s, int64_t cstep, int32_t n,
+                           int32_t dist, const double *rs, int64_t rstep, const double *wx,
+                           const double *wy, int64_t count);
 enum { NTG = 4 };
 __attribute__((noinline)) static void FN(nwalk)(const pe_rope_block *b, pe_nrow_fn row,
                                                 int64_t ses, int64_t des, const char *sb,
                                                 const void *const *sv, int64_t sts, int64_t shs,
                                                 char *db, void *const *dv, int64_t dts,
                                                 int64_t dhs, int tokens_grouped) {
-  _Alignas(64) double cd[NTG][NCH], sdv[NTG][NCH], wx[NCH], wy[NCH];
+  _Alignas(64) double cd[NTG * NCH], sdv[NTG * NCH], wx[NCH], wy[NCH]; /* token k at k*NCH */
   const int style = b->style, mode = b->norm;
   const int weighted = mode == PE_NORM_W || mode == PE_NORM_W1;
-  const int64_t n_tokens = b->n_tokens, n_heads = b->n_heads, tg = tokens_grouped ? NTG : 1;
+  const int64_t n_tokens = b->n_tokens, n_heads = b->n_heads, ss = b->scale_head_stride;
   const int32_t dist = b->pair_dist;
   const int per_head_w = weighted && b->weight_head_stride != 0;
   for (int32_t j0 = 0; j0 < b->n_pairs; j0 += NCH) {
     const int32_t n = b->n_pairs - j0 < NCH ? b->n_pairs - j0 : NCH;
     const int64_t e0 = style == PE_ROPE_GPTJ ? 2 * (int64_t)j0 : j0; /* the piece's first element */
     if (weighted && !per_head_w) nprep_w(style, mode, b->weight + e0, n, dist, wx, wy);
-    for (int64_t t0 = 0; t0 < n_tokens; t0 += tg) {
-      const int64_t g = n_tokens - t0 < tg ? n_tokens - t0 : tg;
+    if (!tokens_grouped) {
+      for (int64_t t = 0; t < n_tokens; t++) {
+        nprep_cs(style, b->cos[t] + j0, b->sin[t] + j0, n, cd, sdv);
+        const char *s = (sv ? (const char *)sv[t] : sb + t * sts) + e0 * ses;
+        char *d = (dv ? (char *)dv[t] : db + t * dts) + e0 * des;
+        if (!per_head_w) {
+          row(s, shs, d, dhs, cd, sdv, 0, n, dist, b->scale[t], ss, wx, wy, n_heads);
+          continue;
+        }
+        for (int64_t h = 0; h < n_heads; h++) {
+          nprep_w(style, mode, b->weight + h * b->weight_head_stride + e0, n, dist, wx, wy);
+          row(s + h * shs, 0, d + h * dhs, 0, cd, sdv, 0, n, dist, b->scale[t] + h * ss, 0,
+              wx, wy, 1);
+        }
+      }
+      continue;
+    }
+    for (int64_t t0 = 0; t0 < n_tokens; t0 += NTG) { /* in place: sb, db */
+      const int64_t g = n_tokens - t0 < NTG ? n_tokens - t0 : NTG;
       for (int64_t k = 0; k < g; k++)
-        nprep_cs(style, b->cos[t0 + k] + j0, b->sin[t0 + k] + j0, n, cd[k], sdv[k]);
+        nprep_cs(style, b->cos[t0 + k] + j0, b->sin[t0 + k] + j0, n, cd + k * NCH,
+                 sdv + k * NCH);
       for (int64_t h = 0; h < n_heads; h++) {
+        double rg[NTG];
+        for (int64_t k = 0; k < g; k++) rg[k] = b->scale[t0 + k][h * ss];
         if (per_head_w)
           nprep_w(style, mode, b->weight + h * b->weight_head_stride + e0, n, dist, wx, wy);
-        for (int64_t k = 0; k < g; k++) {
-          const int64_t t = t0 + k;
-          const char *s = (sv ? (const char *)sv[t] : sb + t * sts) + h * shs + e0 * ses;
-          char *d = (dv ? (char *)dv[t] : db + t * dts) + h * dhs + e0 * des;
-          row(s, d, cd[k], sdv[k], n, dist, b->scale[t][h * b->scale_head_stride], wx, wy);
-        }
+        row(sb + t0 * sts + h * shs + e0 * ses, sts, db + t0 * dts + h * dhs + e0 * des, dts,
+            cd, sdv, NCH, n, dist, rg, 1, wx, wy, g);
       }
     }
   }
 }
 #define NROW_(S, sd, D, dd, ST, SN, M, MN)                                                      \
   __attribute__((noinline)) static void FN(nrow_##S##_##D##_##SN##_##MN)(                      \
-      const void *src, void *dst, const double *c, const double *s, int32_t n, int32_t dist,  \
-      double rs, const double *wx, const double *wy) {                                         \
-    nstore_row(sd, dd, ST, M, src, dst, c, s, n, dist, rs, wx, wy);                             \
+      const char *src, int64_t sstep, char *dst, int64_t dstep, const double *c,               \
+      const double *s, int64_t cstep, int32_t n, int32_t dist, const double *rs, int64_t rstep, \
+      const double *wx, const double *wy, int64_t count) {                                     \
+    for (int64_t i = 0; i < count; i++)                                                        \
+      nstore_row(sd, dd, ST, M, src + i * sstep, dst + i * dstep, c + i * cstep, s + i * cstep, \
+                 n, dist, rs[i * rstep], wx, wy);                                              \
   }
 #define NROW_M_(S, sd, D, dd, ST, SN)                                                           \
   NROW_(S, sd, D, dd, ST, SN, PE_NORM_W, w)                                                     \
