@@ -64,11 +64,13 @@ PE_AI int heads_inner(int64_t hs, int64_t ts) {
  * head's rows of the group in turn. Row (t, h) reads (sv ? sv[t] : sb +
  * t*sts) + h*shs and writes (dv ? dv[t] : db + t*dts) + h*dhs (bytes). */
 /* A row kernel: count rows, row i from src + i*sstep to dst + i*dstep
- * (bytes), its cos/sin at c, s + i*cstep, its scale rs[i*rstep]. */
+ * (bytes), its cos/sin at c, s + i*cstep, its scale rs[i*rstep], its
+ * weights the prepared wx, wy or (the kernels ending _f, a per-token-scope
+ * norm) the floats at wf + i*wstep. */
 typedef void (*pe_nrow_fn)(const char *src, int64_t sstep, char *dst, int64_t dstep,
                            const double *c, const double *s, int64_t cstep, int32_t n,
                            int32_t dist, const double *rs, int64_t rstep, const double *wx,
-                           const double *wy, int64_t count);
+                           const double *wy, const float *wf, int64_t wstep, int64_t count);
 enum { NTG = 4 };
 __attribute__((noinline)) static void FN(nwalk)(const pe_rope_block *b, pe_nrow_fn row,
                                                 int64_t ses, int64_t des, const char *sb,
@@ -90,15 +92,8 @@ __attribute__((noinline)) static void FN(nwalk)(const pe_rope_block *b, pe_nrow_
         nprep_cs(style, b->cos[t] + j0, b->sin[t] + j0, n, cd, sdv);
         const char *s = (sv ? (const char *)sv[t] : sb + t * sts) + e0 * ses;
         char *d = (dv ? (char *)dv[t] : db + t * dts) + e0 * des;
-        if (!per_head_w) {
-          row(s, shs, d, dhs, cd, sdv, 0, n, dist, b->scale[t], ss, wx, wy, n_heads);
-          continue;
-        }
-        for (int64_t h = 0; h < n_heads; h++) {
-          nprep_w(style, mode, b->weight + h * b->weight_head_stride + e0, n, dist, wx, wy);
-          row(s + h * shs, 0, d + h * dhs, 0, cd, sdv, 0, n, dist, b->scale[t] + h * ss, 0,
-              wx, wy, 1);
-        }
+        row(s, shs, d, dhs, cd, sdv, 0, n, dist, b->scale[t], ss, wx, wy,
+            per_head_w ? b->weight + e0 : NULL, b->weight_head_stride, n_heads);
       }
       continue;
     }
@@ -110,26 +105,29 @@ __attribute__((noinline)) static void FN(nwalk)(const pe_rope_block *b, pe_nrow_
       for (int64_t h = 0; h < n_heads; h++) {
         double rg[NTG];
         for (int64_t k = 0; k < g; k++) rg[k] = b->scale[t0 + k][h * ss];
-        if (per_head_w)
+        if (per_head_w) /* widened once for the group's rows */
           nprep_w(style, mode, b->weight + h * b->weight_head_stride + e0, n, dist, wx, wy);
         row(sb + t0 * sts + h * shs + e0 * ses, sts, db + t0 * dts + h * dhs + e0 * des, dts,
-            cd, sdv, NCH, n, dist, rg, 1, wx, wy, g);
+            cd, sdv, NCH, n, dist, rg, 1, wx, wy, NULL, 0, g);
       }
     }
   }
 }
-#define NROW_(S, sd, D, dd, ST, SN, M, MN)                                                      \
-  __attribute__((noinline)) static void FN(nrow_##S##_##D##_##SN##_##MN)(                      \
+#define NROW_(S, sd, D, dd, ST, SN, M, MN, F, FW)                                               \
+  __attribute__((noinline)) static void FN(nrow_##S##_##D##_##SN##_##MN##F)(                   \
       const char *src, int64_t sstep, char *dst, int64_t dstep, const double *c,               \
       const double *s, int64_t cstep, int32_t n, int32_t dist, const double *rs, int64_t rstep, \
-      const double *wx, const double *wy, int64_t count) {                                     \
+      const double *wx, const double *wy, const float *wf, int64_t wstep, int64_t count) {     \
     for (int64_t i = 0; i < count; i++)                                                        \
-      nstore_row(sd, dd, ST, M, src + i * sstep, dst + i * dstep, c + i * cstep, s + i * cstep, \
-                 n, dist, rs[i * rstep], wx, wy);                                              \
+      nstore_row(sd, dd, ST, M, FW, src + i * sstep, dst + i * dstep, c + i * cstep,           \
+                 s + i * cstep, n, dist, rs[i * rstep], wx, wy, FW ? wf + i * wstep : NULL);   \
   }
 #define NROW_M_(S, sd, D, dd, ST, SN)                                                           \
-  NROW_(S, sd, D, dd, ST, SN, PE_NORM_W, w)                                                     \
-  NROW_(S, sd, D, dd, ST, SN, PE_NORM_W1, w1) NROW_(S, sd, D, dd, ST, SN, PE_NORM_UNIT, u)
+  NROW_(S, sd, D, dd, ST, SN, PE_NORM_W, w, , 0)                                                \
+  NROW_(S, sd, D, dd, ST, SN, PE_NORM_W1, w1, , 0)                                              \
+  NROW_(S, sd, D, dd, ST, SN, PE_NORM_UNIT, u, , 0)                                             \
+  NROW_(S, sd, D, dd, ST, SN, PE_NORM_W, w, _f, 1)                                              \
+  NROW_(S, sd, D, dd, ST, SN, PE_NORM_W1, w1, _f, 1)
 #define NROW_S_(S, sd, D, dd)                                                                   \
   NROW_M_(S, sd, D, dd, PE_ROPE_NEOX, neox) NROW_M_(S, sd, D, dd, PE_ROPE_GPTJ, gptj)
 #define NROW_D_(S, sd)                                                                          \
@@ -138,11 +136,13 @@ NROW_D_(f32, PE_F32)
 NROW_D_(f16, PE_F16)
 NROW_D_(bf16, PE_BF16)
 #define NT_M_(S, D, SN)                                                                         \
-  { FN(nrow_##S##_##D##_##SN##_w), FN(nrow_##S##_##D##_##SN##_w1), FN(nrow_##S##_##D##_##SN##_u) }
+  {{FN(nrow_##S##_##D##_##SN##_w), FN(nrow_##S##_##D##_##SN##_w_f)},                          \
+   {FN(nrow_##S##_##D##_##SN##_w1), FN(nrow_##S##_##D##_##SN##_w1_f)},                        \
+   {FN(nrow_##S##_##D##_##SN##_u), FN(nrow_##S##_##D##_##SN##_u)}}
 #define NT_S_(S, D) { NT_M_(S, D, neox), NT_M_(S, D, gptj) }
 #define NT_D_(S) { NT_S_(S, f32), NT_S_(S, f16), NT_S_(S, bf16) }
-/* [src dtype][dst dtype][GPT-J][W, W1, UNIT] */
-static const pe_nrow_fn FN(nrow_tab)[3][3][2][3] = {NT_D_(f32), NT_D_(f16), NT_D_(bf16)};
+/* [src dtype][dst dtype][GPT-J][W, W1, UNIT][float weights (UNIT: none)] */
+static const pe_nrow_fn FN(nrow_tab)[3][3][2][3][2] = {NT_D_(f32), NT_D_(f16), NT_D_(bf16)};
 #undef NT_D_
 #undef NT_S_
 #undef NT_M_
@@ -152,22 +152,24 @@ static const pe_nrow_fn FN(nrow_tab)[3][3][2][3] = {NT_D_(f32), NT_D_(f16), NT_D
 #undef NROW_
 /* The row kernel of a block of dtypes sd -> dd (an ISA's private bf16
  * variant, dt > PE_BF16, takes the plain bf16 one: the same bits). */
-PE_AI pe_nrow_fn nrow_pick(int sd, int dd, const pe_rope_block *b) {
+PE_AI pe_nrow_fn nrow_pick(int sd, int dd, const pe_rope_block *b, int tokens_grouped) {
 #define IX_(dt) ((dt) == PE_F32 ? 0 : (dt) == PE_F16 ? 1 : 2)
   return FN(nrow_tab)[IX_(sd)][IX_(dd)][b->style == PE_ROPE_GPTJ]
-                     [b->norm == PE_NORM_W ? 0 : b->norm == PE_NORM_W1 ? 1 : 2];
+                     [b->norm == PE_NORM_W ? 0 : b->norm == PE_NORM_W1 ? 1 : 2]
+                     [b->weight_head_stride != 0 && !tokens_grouped];
 #undef IX_
 }
 PE_AI void nrows_call(int dt, const pe_rope_block *b, void *data, int64_t head_stride,
                       int64_t token_stride) {
   const int64_t es = pe__esize(dt), hs = head_stride * es, ts = token_stride * es;
-  FN(nwalk)(b, nrow_pick(dt, dt, b), es, es, data, NULL, ts, hs, data, NULL, ts, hs,
-            !(b->n_tokens == 1 || heads_inner(hs, ts)));
+  const int grouped = !(b->n_tokens == 1 || heads_inner(hs, ts));
+  FN(nwalk)(b, nrow_pick(dt, dt, b, grouped), es, es, data, NULL, ts, hs, data, NULL, ts, hs,
+            grouped);
 }
 PE_AI void nstore_call(int sd, int dd, const pe_rope_block *b, const void *const *src,
                        int64_t shs, void *const *dst, int64_t dhs) {
   const int64_t ses = pe__esize(sd), des = pe__esize(dd);
-  FN(nwalk)(b, nrow_pick(sd, dd, b), ses, des, NULL, src, 0, shs * ses, NULL, dst, 0, dhs * des,
+  FN(nwalk)(b, nrow_pick(sd, dd, b, 0), ses, des, NULL, src, 0, shs * ses, NULL, dst, 0, dhs * des,
             0);
 }
 #else

@@ -499,22 +499,29 @@ PE_AI void nrot(int mode, vf x, vf y, vd r, const double *wx, const double *wy, 
   *yo = vf_from_vd2(yl, yh);
 }
 
-/* One step of m <= VL pairs at pair j of a normed row (nstore_row). */
-PE_AI void nstep(int sd, int dd, int style, int mode, const char *in, char *out, int32_t j,
-                 int32_t m, int32_t dist, vd rv, const double *c, const double *s,
-                 const double *wx, const double *wy) {
+/* One step of m <= VL pairs at pair j of a normed row (nstore_row). fw (a
+ * constant): the weights are the row's floats at wf, widened here (a
+ * per-token-scope row, whose weights no other row of the call shares:
+ * preparing them would add a store and a load per weight); else the
+ * prepared wx, wy. */
+PE_AI void nstep(int sd, int dd, int style, int mode, int fw, const char *in, char *out,
+                 int32_t j, int32_t m, int32_t dist, vd rv, const double *c, const double *s,
+                 const double *wx, const double *wy, const float *wf) {
   const int64_t ses = pe__esize(sd), des = pe__esize(dd);
+  _Alignas(64) double fx[VL], fy[VL];
+  if (fw) nprep_w(style, mode, wf + (style == PE_ROPE_GPTJ ? 2 * j : j), m, dist, fx, fy);
+  const double *px = fw ? fx : wx + j, *py = fw ? fy : wy + j;
   vf x, y, xn, yn;
   if (style == PE_ROPE_GPTJ) {
     const char *sp = in + 2 * j * ses;
     char *dp = out + 2 * j * des;
 #if defined(VEC_LD2)
     vldi(sd, sp, m, &x, &y);
-    nrot(mode, x, y, rv, wx + j, wy + j, c + j, s + j, &xn, &yn);
+    nrot(mode, x, y, rv, px, py, c + j, s + j, &xn, &yn);
     vsti(dd, dp, m, xn, yn);
 #else
     vf_deinterleave(vld(sd, sp, 2 * m), vld(sd, sp + VL * ses, 2 * m - VL), &x, &y);
-    nrot(mode, x, y, rv, wx + j, wy + j, c + j, s + j, &xn, &yn);
+    nrot(mode, x, y, rv, px, py, c + j, s + j, &xn, &yn);
     vf lo, hi;
     vf_interleave(xn, yn, &lo, &hi);
     vst2(dd, dp, 2 * m, lo, dp + VL * des, 2 * m - VL, hi);
@@ -523,22 +530,23 @@ PE_AI void nstep(int sd, int dd, int style, int mode, const char *in, char *out,
   }
   x = vld(sd, PE_AT(in, j, ses), m);
   y = vld(sd, PE_AT(in, dist + j, ses), m);
-  nrot(mode, x, y, rv, wx + j, wy + j, c + j, s + j, &xn, &yn);
+  nrot(mode, x, y, rv, px, py, c + j, s + j, &xn, &yn);
   vst2(dd, PE_AT(out, j, des), m, xn, PE_AT(out, dist + j, des), m, yn);
 }
 
 /* One normed row src (dtype sd) -> dst (dtype dd) of n <= NCH pairs, in
  * place when dst == src (every step loads its pairs before it stores them),
- * with the prepared c, s and weights (nprep_*; wx, wy unused for UNIT). The
- * whole steps with the constant VL, then the tail. */
-PE_AI void nstore_row(int sd, int dd, int style, int mode, const void *src, void *dst,
+ * with the prepared c, s and weights (nprep_*; wx, wy unused for UNIT, and
+ * for fw, where the weights are the floats at wf: nstep). The whole steps
+ * with the constant VL, then the tail. */
+PE_AI void nstore_row(int sd, int dd, int style, int mode, int fw, const void *src, void *dst,
                       const double *c, const double *s, int32_t n, int32_t dist, double rs,
-                      const double *wx, const double *wy) {
+                      const double *wx, const double *wy, const float *wf) {
   const vd rv = vd_set1(rs);
   int32_t j = 0;
   for (; j + VL <= n; j += VL)
-    nstep(sd, dd, style, mode, src, dst, j, VL, dist, rv, c, s, wx, wy);
-  if (j < n) nstep(sd, dd, style, mode, src, dst, j, n - j, dist, rv, c, s, wx, wy);
+    nstep(sd, dd, style, mode, fw, src, dst, j, VL, dist, rv, c, s, wx, wy, wf);
+  if (j < n) nstep(sd, dd, style, mode, fw, src, dst, j, n - j, dist, rv, c, s, wx, wy, wf);
 }
 
 /* m lanes of weights at w (zeros for UNIT: not read). */
