@@ -426,78 +426,131 @@ PE_AI void rotate_d(vd x, vd y, vd c, vd s, vd *xo, vd *yo) {
   *xo = vd_fma(x, c, nys);
   *yo = vd_fma(y, c, vd_mul(x, s));
 }
-/* x, y (float vectors of a step's pairs, weights wx, wy) normed by r and
- * rotated by c, s in double, each half, rounded once to float32. */
-PE_AI void nrot(int mode, vf x, vf y, vf wx, vf wy, vd r, vf c, vf s, vf *xo, vf *yo) {
+/* The float64 operands of the normed rows, widened once instead of once per
+ * row (isa_template.h's walks fill them: a token's cos/sin for all the heads
+ * of that token, a weight row for all the rows that share it): NCH pairs at
+ * most, each step's VL lanes in the order the step's x and y lanes come in
+ * (GPT-J: gptj_cs's), lanes past n zero (computed on, never stored). Widening
+ * c, s, wx and wy in every step was 8 of a step's ~28 vector operations. */
+enum { NCH = 128 }; /* pairs: head_dim 256 in one piece; a multiple of every VL */
+
+/* c, s of n pairs (a token's row) widened into cd, sd. */
+PE_AI void nprep_cs(int style, const float *c, const float *s, int32_t n, double *cd,
+                    double *sd) {
+  for (int32_t j = 0; j < n; j += VL) {
+    int32_t m = n - j >= VL ? VL : n - j;
+    vf cv = style == PE_ROPE_GPTJ ? gptj_cs(c + j, m) : vf_loadn(c + j, m);
+    vf sv = style == PE_ROPE_GPTJ ? gptj_cs(s + j, m) : vf_loadn(s + j, m);
+    vd_store(cd + j, vd_widen_lo(cv));
+    vd_store(cd + j + VDL, vd_widen_hi(cv));
+    vd_store(sd + j, vd_widen_lo(sv));
+    vd_store(sd + j + VDL, vd_widen_hi(sv));
+  }
+}
+/* One step's weights widened, 1.0 + w for W1 (isa.h's add, done here once). */
+PE_AI void nprep_w1(int mode, vf w, double *d) {
+  vd lo = vd_widen_lo(w), hi = vd_widen_hi(w);
+  if (mode == PE_NORM_W1) lo = vd_add(vd_set1(1.0), lo), hi = vd_add(vd_set1(1.0), hi);
+  vd_store(d, lo);
+  vd_store(d + VDL, hi);
+}
+/* The weights of n pairs of a row (x's and y's; the row's first element at
+ * w) into wx, wy (mode W or W1). */
+PE_AI void nprep_w(int style, int mode, const float *w, int32_t n, int32_t dist, double *wx,
+                   double *wy) {
+  for (int32_t j = 0; j < n; j += VL) {
+    int32_t m = n - j >= VL ? VL : n - j;
+    vf x, y;
+    if (style == PE_ROPE_GPTJ) {
+#if defined(VEC_LD2)
+      vldi(PE_F32, w + 2 * j, m, &x, &y);
+#else
+      vf_deinterleave(vf_loadn(w + 2 * j, 2 * m), vf_loadn(w + 2 * j + VL, 2 * m - VL), &x, &y);
+#endif
+    } else {
+      x = vf_loadn(w + j, m);
+      y = vf_loadn(w + dist + j, m);
+    }
+    nprep_w1(mode, x, wx + j);
+    nprep_w1(mode, y, wy + j);
+  }
+}
+
+/* The normed values of VDL widened elements x: x * r, times the prepared
+ * weight at w (W: w, W1: 1.0 + w; UNIT: none). */
+PE_AI vd norm_p(int mode, vd x, vd r, const double *w) {
+  vd n = vd_mul(x, r);
+  if (mode != PE_NORM_UNIT) n = vd_mul(n, vd_load(w));
+  return n;
+}
+/* x, y (float vectors of a step's pairs) normed by r and the prepared
+ * weights wx, wy, rotated by the prepared c, s in double, each half rounded
+ * once to float32. */
+PE_AI void nrot(int mode, vf x, vf y, vd r, const double *wx, const double *wy, const double *c,
+                const double *s, vf *xo, vf *yo) {
   vd xl, xh, yl, yh;
-  rotate_d(norm_d(mode, vd_widen_lo(x), r, vd_widen_lo(wx)),
-           norm_d(mode, vd_widen_lo(y), r, vd_widen_lo(wy)), vd_widen_lo(c), vd_widen_lo(s), &xl,
-           &yl);
-  rotate_d(norm_d(mode, vd_widen_hi(x), r, vd_widen_hi(wx)),
-           norm_d(mode, vd_widen_hi(y), r, vd_widen_hi(wy)), vd_widen_hi(c), vd_widen_hi(s), &xh,
-           &yh);
+  rotate_d(norm_p(mode, vd_widen_lo(x), r, wx), norm_p(mode, vd_widen_lo(y), r, wy), vd_load(c),
+           vd_load(s), &xl, &yl);
+  rotate_d(norm_p(mode, vd_widen_hi(x), r, wx + VDL), norm_p(mode, vd_widen_hi(y), r, wy + VDL),
+           vd_load(c + VDL), vd_load(s + VDL), &xh, &yh);
   *xo = vf_from_vd2(xl, xh);
   *yo = vf_from_vd2(yl, yh);
 }
+
+/* One step of m <= VL pairs at pair j of a normed row (nstore_row). fw (a
+ * constant): the weights are the row's floats at wf, widened here (a
+ * per-token-scope row, whose weights no other row of the call shares:
+ * preparing them would add a store and a load per weight); else the
+ * prepared wx, wy. */
+PE_AI void nstep(int sd, int dd, int style, int mode, int fw, const char *in, char *out,
+                 int32_t j, int32_t m, int32_t dist, vd rv, const double *c, const double *s,
+                 const double *wx, const double *wy, const float *wf) {
+  const int64_t ses = pe__esize(sd), des = pe__esize(dd);
+  _Alignas(64) double fx[VL], fy[VL];
+  if (fw) nprep_w(style, mode, wf + (style == PE_ROPE_GPTJ ? 2 * j : j), m, dist, fx, fy);
+  const double *px = fw ? fx : wx + j, *py = fw ? fy : wy + j;
+  vf x, y, xn, yn;
+  if (style == PE_ROPE_GPTJ) {
+    const char *sp = in + 2 * j * ses;
+    char *dp = out + 2 * j * des;
+#if defined(VEC_LD2)
+    vldi(sd, sp, m, &x, &y);
+    nrot(mode, x, y, rv, px, py, c + j, s + j, &xn, &yn);
+    vsti(dd, dp, m, xn, yn);
+#else
+    vf_deinterleave(vld(sd, sp, 2 * m), vld(sd, sp + VL * ses, 2 * m - VL), &x, &y);
+    nrot(mode, x, y, rv, px, py, c + j, s + j, &xn, &yn);
+    vf lo, hi;
+    vf_interleave(xn, yn, &lo, &hi);
+    vst2(dd, dp, 2 * m, lo, dp + VL * des, 2 * m - VL, hi);
+#endif
+    return;
+  }
+  x = vld(sd, PE_AT(in, j, ses), m);
+  y = vld(sd, PE_AT(in, dist + j, ses), m);
+  nrot(mode, x, y, rv, px, py, c + j, s + j, &xn, &yn);
+  vst2(dd, PE_AT(out, j, des), m, xn, PE_AT(out, dist + j, des), m, yn);
+}
+
+/* One normed row src (dtype sd) -> dst (dtype dd) of n <= NCH pairs, in
+ * place when dst == src (every step loads its pairs before it stores them),
+ * with the prepared c, s and weights (nprep_*; wx, wy unused for UNIT, and
+ * for fw, where the weights are the floats at wf: nstep). The whole steps
+ * with the constant VL, then the tail. */
+PE_AI void nstore_row(int sd, int dd, int style, int mode, int fw, const void *src, void *dst,
+                      const double *c, const double *s, int32_t n, int32_t dist, double rs,
+                      const double *wx, const double *wy, const float *wf) {
+  const vd rv = vd_set1(rs);
+  int32_t j = 0;
+  for (; j + VL <= n; j += VL)
+    nstep(sd, dd, style, mode, fw, src, dst, j, VL, dist, rv, c, s, wx, wy, wf);
+  if (j < n) nstep(sd, dd, style, mode, fw, src, dst, j, n - j, dist, rv, c, s, wx, wy, wf);
+}
+
 /* m lanes of weights at w (zeros for UNIT: not read). */
 PE_AI vf nw_ld(int mode, const float *w, int32_t m) {
   return mode == PE_NORM_UNIT ? vf_set1(0.0f) : vf_loadn(w, m);
 }
-
-/* One normed row src (dtype sd) -> dst (dtype dd), in place when dst == src
- * (every step loads its pairs before it stores them). */
-PE_AI void nstore_row(int sd, int dd, int style, int mode, const void *src, void *dst,
-                      const float *c, const float *s, int32_t n, int32_t dist, double rs,
-                      const float *w) {
-  const char *in = src;
-  char *out = dst;
-  const int64_t ses = pe__esize(sd), des = pe__esize(dd);
-  const vd rv = vd_set1(rs);
-  if (style == PE_ROPE_GPTJ) {
-    for (int32_t j = 0; j < n; j += VL) {
-      int32_t m = n - j >= VL ? VL : n - j;
-      const char *sp = in + 2 * j * ses;
-      char *dp = out + 2 * j * des;
-      const float *wp = wat(mode, w, 2 * j);
-      vf x, y, wx, wy, xn, yn;
-#if defined(VEC_LD2)
-      vldi(sd, sp, m, &x, &y);
-      if (mode == PE_NORM_UNIT)
-        wx = wy = vf_set1(0.0f);
-      else
-        vldi(PE_F32, wp, m, &wx, &wy);
-      nrot(mode, x, y, wx, wy, rv, gptj_cs(c + j, m), gptj_cs(s + j, m), &xn, &yn);
-      vsti(dd, dp, m, xn, yn);
-#else
-      vf_deinterleave(vld(sd, sp, 2 * m), vld(sd, sp + VL * ses, 2 * m - VL), &x, &y);
-      vf_deinterleave(nw_ld(mode, wp, 2 * m), nw_ld(mode, wat(mode, wp, VL), 2 * m - VL), &wx,
-                      &wy);
-      nrot(mode, x, y, wx, wy, rv, gptj_cs(c + j, m), gptj_cs(s + j, m), &xn, &yn);
-      vf lo, hi;
-      vf_interleave(xn, yn, &lo, &hi);
-      vst2(dd, dp, 2 * m, lo, dp + VL * des, 2 * m - VL, hi);
-#endif
-    }
-    return;
-  }
-  const char *iy = in + dist * ses;
-  char *oy = out + dist * des;
-  const float *wy = wat(mode, w, dist);
-  for (int32_t j = 0; j < n; j += VL) {
-    int32_t m = n - j >= VL ? VL : n - j;
-    vf xn, yn;
-    nrot(mode, vld(sd, PE_AT(in, j, ses), m), vld(sd, PE_AT(iy, j, ses), m),
-         nw_ld(mode, wat(mode, w, j), m), nw_ld(mode, wat(mode, wy, j), m), rv,
-         vf_loadn(c + j, m), vf_loadn(s + j, m), &xn, &yn);
-    vst2(dd, PE_AT(out, j, des), m, xn, PE_AT(oy, j, des), m, yn);
-  }
-}
-
-PE_AI void nrope_row(int dt, int style, int mode, void *row, const float *c, const float *s,
-                     int32_t n, int32_t dist, double rs, const float *w) {
-  nstore_row(dt, dt, style, mode, row, row, c, s, n, dist, rs, w);
-}
-
 /* A normed row without rotation (mode not OFF): n elements src -> dst, in
  * place when dst == src (each vector is loaded before it is stored). */
 PE_AI void nrow_gen(int sd, int dd, const void *src, void *dst, int64_t n, double rs,
