@@ -37,8 +37,13 @@ PE_AI vd reduce_2pi(int safe, vd p, vd f, vd flo, int lo) {
  * calls: a third pass of stores alone stalled on the write misses of a
  * table larger than the caches (AMD EPYC Zen 4, 64 frequencies, AVX-512:
  * 1.28 -> 1.17 ns/pair on L2-sized rows, 1.34 -> 1.22 in pe-bench's 64 MiB
- * table; AVX2 2.19 -> 1.93). Lanes past a row's end are computed on zero
- * angles and never stored. */
+ * table; AVX2 2.19 -> 1.93). Rows of at most CH/2 frequencies fill the
+ * buffers several at a time, and the reduced angles are stored half by half
+ * (vd_store_f32, vd_round_f32): joining the halves and taking the high one
+ * back cost two shuffles per vector (1.20 -> 1.12 ns/pair in the 64 MiB
+ * table). Non-temporal stores for that table measured slower (1.20 ->
+ * 1.22-1.29). Lanes past a row's end are computed on zero angles and never
+ * stored. */
 PE_AI void sincos_rows(int safe, int lo, int64_t pos0, int64_t n, const double *freq,
                        const double *freq_lo, int32_t n_freq, float scale, float *out) {
   enum { CH = 256 }; /* a multiple of every VL */
