@@ -58,6 +58,8 @@ PE_AI vd vd_widen_hi(vf v) { return _mm256_cvtps_pd(_mm256_extractf128_ps(v, 1))
 #define VEC_SINCOSF Sleef_sincosf8_u10avx2
 #define VEC_SINCOSD Sleef_sincosd4_u35avx2
 PE_AI void vd_store_f32(float *p, vd v) { _mm_storeu_ps(p, _mm256_cvtpd_ps(v)); }
+/* v rounded to float (nearest even, as (float)) and widened back. */
+PE_AI vd vd_round_f32(vd v) { return _mm256_cvtps_pd(_mm256_cvtpd_ps(v)); }
 
 /* (float)|q - (j + lane)| from int32 lanes: exact when q and j + 7 fit in
  * int32, and vcvtdq2ps rounds to nearest even as (float) of the int64 does. */

@@ -77,6 +77,8 @@ PE_AI vd vd_widen_hi(vf v) { return _mm512_cvtps_pd(_mm512_extractf32x8_ps(v, 1)
 #define VEC_SINCOSF Sleef_sincosf16_u10avx512f
 #define VEC_SINCOSD Sleef_sincosd8_u35avx512f
 PE_AI void vd_store_f32(float *p, vd v) { _mm256_storeu_ps(p, _mm512_cvtpd_ps(v)); }
+/* v rounded to float (nearest even, as (float)) and widened back. */
+PE_AI vd vd_round_f32(vd v) { return _mm512_cvtps_pd(_mm512_cvtpd_ps(v)); }
 
 PE_AI vf vf_alibi_dist(int32_t q, int32_t j) {
   const __m512i lane = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);

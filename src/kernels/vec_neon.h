@@ -54,6 +54,8 @@ PE_AI vd vd_widen_hi(vf v) { return vcvt_high_f64_f32(v); }
 #define VEC_SINCOSF Sleef_sincosf4_u10advsimd
 #define VEC_SINCOSD Sleef_sincosd2_u35advsimd
 PE_AI void vd_store_f32(float *p, vd v) { vst1_f32(p, vcvt_f32_f64(v)); }
+/* v rounded to float (nearest even, as (float)) and widened back. */
+PE_AI vd vd_round_f32(vd v) { return vcvt_f64_f32(vcvt_f32_f64(v)); }
 
 /* (float)|q - (j + lane)|: exact in int32 lanes, scvtf rounds as (float). */
 PE_AI vf vf_alibi_dist(int32_t q, int32_t j) {
