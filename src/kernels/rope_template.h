@@ -448,7 +448,11 @@ PE_AI void rotate_d(vd x, vd y, vd c, vd s, vd *xo, vd *yo) {
  * most, each step's VL lanes in the order the step's x and y lanes come in
  * (GPT-J: gptj_cs's), lanes past n zero (computed on, never stored). Widening
  * c, s, wx and wy in every step was 8 of a step's ~28 vector operations. */
-enum { NCH = 128 }; /* pairs: head_dim 256 in one piece; a multiple of every VL */
+/* NCH 64: head_dim 128 in one piece, head_dim 256 (Gemma 3) in two; the
+ * walk's buffers are then 5 KiB (at 128 they were 10.6 KiB, which took a
+ * normed call past the header's ~48 KiB stack promise: test_contract's
+ * 64 KiB-stack thread failed in the -O2 build). */
+enum { NCH = 64 }; /* pairs; a multiple of every VL */
 
 /* c, s of n pairs (a token's row) widened into cd, sd. */
 PE_AI void nprep_cs(int style, const float *c, const float *s, int32_t n, double *cd,
