@@ -380,7 +380,7 @@ PE_AI void rows_grouped(int dt, int style, const pe_rope_block *b, char *base, i
  * heads of a token (token_rows): n_pairs <= PE_ROPE_HELD * VL. */
 #define PE_ROPE_HELD 4
 
-/* Step k (VL pairs) of the row at r with the vectors c, s (from held_cs). */
+/* Step k (VL pairs) of the row at r with the vectors c, s (from pair_cs). */
 PE_AI void held_step(int dt, int style, char *r, int32_t k, int32_t dist, vf c, vf s) {
   const int64_t es = pe__esize(dt);
   vf x, y;
@@ -394,8 +394,10 @@ PE_AI void held_step(int dt, int style, char *r, int32_t k, int32_t dist, vf c, 
     neox_st(dt, px, py, VL, x, y, c, s);
   }
 }
-PE_AI vf held_cs(int style, const float *p) {
-  return style == PE_ROPE_GPTJ ? gptj_cs(p, VL) : vf_loadn(p, VL);
+/* m <= VL pairs' cos (or sin) at p as a step uses them (GPT-J: gptj_cs's
+ * lane order). */
+PE_AI vf pair_cs(int style, const float *p, int32_t m) {
+  return style == PE_ROPE_GPTJ ? gptj_cs(p, m) : vf_loadn(p, m);
 }
 
 /* The rows of one token's n_heads heads (head h's at row + h*hs bytes), each
@@ -410,8 +412,8 @@ PE_AI void token_rows(int dt, int style, char *row, int64_t hs, int64_t n_heads,
                       const float *s, int32_t n, int32_t dist) {
   const int32_t steps = n / VL;
 #define HELD_(k)                                                                                 \
-  const vf c##k = steps > k ? held_cs(style, c + k * VL) : vf_set1(0.0f);                        \
-  const vf s##k = steps > k ? held_cs(style, s + k * VL) : vf_set1(0.0f);
+  const vf c##k = steps > k ? pair_cs(style, c + k * VL, VL) : vf_set1(0.0f);                    \
+  const vf s##k = steps > k ? pair_cs(style, s + k * VL, VL) : vf_set1(0.0f);
   HELD_(0) HELD_(1) HELD_(2) HELD_(3)
 #undef HELD_
   for (int64_t h = 0; h < n_heads; h++) {
@@ -459,8 +461,7 @@ PE_AI void nprep_cs(int style, const float *c, const float *s, int32_t n, double
                     double *sd) {
   for (int32_t j = 0; j < n; j += VL) {
     int32_t m = n - j >= VL ? VL : n - j;
-    vf cv = style == PE_ROPE_GPTJ ? gptj_cs(c + j, m) : vf_loadn(c + j, m);
-    vf sv = style == PE_ROPE_GPTJ ? gptj_cs(s + j, m) : vf_loadn(s + j, m);
+    vf cv = pair_cs(style, c + j, m), sv = pair_cs(style, s + j, m);
     vd_store(cd + j, vd_widen_lo(cv));
     vd_store(cd + j + VDL, vd_widen_hi(cv));
     vd_store(sd + j, vd_widen_lo(sv));
@@ -481,16 +482,10 @@ PE_AI void nprep_w(int style, int mode, const float *w, int32_t n, int32_t dist,
   for (int32_t j = 0; j < n; j += VL) {
     int32_t m = n - j >= VL ? VL : n - j;
     vf x, y;
-    if (style == PE_ROPE_GPTJ) {
-#if defined(VEC_LD2)
-      vldi(PE_F32, w + 2 * j, m, &x, &y);
-#else
-      vf_deinterleave(vf_loadn(w + 2 * j, 2 * m), vf_loadn(w + 2 * j + VL, 2 * m - VL), &x, &y);
-#endif
-    } else {
-      x = vf_loadn(w + j, m);
-      y = vf_loadn(w + dist + j, m);
-    }
+    if (style == PE_ROPE_GPTJ)
+      gptj_ld(PE_F32, (const char *)(w + 2 * j), m, &x, &y);
+    else
+      neox_ld(PE_F32, (const char *)(w + j), (const char *)(w + dist + j), m, &x, &y);
     nprep_w1(mode, x, wx + j);
     nprep_w1(mode, y, wy + j);
   }
@@ -533,21 +528,18 @@ PE_AI void nstep(int sd, int dd, int style, int mode, int fw, const char *in, ch
   if (style == PE_ROPE_GPTJ) {
     const char *sp = in + 2 * j * ses;
     char *dp = out + 2 * j * des;
-#if defined(VEC_LD2)
-    vldi(sd, sp, m, &x, &y);
+    gptj_ld(sd, sp, m, &x, &y);
     nrot(mode, x, y, rv, px, py, c + j, s + j, &xn, &yn);
+#if defined(VEC_LD2)
     vsti(dd, dp, m, xn, yn);
 #else
-    vf_deinterleave(vld(sd, sp, 2 * m), vld(sd, sp + VL * ses, 2 * m - VL), &x, &y);
-    nrot(mode, x, y, rv, px, py, c + j, s + j, &xn, &yn);
     vf lo, hi;
     vf_interleave(xn, yn, &lo, &hi);
     vst2(dd, dp, 2 * m, lo, dp + VL * des, 2 * m - VL, hi);
 #endif
     return;
   }
-  x = vld(sd, PE_AT(in, j, ses), m);
-  y = vld(sd, PE_AT(in, dist + j, ses), m);
+  neox_ld(sd, PE_AT(in, j, ses), PE_AT(in, dist + j, ses), m, &x, &y);
   nrot(mode, x, y, rv, px, py, c + j, s + j, &xn, &yn);
   vst2(dd, PE_AT(out, j, des), m, xn, PE_AT(out, dist + j, des), m, yn);
 }
