@@ -172,6 +172,8 @@ PE_AI qu q8_pairs(const char *p, int64_t e) {
 #define Q8_PAIRS_(sd) 0
 #endif
 
+PE_AI q8_scale q8_scale_of(q4u m);
+
 PE_AI q8_scale q8_scan(int sd, const char *p, int64_t ses, int g) {
   vbi am[4];
   q4u m;
@@ -200,6 +202,11 @@ PE_AI q8_scale q8_scan(int sd, const char *p, int64_t ses, int g) {
     }
     m = (q4u)vb_hmax4_u32(am[0], am[1], am[2], am[3]);
   }
+  return q8_scale_of(m);
+}
+
+/* The scales of four blocks from their maxima m (|x| bits). */
+PE_AI q8_scale q8_scale_of(q4u m) {
   q8_scale r;
   r.bad = (q4i)(m > 0x7f7fffffu);                /* a NaN or an Inf in the block */
   q4f d = (q4f)(m & ~(q4u)r.bad) / 127.0f;        /* finite, >= 0 */
@@ -343,4 +350,172 @@ PE_AI void kvd_q8_gen(int dd, const void *src, void *dst, int64_t n) {
     q8_dgroup(dd, in + b * PE_Q8_0_BYTES, PE_AT(out, b * PE_Q8_0_BLOCK, des), des, 4);
   if (b < nb)
     q8_dgroup(dd, in + b * PE_Q8_0_BYTES, PE_AT(out, b * PE_Q8_0_BLOCK, des), des, (int)(nb - b));
+}
+
+/* ---- Q8_0 rows rotated in place (isa.h's kv_rotate_q8) ---- */
+
+/* A unit: one row's x block k (at bx) and its y block half / 32 + k (at bx
+ * + yo bytes), and the cos of their 32 pairs (at c; the sin at c + so
+ * floats). */
+typedef struct q8r_unit {
+  uint8_t *bx;
+  const float *c;
+} q8r_unit;
+
+/* Four floats through memory (an empty asm claims to change them), so each
+ * is read back as a broadcast operand of the multiply using it
+ * (vmulps m32{1to16}) instead of a lane extract and a broadcast. */
+#define Q8R_LANES_(dst, v)               \
+  do {                                   \
+    memcpy((dst), &(v), sizeof(dst));    \
+    __asm__("" : "+m"(dst));             \
+  } while (0)
+
+/* The blocks of a group whose maxima say a NaN or an Inf (rare: kept out of
+ * the walk's code): each bad block d 0x7e00, qs 0, the others as below. */
+static __attribute__((noinline)) void q8r_store_bad(const q8r_unit *u, int nu, int64_t yo,
+                                                    const qf (*v)[QV], q8_scale sc) {
+  for (int k = 0; k < 2 * nu; k++) {
+    uint8_t *b = u[k >> 1].bx + (k & 1 ? yo : 0);
+    uint16_t d16 = sc.bad[k] ? PE_Q8_0_NONFINITE_D : (uint16_t)(sc.h >> (16 * k));
+    memcpy(b, &d16, 2);
+    if (sc.bad[k]) {
+      memset(b + 2, 0, PE_Q8_0_BLOCK);
+      continue;
+    }
+    const qf iv = (qf)vf_set1(sc.id[k]);
+    vbi q[QV];
+    for (int i = 0; i < QV; i++) q[i] = (vbi)Q8_ROUND_(v[k][i] * iv);
+    vb_store_q8(b + 2, q);
+  }
+}
+
+/* x * p[0] in every lane (the ISA's broadcast operand where it has one). */
+#if defined(VEC_MUL_BCST)
+#define Q8R_MULS_(x, p) (qf)vf_mul_bcst((vf)(x), (p))
+#else
+#define Q8R_MULS_(x, p) ((x) * vf_set1(*(p)))
+#endif
+
+/* A group of nu (1 or 2) units, i.e. 2 * nu blocks, in registers, in two
+ * steps. q8r_load: each block dequantized as q8_dgroup does ((float)qs * d,
+ * the four d widened together), each pair rotated as isa.h says (ys = y*s;
+ * x' = fma(x, c, -ys) as one fused multiply-subtract; y' = fma(y, c, x*s);
+ * no PE_OPAQUE: only a NaN's sign could differ, and a block holding a NaN is
+ * stored d 0x7e00, qs 0 whatever its sign), and the scales of the rotated
+ * blocks as kvq_q8_gen forms them (q8_scale_of of the four maxima); v[2j] is
+ * unit j's x block, v[2j + 1] its y block. q8r_store: the d and the qs
+ * (Q8_ROUND_, two blocks narrowed together). */
+PE_AI q8_scale q8r_load(const q8r_unit *u, int nu, int64_t yo, int64_t so, qf (*v)[QV]) {
+  uint16_t hs[4] = {0, 0, 0, 0};
+  for (int j = 0; j < nu; j++) {
+    memcpy(&hs[2 * j], u[j].bx, 2); /* little-endian */
+    memcpy(&hs[2 * j + 1], u[j].bx + yo, 2);
+  }
+  uint64_t h;
+  memcpy(&h, hs, 8);
+  vf4 dv = vb_f32x4_f16(h);
+  float d[4];
+  Q8R_LANES_(d, dv);
+  vbi am[4];
+  for (int j = 0; j < 2; j++) {
+    am[2 * j] = am[2 * j + 1] = (vbi)QU1(0);
+    if (j >= nu) continue;
+    const uint8_t *bx = u[j].bx, *by = u[j].bx + yo;
+    for (int i = 0; i < QV; i++) {
+      qf x = Q8R_MULS_(__builtin_convertvector((qi)vb_load_s8(bx + 2 + i * VL), qf), &d[2 * j]);
+      qf y = Q8R_MULS_(__builtin_convertvector((qi)vb_load_s8(by + 2 + i * VL), qf), &d[2 * j + 1]);
+      qf c = (qf)vf_load(u[j].c + i * VL), sn = (qf)vf_load(u[j].c + so + i * VL);
+      qf xr = (qf)vf_fms((vf)x, (vf)c, (vf)(y * sn));
+      qf yr = (qf)vf_fma((vf)y, (vf)c, (vf)(x * sn));
+      v[2 * j][i] = xr;
+      v[2 * j + 1][i] = yr;
+      vbi ax = (vbi)((qu)xr & 0x7fffffffu), ay = (vbi)((qu)yr & 0x7fffffffu);
+      am[2 * j] = i ? vb_max_u32(am[2 * j], ax) : ax;
+      am[2 * j + 1] = i ? vb_max_u32(am[2 * j + 1], ay) : ay;
+    }
+  }
+  return q8_scale_of((q4u)vb_hmax4_u32(am[0], am[1], am[2], am[3]));
+}
+
+PE_AI void q8r_store(const q8r_unit *u, int nu, int64_t yo, qf (*v)[QV], q8_scale sc) {
+  if (__builtin_expect(q8_any_bad(sc), 0)) {
+    qf t[4][QV]; /* a copy: v's own address never escapes, so v stays in registers */
+    for (int k = 0; k < 2 * nu; k++)
+      for (int i = 0; i < QV; i++) t[k][i] = v[k][i];
+    q8r_store_bad(u, nu, yo, (const qf(*)[QV])t, sc);
+    return;
+  }
+  float id[4];
+  Q8R_LANES_(id, sc.id);
+  for (int j = 0; j < nu; j++) {
+    uint8_t *bx = u[j].bx, *by = u[j].bx + yo;
+    uint16_t dx16 = (uint16_t)(sc.h >> (32 * j)), dy16 = (uint16_t)(sc.h >> (32 * j + 16));
+    memcpy(bx, &dx16, 2);
+    memcpy(by, &dy16, 2);
+    vbi q[2 * QV];
+    for (int i = 0; i < QV; i++) {
+      q[i] = (vbi)Q8_ROUND_(Q8R_MULS_(v[2 * j][i], &id[2 * j]));
+      q[QV + i] = (vbi)Q8_ROUND_(Q8R_MULS_(v[2 * j + 1][i], &id[2 * j + 1]));
+    }
+    Q8_STORE2_(bx + 2, by + 2, q);
+  }
+}
+
+/* The units of the rows in order (row by row, k within a row; a row of
+ * head_dim 64 is one unit, so two rows share a group), two a group,
+ * software-pipelined as kvq_q8_gen is: the next group loaded, rotated and
+ * its scales started before this group's qs, so its two dependent divides
+ * overlap them instead of stalling the walk (Zen 4, 128-value rows in L1:
+ * ~33 ns a row not pipelined, ~26 pipelined). Two sets of variables (a, b)
+ * take turns; gcc still keeps the pending group's eight vectors on the
+ * stack (sixteen live vectors and the constants exceed 32 registers). A last
+ * odd unit alone. */
+PE_AI void kvr_q8_gen(const float *c, const float *s, int32_t half, void *rows, int64_t n_rows,
+                      int64_t stride) {
+  const int64_t nb = half / PE_Q8_0_BLOCK, n = nb * n_rows, ng = n / 2;
+  const int64_t yo = nb * PE_Q8_0_BYTES, so = s - c;
+  uint8_t *row = rows;
+  int64_t k = 0;
+#define Q8R_NEXT_(un)                     \
+  do {                                    \
+    (un).bx = row + k * PE_Q8_0_BYTES;    \
+    (un).c = c + k * PE_Q8_0_BLOCK;       \
+    if (++k == nb) k = 0, row += stride;  \
+  } while (0)
+  if (ng) {
+    q8r_unit a[2], b[2];
+    qf va[4][QV], vb[4][QV];
+    q8_scale sa, sb;
+    Q8R_NEXT_(a[0]);
+    Q8R_NEXT_(a[1]);
+    sa = q8r_load(a, 2, yo, so, va);
+    int64_t g = 1;
+    for (; g + 1 < ng; g += 2) {
+      Q8R_NEXT_(b[0]);
+      Q8R_NEXT_(b[1]);
+      sb = q8r_load(b, 2, yo, so, vb);
+      q8r_store(a, 2, yo, va, sa);
+      Q8R_NEXT_(a[0]);
+      Q8R_NEXT_(a[1]);
+      sa = q8r_load(a, 2, yo, so, va);
+      q8r_store(b, 2, yo, vb, sb);
+    }
+    if (g < ng) {
+      Q8R_NEXT_(b[0]);
+      Q8R_NEXT_(b[1]);
+      sb = q8r_load(b, 2, yo, so, vb);
+      q8r_store(a, 2, yo, va, sa);
+      q8r_store(b, 2, yo, vb, sb);
+    } else {
+      q8r_store(a, 2, yo, va, sa);
+    }
+  }
+  if (n & 1) {
+    q8r_unit t[1];
+    qf vt[4][QV];
+    Q8R_NEXT_(t[0]);
+    q8r_store(t, 1, yo, vt, q8r_load(t, 1, yo, so, vt));
+  }
+#undef Q8R_NEXT_
 }
