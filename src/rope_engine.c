@@ -373,24 +373,8 @@ static void store_quant_k(const pe__rope_plan *p, int64_t b, int64_t u, int64_t 
 }
 
 /* The cache rows of the block's slots rotated in place (plan.cache_in_place):
- * blk holds every frequency (i0 = 0). A Q8_0 cache of NeoX rows rotated
- * whole, half a multiple of 32 (head_dim 64, 128, 256, ...), takes
- * kv_rotate_q8, every token's rows in one call: the rows dequantized,
- * rotated and quantized in registers, the same bytes as the three kernels
- * below without the float row stored and loaded between them. On Zen 4 it
- * is only level with them (128-value rows in L1: ~26 vs ~27 ns a row): the
- * quantizer's own lane operations are most of either (~18 ns). */
+ * blk holds every frequency (i0 = 0). */
 static void rotate_cache_rows(const pe__rope_plan *p, int64_t u, const pe_rope_block *blk) {
-  if (p->dst_quant == PE_KV_Q8_0 && blk->style == PE_ROPE_NEOX && !blk->norm &&
-      2 * (int64_t)p->half == p->head_dim && p->half % 32 == 0 && blk->n_pairs == p->half) {
-    for (int64_t i = 0; i < blk->n_tokens; i++) {
-      int64_t s = p->slots[u + i];
-      if (s >= 0)
-        p->isa->kv_rotate_q8(blk->cos[i], blk->sin[i], p->half, cache_row(p, s), p->k.heads,
-                             p->dst_s_head);
-    }
-    return;
-  }
   /* adjacent cache rows: one call each way (kv_quant.c's move_rows) */
   const int one = p->dst_s_head == pe__kv_row_bytes(p->dst_quant, p->head_dim, PE_F32);
   float row[QROW_FLOATS] __attribute__((aligned(64)));

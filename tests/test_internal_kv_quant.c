@@ -252,93 +252,6 @@ static void test_q8_0_nonfinite(void **state) {
   for (int i = 0; i < 34; i++) assert_int_equal(q[i], 0);
 }
 
-/* ---- Q8_0 rows rotated in place (kv_rotate_q8) ---- */
-
-/* A block's f16 d: normal (every binade), zero, subnormal, the largest
- * finite, or (nonfinite) Inf / NaN; then random qs (every int8). */
-static uint16_t q8_rand_d(int nonfinite) {
-  switch (rnd() % (nonfinite ? 9 : 7)) {
-    case 0: return 0;
-    case 1: return (uint16_t)(1 + rnd() % 0x3ff);  /* subnormal */
-    case 2: return 0x7bff;                           /* 65504 */
-    case 7: return rnd() % 2 ? 0x7c00 : 0xfc00;      /* +-Inf */
-    case 8: return (uint16_t)(0x7c01 + rnd() % 0x3ff); /* NaN (quiet or signaling) */
-    default: return (uint16_t)(((1 + rnd() % 30) << 10) | (rnd() % 0x400)); /* normal, > 0 */
-  }
-}
-static void q8_rand_rows(uint8_t *buf, int64_t bytes, int nonfinite) {
-  for (int64_t i = 0; i < bytes; i++) buf[i] = (uint8_t)rnd();
-  for (int64_t b = 0; b + 34 <= bytes; b += 34) {
-    uint16_t d = q8_rand_d(nonfinite);
-    buf[b] = (uint8_t)(d & 0xff);
-    buf[b + 1] = (uint8_t)(d >> 8);
-    if (rnd() % 8 == 0) memset(buf + b + 2, 0, 32); /* an all-zero block */
-  }
-}
-/* cos/sin rows: an angle's (float), or exact 0 / +-1 (a quarter turn). */
-static void q8_rand_cs(float *c, float *s, int half) {
-  for (int j = 0; j < half; j++) {
-    double t = (double)(rnd() % 100000) * 6.283185307179586 / 100000.0;
-    c[j] = (float)cos(t);
-    s[j] = (float)sin(t);
-    if (rnd() % 16 == 0) c[j] = 0.0f, s[j] = rnd() % 2 ? 1.0f : -1.0f;
-    if (rnd() % 16 == 0) c[j] = rnd() % 2 ? 1.0f : -1.0f, s[j] = 0.0f;
-  }
-}
-static int f16_finite(const uint8_t *blk) { return (blk[1] & 0x7c) != 0x7c; }
-
-/* Scalar kv_rotate_q8 against its definition, written here: each row
- * dequantized by ggml's dequantize_row_q8_0, each NeoX pair (j, half + j)
- * rotated x' = fmaf(x, c, -(y*s)), y' = fmaf(y, c, x*s) (isa.h), the row
- * quantized by ggml's quantize_row_q8_0_ref; a pair of blocks (k, half/32 +
- * k) where either d is Inf or NaN comes out two NaN blocks (d 0x7e00, qs 0:
- * every rotated value of both is Inf or NaN). Head dims 64 .. 256, rows
- * apart (gap bytes untouched) or adjacent. */
-static void test_q8_0_rotate_ref(void **state) {
-  (void)state;
-  enum { MAXB = 8, MAXR = 5, GAP = 6 };
-  static uint8_t got[MAXR * (MAXB * 34 + GAP)], want[sizeof got];
-  float c[128], sn[128], f[256];
-  for (int it = 0; it < 3000; it++) {
-    int half = 32 * (1 + (int)(rnd() % 4)), nb = half / 32, rows = 1 + (int)(rnd() % MAXR);
-    int64_t rb = 2 * nb * 34, stride = rb + (rnd() % 2 ? GAP : 0);
-    int nonfinite = rnd() % 2;
-    q8_rand_rows(want, rows * stride, nonfinite);
-    memcpy(got, want, sizeof got);
-    q8_rand_cs(c, sn, half);
-    ref->kv_rotate_q8(c, sn, half, got, rows, stride);
-    for (int r = 0; r < rows; r++) {
-      uint8_t *row = want + r * stride;
-      ggml_dequantize_row_q8_0(row, f, 2 * half);
-      for (int j = 0; j < half; j++) {
-        float x = f[j], y = f[half + j];
-        f[j] = fmaf(x, c[j], -(y * sn[j]));
-        f[half + j] = fmaf(y, c[j], x * sn[j]);
-      }
-      for (int k = 0; k < nb; k++) {
-        uint8_t *bx = row + 34 * k, *by = row + 34 * (nb + k);
-        if (f16_finite(bx) && f16_finite(by)) {
-          ggml_quantize_row_q8_0_ref(f + 32 * k, bx, 32);
-          ggml_quantize_row_q8_0_ref(f + half + 32 * k, by, 32);
-        } else {
-          for (int b = 0; b < 2; b++) {
-            uint8_t *blk = b ? by : bx;
-            blk[0] = 0x00, blk[1] = 0x7e;
-            memset(blk + 2, 0, 32);
-          }
-        }
-      }
-    }
-    if (memcmp(got, want, (size_t)(rows * stride))) {
-      for (int64_t i = 0; i < rows * stride; i++)
-        if (got[i] != want[i])
-          fail_msg("half %d rows %d stride %lld: byte %lld (row %lld, block %lld) 0x%02x, "
-                   "want 0x%02x", half, rows, (long long)stride, (long long)i,
-                   (long long)(i / stride), (long long)(i % stride / 34), got[i], want[i]);
-    }
-  }
-}
-
 /* ---- every ISA vs scalar ---- */
 
 enum { ISA_AVX2, ISA_AVX512, ISA_NEON, N_ISA };
@@ -513,32 +426,6 @@ static void check_isa(int which) {
       }
     }
   }
-  /* kv_rotate_q8: head dims 64 .. 256 (an odd number of block pairs per
-   * row with 192: the walk's last unit alone), 1 to 9 rows, adjacent or
-   * apart, unaligned starts; Inf / NaN / zero / subnormal d, cos and sin
-   * including exact 0 and +-1; every byte (gaps and guards too) */
-  {
-    enum { MAXB = 8, MAXR = 9, GAP = 10, SZ = MAXR * (MAXB * 34 + GAP) + 8 };
-    static uint8_t qa[SZ], qv[SZ];
-    float c[128], sn[128];
-    for (int it = 0; it < 4000; it++) {
-      int half = 32 * (1 + (int)(rnd() % 4)), rows = 1 + (int)(rnd() % MAXR);
-      int64_t stride = 2 * (half / 32) * 34 + (rnd() % 2 ? (int64_t)(rnd() % GAP) : 0);
-      int off = (int)(rnd() % 4);
-      q8_rand_rows(qa, SZ, rnd() % 2);
-      memcpy(qv, qa, SZ);
-      q8_rand_cs(c, sn, half);
-      ref->kv_rotate_q8(c, sn, half, qa + off, rows, stride);
-      isa->kv_rotate_q8(c, sn, half, qv + off, rows, stride);
-      if (memcmp(qa, qv, SZ)) {
-        for (int i = 0; i < SZ; i++)
-          if (qa[i] != qv[i])
-            fail_msg("%s kv_rotate_q8 half %d rows %d stride %lld: byte %d scalar 0x%02x, "
-                     "%s 0x%02x", isa->name, half, rows, (long long)stride, i - off, qa[i],
-                     isa->name, qv[i]);
-      }
-    }
-  }
   /* the FP8 float classes through the vector path too */
   for (int f = E4M3; f <= E5M2; f++) {
     enum { N = 6 * 4096 };
@@ -563,8 +450,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_fp8_every_code),   cmocka_unit_test(test_fp8_float_classes),
       cmocka_unit_test(test_fp8_scale),        cmocka_unit_test(test_q8_0_ggml),
-      cmocka_unit_test(test_q8_0_nonfinite),   cmocka_unit_test(test_q8_0_rotate_ref),
-      cmocka_unit_test(test_isa_avx2),
+      cmocka_unit_test(test_q8_0_nonfinite),   cmocka_unit_test(test_isa_avx2),
       cmocka_unit_test(test_isa_avx512),       cmocka_unit_test(test_isa_neon),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);

@@ -230,19 +230,6 @@ typedef void (*pe_sincos_f64_fn)(const double *angle, int32_t n, float *sin_out,
 typedef void (*pe_kv_quant_fn)(const void *src, void *dst, int64_t n, float scale);
 typedef void (*pe_kv_dequant_fn)(const void *src, void *dst, int64_t n, float scale);
 
-/* kv_rotate_q8: Q8_0 rows rotated in place in their format (a K shift of a
- * quantized cache, plan.cache_in_place): n_rows rows of 2 * half values, row
- * r at (char *)rows + r * row_stride bytes (rows never overlap), NEOX pairs
- * (j, half + j) with cos[j], sin[j] (j < half) for every row, half % 32 ==
- * 0 (pair j's x and y sit at the same lane of blocks j / 32 and
- * half / 32 + j / 32, so each such pair of blocks is rotated alone). The
- * bytes are exactly those of kv_dequant[Q8_0][PE_F32] of a row, the
- * rotation of pe_rope_rows_fn on those floats, kv_quant[Q8_0][PE_F32] back
- * (a NaN's sign or payload cannot reach the bytes: a block holding any NaN
- * or Inf is stored d = 0x7e00, qs 0). */
-typedef void (*pe_kv_rotate_fn)(const float *cos, const float *sin, int32_t half, void *rows,
-                                int64_t n_rows, int64_t row_stride);
-
 /* ------------------------------------------------------------------------ */
 /* The struct                                                               */
 /* ------------------------------------------------------------------------ */
@@ -261,7 +248,6 @@ typedef struct pe_isa {
   pe_norm_row_fn norm_row[3][3];            /* [src pe_dtype][dst pe_dtype] */
   pe_kv_quant_fn kv_quant[3][3];            /* [PE_KVQ_* format][src pe_dtype] */
   pe_kv_dequant_fn kv_dequant[3][3];        /* [PE_KVQ_* format][dst pe_dtype] */
-  pe_kv_rotate_fn kv_rotate_q8;             /* Q8_0 rows rotated in place */
 } pe_isa;
 
 /* The scale of a normed row from its sum of squares s (pe_norm_sumsq) over n

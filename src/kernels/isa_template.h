@@ -468,10 +468,6 @@ KVQ_(f32, PE_F32)
 KVQ_(f16, PE_F16)
 KVQ_(bf16, PE_BF16)
 #undef KVQ_
-static void FN(kvr_q8_0)(const float *c, const float *s, int32_t half, void *rows, int64_t n_rows,
-                         int64_t stride) {
-  kvr_q8_gen(c, s, half, rows, n_rows, stride);
-}
 
 #ifndef ISA_BF16_OUT
 #define ISA_BF16_OUT(f) FN(f)
@@ -493,7 +489,6 @@ const pe_isa PE_CAT(pe__isa_, ISA) = {
     .norm_row = {ROW3B_(norm_row_f32), ROW3B_(norm_row_f16), ROW3B_(norm_row_bf16)},
     .kv_quant = {ROW3_(kvq_e4m3), ROW3_(kvq_e5m2), ROW3_(kvq_q8_0)},
     .kv_dequant = {ROW3B_(kvd_e4m3), ROW3B_(kvd_e5m2), ROW3B_(kvd_q8_0)},
-    .kv_rotate_q8 = FN(kvr_q8_0),
 };
 #undef ROW3_
 #undef ROW3B_

@@ -244,28 +244,6 @@ PE_AI void kvd_q8_gen(int dd, const void *src, void *dst, int64_t n) {
   }
 }
 
-/* isa.h's kv_rotate_q8: each pair of blocks (k, half / 32 + k) of a row
- * dequantized, rotated (rotate_pair) and quantized back by the two kernels
- * above: what a whole row through kv_dequant, rope_rows and kv_quant gives,
- * since every block and every pair is computed alone. */
-PE_AI void kvr_q8_gen(const float *c, const float *s, int32_t half, void *rows, int64_t n_rows,
-                      int64_t stride) {
-  const int64_t nb = half / PE_Q8_0_BLOCK;
-  for (int64_t r = 0; r < n_rows; r++) {
-    uint8_t *row = (uint8_t *)rows + r * stride;
-    for (int64_t k = 0; k < nb; k++) {
-      uint8_t *bx = row + k * PE_Q8_0_BYTES, *by = row + (nb + k) * PE_Q8_0_BYTES;
-      float x[PE_Q8_0_BLOCK], y[PE_Q8_0_BLOCK];
-      kvd_q8_gen(PE_F32, bx, x, PE_Q8_0_BLOCK);
-      kvd_q8_gen(PE_F32, by, y, PE_Q8_0_BLOCK);
-      for (int j = 0; j < PE_Q8_0_BLOCK; j++)
-        rotate_pair(x[j], y[j], c[k * PE_Q8_0_BLOCK + j], s[k * PE_Q8_0_BLOCK + j], &x[j], &y[j]);
-      kvq_q8_gen(PE_F32, x, bx, PE_Q8_0_BLOCK);
-      kvq_q8_gen(PE_F32, y, by, PE_Q8_0_BLOCK);
-    }
-  }
-}
-
 /* On x86 CPUs without FMA (where no SIMD path exists either) the FMA variant
  * cannot run: take the plain one there, whose last bit may differ. */
 static void sincos_scalar(const double *angle, int32_t n, float *s, float *c) {

@@ -28,7 +28,6 @@ typedef __m256d vd;
 #define vf_mul _mm256_mul_ps
 #define vf_fma _mm256_fmadd_ps   /* a*b + c, one rounding */
 #define vf_fnma _mm256_fnmadd_ps /* c - a*b, one rounding */
-#define vf_fms _mm256_fmsub_ps /* a*b - c = fma(a, b, -c), one rounding (NaN signs aside) */
 /* A sign flip, as C's unary minus: NaN bits follow. */
 PE_AI vf vf_neg(vf a) { return _mm256_xor_ps(a, _mm256_set1_ps(-0.0f)); }
 

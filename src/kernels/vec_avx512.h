@@ -34,7 +34,6 @@ PE_AI __mmask16 mask_n(int32_t n) {
 #define vf_mul _mm512_mul_ps
 #define vf_fma _mm512_fmadd_ps   /* a*b + c, one rounding */
 #define vf_fnma _mm512_fnmadd_ps /* c - a*b, one rounding */
-#define vf_fms _mm512_fmsub_ps /* a*b - c = fma(a, b, -c), one rounding (NaN signs aside) */
 PE_AI vf vf_neg(vf a) { return _mm512_xor_ps(a, _mm512_set1_ps(-0.0f)); } /* sign flip */
 PE_AI vf vf_loadn(const float *p, int32_t n) {
   return n >= VL ? _mm512_loadu_ps(p) : _mm512_maskz_loadu_ps(mask_n(n), p);
@@ -326,16 +325,6 @@ PE_AI void vb_store_q8w2(void *p0, void *p1, const vbi *w) {
                                        _mm512_packs_epi16(w[0], w[1]));
   _mm256_storeu_si256(p0, _mm512_castsi512_si256(b));
   _mm256_storeu_si256(p1, _mm512_extracti64x4_epi64(b, 1));
-}
-/* a * p[0] in every lane with the scalar read as the multiply's own
- * broadcast operand (vmulps m32{1to16}): gcc otherwise broadcasts it into a
- * register first when it is used twice, one more FP-pipe operation
- * (quant_template.h's kv_rotate_q8: ~0.5 ns a 128-value row on Zen 4). */
-#define VEC_MUL_BCST 1
-PE_AI vf vf_mul_bcst(vf a, const float *p) {
-  vf r;
-  __asm__("vmulps %2%{1to16%}, %1, %0" : "=v"(r) : "v"(a), "m"(*p));
-  return r;
 }
 #define VEC_Q8_ROUND 1
 PE_AI vbi vb_q8_round(vf q) {

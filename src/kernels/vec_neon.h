@@ -29,7 +29,6 @@ typedef float64x2_t vd;
 #define vf_neg vnegq_f32
 #define vf_fma(a, b, c) vfmaq_f32(c, a, b)
 #define vf_fnma(a, b, c) vfmsq_f32(c, a, b) /* c - a*b */
-#define vf_fms(a, b, c) vfmaq_f32(vnegq_f32(c), a, b) /* fma(a, b, -c) */
 
 #define vd_load vld1q_f64
 #define vd_set1 vdupq_n_f64
