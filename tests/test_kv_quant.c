@@ -451,10 +451,14 @@ static double fp8_step(int f, double r, double scale) {
  * the same bytes on every ISA and pool size. */
 static void test_shift_cache(void **state) {
   (void)state;
+  /* head_dim x rotary_dim: 128 full and partial, and (the Q8_0 kernel that
+   * rotates the blocks in place: one or four block pairs a row) 64 and 256 */
+  static const int32_t shapes[4][2] = {{128, 128}, {128, 64}, {64, 64}, {256, 256}};
   for (int kf = 0; kf < 3; kf++)
-    for (int partial = 0; partial < 2; partial++) {
+    for (int sh = 0; sh < 4; sh++) {
       prob p;
-      prob_make(&p, 128, partial ? 64 : 128, 64, PE_F32, formats[kf], PE_KV_Q8_0, PE_QK_NORM_NONE);
+      prob_make(&p, shapes[sh][0], shapes[sh][1], 64, PE_F32, formats[kf], PE_KV_Q8_0,
+                PE_QK_NORM_NONE);
       assert_int_equal(prob_store(&p, NULL), PE_OK);
       int64_t slots[B * T], deltas[B * T], neg[B * T];
       int64_t n = stored_slots(&p, slots);
@@ -471,7 +475,7 @@ static void test_shift_cache(void **state) {
                       .stride = {HK * n * p.hd, n * p.hd, p.hd, 1}};
       assert_int_equal(pe_rope_shift_k(p.c, &dt, deltas, NULL), PE_OK);
       int64_t rb = row_bytes(p.kq, p.hd);
-      uint8_t want[256];
+      uint8_t want[512]; /* a row: up to 256 fp8 codes or 8 q8_0 blocks (272 bytes) */
       for (int64_t i = 0; i < n; i++)
         for (int h = 0; h < HK; h++) {
           ref_quant_row((int)p.kq - 1, d0 + ((int64_t)h * n + i) * p.hd, want, p.hd, p.kscale);
@@ -523,7 +527,7 @@ static void test_shift_cache(void **state) {
           if (bound > 0 && err / bound > worst) worst = err / bound;
         }
       }
-      printf("# format %u %s: worst error / bound %.3f\n", (unsigned)p.kq, partial ? "partial" : "full", worst);
+      printf("# format %u head_dim %d rotary %d: worst error / bound %.3f\n", (unsigned)p.kq, (int)p.hd, (int)p.rot, worst);
       /* errors write nothing */
       memcpy(c1, p.kc, kc_bytes(&p));
       int64_t dup[3] = {slots[0], slots[1], slots[0]}, dd[3] = {1, 2, 3};
