@@ -249,6 +249,22 @@ static void test_rope_sincos(void **state) {
     free(freq);
     cases++;
   }
+  /* The table pe_rope_cache_create builds by default (head_dim 128, base
+   * 10000, 4096 positions): 262144 pairs of SLEEF's float sincos, whose
+   * entry point differs between the ISAs (scalar.c, vec_<isa>.h). */
+  {
+    enum { TN = 4096, TF = 64 };
+    double freq[TF];
+    for (int32_t i = 0; i < TF; i++) freq[i] = pow(10000.0, -2.0 * i / (2 * TF));
+    size_t len = (size_t)TN * 2 * TF;
+    float *a = xmalloc(len * sizeof(float)), *b = xmalloc(len * sizeof(float));
+    ref->rope_sincos(0, TN, freq, NULL, TF, 1.0f, a);
+    isa->rope_sincos(0, TN, freq, NULL, TF, 1.0f, b);
+    assert_same(a, b, len * sizeof(float), 4, "rope_sincos default table 4096 x 64");
+    free(a);
+    free(b);
+    cases++;
+  }
   printf("# %s rope_sincos: %lld cases\n", isa->name, (long long)cases);
 }
 
