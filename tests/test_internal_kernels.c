@@ -282,7 +282,27 @@ typedef struct rows_case {
   int head_major, neg_head, neg_token;
   int norm, norm_per_token, weight_shared; /* the QK-norm stage (PE_NORM_*; 0: none) */
   int wide; /* rows >= 4 KiB apart: a decode step's walk depends on it (isa_template.h) */
+  int cs_layout; /* where the cos/sin rows lie (cs_offsets): the grouped walk depends on it */
 } rows_case;
+
+/* Where token t's cos and sin rows start in a buffer of cs_floats(tokens, n)
+ * floats: as a table's rows for consecutive positions (0, evenly spaced: the
+ * grouped walk steps through such runs, rope_template.h's even_run), or not.
+ * 1: evenly spaced downwards; 2: even but the last token's rows, one float
+ * further; 3: cos and sin rows in two regions, each evenly spaced but by
+ * different steps; 4: sin rows evenly spaced, cos rows not. */
+enum { N_CS_LAYOUTS = 5 };
+static int64_t cs_floats(int64_t tokens, int32_t n) { return (2 * tokens + 24) * ((int64_t)n + 4); }
+static void cs_offsets(int layout, int64_t tokens, int32_t n, int64_t t, int64_t *co, int64_t *so) {
+  const int64_t n2 = 2 * (int64_t)n;
+  switch (layout) {
+  case 1: *co = (tokens - 1 - t) * n2; *so = *co + n; break;
+  case 2: *co = t * n2 + (t == tokens - 1 ? 1 : 0); *so = *co + n; break;
+  case 3: *co = t * n; *so = tokens * n + 7 + t * (n + 3); break;
+  case 4: *so = t * n; *co = tokens * n + 5 + t * (t + 1) / 2 * (n + 1); break;
+  default: *co = t * n2; *so = *co + n; break;
+  }
+}
 
 /* One case of rope_rows on both structs: rows of `extent` elements (the
  * pairs, the gap between the x and y chunks for NEOX, `gap` guard elements),
@@ -304,13 +324,14 @@ static void run_rows(const pe_isa *isa, const rows_case *k) {
   char *a = xmalloc((size_t)total * es), *b = xmalloc((size_t)total * es);
   fill(a, k->dt, total);
   memcpy(b, a, (size_t)total * es);
-  float *cs = xmalloc((size_t)k->tokens * 2 * (size_t)k->n_pairs * sizeof(float));
+  float *cs = xmalloc((size_t)cs_floats(k->tokens, k->n_pairs) * sizeof(float));
   const float *cp[8], *sp[8];
   for (int64_t t = 0; t < k->tokens; t++) {
-    float *c = cs + t * 2 * k->n_pairs;
-    fill_cs(c, c + k->n_pairs, k->n_pairs);
-    cp[t] = c;
-    sp[t] = c + k->n_pairs;
+    int64_t co, so;
+    cs_offsets(k->cs_layout, k->tokens, k->n_pairs, t, &co, &so);
+    cp[t] = cs + co;
+    sp[t] = cs + so;
+    fill_cs(cs + co, cs + so, k->n_pairs);
   }
   pe_rope_block blk = {.cos = cp, .sin = sp, .n_tokens = k->tokens, .n_heads = k->heads,
                        .n_pairs = k->n_pairs, .pair_dist = k->pair_dist, .style = k->style};
@@ -338,9 +359,9 @@ static void run_rows(const pe_isa *isa, const rows_case *k) {
   char what[160];
   snprintf(what, sizeof what,
            "rope_rows dtype %d style %d n_pairs %d pair_dist %d tokens %lld heads %lld hs %lld "
-           "ts %lld norm %d",
+           "ts %lld norm %d cs layout %d",
            k->dt, k->style, (int)k->n_pairs, (int)k->pair_dist, (long long)k->tokens,
-           (long long)k->heads, (long long)hs, (long long)ts, k->norm);
+           (long long)k->heads, (long long)hs, (long long)ts, k->norm, k->cs_layout);
   assert_same(a, b, (size_t)total * es, es, what);
   free(scales);
   free(weights);
@@ -371,6 +392,7 @@ static void test_rope_rows(void **state) {
           k.neg_head = (int)rnd_below(2);
           k.neg_token = rep >= 4;
           k.wide = rnd_below(4) == 0;
+          k.cs_layout = (int)rnd_below(N_CS_LAYOUTS);
           run_rows(isa, &k);
           cases++;
         }

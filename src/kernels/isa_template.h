@@ -297,7 +297,9 @@ PE_AI void rows_walk(int dt, int style, const pe_rope_block *b, void *data, int6
   }
 #endif
 #if defined(PE_ROPE_GROUP)
-  if (n_tokens == 1) { /* a decode step: rope_template.h */
+  /* A decode step and heads farther apart than tokens: rope_template.h (one
+   * call site, so that rows_grouped is expanded once per (dtype, style)). */
+  if (n_tokens == 1 || !heads_inner(hs, ts)) {
     rows_grouped(dt, style, b, base, hs, ts);
     return;
   }
@@ -311,12 +313,8 @@ PE_AI void rows_walk(int dt, int style, const pe_rope_block *b, void *data, int6
       for (int64_t h = 0; h < n_heads; h++) rope_row(dt, style, row + h * hs, c, s, n, dist);
     }
   } else {
-#if defined(PE_ROPE_GROUP)
-    rows_grouped(dt, style, b, base, hs, ts); /* rope_template.h */
-#else
     for (int64_t h = 0; h < n_heads; h++)
       for (int64_t t = 0; t < n_tokens; t++) ROW_(t, h);
-#endif
   }
 #undef ROW_
 }
