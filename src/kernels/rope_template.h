@@ -392,8 +392,7 @@ PE_AI const float *run_row(uintptr_t p0, uintptr_t step, int64_t k) {
  * the loop, rows by step against by pointer: 0.89-0.91 of the time). AMD
  * EPYC Zen 4, Llama-3-8B 32q+8k x 128 f32 [B,H,T,D], 512 tokens, fastest of
  * 31 calls each: 160-165 -> 152-157 us. Positions in random order (runs of
- * one token: each token's groups in turn, as a decode step's) 181-185 ->
- * 167-177 us. */
+ * two tokens: any two rows are evenly spaced) 181-185 -> 167-177 us. */
 PE_AI void rows_grouped(int dt, int style, const pe_rope_block *b, char *base, int64_t hs,
                         int64_t ts) {
   enum { G = PE_ROPE_GROUP };
