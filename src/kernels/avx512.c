@@ -2,7 +2,7 @@
  * over vec_avx512.h. Compiled with -mavx512f -mavx512bw -mavx512dq
  * -mavx512vl (CMakeLists.txt); reached only when cpu.c reports
  * PE_CPU_AVX512. Every kernel that writes bf16 (in-place rows, cache-store
- * rows, convert, norm_row, kv_dequant) rounds with AVX512-BF16's conversion when the CPU
+ * rows, convert, norm_row, kv_dequant, add_row, alibi_row) rounds with AVX512-BF16's conversion when the CPU
  * has it (probed apart from the base AVX-512 set; on Zen 4 it halves the
  * cost of the rounding: 69 -> 37 cycles per 128-channel in-place row), with
  * the integer rounding otherwise; both give the same bits. */
@@ -23,6 +23,8 @@ STORE_DECL_(f32)
 STORE_DECL_(f16)
 STORE_DECL_(bf16)
 #undef STORE_DECL_
+static void add_row_bf16_sel(void *row, const float *v, int64_t n);
+static void alibi_row_bf16_sel(void *row, int64_t n, int64_t qpos, float ns);
 #define KVD_DECL_(F) static void kvd_##F##_bf16_sel(const void *s, void *d, int64_t n, float sc);
 KVD_DECL_(e4m3)
 KVD_DECL_(e5m2)
@@ -101,3 +103,23 @@ KVD_DEF_(e4m3, kvd_fp8_gen(PE_KVQ_E4M3, PE_BF16_CVT, s, d, n, sc))
 KVD_DEF_(e5m2, kvd_fp8_gen(PE_KVQ_E5M2, PE_BF16_CVT, s, d, n, sc))
 KVD_DEF_(q8_0, kvd_q8_gen(PE_BF16_CVT, s, d, n))
 #undef KVD_DEF_
+
+/* The score biases and embeddings (ALiBi, T5, sinusoidal, learned) in bf16. */
+BF16_TARGET static void add_row_bf16_cvt(void *row, const float *v, int64_t n) {
+  add_row_gen(PE_BF16_CVT, row, v, n);
+}
+static void add_row_bf16_sel(void *row, const float *v, int64_t n) {
+  if (has_bf16())
+    add_row_bf16_cvt(row, v, n);
+  else
+    add_row_bf16_avx512(row, v, n);
+}
+BF16_TARGET static void alibi_row_bf16_cvt(void *row, int64_t n, int64_t qpos, float ns) {
+  alibi_row_gen(PE_BF16_CVT, row, n, qpos, ns);
+}
+static void alibi_row_bf16_sel(void *row, int64_t n, int64_t qpos, float ns) {
+  if (has_bf16())
+    alibi_row_bf16_cvt(row, n, qpos, ns);
+  else
+    alibi_row_bf16_avx512(row, n, qpos, ns);
+}

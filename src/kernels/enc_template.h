@@ -7,13 +7,44 @@
  * returns when both operands are NaN depends on it on Arm (a signaling one
  * wins) and load_row stores the widened value itself. */
 
+/* The element loops' dtype: avx512.c's PE_BF16_CVT (bf16 rounded by
+ * AVX512-BF16's conversion) stands for bf16. */
+#if defined(PE_DT)
+#define ENC_DT(dt) PE_DT(dt)
+#else
+#define ENC_DT(dt) ((pe_dtype)(dt))
+#endif
+/* With PE_BF16_CVT two vectors a step, rounded by one vcvtne2ps2bf16 into
+ * one 64-byte store (vstw) instead of a vcvtneps2bf16 and its subnormal
+ * check per vector. */
+#if defined(PE_BF16_CVT)
+#define ENC_PAIRS(dt) ((dt) == PE_BF16_CVT)
+#else
+#define ENC_PAIRS(dt) 0
+#endif
+
+/* add_row's load of the row. On x86 an add of two NaNs returns the first
+ * operand's, quieted, whichever is signaling (SSE/AVX), so the row's NaN
+ * wins either way and a quieted load gives the same bits: vld, one
+ * vcvtph2ps for f16, instead of the exact load's five more operations per
+ * vector. On Arm a signaling second operand would win: the exact load. */
+#if defined(__x86_64__) || defined(__i386__)
+#define ENC_ADD_LD(dt, p) vld(dt, p, VL)
+#else
+#define ENC_ADD_LD(dt, p) vld_exact(dt, p)
+#endif
+
 PE_AI void add_row_gen(int dt, void *row, const float *v, int64_t n) {
   char *r = row;
   const int64_t es = pe__esize(dt);
   int64_t j = 0;
+  if (ENC_PAIRS(dt))
+    for (; j + 2 * VL <= n; j += 2 * VL)
+      vstw(dt, PE_AT(r, j, es), vf_add(ENC_ADD_LD(dt, PE_AT(r, j, es)), vf_load(v + j)),
+           vf_add(ENC_ADD_LD(dt, PE_AT(r, j + VL, es)), vf_load(v + j + VL)));
   for (; j + VL <= n; j += VL)
-    vst(dt, PE_AT(r, j, es), vf_add(vld_exact(dt, PE_AT(r, j, es)), vf_load(v + j)));
-  pe__enc_add((pe_dtype)dt, PE_AT(r, j, es), v + j, n - j);
+    vst(dt, PE_AT(r, j, es), vf_add(ENC_ADD_LD(dt, PE_AT(r, j, es)), vf_load(v + j)));
+  pe__enc_add(ENC_DT(dt), PE_AT(r, j, es), v + j, n - j);
 }
 
 /* Distances as int32 lanes (vf_alibi_dist) when qpos and n fit in int32;
@@ -26,12 +57,19 @@ PE_AI void alibi_row_gen(int dt, void *row, int64_t n, int64_t qpos, float ns) {
   int64_t j = 0;
   if (qpos <= INT32_MAX && n <= INT32_MAX) {
     const vf vns = vf_set1(ns);
+    if (ENC_PAIRS(dt))
+      for (; j + 2 * VL <= n; j += 2 * VL) {
+        vf b0 = vf_mul(vns, vf_alibi_dist((int32_t)qpos, (int32_t)j));
+        vf b1 = vf_mul(vns, vf_alibi_dist((int32_t)qpos, (int32_t)(j + VL)));
+        vstw(dt, PE_AT(r, j, es), vf_add(vld(dt, PE_AT(r, j, es), VL), b0),
+             vf_add(vld(dt, PE_AT(r, j + VL, es), VL), b1));
+      }
     for (; j + VL <= n; j += VL) {
       vf bias = vf_mul(vns, vf_alibi_dist((int32_t)qpos, (int32_t)j));
       vst(dt, PE_AT(r, j, es), vf_add(vld(dt, PE_AT(r, j, es), VL), bias));
     }
   }
-  pe__enc_alibi((pe_dtype)dt, PE_AT(r, j, es), j, n - j, qpos, ns);
+  pe__enc_alibi(ENC_DT(dt), PE_AT(r, j, es), j, n - j, qpos, ns);
 }
 
 /* dt f16 or bf16 (f32 is a copy, isa_template.h). */
@@ -40,7 +78,7 @@ PE_AI void load_row_gen(int dt, float *out, const void *src, int64_t n) {
   const int64_t es = pe__esize(dt);
   int64_t j = 0;
   for (; j + VL <= n; j += VL) vf_store(out + j, vld_exact(dt, PE_AT(p, j, es)));
-  pe__enc_convert((pe_dtype)dt, PE_AT(p, j, es), PE_F32, out + j, n - j);
+  pe__enc_convert(ENC_DT(dt), PE_AT(p, j, es), PE_F32, out + j, n - j);
 }
 
 /* SLEEF's double sincos, VDL angles a step, each rounded once to float. */

@@ -16,7 +16,7 @@
  * (all but the last two PE_AI, taking the dtype/style as constants), and
  * optionally ISA_BF16_OUT(name), the function standing for the kernel FN(name)
  * of each kernel that writes bf16 (rope rows, cache-store rows, convert,
- * norm_row, kv_dequant; AVX-512 picks AVX512-BF16's conversion at run time). The arithmetic is the TU's;
+ * norm_row, kv_dequant, add_row, alibi_row; AVX-512 picks AVX512-BF16's conversion at run time). The arithmetic is the TU's;
  * this file only decides which rows go where. */
 
 #define FN(name) PE_CAT(PE_CAT(name, _), ISA)
@@ -480,8 +480,8 @@ const pe_isa PE_CAT(pe__isa_, ISA) = {
     .rope_store_rows = {ROW3B_(store_f32), ROW3B_(store_f16), ROW3B_(store_bf16)},
     .convert = {ROW3B_(convert_f32), ROW3B_(convert_f16), ROW3B_(convert_bf16)},
     .sincos = FN(sincos),
-    .add_row = ROW3_(add_row),
-    .alibi_row = ROW3_(alibi_row),
+    .add_row = ROW3B_(add_row),
+    .alibi_row = ROW3B_(alibi_row),
     .load_row = ROW3_(load_row),
     .norm_sumsq = ROW3_(norm_sumsq),
     .norm_row = {ROW3B_(norm_row_f32), ROW3B_(norm_row_f16), ROW3B_(norm_row_bf16)},
