@@ -357,12 +357,13 @@ PE_AI void group_step(int dt, int style, int64_t g, char *row, int64_t hs, const
  * (VEC_BF16_EO): cos/sin deinterleaved once for the group's rows. */
 PE_AI void group_step_eo(int64_t g, char *row, int64_t hs, const float *c, const float *s,
                          int32_t j, int32_t dist) {
-  const vf z = vf_set1(0.0f); /* unused rows of g: for the compiler's warning */
-  vf e[2 * PE_ROPE_GROUP] = {z, z, z, z, z, z, z, z}, o[2 * PE_ROPE_GROUP] = {z, z, z, z, z, z, z, z};
+  const vf z = vf_set1(0.0f); /* rows past g: for the compiler's warning */
+  vf e[2 * PE_ROPE_GROUP] = {z, z, z, z, z, z, z, z};
+  vf o[2 * PE_ROPE_GROUP] = {z, z, z, z, z, z, z, z};
   char *p[2 * PE_ROPE_GROUP] = {row, row, row, row, row, row, row, row};
   for (int h = 0; h < PE_ROPE_GROUP; h++)
     if (h < g) {
-      p[2 * h] = row + h * hs + j * 2;
+      p[2 * h] = row + h * hs + j * 2; /* 2 bytes an element */
       p[2 * h + 1] = p[2 * h] + dist * 2;
       bf16_ld_eo(p[2 * h], 2 * VL, &e[2 * h], &o[2 * h]);
       bf16_ld_eo(p[2 * h + 1], 2 * VL, &e[2 * h + 1], &o[2 * h + 1]);
@@ -484,19 +485,11 @@ PE_AI vf pair_cs(int style, const float *p, int32_t m) {
   return style == PE_ROPE_GPTJ ? gptj_cs(p, m) : vf_loadn(p, m);
 }
 
-/* The rows of one token's n_heads heads (head h's at row + h*hs bytes), each
- * as rope_row, n a multiple of VL and <= PE_ROPE_HELD * VL: the token's cos
- * and sin vectors are loaded once and kept in registers (named, so that they
- * are not an array on the stack) across its heads, so a row costs its own
- * loads and stores only. For heads adjacent in memory ([B,T,H,D] and the
- * other heads-inner walks): AMD EPYC Zen 4, 512 tokens from L3, a
- * standalone copy of both loops: 0.84-0.86 -> 0.90-0.91 of the stream
- * bound, L2-resident 0.86-0.88 -> 1.09. */
 #if defined(VEC_BF16_EO)
 /* token_rows for NeoX rows of 2*VL or 4*VL pairs in the even/odd order
  * (VEC_BF16_EO): the token's cos/sin deinterleaved once, each row's chunks
  * of 2*VL pairs loaded, rotated and stored with one subnormal check. */
-PE_AI void token_rows_eo(int dt, char *row, int64_t hs, int64_t n_heads, const float *c,
+PE_AI void token_rows_eo(char *row, int64_t hs, int64_t n_heads, const float *c,
                          const float *s, int32_t n, int32_t dist) {
   const int32_t q = n / (2 * VL); /* 1 or 2 */
   vf ce[2], co[2], se[2], so[2];
@@ -507,12 +500,12 @@ PE_AI void token_rows_eo(int dt, char *row, int64_t hs, int64_t n_heads, const f
   }
   for (int64_t h = 0; h < n_heads; h++) {
     char *r = row + h * hs;
-    const vf z = vf_set1(0.0f); /* unused lanes of g: for the compiler's warning */
+    const vf z = vf_set1(0.0f); /* unused when q is 1: for the compiler's warning */
     vf e[4] = {z, z, z, z}, o[4] = {z, z, z, z};
     char *p[4] = {r, r, r, r};
     for (int k = 0; k < 2; k++)
       if (k < q) {
-        p[2 * k] = r + 2 * k * VL * 2;
+        p[2 * k] = r + 2 * k * VL * 2; /* 2 bytes an element */
         p[2 * k + 1] = p[2 * k] + dist * 2;
         bf16_ld_eo(p[2 * k], 2 * VL, &e[2 * k], &o[2 * k]);
         bf16_ld_eo(p[2 * k + 1], 2 * VL, &e[2 * k + 1], &o[2 * k + 1]);
@@ -523,11 +516,19 @@ PE_AI void token_rows_eo(int dt, char *row, int64_t hs, int64_t n_heads, const f
   }
 }
 #endif
+/* The rows of one token's n_heads heads (head h's at row + h*hs bytes), each
+ * as rope_row, n a multiple of VL and <= PE_ROPE_HELD * VL: the token's cos
+ * and sin vectors are loaded once and kept in registers (named, so that they
+ * are not an array on the stack) across its heads, so a row costs its own
+ * loads and stores only. For heads adjacent in memory ([B,T,H,D] and the
+ * other heads-inner walks): AMD EPYC Zen 4, 512 tokens from L3, a
+ * standalone copy of both loops: 0.84-0.86 -> 0.90-0.91 of the stream
+ * bound, L2-resident 0.86-0.88 -> 1.09. */
 PE_AI void token_rows(int dt, int style, char *row, int64_t hs, int64_t n_heads, const float *c,
                       const float *s, int32_t n, int32_t dist) {
 #if defined(VEC_BF16_EO)
   if (dt == PE_BF16_CVT && style != PE_ROPE_GPTJ && n % (2 * VL) == 0) {
-    token_rows_eo(dt, row, hs, n_heads, c, s, n, dist);
+    token_rows_eo(row, hs, n_heads, c, s, n, dist);
     return;
   }
 #endif

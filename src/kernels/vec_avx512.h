@@ -196,7 +196,7 @@ BF16_TARGET static inline void bf16_st_eo_g(int g, char *const *p, int32_t n, co
                                        8, 23, 7, 22, 6, 21, 5, 20, 4, 19, 3, 18, 2, 17, 1, 16, 0);
   __m512i w[8];
   __mmask32 z = 0;
-  for (int i = 0; i < 8; i++) w[i] = _mm512_setzero_si512(); /* i >= g: for the compiler's warning */
+  for (int i = 0; i < 8; i++) w[i] = _mm512_setzero_si512(); /* i >= g: for gcc's warning */
   for (int i = 0; i < 8; i++)
     if (i < g) {
       w[i] = _mm512_castps_si512((__m512)_mm512_cvtne2ps_pbh(o[i], e[i])); /* e low, o high */
