@@ -5,7 +5,8 @@
  * primitives used here (VL float lanes, VDL = VL/2 double lanes, vf/vd and
  * the vf_/vd_ operations, vld/vst2/vstw/vst per dtype with an n-lane tail,
  * and for GPT-J either vf_deinterleave / vf_interleave / vf_gptj_cs or, with
- * VEC_LD2, vldi/vsti). Bit-identical to
+ * VEC_LD2, vldi/vsti; optionally VEC_BF16_EO, bf16 rows in even/odd order:
+ * bf16_ld_eo/bf16_st_eo_g, AVX-512). Bit-identical to
  * scalar.c by construction: the same operations in the same order, lane by
  * lane; lanes past a tail are computed on zeros and never stored. */
 

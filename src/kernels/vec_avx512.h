@@ -164,17 +164,22 @@ BF16_TARGET static inline __m512i bf16_pack_cvt(vf a, vf b) {
     return bf16_pack_int(a, b);
   return w;
 }
-/* bf16 rows as even and odd elements (VEC_BF16_EO; PE_BF16_CVT NeoX rows,
+/* bf16 rows as even and odd elements (VEC_BF16_EO: the in-place NeoX rows
+ * of 32-pair chunks in token_rows and the groups, and every GPT-J step,
  * rope_template.h). A 32-bit word holding elements 2i and 2i+1 gives the
  * float of the even one by vpslld 16 and of the odd one by vpandd
- * 0xffff0000: no shuffle, where the widening of 16 halves into the top of 16
- * lanes takes one vpermw (vld). The rotation is elementwise, so x and y
- * rotate in that order with cos/sin deinterleaved the same way (once per
- * token or per group of rows), and one vpermw per 32 halves puts the rounded
- * words back in place for a whole 64-byte store. Per 128-channel row: 4
- * shuffles instead of 8 vpermw + 4 vextracti64x4 (on AMD EPYC Zen 4 each
- * 512-bit shuffle costs ~0.7 cycle of a row bound by the FMA pipes), and 4
- * loads and 4 stores instead of 8 and 8. */
+ * 0xffff0000: no shuffle, where vld widens 16 halves with one vpermw. The
+ * rotation is elementwise, so NeoX's x and y rotate in that order with
+ * cos/sin deinterleaved the same way (once per token, or per group of 4
+ * rows), and GPT-J's x and y are the even and odd elements themselves, in
+ * pair order with no deinterleave at all; one vpermw per 32 rounded words
+ * puts them back in place for a whole 64-byte store. AMD EPYC Zen 4 (L1
+ * loops, 8 + 8 FMAs alone 8 cycles): with 8 vpermw, vextracti64x4 or
+ * vpermt2ps 10.6-15 cycles, with 8 vpslld or vpandd 8.0. A 128-channel
+ * in-place row (8 rows in L1, fastest of 401): NeoX 32-35 -> 28-29.5
+ * cycles (4 shuffles instead of 8 vpermw + 4 vextracti64x4, 4 loads and 4
+ * stores instead of 8 and 8), GPT-J 48-55 -> 28-31 (4 shuffles instead of
+ * 28). */
 #define VEC_BF16_EO 1
 /* 32 elements at p (n <= 32 of them: the rest read as 0). */
 PE_AI void bf16_ld_eo(const void *p, int32_t n, vf *e, vf *o) {
