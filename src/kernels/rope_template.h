@@ -5,7 +5,8 @@
  * primitives used here (VL float lanes, VDL = VL/2 double lanes, vf/vd and
  * the vf_/vd_ operations, vld/vst2/vstw/vst per dtype with an n-lane tail,
  * and for GPT-J either vf_deinterleave / vf_interleave / vf_gptj_cs or, with
- * VEC_LD2, vldi/vsti). Bit-identical to
+ * VEC_LD2, vldi/vsti; optionally VEC_BF16_EO, bf16 rows in even/odd order:
+ * bf16_ld_eo/bf16_st_eo_g, AVX-512). Bit-identical to
  * scalar.c by construction: the same operations in the same order, lane by
  * lane; lanes past a tail are computed on zeros and never stored. */
 
@@ -256,6 +257,12 @@ PE_AI void gptj_ld(int sd, const char *sp, int32_t m, vf *x, vf *y) {
   vldi(sd, sp, m, x, y);
 #else
   const int64_t ses = pe__esize(sd);
+#if defined(VEC_BF16_EO)
+  if (sd == PE_BF16 || sd == PE_BF16_CVT) { /* x even, y odd: in pair order */
+    bf16_ld_eo(sp, 2 * m, x, y);
+    return;
+  }
+#endif
   vf_deinterleave(vld(sd, sp, 2 * m), vld(sd, sp + VL * ses, 2 * m - VL), x, y);
 #endif
 }
@@ -270,6 +277,12 @@ PE_AI void gptj_st(int dd, char *dp, int32_t m, int whole, vf x, vf y, vf c, vf 
   (void)whole;
 #else
   const int64_t des = pe__esize(dd);
+#if defined(VEC_BF16_EO)
+  if (dd == PE_BF16_CVT) { /* one vpermw back to pair order, one store (whole or masked) */
+    bf16_st_eo_g(1, &dp, 2 * m, &xn, &yn);
+    return;
+  }
+#endif
   vf lo, hi;
   vf_interleave(xn, yn, &lo, &hi);
   if (whole)
@@ -340,11 +353,42 @@ PE_AI void group_step(int dt, int style, int64_t g, char *row, int64_t hs, const
   }
 }
 
+#if defined(VEC_BF16_EO)
+/* group_step for 2*VL NeoX pairs from pair j in the even/odd order
+ * (VEC_BF16_EO): cos/sin deinterleaved once for the group's rows. */
+PE_AI void group_step_eo(int64_t g, char *row, int64_t hs, const float *c, const float *s,
+                         int32_t j, int32_t dist) {
+  const vf z = vf_set1(0.0f); /* rows past g: for the compiler's warning */
+  vf e[2 * PE_ROPE_GROUP] = {z, z, z, z, z, z, z, z};
+  vf o[2 * PE_ROPE_GROUP] = {z, z, z, z, z, z, z, z};
+  char *p[2 * PE_ROPE_GROUP] = {row, row, row, row, row, row, row, row};
+  for (int h = 0; h < PE_ROPE_GROUP; h++)
+    if (h < g) {
+      p[2 * h] = row + h * hs + j * 2; /* 2 bytes an element */
+      p[2 * h + 1] = p[2 * h] + dist * 2;
+      bf16_ld_eo(p[2 * h], 2 * VL, &e[2 * h], &o[2 * h]);
+      bf16_ld_eo(p[2 * h + 1], 2 * VL, &e[2 * h + 1], &o[2 * h + 1]);
+    }
+  vf ce, co, se, so;
+  vf_deinterleave(vf_load(c + j), vf_load(c + j + VL), &ce, &co);
+  vf_deinterleave(vf_load(s + j), vf_load(s + j + VL), &se, &so);
+  for (int h = 0; h < PE_ROPE_GROUP; h++)
+    if (h < g) {
+      rotate(e[2 * h], e[2 * h + 1], ce, se, &e[2 * h], &e[2 * h + 1]);
+      rotate(o[2 * h], o[2 * h + 1], co, so, &o[2 * h], &o[2 * h + 1]);
+    }
+  bf16_st_eo_g(2 * (int)g, p, 2 * VL, e, o);
+}
+#endif
 /* g <= PE_ROPE_GROUP rows of one token in place (each as scalar.c's
  * rope_row): full steps of VL pairs, then one tail step. */
 PE_AI void rope_group(int dt, int style, int64_t g, char *row, int64_t hs, const float *c,
                       const float *s, int32_t n, int32_t dist) {
   int32_t j = 0;
+#if defined(VEC_BF16_EO)
+  if (dt == PE_BF16_CVT && style != PE_ROPE_GPTJ)
+    for (; j + 2 * VL <= n; j += 2 * VL) group_step_eo(g, row, hs, c, s, j, dist);
+#endif
   for (; j + VL <= n; j += VL) group_step(dt, style, g, row, hs, c, s, j, VL, dist);
   if (j < n) group_step(dt, style, g, row, hs, c, s, j, n - j, dist);
 }
@@ -442,6 +486,37 @@ PE_AI vf pair_cs(int style, const float *p, int32_t m) {
   return style == PE_ROPE_GPTJ ? gptj_cs(p, m) : vf_loadn(p, m);
 }
 
+#if defined(VEC_BF16_EO)
+/* token_rows for NeoX rows of 2*VL or 4*VL pairs in the even/odd order
+ * (VEC_BF16_EO): the token's cos/sin deinterleaved once, each row's chunks
+ * of 2*VL pairs loaded, rotated and stored with one subnormal check. */
+PE_AI void token_rows_eo(char *row, int64_t hs, int64_t n_heads, const float *c,
+                         const float *s, int32_t n, int32_t dist) {
+  const int32_t q = n / (2 * VL); /* 1 or 2 */
+  vf ce[2], co[2], se[2], so[2];
+  for (int k = 0; k < 2; k++) {
+    const int32_t o = k < q ? 2 * VL * k : 0;
+    vf_deinterleave(vf_load(c + o), vf_load(c + o + VL), &ce[k], &co[k]);
+    vf_deinterleave(vf_load(s + o), vf_load(s + o + VL), &se[k], &so[k]);
+  }
+  for (int64_t h = 0; h < n_heads; h++) {
+    char *r = row + h * hs;
+    const vf z = vf_set1(0.0f); /* unused when q is 1: for the compiler's warning */
+    vf e[4] = {z, z, z, z}, o[4] = {z, z, z, z};
+    char *p[4] = {r, r, r, r};
+    for (int k = 0; k < 2; k++)
+      if (k < q) {
+        p[2 * k] = r + 2 * k * VL * 2; /* 2 bytes an element */
+        p[2 * k + 1] = p[2 * k] + dist * 2;
+        bf16_ld_eo(p[2 * k], 2 * VL, &e[2 * k], &o[2 * k]);
+        bf16_ld_eo(p[2 * k + 1], 2 * VL, &e[2 * k + 1], &o[2 * k + 1]);
+        rotate(e[2 * k], e[2 * k + 1], ce[k], se[k], &e[2 * k], &e[2 * k + 1]);
+        rotate(o[2 * k], o[2 * k + 1], co[k], so[k], &o[2 * k], &o[2 * k + 1]);
+      }
+    bf16_st_eo_g(2 * q, p, 2 * VL, e, o);
+  }
+}
+#endif
 /* The rows of one token's n_heads heads (head h's at row + h*hs bytes), each
  * as rope_row, n a multiple of VL and <= PE_ROPE_HELD * VL: the token's cos
  * and sin vectors are loaded once and kept in registers (named, so that they
@@ -452,6 +527,12 @@ PE_AI vf pair_cs(int style, const float *p, int32_t m) {
  * bound, L2-resident 0.86-0.88 -> 1.09. */
 PE_AI void token_rows(int dt, int style, char *row, int64_t hs, int64_t n_heads, const float *c,
                       const float *s, int32_t n, int32_t dist) {
+#if defined(VEC_BF16_EO)
+  if (dt == PE_BF16_CVT && style != PE_ROPE_GPTJ && n % (2 * VL) == 0) {
+    token_rows_eo(row, hs, n_heads, c, s, n, dist);
+    return;
+  }
+#endif
   const int32_t steps = n / VL;
 #define HELD_(k)                                                                                 \
   const vf c##k = steps > k ? pair_cs(style, c + k * VL, VL) : vf_set1(0.0f);                    \

@@ -164,6 +164,61 @@ BF16_TARGET static inline __m512i bf16_pack_cvt(vf a, vf b) {
     return bf16_pack_int(a, b);
   return w;
 }
+/* bf16 rows as even and odd elements (VEC_BF16_EO: the in-place NeoX rows
+ * of 32-pair chunks in token_rows and the groups, and every GPT-J step,
+ * rope_template.h). A 32-bit word holding elements 2i and 2i+1 gives the
+ * float of the even one by vpslld 16 and of the odd one by vpandd
+ * 0xffff0000: no shuffle, where vld widens 16 halves with one vpermw. The
+ * rotation is elementwise, so NeoX's x and y rotate in that order with
+ * cos/sin deinterleaved the same way (once per token, or per group of 4
+ * rows), and GPT-J's x and y are the even and odd elements themselves, in
+ * pair order with no deinterleave at all; one vpermw per 32 rounded words
+ * puts them back in place for a whole 64-byte store. AMD EPYC Zen 4 (L1
+ * loops, 8 + 8 FMAs alone 8 cycles): with 8 vpermw, vextracti64x4 or
+ * vpermt2ps 10.6-15 cycles, with 8 vpslld or vpandd 8.0. A 128-channel
+ * in-place row (8 rows in L1, fastest of 401): NeoX 32-35 -> 28-29.5
+ * cycles (4 shuffles instead of 8 vpermw + 4 vextracti64x4, 4 loads and 4
+ * stores instead of 8 and 8), GPT-J 48-55 -> 28-31 (4 shuffles instead of
+ * 28). */
+#define VEC_BF16_EO 1
+/* 32 elements at p (n <= 32 of them: the rest read as 0). */
+PE_AI void bf16_ld_eo(const void *p, int32_t n, vf *e, vf *o) {
+  __m512i w = n >= 2 * VL ? _mm512_loadu_si512(p)
+                          : _mm512_maskz_loadu_epi16((__mmask32)((1ull << n) - 1u), p);
+  *e = _mm512_castsi512_ps(_mm512_slli_epi32(w, 16));
+  *o = _mm512_castsi512_ps(_mm512_and_si512(w, _mm512_set1_epi32((int)0xffff0000u)));
+}
+/* g <= 8 vectors of 32 elements (e[i] even, o[i] odd) rounded as
+ * bf16_pack_cvt and written to p[i] (n elements each, n <= 32), with one
+ * subnormal check for all of them: a vptestnmw per 32 words (on Zen 4 it
+ * runs on the FMA pipes: 8 with 8 FMAs take 16 cycles), the masks or-ed,
+ * one branch, and only if some word is +-0 each vector checked as
+ * bf16_pack_cvt does. The loops run to the constant 8 so that the arrays
+ * stay in registers. */
+BF16_TARGET static inline void bf16_st_eo_g(int g, char *const *p, int32_t n, const vf *e,
+                                            const vf *o) {
+  const __m512i idx = _mm512_set_epi16(31, 15, 30, 14, 29, 13, 28, 12, 27, 11, 26, 10, 25, 9, 24,
+                                       8, 23, 7, 22, 6, 21, 5, 20, 4, 19, 3, 18, 2, 17, 1, 16, 0);
+  __m512i w[8];
+  __mmask32 z = 0;
+  for (int i = 0; i < 8; i++) w[i] = _mm512_setzero_si512(); /* i >= g: for gcc's warning */
+  for (int i = 0; i < 8; i++)
+    if (i < g) {
+      w[i] = _mm512_castps_si512((__m512)_mm512_cvtne2ps_pbh(o[i], e[i])); /* e low, o high */
+      z |= _mm512_testn_epi16_mask(w[i], _mm512_set1_epi16(0x7fff));
+    }
+  if (__builtin_expect(z != 0, 0))
+    for (int i = 0; i < 8; i++)
+      if (i < g) w[i] = bf16_pack_cvt(e[i], o[i]);
+  for (int i = 0; i < 8; i++)
+    if (i < g) {
+      __m512i v = _mm512_permutexvar_epi16(idx, w[i]);
+      if (n >= 2 * VL)
+        _mm512_storeu_si512(p[i], v);
+      else
+        _mm512_mask_storeu_epi16(p[i], (__mmask32)((1ull << n) - 1u), v);
+    }
+}
 /* One vector the same way (vcvtneps2bf16), 16 words. */
 BF16_TARGET static inline __m256i bf16_cvt1(vf a) {
   __m256i w = (__m256i)_mm512_cvtneps_pbh(a);
