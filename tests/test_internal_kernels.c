@@ -619,6 +619,44 @@ static void test_enc_rows(void **state) {
       free(fb);
       cases += 3;
     }
+  /* Every length up to two AVX-512 vectors and one past (the vector tails
+   * start at each lane) over rows made only of NaN (quiet and signaling, both
+   * signs), +-Inf, subnormals and +-0, every element of the row taking each of
+   * them in turn, between guard elements that must stay untouched. */
+  static const uint32_t sp32[] = {0x7fc00000u, 0xffc12345u, 0x7f800001u, 0xff812345u,
+                                  0x7f800000u, 0xff800000u, 0x00000001u, 0x807fffffu,
+                                  0x00000000u, 0x80000000u};
+  static const uint16_t sp16[] = {0x7e00, 0xfe01, 0x7c01, 0xfd55, 0x7c00, 0xfc00,
+                                  0x0001, 0x83ff, 0x0000, 0x8000};
+  static const uint16_t spb16[] = {0x7fc0, 0xffc1, 0x7f81, 0xff85, 0x7f80, 0xff80,
+                                   0x0001, 0x807f, 0x0000, 0x8000};
+  enum { NSP = sizeof sp32 / sizeof sp32[0] };
+  for (int dt = 0; dt < 3; dt++)
+    for (int64_t n = 1; n <= 33; n++)
+      for (int ph = 0; ph < NSP; ph++) {
+        char a[48 * 4], b[48 * 4], what[80];
+        float v[48];
+        const size_t es = esz(dt), bytes = (size_t)(n + 8) * es;
+        for (int64_t i = 0; i < n + 8; i++) {
+          int k = (int)((i + ph) % NSP);
+          if (dt == PE_F32)
+            memcpy(a + 4 * i, &sp32[k], 4);
+          else
+            memcpy(a + 2 * i, dt == PE_F16 ? &sp16[k] : &spb16[k], 2);
+          v[i] = bits_f32(sp32[4 + (i + ph) % (NSP - 4)]); /* Inf, subnormal, +-0: no NaN */
+        }
+        memcpy(b, a, bytes);
+        ref->add_row[dt](a + 2 * es, v, n);
+        isa->add_row[dt](b + 2 * es, v, n);
+        snprintf(what, sizeof what, "add_row specials dtype %d n %lld", dt, (long long)n);
+        assert_same(a, b, bytes, es, what);
+        memcpy(b, a, bytes);
+        ref->alibi_row[dt](a + 2 * es, n, ph % 2 ? n - 1 : n / 2, -0.0625f);
+        isa->alibi_row[dt](b + 2 * es, n, ph % 2 ? n - 1 : n / 2, -0.0625f);
+        snprintf(what, sizeof what, "alibi_row specials dtype %d n %lld", dt, (long long)n);
+        assert_same(a, b, bytes, es, what);
+        cases += 2;
+      }
   /* sincos of double angles */
   for (int32_t n = 0; n <= 70; n += (n < 20 ? 1 : 7)) {
     double *ang = xmalloc((size_t)(n + 1) * sizeof(double));
