@@ -81,7 +81,7 @@ static void alibi_range(void *ctx, int64_t begin, int64_t end) {
     int64_t n = pe__biased_keys(qpos, j->k_len, j->causal);
     j->k->alibi_row[j->dtype](row, n, qpos, -slope);
     if (n < j->k_len)
-      pe__enc_fill_neg_inf(row + n * (int64_t)j->esize, j->dtype, j->k_len - n);
+      j->k->mask_row[j->dtype](row + n * (int64_t)j->esize, j->k_len - n);
   }
 }
 

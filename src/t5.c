@@ -100,7 +100,7 @@ typedef struct t5_job {
 
 /* The causal -inf past a row's n biased keys. */
 static void t5_mask_rest(const t5_job *j, char *row, int64_t n) {
-  if (n < j->k_len) pe__enc_fill_neg_inf(row + n * (int64_t)j->esize, j->dtype, j->k_len - n);
+  if (n < j->k_len) j->k->mask_row[j->dtype](row + n * (int64_t)j->esize, j->k_len - n);
 }
 
 /* max_distance <= T5_WIN. The bias of a key depends only on rel = key - qpos

@@ -678,6 +678,57 @@ static void test_enc_rows(void **state) {
   printf("# %s add_row, alibi_row, load_row, sincos: %lld cases\n", isa->name, (long long)cases);
 }
 
+/* mask_row: every length to 200 elements and a few long rows, each row start
+ * at every offset of a 64-byte line, over rows of random elements (NaN, Inf,
+ * subnormals, +-0 among them) between guards: elements [0, n) must be the
+ * dtype's -inf bits (isa.h), in the scalar struct and in the ISA's, and
+ * nothing else may change. */
+static void test_mask_rows(void **state) {
+  const pe_isa *isa = isa_or_skip(*(int *)*state);
+  static const uint32_t ninf[3] = {0xff800000u, 0xfc00u, 0xff80u}; /* [pe_dtype] */
+  int64_t cases = 0;
+  for (int dt = 0; dt < 3; dt++) {
+    const int64_t es = (int64_t)esz(dt), lines = 64 / es;
+    for (int64_t n = 0; n <= 4200; n += n < 200 ? 1 : n < 1100 ? 137 : 1031) {
+      const int64_t total = n + lines + 16;
+      char *orig = xmalloc((size_t)(total * es + 64)), *a = xmalloc((size_t)(total * es + 64));
+      char *b = xmalloc((size_t)(total * es + 64));
+      /* line-aligned bases: the row starts at element off of a 64-byte line */
+      char *oa = orig + (64 - (uintptr_t)orig % 64) % 64, *pa = a + (64 - (uintptr_t)a % 64) % 64;
+      char *pb = b + (64 - (uintptr_t)b % 64) % 64;
+      fill(oa, dt, total);
+      for (int64_t off = 1; off <= lines; off += n < 200 || off == lines ? 1 : 5) {
+        memcpy(pa, oa, (size_t)(total * es));
+        memcpy(pb, oa, (size_t)(total * es));
+        ref->mask_row[dt](pa + off * es, n);
+        isa->mask_row[dt](pb + off * es, n);
+        char what[80];
+        snprintf(what, sizeof what, "mask_row dtype %d n %lld at element %lld", dt, (long long)n,
+                 (long long)off);
+        for (int64_t i = 0; i < total; i++) {
+          uint32_t want = 0, got = 0;
+          if (i >= off && i < off + n)
+            want = ninf[dt];
+          else
+            memcpy(&want, oa + i * es, (size_t)es);
+          memcpy(&got, pa + i * es, (size_t)es);
+          if (got != want) {
+            print_error("ERROR: scalar %s: element %lld is 0x%x, not 0x%x\n", what, (long long)i,
+                        (unsigned)got, (unsigned)want);
+            fail();
+          }
+        }
+        assert_same(pa, pb, (size_t)(total * es), (size_t)es, what);
+        cases++;
+      }
+      free(orig);
+      free(a);
+      free(b);
+    }
+  }
+  printf("# %s mask_row: %lld cases\n", isa->name, (long long)cases);
+}
+
 /* ---- the scalar reference against float64 and IEEE formulas ---- */
 
 /* Round a double (exactly representable in float, or not) to binary16 and
@@ -927,7 +978,8 @@ int main(void) {
                {"rope_store_rows", test_rope_store_rows},
                {"convert", test_convert},
                {"norm_kernels", test_norm_kernels},
-               {"enc_rows", test_enc_rows}};
+               {"enc_rows", test_enc_rows},
+               {"mask_rows", test_mask_rows}};
   for (int i = 0; i < N_ISA; i++)
     for (size_t k = 0; k < sizeof kinds / sizeof kinds[0]; k++) {
       snprintf(names[n], sizeof names[n], "%s_%s", isa_names[i], kinds[k].what);

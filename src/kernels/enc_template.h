@@ -119,6 +119,55 @@ PE_AI void alibi_row_gen(int dt, void *row, int64_t n, int64_t qpos, float ns) {
   pe__enc_alibi(ENC_DT(dt), PE_AT(r, j, es), j, n - j, qpos, ns);
 }
 
+/* The causal -inf (isa.h mask_row): on x86 whole vectors of the bit pattern
+ * (two 16-bit -inf per 32-bit lane), the first at the row's start, then at
+ * 64-byte boundaries (a store within one cache line), the last ending at the
+ * row's end (stores overlapping by whole elements rewrite the same bits);
+ * AVX-512 writes a row of under 64 bytes with one masked store. The element
+ * loop compiled for baseline x86-64 made 16-byte stores: on AMD EPYC Zen 4,
+ * filling rows of 256 / 512 / 4096 f16 in a 16 MiB buffer took 17.0 / 47.4 /
+ * 275 ns a row, 64-byte stores 9.7 / 14.4 / 107. NEON keeps the element loop
+ * (its compiled form already stores 16-byte vectors, its widest). */
+#if defined(__AVX512F__) || defined(__AVX2__)
+#if defined(__AVX512F__)
+#define ENC_MW 64
+typedef __m512i enc_mv;
+#define enc_mv_set1(w) _mm512_set1_epi32((int)(w))
+#define enc_mv_store(p, k) _mm512_storeu_si512((void *)(p), k)
+#else
+#define ENC_MW 32
+typedef __m256i enc_mv;
+#define enc_mv_set1(w) _mm256_set1_epi32((int)(w))
+#define enc_mv_store(p, k) _mm256_storeu_si256((__m256i *)(void *)(p), k)
+#endif
+PE_AI void mask_row_gen(int dt, void *row, int64_t n) {
+  char *r = row;
+  const int64_t bytes = n * pe__esize(dt); /* rows are aligned to their elements */
+  const uint32_t w = dt == PE_F32 ? 0xff800000u : dt == PE_F16 ? 0xfc00fc00u : 0xff80ff80u;
+  const enc_mv k = enc_mv_set1(w);
+  if (bytes < ENC_MW) {
+#if defined(__AVX512F__)
+    if (bytes > 0) /* bytes / 2 < 32 16-bit words */
+      _mm512_mask_storeu_epi16(r, (__mmask32)((1u << (bytes / 2)) - 1u), k);
+#else
+    pe__enc_fill_neg_inf(row, ENC_DT(dt), n);
+#endif
+    return;
+  }
+  char *const e = r + bytes;
+  enc_mv_store(r, k);
+  for (char *p = r + ENC_MW - ((uintptr_t)r & (ENC_MW - 1)); p + ENC_MW <= e; p += ENC_MW)
+    enc_mv_store(p, k);
+  enc_mv_store(e - ENC_MW, k);
+}
+#undef enc_mv_set1
+#undef enc_mv_store
+#else
+PE_AI void mask_row_gen(int dt, void *row, int64_t n) {
+  pe__enc_fill_neg_inf(row, ENC_DT(dt), n);
+}
+#endif
+
 /* dt f16 or bf16 (f32 is a copy, isa_template.h). */
 PE_AI void load_row_gen(int dt, float *out, const void *src, int64_t n) {
   const char *p = src;
