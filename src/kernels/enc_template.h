@@ -85,32 +85,73 @@ PE_AI void add_row_gen(int dt, void *row, const float *v, int64_t n) {
 #endif
 }
 
-/* Distances as int32 lanes (vf_alibi_dist) when qpos and n fit in int32;
- * longer rows or farther queries take the element loop. bias = neg_slope * d
- * (float multiply), then x + bias (float add), as pe__alibi_bias. The bias
- * is never NaN, so the quieting load gives the element loop's result. */
+/* ALiBi's int32 distances q - (j + lane), one vector per VL keys. On x86 a
+ * vector of them decremented by VL a step (wrapping like the direct
+ * subtraction, so the same lanes), instead of vf_alibi_dist's broadcast of
+ * j and subtraction per vector: on AMD EPYC Zen 4, an L1-resident f16 row
+ * 1.59 -> 1.33-1.38 ns per 16 keys. NEON keeps vf_alibi_dist. */
+#if defined(__AVX512F__)
+typedef __m512i enc_dist;
+PE_AI enc_dist enc_dist_init(int32_t q) {
+  return _mm512_sub_epi32(_mm512_set1_epi32(q),
+                          _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15));
+}
+PE_AI enc_dist enc_dist_step(enc_dist d, int32_t k) { return _mm512_sub_epi32(d, _mm512_set1_epi32(k)); }
+PE_AI vf enc_dist_f(enc_dist d) { return _mm512_cvtepi32_ps(_mm512_abs_epi32(d)); }
+#elif defined(__AVX2__)
+typedef __m256i enc_dist;
+PE_AI enc_dist enc_dist_init(int32_t q) {
+  return _mm256_sub_epi32(_mm256_set1_epi32(q), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+}
+PE_AI enc_dist enc_dist_step(enc_dist d, int32_t k) { return _mm256_sub_epi32(d, _mm256_set1_epi32(k)); }
+PE_AI vf enc_dist_f(enc_dist d) { return _mm256_cvtepi32_ps(_mm256_abs_epi32(d)); }
+#else
+typedef struct enc_dist {
+  int32_t q;
+  uint32_t j; /* wraps past n like the lanes; read only below n */
+} enc_dist;
+PE_AI enc_dist enc_dist_init(int32_t q) { return (enc_dist){q, 0}; }
+PE_AI enc_dist enc_dist_step(enc_dist d, int32_t k) { return (enc_dist){d.q, d.j + (uint32_t)k}; }
+PE_AI vf enc_dist_f(enc_dist d) { return vf_alibi_dist(d.q, (int32_t)d.j); }
+#endif
+
+/* Distances as int32 lanes when qpos and n fit in int32; longer rows or
+ * farther queries take the element loop. bias = neg_slope * d (float
+ * multiply), then x + bias (float add), as pe__alibi_bias. The bias is never
+ * NaN, so the quieting load gives the element loop's result. */
 PE_AI void alibi_row_gen(int dt, void *row, int64_t n, int64_t qpos, float ns) {
   char *r = row;
   const int64_t es = pe__esize(dt);
   int64_t j = 0;
   if (qpos <= INT32_MAX && n <= INT32_MAX) {
     const vf vns = vf_set1(ns);
+    enc_dist d = enc_dist_init((int32_t)qpos);
     if (ENC_PAIRS(dt))
       for (; j + 2 * VL <= n; j += 2 * VL) {
-        vf b0 = vf_mul(vns, vf_alibi_dist((int32_t)qpos, (int32_t)j));
-        vf b1 = vf_mul(vns, vf_alibi_dist((int32_t)qpos, (int32_t)(j + VL)));
+        vf b0 = vf_mul(vns, enc_dist_f(d));
+        vf b1 = vf_mul(vns, enc_dist_f(enc_dist_step(d, VL)));
+        d = enc_dist_step(d, 2 * VL);
         vstw(dt, PE_AT(r, j, es), vf_add(vld(dt, PE_AT(r, j, es), VL), b0),
              vf_add(vld(dt, PE_AT(r, j + VL, es), VL), b1));
       }
+    if (!ENC_PAIRS(dt))
+      for (; j + 2 * VL <= n; j += 2 * VL) {
+        vf b0 = vf_mul(vns, enc_dist_f(d));
+        vf b1 = vf_mul(vns, enc_dist_f(enc_dist_step(d, VL)));
+        d = enc_dist_step(d, 2 * VL);
+        vst(dt, PE_AT(r, j, es), vf_add(vld(dt, PE_AT(r, j, es), VL), b0));
+        vst(dt, PE_AT(r, j + VL, es), vf_add(vld(dt, PE_AT(r, j + VL, es), VL), b1));
+      }
     for (; j + VL <= n; j += VL) {
-      vf bias = vf_mul(vns, vf_alibi_dist((int32_t)qpos, (int32_t)j));
+      vf bias = vf_mul(vns, enc_dist_f(d));
+      d = enc_dist_step(d, VL);
       vst(dt, PE_AT(r, j, es), vf_add(vld(dt, PE_AT(r, j, es), VL), bias));
     }
 #if defined(ENC_VTAIL)
     if (j < n) { /* lanes past n: distances wrap in int32, never stored */
       const int32_t m = (int32_t)(n - j);
       if (m >= VL) __builtin_unreachable();
-      vf bias = vf_mul(vns, vf_alibi_dist((int32_t)qpos, (int32_t)j));
+      vf bias = vf_mul(vns, enc_dist_f(d));
       enc_vstn(dt, PE_AT(r, j, es), m, vf_add(vld(dt, PE_AT(r, j, es), m), bias));
       return;
     }
