@@ -177,7 +177,8 @@ static void run_bias_case(pe_dtype d, const int64_t s[4], const int perm[3], int
 static void test_bias_dtypes_layouts(void **state) {
   (void)state;
   const int dense[3] = {0, 1, 2}, bqh[3] = {0, 2, 1}, qhb[3] = {2, 1, 0};
-  const int64_t shapes[][4] = {{2, 3, 5, 37}, {1, 4, 1, 100}, {3, 2, 7, 7}, {1, 2, 1, 1}};
+  const int64_t shapes[][4] = {{2, 3, 5, 37}, {1, 4, 1, 100}, {3, 2, 7, 7}, {1, 2, 1, 1},
+                               {2, 2, 9, 40} /* 8+ rows a head: the shared line */};
   for (int d = 0; d < 3; d++)
     for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++)
       for (int variant = 0; variant < 6; variant++) {
@@ -380,6 +381,59 @@ static void test_pool_matches_single_thread(void **state) {
   pool_mode = 0;
 }
 
+/* A head's rows in one call share a line of biases (alibi.c, from 8 rows
+ * with keys and queries below 2048); each row alone takes the row kernel.
+ * Both must give the same bits: every query of a call compared with the
+ * same query as a one-row call, on every path, over rows with NaN
+ * (quiet/signaling), Inf, subnormals and +-0, causal and not, queries
+ * below, across and past 2048, and k_len up to and past 2048. */
+static void test_line_matches_rows(void **state) {
+  (void)state;
+  static const int64_t ks[] = {1, 7, 37, 300, 2048, 2049};
+  static const int64_t qbases[] = {-1, 0, 2030, 2048};
+  const int dense[3] = {0, 1, 2};
+  const char *const isas[] = {"scalar", "avx2", "avx512", "neon"};
+  for (size_t ii = 0; ii < sizeof isas / sizeof isas[0]; ii++) {
+    pe_status st = pe_force_isa(isas[ii]);
+    if (st == PE_ERR_UNSUPPORTED) continue;
+    assert_int_equal(st, PE_OK);
+    for (int d = 0; d < 3; d++)
+      for (size_t ki = 0; ki < sizeof ks / sizeof ks[0]; ki++)
+        for (size_t qi = 0; qi < sizeof qbases / sizeof qbases[0]; qi++)
+          for (int causal = 0; causal < 2; causal++) {
+            const int64_t K = ks[ki], Q = ki % 2 ? 8 : 11, H = 2;
+            const int64_t s[4] = {2, H, Q, K};
+            if (qbases[qi] < 0 && Q > K) continue; /* default positions need q_len <= k_len */
+            tbuf all = make_tensor((pe_dtype)d, s, dense, 3, -1);
+            fill_special(&all);
+            tbuf one = clone(&all);
+            int64_t qp[2 * 11];
+            for (int64_t k = 0; k < 2 * Q; k++)
+              qp[k] = qbases[qi] < 0 ? K - Q + k % Q
+                                     : qbases[qi] + (int64_t)(rng_next() % (uint64_t)(K + 20));
+            float slopes[2] = {rng_uniform(0.0f, 3.0f), 0x1p-130f}; /* a subnormal slope */
+            uint32_t fl = causal ? PE_MASK_CAUSAL : 0;
+            assert_int_equal(
+                pe_alibi_add_bias(&all.t, slopes, qbases[qi] < 0 ? NULL : qp, fl, NULL), PE_OK);
+            for (int64_t b = 0; b < 2; b++)
+              for (int64_t i = 0; i < Q; i++) {
+                pe_tensor r = one.t;
+                r.data = (char *)one.t.data + offset_of(&one.t, b, 0, i, 0) * (int64_t)esize(r.dtype);
+                r.shape[0] = 1;
+                r.shape[2] = 1;
+                assert_int_equal(pe_alibi_add_bias(&r, slopes, &qp[b * Q + i], fl, NULL), PE_OK);
+              }
+            if (memcmp(all.mem, one.mem, all.bytes))
+              fail_msg("%s dtype %d k_len %lld q_len %lld qbase %lld causal %d: the rows of one "
+                       "call differ from the rows alone",
+                       isas[ii], d, (long long)K, (long long)Q, (long long)qbases[qi], causal);
+            free(all.mem);
+            free(one.mem);
+          }
+  }
+  restore_isa();
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_slopes_press_formula),
@@ -390,6 +444,7 @@ int main(void) {
       cmocka_unit_test(test_bloom_relation),
       cmocka_unit_test(test_bias_errors_change_nothing),
       cmocka_unit_test(test_simd_matches_scalar),
+      cmocka_unit_test(test_line_matches_rows),
       cmocka_unit_test(test_pool_matches_single_thread),
   };
   /* e.g. PE_TEST_FILTER='*scalar*' to run a part (under qemu) */

@@ -619,6 +619,44 @@ static void test_enc_rows(void **state) {
       free(fb);
       cases += 3;
     }
+  /* Every length up to two AVX-512 vectors and one past (the vector tails
+   * start at each lane) over rows made only of NaN (quiet and signaling, both
+   * signs), +-Inf, subnormals and +-0, every element of the row taking each of
+   * them in turn, between guard elements that must stay untouched. */
+  static const uint32_t sp32[] = {0x7fc00000u, 0xffc12345u, 0x7f800001u, 0xff812345u,
+                                  0x7f800000u, 0xff800000u, 0x00000001u, 0x807fffffu,
+                                  0x00000000u, 0x80000000u};
+  static const uint16_t sp16[] = {0x7e00, 0xfe01, 0x7c01, 0xfd55, 0x7c00, 0xfc00,
+                                  0x0001, 0x83ff, 0x0000, 0x8000};
+  static const uint16_t spb16[] = {0x7fc0, 0xffc1, 0x7f81, 0xff85, 0x7f80, 0xff80,
+                                   0x0001, 0x807f, 0x0000, 0x8000};
+  enum { NSP = sizeof sp32 / sizeof sp32[0] };
+  for (int dt = 0; dt < 3; dt++)
+    for (int64_t n = 1; n <= 33; n++)
+      for (int ph = 0; ph < NSP; ph++) {
+        char a[48 * 4], b[48 * 4], what[80];
+        float v[48];
+        const size_t es = esz(dt), bytes = (size_t)(n + 8) * es;
+        for (int64_t i = 0; i < n + 8; i++) {
+          int k = (int)((i + ph) % NSP);
+          if (dt == PE_F32)
+            memcpy(a + 4 * i, &sp32[k], 4);
+          else
+            memcpy(a + 2 * i, dt == PE_F16 ? &sp16[k] : &spb16[k], 2);
+          v[i] = bits_f32(sp32[4 + (i + ph) % (NSP - 4)]); /* Inf, subnormal, +-0: no NaN */
+        }
+        memcpy(b, a, bytes);
+        ref->add_row[dt](a + 2 * es, v, n);
+        isa->add_row[dt](b + 2 * es, v, n);
+        snprintf(what, sizeof what, "add_row specials dtype %d n %lld", dt, (long long)n);
+        assert_same(a, b, bytes, es, what);
+        memcpy(b, a, bytes);
+        ref->alibi_row[dt](a + 2 * es, n, ph % 2 ? n - 1 : n / 2, -0.0625f);
+        isa->alibi_row[dt](b + 2 * es, n, ph % 2 ? n - 1 : n / 2, -0.0625f);
+        snprintf(what, sizeof what, "alibi_row specials dtype %d n %lld", dt, (long long)n);
+        assert_same(a, b, bytes, es, what);
+        cases += 2;
+      }
   /* sincos of double angles */
   for (int32_t n = 0; n <= 70; n += (n < 20 ? 1 : 7)) {
     double *ang = xmalloc((size_t)(n + 1) * sizeof(double));
@@ -638,6 +676,57 @@ static void test_enc_rows(void **state) {
     cases++;
   }
   printf("# %s add_row, alibi_row, load_row, sincos: %lld cases\n", isa->name, (long long)cases);
+}
+
+/* mask_row: every length to 200 elements and a few long rows, each row start
+ * at every offset of a 64-byte line, over rows of random elements (NaN, Inf,
+ * subnormals, +-0 among them) between guards: elements [0, n) must be the
+ * dtype's -inf bits (isa.h), in the scalar struct and in the ISA's, and
+ * nothing else may change. */
+static void test_mask_rows(void **state) {
+  const pe_isa *isa = isa_or_skip(*(int *)*state);
+  static const uint32_t ninf[3] = {0xff800000u, 0xfc00u, 0xff80u}; /* [pe_dtype] */
+  int64_t cases = 0;
+  for (int dt = 0; dt < 3; dt++) {
+    const int64_t es = (int64_t)esz(dt), lines = 64 / es;
+    for (int64_t n = 0; n <= 4200; n += n < 200 ? 1 : n < 1100 ? 137 : 1031) {
+      const int64_t total = n + lines + 16;
+      char *orig = xmalloc((size_t)(total * es + 64)), *a = xmalloc((size_t)(total * es + 64));
+      char *b = xmalloc((size_t)(total * es + 64));
+      /* line-aligned bases: the row starts at element off of a 64-byte line */
+      char *oa = orig + (64 - (uintptr_t)orig % 64) % 64, *pa = a + (64 - (uintptr_t)a % 64) % 64;
+      char *pb = b + (64 - (uintptr_t)b % 64) % 64;
+      fill(oa, dt, total);
+      for (int64_t off = 1; off <= lines; off += n < 200 || off == lines ? 1 : 5) {
+        memcpy(pa, oa, (size_t)(total * es));
+        memcpy(pb, oa, (size_t)(total * es));
+        ref->mask_row[dt](pa + off * es, n);
+        isa->mask_row[dt](pb + off * es, n);
+        char what[80];
+        snprintf(what, sizeof what, "mask_row dtype %d n %lld at element %lld", dt, (long long)n,
+                 (long long)off);
+        for (int64_t i = 0; i < total; i++) {
+          uint32_t want = 0, got = 0;
+          if (i >= off && i < off + n)
+            want = ninf[dt];
+          else
+            memcpy(&want, oa + i * es, (size_t)es);
+          memcpy(&got, pa + i * es, (size_t)es);
+          if (got != want) {
+            print_error("ERROR: scalar %s: element %lld is 0x%x, not 0x%x\n", what, (long long)i,
+                        (unsigned)got, (unsigned)want);
+            fail();
+          }
+        }
+        assert_same(pa, pb, (size_t)(total * es), (size_t)es, what);
+        cases++;
+      }
+      free(orig);
+      free(a);
+      free(b);
+    }
+  }
+  printf("# %s mask_row: %lld cases\n", isa->name, (long long)cases);
 }
 
 /* ---- the scalar reference against float64 and IEEE formulas ---- */
@@ -889,7 +978,8 @@ int main(void) {
                {"rope_store_rows", test_rope_store_rows},
                {"convert", test_convert},
                {"norm_kernels", test_norm_kernels},
-               {"enc_rows", test_enc_rows}};
+               {"enc_rows", test_enc_rows},
+               {"mask_rows", test_mask_rows}};
   for (int i = 0; i < N_ISA; i++)
     for (size_t k = 0; k < sizeof kinds / sizeof kinds[0]; k++) {
       snprintf(names[n], sizeof names[n], "%s_%s", isa_names[i], kinds[k].what);

@@ -93,9 +93,9 @@ static inline __attribute__((always_inline)) void pe__enc_convert(pe_dtype sd, c
   for (int64_t j = 0; j < n; j++) pe__elem_store(dd, dst, j, pe__elem_load(sd, src, j));
 }
 
-/* Write -inf into n elements of a row of dtype dt (the fused causal mask).
- * Pure stores of a constant bit pattern: the same on every ISA, so it lives
- * here rather than in struct pe_isa. */
+/* Write -inf into n elements of a row of dtype dt (the fused causal mask):
+ * scalar.c's and NEON's mask_row (isa.h); the x86 ISAs store the same bits
+ * a vector at a time (enc_template.h). */
 static inline void pe__enc_fill_neg_inf(void *row, pe_dtype dt, int64_t n) {
   if (dt == PE_F32) {
     float *r = row;

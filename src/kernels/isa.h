@@ -193,6 +193,11 @@ typedef void (*pe_add_row_fn)(void *row, const float *v, int64_t n);
  * the kernel's business: the caller passes n <= qpos + 1 and fills the rest. */
 typedef void (*pe_alibi_row_fn)(void *row, int64_t n, int64_t qpos, float neg_slope);
 
+/* row[j] = -inf for j in [0, n): the bits 0xff800000 (f32), 0xfc00 (f16),
+ * 0xff80 (bf16), nothing else written. The causal mask that alibi.c and
+ * t5.c fuse into their rows (keys past the query). */
+typedef void (*pe_mask_row_fn)(void *row, int64_t n);
+
 /* out[j] = (float)src[j] for j in [0, n): exact widening of a row of the
  * kernel's dtype (learned embeddings whose table dtype differs from x). */
 typedef void (*pe_load_row_fn)(float *out, const void *src, int64_t n);
@@ -243,6 +248,7 @@ typedef struct pe_isa {
   pe_sincos_f64_fn sincos;
   pe_add_row_fn add_row[3];                 /* [pe_dtype of row] */
   pe_alibi_row_fn alibi_row[3];             /* [pe_dtype of row] */
+  pe_mask_row_fn mask_row[3];               /* [pe_dtype of row] */
   pe_load_row_fn load_row[3];               /* [pe_dtype of src] */
   pe_norm_sumsq_fn norm_sumsq[3];           /* [pe_dtype of src] */
   pe_norm_row_fn norm_row[3][3];            /* [src pe_dtype][dst pe_dtype] */

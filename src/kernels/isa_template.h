@@ -11,7 +11,7 @@
  *     ISAs' nstore_row takes cos, sin and weights prepared as doubles, rope_template.h)
  *   sumsq_gen(dt, src, n, rows, rs, combine, out), nrow_gen(sd, dd, src, dst, n, r, w, mode)  the QK-norm
  *   convert_row(sd, dd, src, dst, n)                      sd != dd
- *   add_row_gen(dt, ..), alibi_row_gen(dt, ..), load_row_gen(dt, ..)
+ *   add_row_gen(dt, ..), alibi_row_gen(dt, ..), load_row_gen(dt, ..), mask_row_gen(dt, ..)
  *   FN(rope_sincos), FN(sincos)
  * (all but the last two PE_AI, taking the dtype/style as constants), and
  * optionally ISA_BF16_OUT(name), the function standing for the kernel FN(name)
@@ -429,6 +429,7 @@ NFROM_(bf16, PE_BF16)
   static void FN(alibi_row_##S)(void *row, int64_t n, int64_t qpos, float ns) {                  \
     alibi_row_gen(dt, row, n, qpos, ns);                                                         \
   }                                                                                              \
+  static void FN(mask_row_##S)(void *row, int64_t n) { mask_row_gen(dt, row, n); }              \
   static void FN(load_row_##S)(float *out, const void *src, int64_t n) {                         \
     if (dt == PE_F32)                                                                            \
       memcpy(out, src, (size_t)n * sizeof(float));                                               \
@@ -482,6 +483,7 @@ const pe_isa PE_CAT(pe__isa_, ISA) = {
     .sincos = FN(sincos),
     .add_row = ROW3B_(add_row),
     .alibi_row = ROW3B_(alibi_row),
+    .mask_row = ROW3_(mask_row),
     .load_row = ROW3_(load_row),
     .norm_sumsq = ROW3_(norm_sumsq),
     .norm_row = {ROW3B_(norm_row_f32), ROW3B_(norm_row_f16), ROW3B_(norm_row_bf16)},

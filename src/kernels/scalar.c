@@ -196,6 +196,9 @@ PE_AI void alibi_row_gen(int dt, void *row, int64_t n, int64_t qpos, float ns) {
 PE_AI void load_row_gen(int dt, float *out, const void *src, int64_t n) {
   pe__enc_convert((pe_dtype)dt, src, PE_F32, out, n);
 }
+PE_AI void mask_row_gen(int dt, void *row, int64_t n) {
+  pe__enc_fill_neg_inf(row, (pe_dtype)dt, n);
+}
 
 /* ---- quantized cache rows: quant_common.h's element definitions ---- */
 
