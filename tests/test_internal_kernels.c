@@ -373,8 +373,9 @@ static void run_rows(const pe_isa *isa, const rows_case *k) {
 static void test_rope_rows(void **state) {
   const pe_isa *isa = isa_or_skip(*(int *)*state);
   /* heads: the vector walks take rows in groups of 4 (rope_template.h),
-   * with a remainder group */
-  static const int64_t tok[] = {1, 2, 3, 5}, hd[] = {1, 2, 3, 4, 5, 9};
+   * two groups at once, the second PE_ROPE_LAG (2) tokens behind, an odd
+   * group alone, and a remainder group */
+  static const int64_t tok[] = {1, 2, 3, 5}, hd[] = {1, 2, 3, 4, 5, 9, 12, 13};
   int64_t cases = 0;
   for (int dt = 0; dt < 3; dt++)
     for (int style = 0; style < 2; style++)
@@ -384,7 +385,7 @@ static void test_rope_rows(void **state) {
           /* pair_dist == n_pairs (whole rotary half) or > (a frequency chunk) */
           k.pair_dist = k.n_pairs + (rep & 1 ? (int32_t)rnd_below(70) + 1 : 0);
           k.tokens = tok[rnd_below(4)];
-          k.heads = hd[rnd_below(6)];
+          k.heads = hd[rnd_below(8)];
           k.norm = rnd_below(2) ? 0 : (int)rnd_below(4); /* PE_NORM_OFF..PE_NORM_UNIT */
           k.norm_per_token = (int)rnd_below(2);
           k.weight_shared = (int)rnd_below(2);

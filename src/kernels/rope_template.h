@@ -436,7 +436,18 @@ PE_AI const float *run_row(uintptr_t p0, uintptr_t step, int64_t k) {
  * the loop, rows by step against by pointer: 0.89-0.91 of the time). AMD
  * EPYC Zen 4, Llama-3-8B 32q+8k x 128 f32 [B,H,T,D], 512 tokens, fastest of
  * 31 calls each: 160-165 -> 152-157 us. Positions in random order (runs of
- * two tokens: any two rows are evenly spaced) 181-185 -> 167-177 us. */
+ * two tokens: any two rows are evenly spaced) 181-185 -> 167-177 us.
+ * Two groups walk a run together, the second PE_ROPE_LAG tokens behind the
+ * first, so each cos/sin row is read from L2 or L3 once for 8 heads and
+ * again from L1 (a pass with one fixed cos/sin row took 123-126 us where
+ * the table's took 170-183: those rows, not the heads' own, were the cost).
+ * The lag keeps the 8 rows of a step out of each other's cache sets: with
+ * both groups on the same token (8 rows a multiple of 4 KiB apart) the call
+ * took 204-212 us; lags 1-3 145-158 us, 8 204-218, three groups 152-155,
+ * four 169-247, prefetching the table rows 1-32 tokens ahead no gain (Zen
+ * 4, 512 tokens, fastest of 31 calls, one process per variant, two or three
+ * rounds). */
+#define PE_ROPE_LAG 2
 PE_AI void rows_grouped(int dt, int style, const pe_rope_block *b, char *base, int64_t hs,
                         int64_t ts) {
   enum { G = PE_ROPE_GROUP };
@@ -452,8 +463,14 @@ PE_AI void rows_grouped(int dt, int style, const pe_rope_block *b, char *base, i
 #define GROUP_(g, k, h0)                                                                         \
   rope_group(dt, style, g, run + (k) * ts + (h0) * hs, hs, run_row(c0, cstep, k),                \
              run_row(s0, sstep, k), n, dist)
-    for (int64_t h0 = 0; h0 < full; h0 += G)
-      for (int64_t k = 0; k < m; k++) GROUP_(G, k, h0);
+    for (int64_t h0 = 0; h0 < full; h0 += 2 * G) {
+      const int64_t lag = h0 + G < full ? PE_ROPE_LAG : 0;
+      for (int64_t k = 0; k < m + lag; k++)
+        for (int64_t i = 0; i <= (lag != 0); i++) { /* i = 1: the second group, lag behind */
+          const int64_t kk = k - i * lag;
+          if (kk >= 0 && kk < m) GROUP_(G, kk, h0 + i * G);
+        }
+    }
     if (full < n_heads)
       for (int64_t k = 0; k < m; k++) GROUP_(n_heads - full, k, full);
 #undef GROUP_
