@@ -70,6 +70,14 @@ typedef struct alibi_job {
   int causal;
 } alibi_job;
 
+/* Score row (b, h, i), and the causal -inf past its n biased keys. */
+static char *alibi_row_at(const alibi_job *j, int64_t b, int64_t h, int64_t i) {
+  return j->data + (b * j->s_batch + h * j->s_head + i * j->s_query) * (int64_t)j->esize;
+}
+static void alibi_mask_rest(const alibi_job *j, char *row, int64_t n) {
+  if (n < j->k_len) j->k->mask_row[j->dtype](row + n * (int64_t)j->esize, j->k_len - n);
+}
+
 /* Query positions and k_len below this use a per-head line of biases. */
 #define ALIBI_LINE 2048
 /* Rows of one head a range must hold for the line to pay for itself. */
@@ -99,11 +107,11 @@ static int alibi_line_rows(const alibi_job *j, int64_t b, int64_t h, int64_t i0,
   for (int64_t m = lo; m < hi; m++) line[m] = -0.0f;
   j->k->alibi_row[PE_F32](line + lo, hi - lo, C - lo, ns);
   for (int64_t i = i0; i < i0 + rows; i++) {
-    char *row = j->data + (b * j->s_batch + h * j->s_head + i * j->s_query) * (int64_t)j->esize;
+    char *row = alibi_row_at(j, b, h, i);
     int64_t qpos = pe__query_pos(j->q_positions, b, i, j->q_len, j->k_len);
     int64_t n = pe__biased_keys(qpos, j->k_len, j->causal);
     j->k->add_row[j->dtype](row, line + (C - qpos), n);
-    if (n < j->k_len) j->k->mask_row[j->dtype](row + n * (int64_t)j->esize, j->k_len - n);
+    alibi_mask_rest(j, row, n);
   }
   return 1;
 }
@@ -121,12 +129,11 @@ static void alibi_range(void *ctx, int64_t begin, int64_t end) {
         alibi_line_rows(j, b, h, i0, rows, -slope, line))
       continue;
     for (int64_t i = i0; i < i0 + rows; i++) {
-      char *row = j->data + (b * j->s_batch + h * j->s_head + i * j->s_query) * (int64_t)j->esize;
+      char *row = alibi_row_at(j, b, h, i);
       int64_t qpos = pe__query_pos(j->q_positions, b, i, j->q_len, j->k_len);
       int64_t n = pe__biased_keys(qpos, j->k_len, j->causal);
       j->k->alibi_row[j->dtype](row, n, qpos, -slope);
-      if (n < j->k_len)
-        j->k->mask_row[j->dtype](row + n * (int64_t)j->esize, j->k_len - n);
+      alibi_mask_rest(j, row, n);
     }
   }
 }

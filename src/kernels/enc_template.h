@@ -64,14 +64,25 @@ PE_AI void enc_vstn(int dt, void *p, int32_t m, vf v) {
 }
 #endif
 
+/* Two vectors to 2*VL contiguous elements at p: one vcvtne2ps2bf16 and one
+ * 64-byte store with PE_BF16_CVT (vstw), two vst otherwise. */
+PE_AI void enc_st2(int dt, void *p, vf a, vf b) {
+  if (ENC_PAIRS(dt)) {
+    vstw(dt, p, a, b);
+    return;
+  }
+  vst(dt, p, a);
+  vst(dt, PE_AT((char *)p, VL, pe__esize(dt)), b);
+}
+
 PE_AI void add_row_gen(int dt, void *row, const float *v, int64_t n) {
   char *r = row;
   const int64_t es = pe__esize(dt);
   int64_t j = 0;
   if (ENC_PAIRS(dt))
     for (; j + 2 * VL <= n; j += 2 * VL)
-      vstw(dt, PE_AT(r, j, es), vf_add(ENC_ADD_LD(dt, PE_AT(r, j, es)), vf_load(v + j)),
-           vf_add(ENC_ADD_LD(dt, PE_AT(r, j + VL, es)), vf_load(v + j + VL)));
+      enc_st2(dt, PE_AT(r, j, es), vf_add(ENC_ADD_LD(dt, PE_AT(r, j, es)), vf_load(v + j)),
+              vf_add(ENC_ADD_LD(dt, PE_AT(r, j + VL, es)), vf_load(v + j + VL)));
   for (; j + VL <= n; j += VL)
     vst(dt, PE_AT(r, j, es), vf_add(ENC_ADD_LD(dt, PE_AT(r, j, es)), vf_load(v + j)));
 #if defined(ENC_VTAIL)
@@ -129,22 +140,13 @@ PE_AI void alibi_row_gen(int dt, void *row, int64_t n, int64_t qpos, float ns) {
   if (qpos <= INT32_MAX && n <= INT32_MAX) {
     const vf vns = vf_set1(ns);
     enc_dist d = enc_dist_init((int32_t)qpos);
-    if (ENC_PAIRS(dt))
-      for (; j + 2 * VL <= n; j += 2 * VL) {
-        vf b0 = vf_mul(vns, enc_dist_f(d));
-        vf b1 = vf_mul(vns, enc_dist_f(enc_dist_step(d, VL)));
-        d = enc_dist_step(d, 2 * VL);
-        vstw(dt, PE_AT(r, j, es), vf_add(vld(dt, PE_AT(r, j, es), VL), b0),
-             vf_add(vld(dt, PE_AT(r, j + VL, es), VL), b1));
-      }
-    if (!ENC_PAIRS(dt))
-      for (; j + 2 * VL <= n; j += 2 * VL) {
-        vf b0 = vf_mul(vns, enc_dist_f(d));
-        vf b1 = vf_mul(vns, enc_dist_f(enc_dist_step(d, VL)));
-        d = enc_dist_step(d, 2 * VL);
-        vst(dt, PE_AT(r, j, es), vf_add(vld(dt, PE_AT(r, j, es), VL), b0));
-        vst(dt, PE_AT(r, j + VL, es), vf_add(vld(dt, PE_AT(r, j + VL, es), VL), b1));
-      }
+    for (; j + 2 * VL <= n; j += 2 * VL) {
+      vf b0 = vf_mul(vns, enc_dist_f(d));
+      vf b1 = vf_mul(vns, enc_dist_f(enc_dist_step(d, VL)));
+      d = enc_dist_step(d, 2 * VL);
+      enc_st2(dt, PE_AT(r, j, es), vf_add(vld(dt, PE_AT(r, j, es), VL), b0),
+              vf_add(vld(dt, PE_AT(r, j + VL, es), VL), b1));
+    }
     for (; j + VL <= n; j += VL) {
       vf bias = vf_mul(vns, enc_dist_f(d));
       d = enc_dist_step(d, VL);

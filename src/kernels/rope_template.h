@@ -354,29 +354,33 @@ PE_AI void group_step(int dt, int style, int64_t g, char *row, int64_t hs, const
 }
 
 #if defined(VEC_BF16_EO)
-/* group_step for 2*VL NeoX pairs from pair j in the even/odd order
- * (VEC_BF16_EO): cos/sin deinterleaved once for the group's rows. */
+/* The even/odd order's step (VEC_BF16_EO) of one NeoX chunk of 2*VL pairs:
+ * x at px and y dist elements on (bf16, 2 bytes an element) loaded into
+ * e[0], o[0] (x) and e[1], o[1] (y) and rotated by cos/sin deinterleaved
+ * the same way (ce, co, se, so); p[0], p[1] get the two addresses for
+ * bf16_st_eo_g, which the caller calls once for all its chunks. */
+PE_AI void eo_chunk(char *px, int32_t dist, vf ce, vf co, vf se, vf so, char **p, vf *e, vf *o) {
+  p[0] = px;
+  p[1] = px + dist * 2;
+  bf16_ld_eo(p[0], 2 * VL, &e[0], &o[0]);
+  bf16_ld_eo(p[1], 2 * VL, &e[1], &o[1]);
+  rotate(e[0], e[1], ce, se, &e[0], &e[1]);
+  rotate(o[0], o[1], co, so, &o[0], &o[1]);
+}
+/* group_step for 2*VL NeoX pairs from pair j in the even/odd order:
+ * cos/sin deinterleaved once for the group's rows. */
 PE_AI void group_step_eo(int64_t g, char *row, int64_t hs, const float *c, const float *s,
                          int32_t j, int32_t dist) {
   const vf z = vf_set1(0.0f); /* rows past g: for the compiler's warning */
   vf e[2 * PE_ROPE_GROUP] = {z, z, z, z, z, z, z, z};
   vf o[2 * PE_ROPE_GROUP] = {z, z, z, z, z, z, z, z};
   char *p[2 * PE_ROPE_GROUP] = {row, row, row, row, row, row, row, row};
-  for (int h = 0; h < PE_ROPE_GROUP; h++)
-    if (h < g) {
-      p[2 * h] = row + h * hs + j * 2; /* 2 bytes an element */
-      p[2 * h + 1] = p[2 * h] + dist * 2;
-      bf16_ld_eo(p[2 * h], 2 * VL, &e[2 * h], &o[2 * h]);
-      bf16_ld_eo(p[2 * h + 1], 2 * VL, &e[2 * h + 1], &o[2 * h + 1]);
-    }
   vf ce, co, se, so;
   vf_deinterleave(vf_load(c + j), vf_load(c + j + VL), &ce, &co);
   vf_deinterleave(vf_load(s + j), vf_load(s + j + VL), &se, &so);
   for (int h = 0; h < PE_ROPE_GROUP; h++)
-    if (h < g) {
-      rotate(e[2 * h], e[2 * h + 1], ce, se, &e[2 * h], &e[2 * h + 1]);
-      rotate(o[2 * h], o[2 * h + 1], co, so, &o[2 * h], &o[2 * h + 1]);
-    }
+    if (h < g)
+      eo_chunk(row + h * hs + j * 2, dist, ce, co, se, so, p + 2 * h, e + 2 * h, o + 2 * h);
   bf16_st_eo_g(2 * (int)g, p, 2 * VL, e, o);
 }
 #endif
@@ -464,10 +468,10 @@ PE_AI void rows_grouped(int dt, int style, const pe_rope_block *b, char *base, i
   rope_group(dt, style, g, run + (k) * ts + (h0) * hs, hs, run_row(c0, cstep, k),                \
              run_row(s0, sstep, k), n, dist)
     for (int64_t h0 = 0; h0 < full; h0 += 2 * G) {
-      const int64_t lag = h0 + G < full ? PE_ROPE_LAG : 0;
-      for (int64_t k = 0; k < m + lag; k++)
-        for (int64_t i = 0; i <= (lag != 0); i++) { /* i = 1: the second group, lag behind */
-          const int64_t kk = k - i * lag;
+      const int64_t groups = h0 + G < full ? 2 : 1; /* the last group of an odd count alone */
+      for (int64_t k = 0; k < m + (groups - 1) * PE_ROPE_LAG; k++)
+        for (int64_t i = 0; i < groups; i++) { /* group i, i * PE_ROPE_LAG tokens behind */
+          const int64_t kk = k - i * PE_ROPE_LAG;
           if (kk >= 0 && kk < m) GROUP_(G, kk, h0 + i * G);
         }
     }
@@ -522,14 +526,9 @@ PE_AI void token_rows_eo(char *row, int64_t hs, int64_t n_heads, const float *c,
     vf e[4] = {z, z, z, z}, o[4] = {z, z, z, z};
     char *p[4] = {r, r, r, r};
     for (int k = 0; k < 2; k++)
-      if (k < q) {
-        p[2 * k] = r + 2 * k * VL * 2; /* 2 bytes an element */
-        p[2 * k + 1] = p[2 * k] + dist * 2;
-        bf16_ld_eo(p[2 * k], 2 * VL, &e[2 * k], &o[2 * k]);
-        bf16_ld_eo(p[2 * k + 1], 2 * VL, &e[2 * k + 1], &o[2 * k + 1]);
-        rotate(e[2 * k], e[2 * k + 1], ce[k], se[k], &e[2 * k], &e[2 * k + 1]);
-        rotate(o[2 * k], o[2 * k + 1], co[k], so[k], &o[2 * k], &o[2 * k + 1]);
-      }
+      if (k < q) /* chunk k: pairs from 2*VL*k, 2 bytes an element */
+        eo_chunk(r + 2 * k * VL * 2, dist, ce[k], co[k], se[k], so[k], p + 2 * k, e + 2 * k,
+                 o + 2 * k);
     bf16_st_eo_g(2 * q, p, 2 * VL, e, o);
   }
 }
