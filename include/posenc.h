@@ -456,18 +456,28 @@ PE_API void pe_threadpool_destroy(pe_threadpool *p);
 /* Threads taking part in a call (workers + the caller); 1 for NULL. */
 PE_API int32_t pe_threadpool_size(const pe_threadpool *p);
 
-/* The kernel path in use: "avx512", "avx2", "neon" or "scalar". Thread-safe. */
+/* The kernel path in use: "avx512bf16", "avx512", "avx2", "neon" or
+ * "scalar". "avx512bf16" is the AVX-512 path whose bf16 rounding is
+ * AVX512-BF16's instruction; every path gives the same bits. Thread-safe. */
 PE_API const char *pe_isa_name(void);
 
-/* Select a kernel path by name ("scalar", "avx2", "avx512", "neon", or "auto"
- * for the best the CPU runs). The environment variable PE_ISA does the same at
- * first use. PE_ERR_UNSUPPORTED if the CPU or build lacks it,
+/* Select a kernel path by name ("scalar", "avx2", "avx512", "avx512bf16",
+ * "neon", or "auto" for the best the CPU runs). The environment variable
+ * PE_ISA does the same at first use. PE_ERR_UNSUPPORTED if the CPU or build
+ * lacks it (pe_last_error() names the missing CPU features),
  * PE_ERR_INVALID_ARGUMENT for an unknown name. Not thread-safe: for tests and
  * benchmarks, before concurrent use. A PE_ISA naming a path this CPU or build
  * cannot run (or an unknown name) is ignored and the best path is used: a
  * library must not fail every call because of an environment variable. The
  * test programs check instead: each compares PE_ISA with pe_isa_name() at
- * start and exits non-zero when they differ. */
+ * start and exits non-zero when they differ.
+ *
+ * The environment variable PE_CPU_DISABLE (read once, at the first call that
+ * needs the CPU's features) hides features from the library as if the CPU
+ * lacked them: a comma-separated list of avx2, avx512, avx512bf16,
+ * avx512fp16, neon (avx2 hides AVX-512 too; avx512 its extensions; unknown
+ * names are ignored). E.g. PE_CPU_DISABLE=avx512 runs a machine with AVX-512
+ * as an AVX2-only one, for tests, benchmarks and bug reports. */
 PE_API pe_status pe_force_isa(const char *name);
 
 /* ------------------------------------------------------------------------ */

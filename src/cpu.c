@@ -2,6 +2,8 @@
  * must have enabled the register state (XCR0), as BLAKE3 and libdeflate check. */
 #include <stdatomic.h>
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
 #include <unistd.h>
 
 #include "cpu.h"
@@ -45,15 +47,72 @@ static unsigned probe(void) { return PE_CPU_NEON; } /* AdvSIMD is mandatory on A
 static unsigned probe(void) { return 0; }
 #endif
 
-static _Atomic unsigned features;
+/* The features PE_CPU_DISABLE names (a comma- or space-separated list of
+ * avx2, avx512, avx512bf16, avx512fp16, neon), with what each implies: a CPU
+ * without AVX2 is given no AVX-512, one without AVX-512 none of its
+ * extensions. So a test run, a benchmark or a user who suspects a path can
+ * see the library as it behaves on an older CPU. Unknown names are ignored
+ * (a library does not fail over an environment variable); the path then in
+ * use is pe_isa_name(). */
+static const struct {
+  const char *name;
+  unsigned bits;
+} disable_names[] = {
+    {"avx2", PE_CPU_AVX2 | PE_CPU_AVX512 | PE_CPU_AVX512FP16 | PE_CPU_AVX512BF16},
+    {"avx512", PE_CPU_AVX512 | PE_CPU_AVX512FP16 | PE_CPU_AVX512BF16},
+    {"avx512bf16", PE_CPU_AVX512BF16},
+    {"avx512fp16", PE_CPU_AVX512FP16},
+    {"neon", PE_CPU_NEON},
+};
+
+static unsigned disabled_by_env(void) {
+  const char *env = getenv("PE_CPU_DISABLE");
+  unsigned off = 0;
+  if (!env) return 0;
+  while (*env) {
+    size_t n = strcspn(env, ", ");
+    for (size_t i = 0; i < sizeof disable_names / sizeof disable_names[0]; i++)
+      if (n == strlen(disable_names[i].name) && !strncmp(env, disable_names[i].name, n))
+        off |= disable_names[i].bits;
+    env += n;
+    env += strspn(env, ", ");
+  }
+  return off;
+}
+
+static _Atomic unsigned features, hidden;
 
 unsigned pe__cpu_features(void) {
   unsigned f = atomic_load_explicit(&features, memory_order_relaxed);
   if (!(f & PE_CPU_KNOWN)) {
-    f = probe() | PE_CPU_KNOWN;
+    unsigned found = probe(), off = disabled_by_env();
+    atomic_store_explicit(&hidden, found & off, memory_order_relaxed);
+    f = (found & ~off) | PE_CPU_KNOWN;
     atomic_store_explicit(&features, f, memory_order_relaxed);
   }
   return f;
+}
+
+void pe__cpu_describe(unsigned bits, char *out, size_t cap) {
+  static const struct {
+    unsigned bit;
+    const char *what;
+  } names[] = {
+      {PE_CPU_AVX2, "AVX2+FMA+F16C with YMM state enabled by the OS"},
+      {PE_CPU_AVX512, "AVX-512F/BW/DQ/VL with ZMM state enabled by the OS"},
+      {PE_CPU_AVX512BF16, "AVX512-BF16"},
+      {PE_CPU_AVX512FP16, "AVX512-FP16"},
+      {PE_CPU_NEON, "AdvSIMD (NEON)"},
+  };
+  unsigned off = (pe__cpu_features(), atomic_load_explicit(&hidden, memory_order_relaxed));
+  size_t used = 0;
+  out[0] = 0;
+  for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
+    if (!(bits & names[i].bit) || used >= cap) continue;
+    int w = snprintf(out + used, cap - used, "%s%s%s", used ? ", " : "", names[i].what,
+                     off & names[i].bit ? " (hidden by PE_CPU_DISABLE)" : "");
+    if (w > 0) used += (size_t)w;
+  }
 }
 
 /* The L2 from the C library (glibc reads cpuid on x86), else Linux's sysfs

@@ -10,7 +10,13 @@
 #define PE_CPU_AVX512BF16 0x8u
 #define PE_CPU_NEON 0x10u        /* AdvSIMD (always on aarch64) */
 
+/* The features found, less those PE_CPU_DISABLE hides (cpu.c), with
+ * PE_CPU_KNOWN set. */
 PE_HIDDEN unsigned pe__cpu_features(void);
+/* `bits` (PE_CPU_*) in words, for an error message: "AVX-512F/BW/DQ/VL with
+ * ZMM state enabled by the OS, AVX512-BF16", each marked when the CPU has it
+ * but PE_CPU_DISABLE hides it. */
+PE_HIDDEN void pe__cpu_describe(unsigned bits, char *out, size_t cap);
 
 /* Bytes of the L2 cache of one core, probed once (PE_CPU_L2_DEFAULT when the
  * system does not say): the engine sizes the blocks whose cos/sin rows it

@@ -9,21 +9,35 @@
 #include "kernels/isa.h"
 
 typedef struct isa_entry {
-  const pe_isa *isa; /* compiled into this build; isa->name is its PE_ISA name */
+  const char *name;  /* its PE_ISA name */
+  const pe_isa *isa; /* NULL: not compiled into this build */
   unsigned needs;    /* PE_CPU_* bits the path requires */
 } isa_entry;
 
+/* Every path the library knows, best first: the first one this build has and
+ * this CPU runs is the default. */
 static const isa_entry isa_entries[] = {
+#if defined(PE_HAVE_AVX512BF16)
+    {"avx512bf16", &pe__isa_avx512bf16, PE_CPU_AVX512 | PE_CPU_AVX512BF16},
+#else
+    {"avx512bf16", NULL, PE_CPU_AVX512 | PE_CPU_AVX512BF16},
+#endif
 #if defined(PE_HAVE_AVX512)
-    {&pe__isa_avx512, PE_CPU_AVX512},
+    {"avx512", &pe__isa_avx512, PE_CPU_AVX512},
+#else
+    {"avx512", NULL, PE_CPU_AVX512},
 #endif
 #if defined(PE_HAVE_AVX2)
-    {&pe__isa_avx2, PE_CPU_AVX2},
+    {"avx2", &pe__isa_avx2, PE_CPU_AVX2},
+#else
+    {"avx2", NULL, PE_CPU_AVX2},
 #endif
 #if defined(PE_HAVE_NEON)
-    {&pe__isa_neon, PE_CPU_NEON},
+    {"neon", &pe__isa_neon, PE_CPU_NEON},
+#else
+    {"neon", NULL, PE_CPU_NEON},
 #endif
-    {&pe__isa_scalar, 0},
+    {"scalar", &pe__isa_scalar, 0},
 };
 #define N_ISA (sizeof isa_entries / sizeof isa_entries[0])
 
@@ -32,32 +46,42 @@ static _Atomic(const pe_isa *) selected;
 static const pe_isa *best_available(void) {
   unsigned have = pe__cpu_features();
   for (size_t i = 0; i < N_ISA; i++)
-    if ((isa_entries[i].needs & have) == isa_entries[i].needs) return isa_entries[i].isa;
+    if (isa_entries[i].isa && (isa_entries[i].needs & have) == isa_entries[i].needs)
+      return isa_entries[i].isa;
   return &pe__isa_scalar;
 }
 
-static pe_status select_by_name(const char *name, const pe_isa **out) {
+/* `who` names the caller in the message. */
+static pe_status select_by_name(const char *who, const char *name, const pe_isa **out) {
   if (!strcmp(name, "auto") || !*name) {
     *out = best_available();
     return PE_OK;
   }
-  static const char *const known[] = {"scalar", "avx2", "avx512", "neon"};
-  int is_known = 0;
-  for (size_t i = 0; i < sizeof known / sizeof known[0]; i++) is_known |= !strcmp(name, known[i]);
-  if (!is_known)
-    return pe__fail(PE_ERR_INVALID_ARGUMENT,
-                    "pe_force_isa: unknown ISA \"%.64s\" (expected scalar, avx2, avx512, neon or auto)",
-                    name);
-  unsigned have = pe__cpu_features();
+  const isa_entry *e = NULL;
   for (size_t i = 0; i < N_ISA; i++)
-    if (!strcmp(isa_entries[i].isa->name, name)) {
-      if ((isa_entries[i].needs & have) != isa_entries[i].needs)
-        return pe__fail(PE_ERR_UNSUPPORTED, "pe_force_isa: this CPU cannot run the %s path", name);
-      *out = isa_entries[i].isa;
-      return PE_OK;
-    }
-  return pe__fail(PE_ERR_UNSUPPORTED, "pe_force_isa: the %s path is not compiled into this build",
-                  name);
+    if (!strcmp(isa_entries[i].name, name)) e = &isa_entries[i];
+  if (!e)
+    return pe__fail(PE_ERR_INVALID_ARGUMENT,
+                    "%s: unknown ISA \"%.64s\" (expected scalar, avx2, avx512, avx512bf16, neon "
+                    "or auto)",
+                    who, name);
+  if (!e->isa)
+    return pe__fail(PE_ERR_UNSUPPORTED, "%s: the %s path is not compiled into this build", who,
+                    name);
+  unsigned missing = e->needs & ~pe__cpu_features();
+  if (missing) {
+    char what[160];
+    pe__cpu_describe(missing, what, sizeof what);
+    return pe__fail(PE_ERR_UNSUPPORTED, "%s: this CPU cannot run the %s path: it has no %s", who,
+                    name, what);
+  }
+  *out = e->isa;
+  return PE_OK;
+}
+
+const pe_isa *pe__isa_lookup(const char *name) {
+  const pe_isa *k = NULL;
+  return select_by_name("pe__isa_lookup", name, &k) == PE_OK ? k : NULL;
 }
 
 const pe_isa *pe__isa(void) {
@@ -67,7 +91,7 @@ const pe_isa *pe__isa(void) {
   const pe_isa *chosen = NULL;
   /* An unusable PE_ISA falls back to the best path: a library must not fail
    * every call because of an environment variable. */
-  if (!env || select_by_name(env, &chosen) != PE_OK) chosen = best_available();
+  if (!env || select_by_name("PE_ISA", env, &chosen) != PE_OK) chosen = best_available();
   const pe_isa *expected = NULL;
   if (!atomic_compare_exchange_strong(&selected, &expected, chosen)) return expected;
   return chosen;
@@ -78,7 +102,7 @@ PE_API const char *pe_isa_name(void) { return pe__isa()->name; }
 PE_API pe_status pe_force_isa(const char *name) {
   if (!name) return pe__fail(PE_ERR_NULL_POINTER, "pe_force_isa: name is NULL");
   const pe_isa *k;
-  pe_status st = select_by_name(name, &k);
+  pe_status st = select_by_name("pe_force_isa", name, &k);
   if (st != PE_OK) return st;
   atomic_store_explicit(&selected, k, memory_order_release);
   return PE_OK;

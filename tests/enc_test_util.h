@@ -147,7 +147,7 @@ static inline tbuf clone(const tbuf *src) {
 }
 
 /* Every ISA path other than scalar that this build and CPU run. */
-static const char *const simd_isas[] = {"avx2", "avx512", "neon"};
+static const char *const simd_isas[] = {"avx2", "avx512", "avx512bf16", "neon"};
 
 /* Back to the path the environment asked for (CI runs every PE_ISA), or
  * the best one. test_env.h has already refused a PE_ISA this build and CPU

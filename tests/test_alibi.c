@@ -392,7 +392,7 @@ static void test_line_matches_rows(void **state) {
   static const int64_t ks[] = {1, 7, 37, 300, 2048, 2049};
   static const int64_t qbases[] = {-1, 0, 2030, 2048};
   const int dense[3] = {0, 1, 2};
-  const char *const isas[] = {"scalar", "avx2", "avx512", "neon"};
+  const char *const isas[] = {"scalar", "avx2", "avx512", "avx512bf16", "neon"};
   for (size_t ii = 0; ii < sizeof isas / sizeof isas[0]; ii++) {
     pe_status st = pe_force_isa(isas[ii]);
     if (st == PE_ERR_UNSUPPORTED) continue;

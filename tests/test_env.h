@@ -48,7 +48,7 @@ __attribute__((constructor)) static void pe_test_check_env(void) {
  * paths with scalar calls skip() when it is 0: nothing to compare is a
  * reported skip, never a pass. */
 static inline int pe_test_any_simd_path(void) {
-  static const char *const simd[] = {"avx2", "avx512", "neon"};
+  static const char *const simd[] = {"avx2", "avx512", "avx512bf16", "neon"};
   char was[32];
   snprintf(was, sizeof was, "%s", pe_isa_name());
   int any = 0;

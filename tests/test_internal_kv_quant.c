@@ -254,27 +254,15 @@ static void test_q8_0_nonfinite(void **state) {
 
 /* ---- every ISA vs scalar ---- */
 
-enum { ISA_AVX2, ISA_AVX512, ISA_NEON, N_ISA };
-static const char *const isa_names[N_ISA] = {"avx2", "avx512", "neon"};
+enum { ISA_AVX2, ISA_AVX512, ISA_AVX512BF16, ISA_NEON, N_ISA };
+static const char *const isa_names[N_ISA] = {"avx2", "avx512", "avx512bf16", "neon"};
 
+/* The struct of path `which`, or a cmocka skip saying why there is none (the
+ * library's own reason: not compiled in, or the CPU features it lacks). */
 static const pe_isa *isa_or_skip(int which) {
-  const pe_isa *isa = NULL;
-  unsigned need = 0;
-#if defined(PE_HAVE_AVX2)
-  if (which == ISA_AVX2) isa = &pe__isa_avx2, need = PE_CPU_AVX2;
-#endif
-#if defined(PE_HAVE_AVX512)
-  if (which == ISA_AVX512) isa = &pe__isa_avx512, need = PE_CPU_AVX512;
-#endif
-#if defined(PE_HAVE_NEON)
-  if (which == ISA_NEON) isa = &pe__isa_neon, need = PE_CPU_NEON;
-#endif
+  const pe_isa *isa = pe__isa_lookup(isa_names[which]);
   if (!isa) {
-    printf("# %s: not compiled into this build: skipped\n", isa_names[which]);
-    skip();
-  }
-  if ((pe__cpu_features() & need) != need) {
-    printf("# %s: this CPU cannot run it: skipped\n", isa_names[which]);
+    printf("# %s: %s: skipped\n", isa_names[which], pe_last_error());
     skip();
   }
   assert_string_equal(isa->name, isa_names[which]);
@@ -444,6 +432,7 @@ static void check_isa(int which) {
 
 static void test_isa_avx2(void **s) { (void)s; check_isa(ISA_AVX2); }
 static void test_isa_avx512(void **s) { (void)s; check_isa(ISA_AVX512); }
+static void test_isa_avx512bf16(void **s) { (void)s; check_isa(ISA_AVX512BF16); }
 static void test_isa_neon(void **s) { (void)s; check_isa(ISA_NEON); }
 
 int main(void) {
@@ -451,7 +440,8 @@ int main(void) {
       cmocka_unit_test(test_fp8_every_code),   cmocka_unit_test(test_fp8_float_classes),
       cmocka_unit_test(test_fp8_scale),        cmocka_unit_test(test_q8_0_ggml),
       cmocka_unit_test(test_q8_0_nonfinite),   cmocka_unit_test(test_isa_avx2),
-      cmocka_unit_test(test_isa_avx512),       cmocka_unit_test(test_isa_neon),
+      cmocka_unit_test(test_isa_avx512),       cmocka_unit_test(test_isa_avx512bf16),
+      cmocka_unit_test(test_isa_neon),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -38,7 +38,7 @@
 
 #include "posenc.h"
 
-static const char *const simd_isas[] = {"avx512", "avx2", "neon"};
+static const char *const simd_isas[] = {"avx512bf16", "avx512", "avx2", "neon"};
 #define N_SIMD (sizeof simd_isas / sizeof simd_isas[0])
 
 /* Each test below exists once per path (see PATH_TESTS). A path this build
@@ -614,6 +614,7 @@ static void golden(const char *path) {
   static void large_positions_##p(void **s) { (void)s; large_positions(#p); }
 PATH_TESTS(avx2)
 PATH_TESTS(avx512)
+PATH_TESTS(avx512bf16)
 PATH_TESTS(neon)
 static void table_accuracy_scalar(void **s) { (void)s; table_accuracy("scalar"); }
 static void golden_scalar(void **s) { (void)s; golden("scalar"); }
@@ -638,12 +639,45 @@ static void test_force_isa(void **state) {
   assert_int_equal(pe_force_isa("auto"), PE_OK);
 }
 
+/* PE_CPU_DISABLE (the CTest entry test_isa_cpu_disable sets it to
+ * "avx2,neon"): every SIMD path is then refused with a sentence that says
+ * so (or, for a path this build or CPU lacks anyway, why), and the automatic
+ * choice is the scalar path, as on a CPU without them. Without the variable
+ * there is nothing to check: a visible skip. */
+static void test_cpu_disable(void **state) {
+  (void)state;
+  const char *env = getenv("PE_CPU_DISABLE");
+  if (!env || strcmp(env, "avx2,neon") != 0) {
+    printf("# PE_CPU_DISABLE is not \"avx2,neon\": run as test_isa_cpu_disable\n");
+    skip();
+  }
+  for (size_t i = 0; i < N_SIMD; i++) {
+    assert_int_equal(pe_force_isa(simd_isas[i]), PE_ERR_UNSUPPORTED);
+    const char *why = pe_last_error();
+    printf("# %s refused: %s\n", simd_isas[i], why);
+    assert_true(strstr(why, "hidden by PE_CPU_DISABLE") || strstr(why, "not compiled") ||
+                strstr(why, "AVX-512F"));
+  }
+#if defined(__x86_64__)
+  /* This project's CI CPUs all have AVX2: hidden, it must be said so. */
+  assert_int_equal(pe_force_isa("avx2"), PE_ERR_UNSUPPORTED);
+  assert_non_null(strstr(pe_last_error(), "hidden by PE_CPU_DISABLE"));
+#elif defined(__aarch64__)
+  assert_int_equal(pe_force_isa("neon"), PE_ERR_UNSUPPORTED);
+  assert_non_null(strstr(pe_last_error(), "hidden by PE_CPU_DISABLE"));
+#endif
+  assert_int_equal(pe_force_isa("auto"), PE_OK);
+  assert_string_equal(pe_isa_name(), "scalar");
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_force_isa),
+      cmocka_unit_test(test_cpu_disable),
       cmocka_unit_test(table_accuracy_scalar),
       cmocka_unit_test(golden_scalar),
       cmocka_unit_test(large_positions_scalar),
+      PATH_ENTRIES(avx512bf16),
       PATH_ENTRIES(avx512),
       PATH_ENTRIES(avx2),
       PATH_ENTRIES(neon),

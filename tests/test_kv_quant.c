@@ -299,7 +299,7 @@ static void test_read(void **state) {
 /* The same bytes on every ISA this CPU runs and with pools of 1..3 threads. */
 static void test_isa_and_pools(void **state) {
   (void)state;
-  static const char *const isas[] = {"scalar", "avx2", "avx512", "neon"};
+  static const char *const isas[] = {"scalar", "avx2", "avx512", "avx512bf16", "neon"};
   int compared = 0;
   for (int kf = 0; kf < 3; kf++) {
     prob p;
@@ -489,7 +489,7 @@ static void test_shift_cache(void **state) {
       /* the same bytes on every ISA and pool */
       uint8_t *c1 = malloc(kc_bytes(&p));
       memcpy(c1, p.kc, kc_bytes(&p));
-      static const char *const isas[] = {"scalar", "avx2", "avx512", "neon"};
+      static const char *const isas[] = {"scalar", "avx2", "avx512", "avx512bf16", "neon"};
       for (int is = 0; is < 4; is++) {
         if (pe_force_isa(isas[is]) != PE_OK) continue;
         for (int nt = 0; nt <= 2; nt++) {

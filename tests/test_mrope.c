@@ -339,7 +339,7 @@ static void run_path(const char *isa, int interleaved, int64_t max_positions, pe
 static void test_mrope_bit_identical_across_isas(void **state) {
   (void)state;
   if (!pe_test_any_simd_path()) skip(); /* only scalar here: nothing to compare */
-  static const char *const isas[] = {"avx512", "avx2", "neon"};
+  static const char *const isas[] = {"avx512bf16", "avx512", "avx2", "neon"};
   const size_t bytes = (size_t)(3 * 50 * 5 * 72) * 4;
   uint8_t *ref = malloc(bytes), *got = malloc(bytes);
   for (int interleaved = 0; interleaved < 2; interleaved++)

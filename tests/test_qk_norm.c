@@ -661,7 +661,7 @@ static void test_errors_write_nothing(void **state) {
 
 /* ---- bit identity across ISAs and pool sizes ---- */
 
-static const char *const isas[] = {"scalar", "avx2", "avx512", "neon"};
+static const char *const isas[] = {"scalar", "avx2", "avx512", "avx512bf16", "neon"};
 
 /* Both calls on the scenario (store first on one copy, in place on another);
  * the results concatenated into out (caller frees). */

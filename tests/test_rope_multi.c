@@ -195,7 +195,7 @@ static void run_path(const char *isa, pe_threadpool *pool, float *out, size_t n,
 static void test_multi_bit_identical_across_isas(void **state) {
   (void)state;
   if (!pe_test_any_simd_path()) skip(); /* only scalar here: nothing to compare */
-  static const char *const isas[] = {"avx512", "avx2", "neon"};
+  static const char *const isas[] = {"avx512bf16", "avx512", "avx2", "neon"};
   const size_t n = (size_t)(6 * 3 * 45 * 50);
   float *ref = malloc(n * 4), *got = malloc(n * 4);
   run_path("scalar", NULL, ref, n, 7);

@@ -264,7 +264,7 @@ static void run_definition_case(const scen *s) {
 static void test_store_equals_apply_then_convert(void **state) {
   (void)state;
   const pe_dtype dts[3] = {PE_F32, PE_F16, PE_BF16};
-  static const char *const paths[] = {"scalar", "avx2", "avx512", "neon"};
+  static const char *const paths[] = {"scalar", "avx2", "avx512", "avx512bf16", "neon"};
   for (size_t pi = 0; pi < sizeof paths / sizeof paths[0]; pi++) {
     if (pe_force_isa(paths[pi]) != PE_OK) continue;
     for (int kd = 0; kd < 3; kd++)
@@ -549,7 +549,7 @@ static void test_store_duplicate_far_apart(void **state) {
 
 /* ---- every ISA and pool size against scalar, bit for bit ---- */
 
-static const char *const isas[] = {"avx512", "avx2", "neon"};
+static const char *const isas[] = {"avx512bf16", "avx512", "avx2", "neon"};
 
 static void run_isa_case(const scen *s, pe_threadpool *pool, const char *isa) {
   uint64_t seed = rng;

@@ -81,13 +81,13 @@ def test_status_values_match_header():
 
 
 def test_isa_name_and_force_isa():
-    assert posenc.isa_name() in ("scalar", "avx2", "avx512", "neon")
+    assert posenc.isa_name() in ("scalar", "avx2", "avx512", "avx512bf16", "neon")
     before = posenc.isa_name()  # PE_ISA may have chosen it: restore it, not "auto"
     try:
         posenc.force_isa("scalar")
         assert posenc.isa_name() == "scalar"
         posenc.force_isa("auto")
-        assert posenc.isa_name() in ("scalar", "avx2", "avx512", "neon")
+        assert posenc.isa_name() in ("scalar", "avx2", "avx512", "avx512bf16", "neon")
     finally:
         posenc.force_isa(before)
     assert posenc.isa_name() == before

@@ -279,6 +279,9 @@ extern PE_HIDDEN const pe_isa pe__isa_avx2;
 #if defined(PE_HAVE_AVX512)
 extern PE_HIDDEN const pe_isa pe__isa_avx512;
 #endif
+#if defined(PE_HAVE_AVX512BF16)
+extern PE_HIDDEN const pe_isa pe__isa_avx512bf16;
+#endif
 #if defined(PE_HAVE_NEON)
 extern PE_HIDDEN const pe_isa pe__isa_neon;
 #endif
@@ -286,5 +289,11 @@ extern PE_HIDDEN const pe_isa pe__isa_neon;
 /* The selected struct: probed once (cpu.c), or named by PE_ISA /
  * pe_force_isa(). Never NULL. */
 PE_HIDDEN const pe_isa *pe__isa(void);
+
+/* The struct of the path called `name` ("scalar", "avx2", ...) if this build
+ * has it and this CPU runs it; else NULL with pe_last_error() saying which
+ * (unknown name, not compiled in, or the CPU features it lacks). Selects
+ * nothing: for tests that compare paths struct by struct. */
+PE_HIDDEN const pe_isa *pe__isa_lookup(const char *name);
 
 #endif

@@ -14,12 +14,22 @@
  *   add_row_gen(dt, ..), alibi_row_gen(dt, ..), load_row_gen(dt, ..), mask_row_gen(dt, ..)
  *   FN(rope_sincos), FN(sincos)
  * (all but the last two PE_AI, taking the dtype/style as constants), and
- * optionally ISA_BF16_OUT(name), the function standing for the kernel FN(name)
- * of each kernel that writes bf16 (rope rows, cache-store rows, convert,
- * norm_row, kv_dequant, add_row, alibi_row; AVX-512 picks AVX512-BF16's conversion at run time). The arithmetic is the TU's;
- * this file only decides which rows go where. */
+ * and optionally PE_BF16_W, the dtype token every kernel that writes bf16
+ * (rope rows, cache-store rows, convert, norm_row, kv_dequant, add_row,
+ * alibi_row) narrows with: PE_BF16 unless the TU has a rounding of its own
+ * (avx512bf16.c: PE_BF16_CVT, AVX512-BF16's vcvtne2ps2bf16; the same bits).
+ * The arithmetic is the TU's; this file only decides which rows go where. */
 
 #define FN(name) PE_CAT(PE_CAT(name, _), ISA)
+#ifndef PE_BF16_W
+#define PE_BF16_W PE_BF16
+#endif
+/* The pe_dtype a dtype token stands for (PE_BF16_W may be a TU's own). */
+#if defined(PE_DT)
+#define PE_DT_OF(dt) PE_DT(dt)
+#else
+#define PE_DT_OF(dt) ((pe_dtype)(dt))
+#endif
 
 #if defined(VL)
 #include "rope_template.h"
@@ -376,7 +386,7 @@ PE_AI void store_gen(int sd, int dd, const pe_rope_block *b, const void *const *
   }
 ROWS_(f32, PE_F32)
 ROWS_(f16, PE_F16)
-ROWS_(bf16, PE_BF16)
+ROWS_(bf16, PE_BF16_W)
 #undef ROWS_
 
 #define PAIR_(S, sd, D, dd)                                                                      \
@@ -385,12 +395,12 @@ ROWS_(bf16, PE_BF16)
     store_gen(sd, dd, b, src, shs, dst, dhs);                                                    \
   }                                                                                              \
   static void FN(convert_##S##_##D)(const void *src, void *dst, int64_t n) {                     \
-    if (sd == dd)                                                                                \
-      memcpy(dst, src, (size_t)n * (size_t)pe__esize(sd)); /* the bits, NaN payloads kept */     \
+    if (PE_DT_OF(sd) == PE_DT_OF(dd)) /* the bits, NaN payloads kept */                         \
+      memcpy(dst, src, (size_t)n * (size_t)pe__esize(PE_DT_OF(sd)));                             \
     else                                                                                         \
       convert_row(sd, dd, src, dst, n);                                                          \
   }
-#define FROM_(S, sd) PAIR_(S, sd, f32, PE_F32) PAIR_(S, sd, f16, PE_F16) PAIR_(S, sd, bf16, PE_BF16)
+#define FROM_(S, sd) PAIR_(S, sd, f32, PE_F32) PAIR_(S, sd, f16, PE_F16) PAIR_(S, sd, bf16, PE_BF16_W)
 FROM_(f32, PE_F32)
 FROM_(f16, PE_F16)
 FROM_(bf16, PE_BF16)
@@ -417,17 +427,17 @@ NORM_(bf16, PE_BF16)
     else                                                                                         \
       nrow_gen(sd, dd, src, dst, n, r, w, PE_NORM_UNIT);                                         \
   }
-#define NFROM_(S, sd) NPAIR_(S, sd, f32, PE_F32) NPAIR_(S, sd, f16, PE_F16) NPAIR_(S, sd, bf16, PE_BF16)
+#define NFROM_(S, sd) NPAIR_(S, sd, f32, PE_F32) NPAIR_(S, sd, f16, PE_F16) NPAIR_(S, sd, bf16, PE_BF16_W)
 NFROM_(f32, PE_F32)
 NFROM_(f16, PE_F16)
 NFROM_(bf16, PE_BF16)
 #undef NFROM_
 #undef NPAIR_
 
-#define ENC_(S, dt)                                                                              \
-  static void FN(add_row_##S)(void *row, const float *v, int64_t n) { add_row_gen(dt, row, v, n); } \
+#define ENC_(S, dt, dw)                                                                              \
+  static void FN(add_row_##S)(void *row, const float *v, int64_t n) { add_row_gen(dw, row, v, n); } \
   static void FN(alibi_row_##S)(void *row, int64_t n, int64_t qpos, float ns) {                  \
-    alibi_row_gen(dt, row, n, qpos, ns);                                                         \
+    alibi_row_gen(dw, row, n, qpos, ns);                                                         \
   }                                                                                              \
   static void FN(mask_row_##S)(void *row, int64_t n) { mask_row_gen(dt, row, n); }              \
   static void FN(load_row_##S)(float *out, const void *src, int64_t n) {                         \
@@ -436,13 +446,13 @@ NFROM_(bf16, PE_BF16)
     else                                                                                         \
       load_row_gen(dt, out, src, n);                                                             \
   }
-ENC_(f32, PE_F32)
-ENC_(f16, PE_F16)
-ENC_(bf16, PE_BF16)
+ENC_(f32, PE_F32, PE_F32)
+ENC_(f16, PE_F16, PE_F16)
+ENC_(bf16, PE_BF16, PE_BF16_W)
 #undef ENC_
 
 /* The quantized cache rows: [format][dtype of the float side]. */
-#define KVQ_(S, dt)                                                                              \
+#define KVQ_(S, dt, dw)                                                                              \
   static void FN(kvq_e4m3_##S)(const void *s, void *d, int64_t n, float sc) {                   \
     kvq_fp8_gen(PE_KVQ_E4M3, dt, s, d, n, sc);                                                   \
   }                                                                                              \
@@ -454,42 +464,35 @@ ENC_(bf16, PE_BF16)
     kvq_q8_gen(dt, s, d, n);                                                                     \
   }                                                                                              \
   static void FN(kvd_e4m3_##S)(const void *s, void *d, int64_t n, float sc) {                   \
-    kvd_fp8_gen(PE_KVQ_E4M3, dt, s, d, n, sc);                                                   \
+    kvd_fp8_gen(PE_KVQ_E4M3, dw, s, d, n, sc);                                                   \
   }                                                                                              \
   static void FN(kvd_e5m2_##S)(const void *s, void *d, int64_t n, float sc) {                   \
-    kvd_fp8_gen(PE_KVQ_E5M2, dt, s, d, n, sc);                                                   \
+    kvd_fp8_gen(PE_KVQ_E5M2, dw, s, d, n, sc);                                                   \
   }                                                                                              \
   static void FN(kvd_q8_0_##S)(const void *s, void *d, int64_t n, float sc) {                   \
     (void)sc;                                                                                    \
-    kvd_q8_gen(dt, s, d, n);                                                                     \
+    kvd_q8_gen(dw, s, d, n);                                                                     \
   }
-KVQ_(f32, PE_F32)
-KVQ_(f16, PE_F16)
-KVQ_(bf16, PE_BF16)
+KVQ_(f32, PE_F32, PE_F32)
+KVQ_(f16, PE_F16, PE_F16)
+KVQ_(bf16, PE_BF16, PE_BF16_W)
 #undef KVQ_
 
-#ifndef ISA_BF16_OUT
-#define ISA_BF16_OUT(f) FN(f)
-#endif
-
 #define ROW3_(f) {FN(f##_f32), FN(f##_f16), FN(f##_bf16)}
-#define ROW3B_(f) {FN(f##_f32), FN(f##_f16), ISA_BF16_OUT(f##_bf16)}
 const pe_isa PE_CAT(pe__isa_, ISA) = {
     .name = PE_STR(ISA),
     .rope_sincos = FN(rope_sincos),
-    .rope_rows = {FN(rope_rows_f32), FN(rope_rows_f16), ISA_BF16_OUT(rope_rows_bf16)},
-    .rope_store_rows = {ROW3B_(store_f32), ROW3B_(store_f16), ROW3B_(store_bf16)},
-    .convert = {ROW3B_(convert_f32), ROW3B_(convert_f16), ROW3B_(convert_bf16)},
+    .rope_rows = {FN(rope_rows_f32), FN(rope_rows_f16), FN(rope_rows_bf16)},
+    .rope_store_rows = {ROW3_(store_f32), ROW3_(store_f16), ROW3_(store_bf16)},
+    .convert = {ROW3_(convert_f32), ROW3_(convert_f16), ROW3_(convert_bf16)},
     .sincos = FN(sincos),
-    .add_row = ROW3B_(add_row),
-    .alibi_row = ROW3B_(alibi_row),
+    .add_row = ROW3_(add_row),
+    .alibi_row = ROW3_(alibi_row),
     .mask_row = ROW3_(mask_row),
     .load_row = ROW3_(load_row),
     .norm_sumsq = ROW3_(norm_sumsq),
-    .norm_row = {ROW3B_(norm_row_f32), ROW3B_(norm_row_f16), ROW3B_(norm_row_bf16)},
+    .norm_row = {ROW3_(norm_row_f32), ROW3_(norm_row_f16), ROW3_(norm_row_bf16)},
     .kv_quant = {ROW3_(kvq_e4m3), ROW3_(kvq_e5m2), ROW3_(kvq_q8_0)},
-    .kv_dequant = {ROW3B_(kvd_e4m3), ROW3B_(kvd_e5m2), ROW3B_(kvd_q8_0)},
+    .kv_dequant = {ROW3_(kvd_e4m3), ROW3_(kvd_e5m2), ROW3_(kvd_q8_0)},
 };
 #undef ROW3_
-#undef ROW3B_
-#undef ISA_BF16_OUT

@@ -1,7 +1,10 @@
 /* vec_avx512.h - the AVX-512 (F/BW/DQ/VL) primitives the templates are
  * written in: sixteen float lanes, eight double lanes. Included only by
  * avx512.c, compiled with -mavx512f -mavx512bw -mavx512dq -mavx512vl
- * (CMakeLists.txt) and reached only when cpu.c reports PE_CPU_AVX512. Tails
+ * (CMakeLists.txt) and reached only when cpu.c reports PE_CPU_AVX512; and
+ * compiled a second time with -mavx512bf16 added (avx512bf16.c), the path
+ * "avx512bf16", whose kernels that write bf16 round with vcvtne2ps2bf16
+ * (PE_BF16_CVT below), reached when cpu.c also reports PE_CPU_AVX512BF16. Tails
  * use opmasks, so no row is read or written past its elements; the main
  * loops pass the constant VL, so the masks fold away there (masked narrowing
  * stores to memory, vpmovdw m{k} and vcvtps2ph m{k}, are slow). Every
@@ -14,7 +17,12 @@
 
 #include "kernel_common.h"
 
+#if defined(__AVX512BF16__)
+#define ISA avx512bf16
+#define PE_BF16_W PE_BF16_CVT /* isa_template.h: the bf16 writers' dtype token */
+#else
 #define ISA avx512
+#endif
 #define VL 16
 #define VDL 8
 typedef __m512 vf;
@@ -97,8 +105,8 @@ PE_AI vf vf_alibi_dist(int32_t q, int32_t j) {
  * Loads widen 16 lanes; the 16-bit stores narrow two vectors at once (a
  * pair's x and y, or a GPT-J row's two halves) into one register, written to
  * one address (vstw) or two (vst2). PE_BF16_CVT: bf16 rounded by
- * AVX512-BF16's vcvtne2ps2bf16 (avx512.c picks it for every kernel that
- * writes bf16 when the CPU has it); PE_DT(dt) is the pe_dtype it stands for. */
+ * AVX512-BF16's vcvtne2ps2bf16 (the avx512bf16 path's every kernel that
+ * writes bf16); PE_DT(dt) is the pe_dtype it stands for. */
 #define PE_BF16_CVT 3
 #define PE_DT(dt) ((pe_dtype)((dt) == PE_BF16_CVT ? PE_BF16 : (dt)))
 
@@ -154,8 +162,8 @@ PE_AI __m512i bf16_pack_int(vf a, vf b) {
  * out as a +-0 word, so only when some word is +-0 (one vptestnmw on the
  * result) are the inputs classified (vfpclassps 0x20: denormal), and lanes
  * with a subnormal send the 32 values to the integer path. Not forced
- * inline: it is only reached from functions compiled for AVX512-BF16
- * (avx512.c). */
+ * inline: the plain avx512 TU compiles it too (target attribute) but never
+ * calls it; only the avx512bf16 TU, compiled for AVX512-BF16, does. */
 #define BF16_TARGET __attribute__((target("avx512bf16")))
 BF16_TARGET static inline __m512i bf16_pack_cvt(vf a, vf b) {
   __m512i w = _mm512_castps_si512((__m512)_mm512_cvtne2ps_pbh(b, a)); /* b high, a low */
