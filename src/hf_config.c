@@ -59,7 +59,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "rope_internal.h"
+#include "rope/cache.h"
 
 /* The entry point named in error sentences: both loaders share the code. */
 static _Thread_local const char *hf_fn = "pe_rope_cache_create_from_hf_config";

@@ -16,7 +16,7 @@
 
 #include <cmocka.h>
 
-#include "internal.h"
+#include "base/internal.h"
 
 static long faults_injected;
 

@@ -21,8 +21,8 @@
 
 #include <cmocka.h>
 
-#include "cpu.h"
-#include "internal.h"
+#include "base/cpu.h"
+#include "base/internal.h"
 #include "kernels/isa.h"
 
 /* ---- the paths under test ---- */

@@ -25,8 +25,8 @@
 
 #include <cmocka.h>
 
-#include "cpu.h"
-#include "internal.h"
+#include "base/cpu.h"
+#include "base/internal.h"
 #include "kernels/isa.h"
 
 #include "kv_quant_ref.h"

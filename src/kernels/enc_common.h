@@ -16,7 +16,7 @@
 #include <sleef.h>
 #include <stdint.h>
 
-#include "../internal.h"
+#include "base/internal.h"
 #include "convert.h"
 
 /* The one-angle step every ISA's tail uses. sleef.h declares the FMA variant

@@ -24,7 +24,7 @@
 #include <math.h>
 #include <stdint.h>
 
-#include "../internal.h"
+#include "base/internal.h"
 
 /* PE_OPAQUE(v): an empty asm that claims to change v. Every ISA computes
  * x' = fmaf(x, c, -(y*s)) with the negation applied to the product as

@@ -8,7 +8,7 @@
 #include <math.h>
 #include <sleef.h>
 
-#include "../cpu.h"
+#include "base/cpu.h"
 #include "kernel_common.h"
 
 #define ISA scalar

@@ -9,7 +9,7 @@
 #include <string.h>
 
 #include "kernels/quant_common.h"
-#include "rope_engine.h"
+#include "rope/engine.h"
 
 int64_t pe__kv_row_bytes(uint32_t quant, int64_t dim, pe_dtype dt) {
   switch (quant) {

@@ -67,7 +67,7 @@
 #include <hwloc.h>
 #endif
 
-#include "internal.h"
+#include "base/internal.h"
 
 /* Cut-over: a call moves to the workers only when every thread gets at least
  * this many bytes (read + written). Below it, handing work over costs more

@@ -5,7 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "internal.h"
+#include "base/internal.h"
 
 size_t pe__dtype_size(pe_dtype d) {
   switch (d) {

@@ -6,7 +6,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "cpu.h"
+#include "base/cpu.h"
 
 #if defined(__x86_64__) || defined(__i386__)
 #include <cpuid.h>

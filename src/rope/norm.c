@@ -7,7 +7,7 @@
 #include <math.h>
 #include <string.h>
 
-#include "rope_engine.h"
+#include "rope/engine.h"
 
 PE_API void pe_qk_norm_init(pe_qk_norm *n) {
   if (!n) return;

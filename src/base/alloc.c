@@ -4,7 +4,7 @@
 #include <stdatomic.h>
 #include <stdlib.h>
 
-#include "internal.h"
+#include "base/internal.h"
 
 static _Atomic long fail_countdown; /* 0: off; n: the n-th allocation fails */
 static _Atomic long alloc_count;

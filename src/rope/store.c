@@ -6,7 +6,7 @@
 #include <inttypes.h>
 #include <string.h>
 
-#include "rope_engine.h"
+#include "rope/engine.h"
 
 /* ---- pe_apply_rope_qk_store: slot validation ---- */
 

@@ -5,7 +5,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "rope_engine.h"
+#include "rope/engine.h"
 
 static int nothing_to_do(const pe_tensor *q, const pe_tensor *k) {
   return (!q || pe__tensor_empty(q)) && (!k || pe__tensor_empty(k));

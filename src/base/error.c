@@ -1,7 +1,7 @@
 /* error.c - status strings and the thread-local last-error sentence. */
 #include <stdio.h>
 
-#include "internal.h"
+#include "base/internal.h"
 
 static _Thread_local char last_error[512];
 

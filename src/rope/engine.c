@@ -6,8 +6,8 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "cpu.h"
-#include "rope_engine.h"
+#include "base/cpu.h"
+#include "rope/engine.h"
 
 /* ---- row sources ---- */
 

@@ -6,9 +6,9 @@
 #include <stddef.h>
 #include <string.h>
 
-#include "cpu.h"
+#include "base/cpu.h"
 #include "kernels/isa.h"
-#include "rope_internal.h"
+#include "rope/cache.h"
 
 /* Oldest struct_size accepted: everything up to and including max_positions. */
 #define ROPE_PARAMS_MIN_SIZE (offsetof(pe_rope_params, max_positions) + sizeof(int64_t))

@@ -1,5 +1,5 @@
 /* version.c - the version of the library that is actually loaded. */
-#include "internal.h"
+#include "base/internal.h"
 
 #define PE_STR2(x) #x
 #define PE_STR(x) PE_STR2(x)

@@ -4,7 +4,7 @@
 #include <inttypes.h>
 #include <stdio.h>
 
-#include "rope_engine.h"
+#include "rope/engine.h"
 
 PE_API pe_status pe_apply_rope_axes_qk(const pe_rope_cache *c, const pe_tensor *q,
                                        const pe_tensor *k, const int64_t *positions,

@@ -5,7 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "cpu.h"
+#include "base/cpu.h"
 #include "kernels/isa.h"
 
 typedef struct isa_entry {

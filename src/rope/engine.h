@@ -30,9 +30,9 @@
 #ifndef PE_ROPE_ENGINE_H
 #define PE_ROPE_ENGINE_H
 
-#include "internal.h"
+#include "base/internal.h"
 #include "kernels/isa.h"
-#include "rope_internal.h"
+#include "rope/cache.h"
 
 #define PE_ENGINE_BLOCK_TOKENS 32
 #define PE_ENGINE_SCRATCH_FLOATS 4096

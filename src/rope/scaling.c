@@ -22,7 +22,7 @@
 #include <math.h>
 #include <stdint.h>
 
-#include "rope_internal.h"
+#include "rope/cache.h"
 
 /* M_PI is POSIX, not C11. */
 #define PE_PI 3.14159265358979323846

@@ -1,7 +1,7 @@
 /* cpu.h - CPU feature probe (cpu.c). */
 #ifndef PE_CPU_H
 #define PE_CPU_H
-#include "internal.h"
+#include "base/internal.h"
 
 #define PE_CPU_KNOWN 0x80000000u /* set once probed: "no features" != "not probed" */
 #define PE_CPU_AVX2 0x1u         /* AVX2 + FMA + F16C, YMM state enabled by the OS */

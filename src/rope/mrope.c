@@ -3,7 +3,7 @@
 #include <inttypes.h>
 #include <string.h>
 
-#include "rope_engine.h"
+#include "rope/engine.h"
 
 PE_API pe_status pe_apply_mrope_qk(const pe_rope_cache *c, const pe_tensor *q, const pe_tensor *k,
                                    const int64_t *positions, const int32_t *mrope_section,

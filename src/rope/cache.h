@@ -3,7 +3,7 @@
 #ifndef PE_ROPE_INTERNAL_H
 #define PE_ROPE_INTERNAL_H
 
-#include "internal.h"
+#include "base/internal.h"
 
 struct pe_rope_cache {
   pe_rope_params p;          /* resolved: rotary_dim filled, pointers into this cache */
