@@ -843,7 +843,8 @@ PE_API void pe_kv_cache_init(pe_kv_cache *kv);
  * Errors (nothing written): PE_ERR_NULL_POINTER (kv_cache, both outputs, the
  * cache of a given output, slot_mapping, a required scale),
  * PE_ERR_INVALID_ARGUMENT (a format or scale as pe_qk_norm_rope_store
- * refuses it, a slot outside [-1, num_blocks * block_size), struct_size),
+ * refuses it with that status, a slot outside [-1, num_blocks *
+ * block_size), struct_size),
  * PE_ERR_SHAPE (heads or dim differ from the cache's, Q8_0 dim % 32, outputs
  * overlapping each other or a cache), PE_ERR_DTYPE, PE_ERR_OVERFLOW. No
  * allocation. Thread-safe (reads the caches only). */
@@ -921,13 +922,14 @@ PE_API pe_status pe_qk_norm_rope(const pe_rope_cache *c, const pe_qk_norm *norm,
  * pe_apply_rope_qk_store.
  * Errors (nothing written on any): those of pe_qk_norm_rope and of
  * pe_apply_rope_qk_store, and PE_ERR_NULL_POINTER (kv_cache, its k; v
- * without kv_cache->v or the reverse), PE_ERR_SHAPE (v's batch, heads or
+ * without kv_cache->v or the reverse; an FP8 format's k_scale / v_scale),
+ * PE_ERR_SHAPE (v's batch, heads or
  * tokens differ from k's, v_head_dim differs from the v cache's, the v cache's
  * num_blocks, kv_heads or block_size differ from the k cache's, the v cache
  * overlaps q, k, v or the k cache, k_cache overlaps v; a quantized tensor as
  * described above), PE_ERR_INVALID_ARGUMENT (k_quant / v_quant not a
- * pe_kv_quant, a scale missing, not finite and > 0, or given to a format
- * without one; kv_cache struct_size below this first layout's). Quantized
+ * pe_kv_quant, a scale not finite and > 0, or given to a format without
+ * one; kv_cache struct_size below this first layout's). Quantized
  * caches: each stored row is quantized in the same pass (no heap buffer; one
  * token's rows are staged in a 16 KiB stack buffer), bit-identical on every
  * ISA and pool size. No allocation. Thread-safety: as

@@ -32,49 +32,17 @@ PE_HIDDEN void pe__free(void *p);
  * Returns the number of allocations counted since the last call. */
 PE_HIDDEN long pe__alloc_fail_after(long n);
 
-/* ---- validation (validate.c) ---- */
-PE_HIDDEN size_t pe__dtype_size(pe_dtype d);
-PE_HIDDEN const char *pe__dtype_name(pe_dtype d);
-/* Check a tensor description: non-NULL, known dtype, shapes > 0, stride[3] == 1,
- * byte extent representable; if writable, no two indices alias one element.
- * fn and name are used in the error sentence. */
-PE_HIDDEN pe_status pe__check_tensor(const char *fn, const char *name, const pe_tensor *t,
-                                     int writable);
-/* Fail unless the three outer dimensions of t step over disjoint rows of row
- * units (elements, or bytes for a quantized cache); strides in the same units.
- * Call only once the extent is known to be representable. */
-PE_HIDDEN pe_status pe__check_no_alias(const char *fn, const char *name, const pe_tensor *t,
-                                       int64_t row, const char *unit);
+/* ---- tensors ---- */
+/* Bytes per element of a dtype (0 for a value that is not a pe_dtype). */
+static inline size_t pe__dtype_size(pe_dtype d) {
+  return d == PE_F32 ? 4 : d == PE_F16 || d == PE_BF16 ? 2 : 0;
+}
 /* The stride of dimension d as kernels may use it: 0 for a size-1 dimension,
  * whose stride is never stepped and so may be anything (NumPy and PyTorch
  * produce arbitrary ones), even a value that overflows when scaled to bytes. */
 static inline int64_t pe__stride(const pe_tensor *t, int d) {
   return t->shape[d] == 1 ? 0 : t->stride[d];
 }
-/* Check a [batch][tokens] positions array: every entry in [0, limit) (limit
- * <= 0: in [0, PE_MAX_POSITION)). limit_what names the limit in messages. */
-PE_HIDDEN pe_status pe__check_positions(const char *fn, const char *name, const int64_t *pos,
-                                        int64_t batch, int64_t tokens, int64_t limit,
-                                        const char *limit_what);
-/* Check a [batch][tokens] delta array: |delta| < PE_MAX_POSITION. */
-PE_HIDDEN pe_status pe__check_deltas(const char *fn, const int64_t *d, int64_t batch,
-                                     int64_t tokens);
-/* Reject flag bits outside `known`. */
-PE_HIDDEN pe_status pe__check_flags(const char *fn, uint32_t flags, uint32_t known);
-/* True when a tensor has no elements (a zero batch, head, token count). */
-PE_HIDDEN int pe__tensor_empty(const pe_tensor *t);
-/* True when two validated tensors may share an element: decided exactly for
- * tensors of one dtype on one element grid (so disjoint interleaved views of
- * a packed QKV buffer are told apart from partly overlapping ones), and by
- * their byte ranges otherwise. Empty tensors overlap nothing. */
-PE_HIDDEN int pe__tensors_overlap(const pe_tensor *a, const pe_tensor *b);
-
-/* ---- size-prefixed structs (validate.c) ---- */
-/* Copy a caller's struct of caller_size bytes into dst (known_size bytes,
- * already holding the defaults): a smaller caller keeps the defaults for the
- * tail, a larger one must have an all-zero unknown tail. */
-PE_HIDDEN pe_status pe__copy_sized(const char *fn, void *dst, size_t known_size,
-                                   const void *src, size_t caller_size);
 
 /* ---- threading (threadpool.c) ---- */
 /* Run fn(ctx, begin, end) over [0, n) split into chunks of at least `grain`

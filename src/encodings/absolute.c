@@ -5,6 +5,7 @@
 #include <math.h>
 #include <string.h>
 
+#include "check/check.h"
 #include "kernels/isa.h"
 
 /* The geometry of one call. Angles are formed in double precision as the
@@ -223,8 +224,9 @@ PE_API pe_status pe_sinusoidal_add(const pe_tensor *x, const int64_t *positions,
   sin_geometry g;
   if ((st = sin_geometry_init(fn, (int32_t)x->shape[3], base, flags, &g)) != PE_OK) return st;
   int64_t batch = x->shape[0], tokens = x->shape[2];
-  if ((st = pe__check_positions(fn, "position", positions, batch, tokens, 0, "")) != PE_OK)
-    return st;
+  pe__pos_check pc = {.fn = fn, .name = "position", .axis = "", .pos = positions,
+                      .batch = batch, .tokens = tokens, .bound = PE_POS_ANY};
+  if ((st = pe__check_positions(&pc)) != PE_OK) return st;
   if (pe__tensor_empty(x)) return PE_OK;
   if ((st = pe__pool_acquire(fn, pool)) != PE_OK) return st;
   embed_job j = {.k = pe__isa(), .data = x->data, .esize = pe__dtype_size(x->dtype),
@@ -282,14 +284,11 @@ PE_API pe_status pe_learned_add(const pe_tensor *x, const pe_tensor *table,
   if (max_len == 0 && batch && tokens)
     return pe__fail(PE_ERR_POSITION_OUT_OF_RANGE,
                     "%s: the table has no rows (max_len 0): no position can be looked up", fn);
-  if (!positions && tokens > max_len)
-    return pe__fail(PE_ERR_POSITION_OUT_OF_RANGE,
-                    "%s: positions NULL means 0..%" PRId64 ", past the table's max_len %" PRId64
-                    " (learned embeddings cannot extrapolate)",
-                    fn, tokens - 1, max_len);
-  if ((st = pe__check_positions(fn, "position", positions, batch, tokens, max_len,
-                                "table max_len")) != PE_OK)
-    return st;
+  /* learned embeddings cannot extrapolate: positions past the table are refused */
+  pe__pos_check pc = {.fn = fn, .name = "position", .axis = "", .owner = "table",
+                      .pos = positions, .batch = batch, .tokens = tokens, .null_is_index = 1,
+                      .bound = {max_len, "max_len"}};
+  if ((st = pe__check_positions(&pc)) != PE_OK) return st;
   if (pe__tensor_empty(x)) return PE_OK;
   if ((st = pe__pool_acquire(fn, pool)) != PE_OK) return st;
   embed_job j = {.k = pe__isa(), .data = x->data, .esize = pe__dtype_size(x->dtype),

@@ -1,9 +1,9 @@
 /* alibi.c - ALiBi (Press et al., "Train Short, Test Long"): per-head slopes and
- * the linear distance bias added in place to attention scores; also the score
- * checks shared with t5.c. */
+ * the linear distance bias added in place to attention scores. */
 #include <inttypes.h>
 #include <math.h>
 
+#include "check/check.h"
 #include "kernels/enc_common.h"
 #include "kernels/isa.h"
 
@@ -40,22 +40,6 @@ PE_API pe_status pe_alibi_slopes(int32_t n_heads, double max_bias, float *out) {
   if (st != PE_OK) return st;
   for (int32_t h = 0; h < n_heads; h++) out[h] = alibi_slope(n_heads, h, max_bias);
   return PE_OK;
-}
-
-pe_status pe__check_scores(const char *fn, const pe_tensor *scores, const int64_t *q_positions,
-                           uint32_t flags) {
-  pe_status st = pe__check_tensor(fn, "scores", scores, 1);
-  if (st != PE_OK) return st;
-  if ((st = pe__check_flags(fn, flags, PE_MASK_CAUSAL)) != PE_OK) return st;
-  int64_t q_len = scores->shape[2], k_len = scores->shape[3];
-  if (!q_positions && q_len > k_len)
-    return pe__fail(PE_ERR_SHAPE,
-                    "%s: q_positions NULL means query i sits at k_len - q_len + i, which needs "
-                    "q_len %" PRId64 " <= k_len %" PRId64,
-                    fn, q_len, k_len);
-  /* Keys are at 0..k_len-1 and k_len <= 2^53 is implied by the byte extent;
-   * queries anywhere in [0, 2^53) keep every distance exact in int64. */
-  return pe__check_positions(fn, "q_position", q_positions, scores->shape[0], q_len, 0, "");
 }
 
 typedef struct alibi_job {

@@ -3,6 +3,7 @@
 #include <inttypes.h>
 #include <math.h>
 
+#include "check/check.h"
 #include "kernels/enc_common.h"
 #include "kernels/isa.h"
 

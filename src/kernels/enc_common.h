@@ -32,12 +32,6 @@ static inline void pe__sincos_f64_one(double a, float *s, float *c) {
 
 /* ---- shared by the score-bias entry points (alibi.c, t5.c) ---- */
 
-/* Check scores ([batch, heads, q_len, k_len], written in place), q_positions
- * ([batch][q_len], NULL = k_len - q_len + i, which needs q_len <= k_len) and
- * flags (PE_MASK_CAUSAL). Defined in alibi.c. */
-PE_HIDDEN pe_status pe__check_scores(const char *fn, const pe_tensor *scores,
-                                     const int64_t *q_positions, uint32_t flags);
-
 /* The position of query i of batch row b. */
 static inline int64_t pe__query_pos(const int64_t *q_positions, int64_t b, int64_t i,
                                     int64_t q_len, int64_t k_len) {

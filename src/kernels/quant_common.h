@@ -17,15 +17,12 @@
 #include <stdint.h>
 
 #include "convert.h"
+#include "kv_format.h"
 
 /* Kernel format indices (isa.h): the public PE_KV_* value minus one. */
 #define PE_KVQ_E4M3 0
 #define PE_KVQ_E5M2 1
 #define PE_KVQ_Q8_0 2
-
-/* Q8_0: 32 values per block, 2 bytes of f16 d then 32 int8 qs. */
-#define PE_Q8_0_BLOCK 32
-#define PE_Q8_0_BYTES 34
 
 /* ---- FP8 ---- */
 

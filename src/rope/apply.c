@@ -17,7 +17,7 @@ static pe_status apply_rope(const char *fn, const pe_rope_cache *const *caches, 
                             const int64_t *positions, uint32_t flags, pe_threadpool *pool) {
   pe_status st;
   const pe_rope_cache *c0 = caches[0];
-  if ((st = pe__rope_check_qk(fn, q, k, c0->p.head_dim, 1)) != PE_OK) return st;
+  if ((st = pe__check_qk(fn, q, k, c0->p.head_dim, 1)) != PE_OK) return st;
   if ((st = pe__check_flags(fn, flags, PE_ROPE_INVERSE)) != PE_OK) return st;
   if (!cache_index && n_caches > 1)
     return pe__fail(PE_ERR_NULL_POINTER, "%s: cache_index is NULL with n_caches %d > 1", fn,
@@ -30,9 +30,11 @@ static pe_status apply_rope(const char *fn, const pe_rope_cache *const *caches, 
         return pe__fail(PE_ERR_INVALID_ARGUMENT,
                         "%s: cache_index %d at [batch %" PRId64 "] is outside [0, n_caches %d)", fn,
                         (int)cache_index[b], b, (int)n_caches);
-  if ((st = pe__rope_check_positions(fn, "", positions, batch, tokens, caches, cache_index)) !=
-      PE_OK)
-    return st;
+  pe__pos_check pc = {.fn = fn, .name = "position", .axis = "", .owner = "cache",
+                      .pos = positions, .batch = batch, .tokens = tokens, .null_is_index = 1,
+                      .bound_of = pe__rope_bound_of, .items = (const void *const *)caches,
+                      .index = cache_index};
+  if ((st = pe__check_positions(&pc)) != PE_OK) return st;
   if (nothing_to_do(q, k)) return PE_OK;
   if ((st = pe__pool_acquire(fn, pool)) != PE_OK) return st;
   pe__rope_plan p;
@@ -61,7 +63,9 @@ PE_API pe_status pe_apply_rope_qk_multi(const pe_rope_cache *const *caches, int3
         a->p.style == b->p.style)
       continue; /* the common case: no message to format */
     snprintf(what, sizeof what, "caches[%d]", (int)i);
-    if ((st = pe__rope_check_same_geometry(fn, what, a, b)) != PE_OK) return st;
+    if ((st = pe__check_same_rotation(fn, what, a->p.head_dim, a->p.rotary_dim, a->p.style,
+                                      b->p.head_dim, b->p.rotary_dim, b->p.style)) != PE_OK)
+      return st;
   }
   return apply_rope(fn, caches, n_caches, cache_index, q, k, positions, flags, pool);
 }
@@ -79,7 +83,7 @@ PE_API pe_status pe_rope_shift_k(const pe_rope_cache *c, const pe_tensor *k, con
   static const char fn[] = "pe_rope_shift_k";
   pe_status st;
   if (!c) return pe__fail(PE_ERR_NULL_POINTER, "%s: cache is NULL", fn);
-  if ((st = pe__rope_check_operand(fn, "k", k, c->p.head_dim, 1)) != PE_OK) return st;
+  if ((st = pe__check_operand(fn, "k", k, c->p.head_dim, 1)) != PE_OK) return st;
   if (!deltas) return pe__fail(PE_ERR_NULL_POINTER, "%s: deltas is NULL", fn);
   if ((st = pe__check_deltas(fn, deltas, k->shape[0], k->shape[2])) != PE_OK) return st;
   if (pe__tensor_empty(k)) return PE_OK;
@@ -100,13 +104,17 @@ PE_API pe_status pe_rope_rerotate_k(const pe_rope_cache *from, const pe_rope_cac
   pe_status st;
   if (!from || !to)
     return pe__fail(PE_ERR_NULL_POINTER, "%s: %s cache is NULL", fn, from ? "to" : "from");
-  if ((st = pe__rope_check_same_geometry(fn, "the `to` cache", from, to)) != PE_OK) return st;
-  if ((st = pe__rope_check_operand(fn, "k", k, from->p.head_dim, 1)) != PE_OK) return st;
+  if ((st = pe__check_same_rotation(fn, "the `to` cache", from->p.head_dim, from->p.rotary_dim,
+                                    from->p.style, to->p.head_dim, to->p.rotary_dim,
+                                    to->p.style)) != PE_OK)
+    return st;
+  if ((st = pe__check_operand(fn, "k", k, from->p.head_dim, 1)) != PE_OK) return st;
   /* Positions are not limited by max_positions: the angles are computed on
    * the fly. */
-  if ((st = pe__rope_check_positions(fn, "", positions, k->shape[0], k->shape[2], NULL, NULL)) !=
-      PE_OK)
-    return st;
+  pe__pos_check pc = {.fn = fn, .name = "position", .axis = "", .pos = positions,
+                      .batch = k->shape[0], .tokens = k->shape[2], .null_is_index = 1,
+                      .bound = PE_POS_ANY};
+  if ((st = pe__check_positions(&pc)) != PE_OK) return st;
   if (pe__tensor_empty(k)) return PE_OK;
   if ((st = pe__pool_acquire(fn, pool)) != PE_OK) return st;
   pe__rope_plan p;

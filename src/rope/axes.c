@@ -14,7 +14,7 @@ PE_API pe_status pe_apply_rope_axes_qk(const pe_rope_cache *c, const pe_tensor *
   pe_status st;
   if (!c) return pe__fail(PE_ERR_NULL_POINTER, "%s: cache is NULL", fn);
   if (!axis_of_freq) return pe__fail(PE_ERR_NULL_POINTER, "%s: axis_of_freq is NULL", fn);
-  if ((st = pe__rope_check_qk(fn, q, k, c->p.head_dim, 1)) != PE_OK) return st;
+  if ((st = pe__check_qk(fn, q, k, c->p.head_dim, 1)) != PE_OK) return st;
   if ((st = pe__check_flags(fn, flags, PE_ROPE_INVERSE)) != PE_OK) return st;
   if (n_axes < 1 || n_axes > PE_MAX_AXES)
     return pe__fail(PE_ERR_INVALID_ARGUMENT, "%s: n_axes %d must be in [1, %d]", fn, (int)n_axes,
@@ -31,10 +31,11 @@ PE_API pe_status pe_apply_rope_axes_qk(const pe_rope_cache *c, const pe_tensor *
   for (int32_t a = 0; a < n_axes; a++) {
     char name[24];
     snprintf(name, sizeof name, "axis %d, ", (int)a);
-    if ((st = pe__rope_check_positions(fn, name,
-                                       positions ? positions + a * batch * tokens : NULL, batch,
-                                       tokens, caches, NULL)) != PE_OK)
-      return st;
+    pe__pos_check pc = {.fn = fn, .name = "position", .axis = name, .owner = "cache",
+                        .pos = positions ? positions + a * batch * tokens : NULL,
+                        .batch = batch, .tokens = tokens, .null_is_index = 1,
+                        .bound = pe__rope_bound(c)};
+    if ((st = pe__check_positions(&pc)) != PE_OK) return st;
   }
   if ((st = pe__pool_acquire(fn, pool)) != PE_OK) return st;
   pe__rope_plan p;

@@ -253,7 +253,7 @@ PE_API pe_status pe_rope_cache_cos_sin(const pe_rope_cache *c, int64_t pos, floa
    * piece equals the whole row's. */
   const int32_t half = c->half;
   if (c->table) {
-    const float *r = c->table + pos * 2 * (int64_t)half;
+    const float *r = pe__rope_table_row(c, pos);
     memcpy(cos_out, r, (size_t)half * sizeof(float));
     memcpy(sin_out, r + half, (size_t)half * sizeof(float));
     return PE_OK;
@@ -267,4 +267,8 @@ PE_API pe_status pe_rope_cache_cos_sin(const pe_rope_cache *c, int64_t pos, floa
     memcpy(sin_out + i, tmp + n, (size_t)n * sizeof(float));
   }
   return PE_OK;
+}
+
+pe__pos_bound pe__rope_bound_of(const void *cache) {
+  return pe__rope_bound((const pe_rope_cache *)cache);
 }

@@ -1,9 +1,9 @@
-/* rope_internal.h - the RoPE cache layout, shared by rope.c, rope_scaling.c,
- * hf_config.c and the tests that inspect it. */
-#ifndef PE_ROPE_INTERNAL_H
-#define PE_ROPE_INTERNAL_H
+/* cache.h - the RoPE cache's layout (struct pe_rope_cache), shared by the
+ * rope/ sources, the config loaders and the tests that inspect it. */
+#ifndef PE_ROPE_CACHE_H
+#define PE_ROPE_CACHE_H
 
-#include "base/internal.h"
+#include "check/check.h"
 
 struct pe_rope_cache {
   pe_rope_params p;          /* resolved: rotary_dim filled, pointers into this cache */
@@ -18,6 +18,20 @@ struct pe_rope_cache {
   float *table;              /* [max_positions][2][half]: cos row then sin row,
                                 times attention_factor; NULL when max_positions 0 */
 };
+
+/* Position pos's table row: rotary_dim/2 cos values, then as many sin
+ * values (c->table set, pos < max_positions). */
+static inline const float *pe__rope_table_row(const pe_rope_cache *c, int64_t pos) {
+  return c->table + pos * 2 * (int64_t)c->half;
+}
+
+/* What positions of a call on c must stay below: its table's rows, or, on
+ * the fly, the largest position exact in double. */
+static inline pe__pos_bound pe__rope_bound(const pe_rope_cache *c) {
+  return c->table ? (pe__pos_bound){c->p.max_positions, "max_positions"} : PE_POS_ANY;
+}
+/* The same for one item of a cache array (pe__pos_check's bound_of). */
+PE_HIDDEN pe__pos_bound pe__rope_bound_of(const void *cache);
 
 /* Validate the scaling fields of p for rotary_dim and compute the frequencies
  * (double, [rotary_dim/2]), the attention factor and the softmax multiplier,

@@ -40,7 +40,7 @@ static void fill_row(const pe__rope_plan *p, const pe_rope_cache *c, int64_t u, 
     case PE_SOURCE_POSITIONS: {
       int64_t pos = position(p, 0, u, t);
       if (c->table) {
-        const float *r = c->table + pos * 2 * (int64_t)p->half + i0;
+        const float *r = pe__rope_table_row(c, pos) + i0;
         memcpy(row, r, (size_t)m * sizeof(float));
         memcpy(row + m, r + p->half, (size_t)m * sizeof(float));
       } else {
@@ -80,7 +80,7 @@ static void fill_row(const pe__rope_plan *p, const pe_rope_cache *c, int64_t u, 
       for (int a = 0; a < n_axes; a++) ap[a] = position(p, a, u, t);
       if (c->table) {
         for (int32_t i = 0; i < m; i++) {
-          const float *r = c->table + ap[axis_of(p, i0 + i)] * 2 * (int64_t)p->half;
+          const float *r = pe__rope_table_row(c, ap[axis_of(p, i0 + i)]);
           row[i] = r[i0 + i];
           row[m + i] = r[p->half + i0 + i];
         }
@@ -128,7 +128,7 @@ static void block_rows(const pe__rope_plan *p, const pe_rope_cache *c, int64_t u
                        const float **cosp, const float **sinp) {
   if (direct) {
     for (int64_t i = 0; i < n; i++) {
-      const float *r = c->table + position(p, 0, u + i, t0 + i) * 2 * (int64_t)p->half + i0;
+      const float *r = pe__rope_table_row(c, position(p, 0, u + i, t0 + i)) + i0;
       cosp[i] = r;
       sinp[i] = r + p->half;
     }
@@ -142,7 +142,7 @@ static void block_rows(const pe__rope_plan *p, const pe_rope_cache *c, int64_t u
       int same = 1;
       for (int a = 1; a < p->n_axes && same; a++) same = position(p, a, u + i, t0 + i) == p0;
       if (same) {
-        const float *r = c->table + p0 * 2 * (int64_t)p->half + i0;
+        const float *r = pe__rope_table_row(c, p0) + i0;
         cosp[i] = r;
         sinp[i] = r + p->half;
         continue;
@@ -564,12 +564,11 @@ static int64_t direct_block(const pe__rope_plan *p, int64_t units) {
 /* Tokens [u, u+n) of one sequence of a direct plan: the table rows'
  * pointers, then q's and k's rows (run_block's work without its stages,
  * sources and sinks: a decode step is ~40 rows, where each of those costs). */
-static void run_direct(const pe__rope_plan *p, int64_t u, int64_t n, const float *table,
+static void run_direct(const pe__rope_plan *p, int64_t u, int64_t n, const pe_rope_cache *c,
                        const float **cosp, const float **sinp) {
   const int64_t b = p->batch == 1 ? 0 : u / p->tokens, t0 = u - b * p->tokens;
-  const int64_t row = 2 * (int64_t)p->half;
   for (int64_t i = 0; i < n; i++) {
-    cosp[i] = table + (p->pos ? p->pos[u + i] : t0 + i) * row;
+    cosp[i] = pe__rope_table_row(c, p->pos ? p->pos[u + i] : t0 + i);
     sinp[i] = cosp[i] + p->half;
   }
   pe_rope_block blk = {.cos = cosp, .sin = sinp, .n_tokens = n, .n_pairs = p->half,
@@ -598,7 +597,8 @@ static void engine_range(void *ctx, int64_t begin, int64_t end) {
   int grouped = 0;
   for (int64_t u = begin; u < end;) {
     int64_t t0 = p->batch == 1 ? u : u % p->tokens;
-    const float *table = dblock ? row_cache(p, p->batch == 1 ? 0 : u / p->tokens)->table : NULL;
+    const pe_rope_cache *dc = dblock ? row_cache(p, p->batch == 1 ? 0 : u / p->tokens) : NULL;
+    const float *table = dc ? dc->table : NULL;
     if (!table && !block) {
       block = PE_ENGINE_SCRATCH_FLOATS / (2 * (int64_t)p->half);
       if (block > PE_ENGINE_BLOCK_TOKENS) block = PE_ENGINE_BLOCK_TOKENS;
@@ -610,7 +610,7 @@ static void engine_range(void *ctx, int64_t begin, int64_t end) {
     int64_t n = table ? dblock : block;
     if (n > p->tokens - t0) n = p->tokens - t0; /* a block never crosses a sequence */
     if (n > end - u) n = end - u;
-    if (table) run_direct(p, u, n, table, scratch.ptr, scratch.ptr + dblock);
+    if (table) run_direct(p, u, n, dc, scratch.ptr, scratch.ptr + dblock);
     else if (grouped) run_head_groups(p, u, scratch.rows, scales, cosp, sinp);
     else run_block(p, u, n, scratch.rows, scales, cosp, sinp);
     u += n;
@@ -633,7 +633,7 @@ static void engine_range(void *ctx, int64_t begin, int64_t end) {
 
 typedef struct group_walk {
   const pe__rope_plan *plan;
-  const float *table;
+  const pe_rope_cache *cache; /* with a table */
   int64_t q_groups, groups, block, blocks; /* per sequence: groups x blocks units */
 } group_walk;
 
@@ -665,7 +665,7 @@ static void group_range(void *ctx, int64_t begin, int64_t end) {
         g.k.data = p->k.data + k0 * p->k.s_head * p->k.esize;
         g.k.heads = (kb < p->k.heads ? kb : p->k.heads) - k0;
       }
-      run_direct(&g, b * p->tokens + t0, n, w->table, scratch.ptr, scratch.ptr + w->block);
+      run_direct(&g, b * p->tokens + t0, n, w->cache, scratch.ptr, scratch.ptr + w->block);
     }
     u = b * per + r1;
   }
@@ -677,7 +677,7 @@ static int group_split(const pe__rope_plan *p, group_walk *w) {
   if ((p->q.data && !heads_far(&p->q)) || (p->k.data && !heads_far(&p->k))) return 0;
   if (!direct_block(p, p->tokens)) return 0;
   w->plan = p;
-  w->table = p->caches[0]->table;
+  w->cache = p->caches[0];
   w->q_groups = p->q.data ? (p->q.heads + PE_HEAD_GROUP - 1) / PE_HEAD_GROUP : 0;
   w->groups = w->q_groups + (p->k.data ? (p->k.heads + PE_HEAD_GROUP - 1) / PE_HEAD_GROUP : 0);
   w->block = direct_block(p, p->tokens);
@@ -708,11 +708,11 @@ void pe__rope_run(const pe__rope_plan *plan, pe_threadpool *pool) {
    * call runs around the rows' kernel; Zen 4, 32q/8kv x 128 f32: 305-316 ->
    * 297-304 ns per call, fastest of 100). The pool is released as
    * pe__pool_run releases it for an empty range. */
-  const float *table;
+  const pe_rope_cache *c;
   if (plan->batch * plan->tokens == 1 && direct_block(plan, 1) &&
-      (table = row_cache(plan, 0)->table) != NULL) {
+      (c = row_cache(plan, 0))->table != NULL) {
     const float *cosp[1], *sinp[1];
-    run_direct(plan, 0, 1, table, cosp, sinp);
+    run_direct(plan, 0, 1, c, cosp, sinp);
     if (pool) pe__pool_run(pool, 0, 1, 0, engine_range, (void *)plan);
     return;
   }
@@ -752,7 +752,7 @@ void pe__rope_plan_init(pe__rope_plan *p, const pe_rope_cache *c, const pe_tenso
   pe__rope_operand_from(&p->k, k);
 }
 
-/* ---- validation shared by the entry points ---- */
+/* ---- building a plan ---- */
 
 void pe__rope_operand_from(pe__rope_operand *op, const pe_tensor *t) {
   memset(op, 0, sizeof *op);
@@ -766,90 +766,4 @@ void pe__rope_operand_from(pe__rope_operand *op, const pe_tensor *t) {
   op->s_batch = pe__stride(t, 0);
   op->s_head = pe__stride(t, 1);
   op->s_token = pe__stride(t, 2);
-}
-
-pe_status pe__rope_check_operand(const char *fn, const char *name, const pe_tensor *t,
-                                 int32_t head_dim, int writable) {
-  pe_status st = pe__check_tensor(fn, name, t, writable);
-  if (st != PE_OK) return st;
-  if (t->shape[3] != head_dim)
-    return pe__fail(PE_ERR_SHAPE, "%s: %s head_dim (shape[3]) %" PRId64 " != cache head_dim %d",
-                    fn, name, t->shape[3], (int)head_dim);
-  return PE_OK;
-}
-
-pe_status pe__rope_check_qk(const char *fn, const pe_tensor *q, const pe_tensor *k,
-                            int32_t head_dim, int k_writable) {
-  pe_status st;
-  if (!q && !k) return pe__fail(PE_ERR_NULL_POINTER, "%s: q and k are both NULL", fn);
-  if (q && (st = pe__rope_check_operand(fn, "q", q, head_dim, 1)) != PE_OK) return st;
-  if (k && (st = pe__rope_check_operand(fn, "k", k, head_dim, k_writable)) != PE_OK) return st;
-  if (q && k) {
-    if (q->shape[0] != k->shape[0] || q->shape[2] != k->shape[2])
-      return pe__fail(PE_ERR_SHAPE,
-                      "%s: q [batch %" PRId64 ", tokens %" PRId64 "] and k [batch %" PRId64
-                      ", tokens %" PRId64 "] must match",
-                      fn, q->shape[0], q->shape[2], k->shape[0], k->shape[2]);
-    if (pe__tensors_overlap(q, k))
-      return pe__fail(PE_ERR_SHAPE,
-                      "%s: q and k overlap in memory (%p and %p): a shared element would be %s", fn,
-                      q->data, k->data, k_writable ? "rotated twice" : "read after it is rotated");
-  }
-  return PE_OK;
-}
-
-/* The sentence of a position error; formatted only when there is one. */
-static pe_status position_error(const char *fn, const char *axis_name, int64_t v, int64_t b,
-                                int64_t t, const pe_rope_cache *c, const int32_t *cache_index,
-                                int32_t ci, int64_t limit) {
-  const char *what = c && c->table ? "max_positions" : "limit 2^53 (not exact in double)";
-  char which[32] = "";
-  if (cache_index) snprintf(which, sizeof which, " %d", (int)ci);
-  if (t < 0) /* positions NULL: 0..tokens-1 */
-    return pe__fail(PE_ERR_POSITION_OUT_OF_RANGE,
-                    "%s: positions NULL means 0..%" PRId64 ", past cache%s %s %" PRId64, fn, v,
-                    which, what, limit);
-  if (v < 0)
-    return pe__fail(PE_ERR_POSITION_OUT_OF_RANGE,
-                    "%s: position %" PRId64 " at [%sbatch %" PRId64 ", token %" PRId64
-                    "] is negative",
-                    fn, v, axis_name, b, t);
-  return pe__fail(PE_ERR_POSITION_OUT_OF_RANGE,
-                  "%s: position %" PRId64 " at [%sbatch %" PRId64 ", token %" PRId64
-                  "] >= cache%s %s %" PRId64,
-                  fn, v, axis_name, b, t, which, what, limit);
-}
-
-pe_status pe__rope_check_positions(const char *fn, const char *axis_name, const int64_t *pos,
-                                   int64_t batch, int64_t tokens,
-                                   const pe_rope_cache *const *caches, const int32_t *cache_index) {
-  for (int64_t b = 0; b < batch; b++) {
-    int32_t ci = cache_index ? cache_index[b] : 0;
-    const pe_rope_cache *c = caches ? caches[ci] : NULL;
-    int64_t limit = c && c->table ? c->p.max_positions : PE_MAX_POSITION;
-    if (!pos) {
-      if (tokens > limit)
-        return position_error(fn, axis_name, tokens - 1, b, -1, c, cache_index, ci, limit);
-      continue;
-    }
-    const int64_t *row = pos + b * tokens;
-    for (int64_t t = 0; t < tokens; t++)
-      if (row[t] < 0 || row[t] >= limit)
-        return position_error(fn, axis_name, row[t], b, t, c, cache_index, ci, limit);
-  }
-  return PE_OK;
-}
-
-pe_status pe__rope_check_same_geometry(const char *fn, const char *what, const pe_rope_cache *a,
-                                       const pe_rope_cache *b) {
-  if (a->p.head_dim != b->p.head_dim || a->p.rotary_dim != b->p.rotary_dim)
-    return pe__fail(PE_ERR_SHAPE,
-                    "%s: %s has head_dim %d rotary_dim %d, the first cache head_dim %d rotary_dim "
-                    "%d: all must match",
-                    fn, what, (int)b->p.head_dim, (int)b->p.rotary_dim, (int)a->p.head_dim,
-                    (int)a->p.rotary_dim);
-  if (a->p.style != b->p.style)
-    return pe__fail(PE_ERR_INVALID_ARGUMENT, "%s: %s has style %d, the first cache style %d", fn,
-                    what, (int)b->p.style, (int)a->p.style);
-  return PE_OK;
 }

@@ -1,9 +1,9 @@
-/* rope_engine.h - the one RoPE engine every rotation entry point runs on.
+/* engine.h - the one RoPE engine every rotation entry point runs on.
  *
  * An entry point validates its arguments, describes the call as a plan and
  * hands it to pe__rope_run. The engine walks blocks of up to
  * PE_ENGINE_BLOCK_TOKENS tokens of one sequence (the pool splits tokens;
- * a direct [B,H,T,D] walk, groups of heads: rope_engine.c's group_range),
+ * a direct [B,H,T,D] walk, groups of heads: engine.c's group_range),
  * and for each block:
  *   row source -> the block's cos/sin rows (a frequency chunk of them)
  *   stage      -> (optional) the QK-norm scale of each q/k row (rows_norm)
@@ -30,8 +30,9 @@
 #ifndef PE_ROPE_ENGINE_H
 #define PE_ROPE_ENGINE_H
 
-#include "base/internal.h"
+#include "check/check.h"
 #include "kernels/isa.h"
+#include "kernels/kv_format.h"
 #include "rope/cache.h"
 
 #define PE_ENGINE_BLOCK_TOKENS 32
@@ -123,72 +124,14 @@ PE_HIDDEN void pe__rope_plan_init(pe__rope_plan *p, const pe_rope_cache *c, cons
 /* Run a validated plan (pool acquired with pe__pool_acquire, released here). */
 PE_HIDDEN void pe__rope_run(const pe__rope_plan *plan, pe_threadpool *pool);
 
-/* ---- validation shared by the RoPE entry points (rope_engine.c) ---- */
-
+/* The operand of tensor t as the engine walks it (t NULL or empty: absent). */
 PE_HIDDEN void pe__rope_operand_from(pe__rope_operand *op, const pe_tensor *t);
 
-/* A q/k/cache tensor: pe__check_tensor plus shape[3] == head_dim. */
-PE_HIDDEN pe_status pe__rope_check_operand(const char *fn, const char *name, const pe_tensor *t,
-                                           int32_t head_dim, int writable);
-
-/* q and/or k (not both NULL): each checked, batch and tokens equal, no
- * element shared (q is written; k is written unless k_writable is 0, and
- * even then q must not overlap what is read). */
-PE_HIDDEN pe_status pe__rope_check_qk(const char *fn, const pe_tensor *q, const pe_tensor *k,
-                                      int32_t head_dim, int k_writable);
-
-/* Positions of one axis ([batch][tokens], NULL = 0..tokens-1): each entry
- * >= 0 and below the limit of its row's cache (its max_positions when it has
- * a table, 2^53 otherwise). caches NULL: the 2^53 limit only. axis_name is
- * "" or e.g. "axis 1 (h), " for messages. */
-PE_HIDDEN pe_status pe__rope_check_positions(const char *fn, const char *axis_name,
-                                             const int64_t *pos, int64_t batch, int64_t tokens,
-                                             const pe_rope_cache *const *caches,
-                                             const int32_t *cache_index);
-
-/* Caches usable together (multi-cache, rerotate): same head_dim, rotary_dim
- * and style as caches[0]. */
-PE_HIDDEN pe_status pe__rope_check_same_geometry(const char *fn, const char *what,
-                                                 const pe_rope_cache *a, const pe_rope_cache *b);
-
-/* slot_mapping ([batch][tokens]): each in [-1, n_slots), no slot twice
- * (rope_store.c). */
-PE_HIDDEN pe_status pe__rope_check_slots(const char *fn, const int64_t *slots, int64_t batch,
-                                         int64_t tokens, int64_t n_slots);
-
-/* The cache store every entry point shares (qk_norm.c): validation, then one
- * engine run. norm NULL: no norm; v and v_cache NULL: no v; formats NULL:
- * plain caches, else its k_quant/v_quant and scales (already copied from
- * the caller's struct). */
-PE_HIDDEN pe_status pe__rope_store(const char *fn, const pe_rope_cache *c, const pe_qk_norm *norm,
-                                   const pe_tensor *q, const pe_tensor *k, const pe_tensor *v,
-                                   const pe_tensor *k_cache, const pe_tensor *v_cache,
-                                   const int64_t *slot_mapping, const int64_t *positions,
-                                   uint32_t flags, pe_threadpool *pool,
-                                   const pe_kv_cache *formats);
-
-/* ---- quantized caches (kv_quant.c) ---- */
-
-/* Longest quantized row: a token's whole cos/sin row fits the scratch. */
-#define PE_KV_QUANT_MAX_DIM 4096
-
-/* Bytes of one cache row of dim channels in format quant (dtype dt when
- * PE_KV_PLAIN). */
-PE_HIDDEN int64_t pe__kv_row_bytes(uint32_t quant, int64_t dim, pe_dtype dt);
-
-/* kv_cache's <which>_quant and _scale ("k" or "v"): a pe_kv_quant, and a
- * scale (finite > 0) exactly for the FP8 formats; *out the scale (1 else). */
-PE_HIDDEN pe_status pe__kv_format(const char *fn, const char *which, uint32_t quant,
-                                  const float *scale, float *out);
-
-/* A cache tensor of format quant: plain: pe__check_tensor; quantized: the
- * byte tensor of posenc.h (stride[3] 1, byte extent representable, Q8_0
- * dim % 32, dim <= PE_KV_QUANT_MAX_DIM). dim >= 0: shape[3] must equal it. */
-PE_HIDDEN pe_status pe__kv_check_tensor(const char *fn, const char *name, const pe_tensor *t,
-                                        uint32_t quant, int64_t dim);
-
-/* Do a and b (formats qa, qb) share memory? Two plain tensors: the exact
- * element test (pe__tensors_overlap); otherwise their byte ranges meet. */
-PE_HIDDEN int pe__kv_overlap(const pe_tensor *a, uint32_t qa, const pe_tensor *b, uint32_t qb);
+/* The cache store every norm/store entry point shares (store.c): the rope
+ * cache c (NULL: an error), then every argument of *call checked in one pass
+ * (check.h's pe__check_store, which fills in call's head_dim and bound from
+ * c), then one engine run. */
+PE_HIDDEN pe_status pe__rope_store(const pe_rope_cache *c, pe__store_call *call,
+                                   pe_threadpool *pool);
 
 #endif

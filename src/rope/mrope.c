@@ -14,7 +14,7 @@ PE_API pe_status pe_apply_mrope_qk(const pe_rope_cache *c, const pe_tensor *q, c
   if (!c) return pe__fail(PE_ERR_NULL_POINTER, "%s: cache is NULL", fn);
   if (!mrope_section) return pe__fail(PE_ERR_NULL_POINTER, "%s: mrope_section is NULL", fn);
   int32_t half = c->half;
-  if ((st = pe__rope_check_qk(fn, q, k, c->p.head_dim, 1)) != PE_OK) return st;
+  if ((st = pe__check_qk(fn, q, k, c->p.head_dim, 1)) != PE_OK) return st;
   if ((st = pe__check_flags(fn, flags, PE_ROPE_INVERSE | PE_ROPE_MROPE_INTERLEAVED)) != PE_OK)
     return st;
   const int32_t *s = mrope_section;
@@ -25,11 +25,13 @@ PE_API pe_status pe_apply_mrope_qk(const pe_rope_cache *c, const pe_tensor *q, c
   const pe_tensor *any = q ? q : k;
   int64_t batch = any->shape[0], tokens = any->shape[2];
   const pe_rope_cache *const caches[1] = {c};
-  for (int a = 0; a < 3; a++)
-    if ((st = pe__rope_check_positions(fn, axis_names[a],
-                                       positions ? positions + a * batch * tokens : NULL, batch,
-                                       tokens, caches, NULL)) != PE_OK)
-      return st;
+  for (int a = 0; a < 3; a++) {
+    pe__pos_check pc = {.fn = fn, .name = "position", .axis = axis_names[a], .owner = "cache",
+                        .pos = positions ? positions + a * batch * tokens : NULL,
+                        .batch = batch, .tokens = tokens, .null_is_index = 1,
+                        .bound = pe__rope_bound(c)};
+    if ((st = pe__check_positions(&pc)) != PE_OK) return st;
+  }
   if ((!q || pe__tensor_empty(q)) && (!k || pe__tensor_empty(k))) return PE_OK;
   if ((st = pe__pool_acquire(fn, pool)) != PE_OK) return st;
   pe__rope_plan p;

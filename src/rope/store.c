@@ -1,127 +1,68 @@
-/* rope_store.c - pe_apply_rope_qk_store: q rotated in place and the rotated
- * k written straight into a (paged) KV cache, converted to the cache's
- * dtype, in one pass of the engine (its cache sink); and the slot_mapping
- * checks every cache store shares (the store itself: qk_norm.c's
- * pe__rope_store, which also norms and writes v). */
-#include <inttypes.h>
-#include <string.h>
-
+/* store.c - the cache store core every norm/store entry point runs
+ * (pe__rope_store: the checks in one pass, one plan, one engine run), and
+ * pe_apply_rope_qk_store: q rotated in place and the rotated k written
+ * straight into a (paged) KV cache, converted to the cache's dtype or
+ * quantized, in one pass of the engine (its cache sink). */
 #include "rope/engine.h"
 
-/* ---- pe_apply_rope_qk_store: slot validation ---- */
-
-/* A run of consecutive tokens whose slots are consecutive: [lo, hi) slots,
- * starting at flat token index `first`. Prefill slot mappings are a few runs
- * (one per cache block), so duplicates are looked for among runs. */
-typedef struct slot_run {
-  int64_t lo, hi, first;
-} slot_run;
-
-/* The next run at or after flat token u (slots -1 skipped); returns the flat
- * index after it, or n when there is none (r->lo = -1). */
-static int64_t next_run(const int64_t *slots, int64_t n, int64_t u, slot_run *r) {
-  while (u < n && slots[u] < 0) u++;
-  r->lo = -1;
-  if (u >= n) return n;
-  r->lo = slots[u];
-  r->first = u;
-  int64_t v = u + 1;
-  while (v < n && slots[v] == slots[v - 1] + 1) v++;
-  r->hi = r->lo + (v - u);
-  return v;
+/* The plan's sink fields for cache tensor t (format quant: strides in bytes,
+ * dtype not read). */
+static void plan_dst(char **data, pe_dtype *dtype, int64_t *esize, int64_t *s_block,
+                     int64_t *s_head, int64_t *s_slot, const pe_tensor *t, uint32_t quant) {
+  *data = t->data;
+  *dtype = t->dtype;
+  *esize = quant ? 1 : (int64_t)pe__dtype_size(t->dtype);
+  *s_block = pe__stride(t, 0);
+  *s_head = pe__stride(t, 1);
+  *s_slot = pe__stride(t, 2);
 }
 
-static void sift_down(slot_run *a, int64_t i, int64_t n) {
-  for (;;) {
-    int64_t c = 2 * i + 1;
-    if (c >= n) return;
-    if (c + 1 < n && a[c + 1].lo > a[c].lo) c++;
-    if (a[c].lo <= a[i].lo) return;
-    slot_run t = a[i];
-    a[i] = a[c];
-    a[c] = t;
-    i = c;
-  }
-}
-
-/* Heapsort by lo: in place, no allocation (qsort may allocate). */
-static void sort_runs(slot_run *a, int64_t n) {
-  for (int64_t i = n / 2 - 1; i >= 0; i--) sift_down(a, i, n);
-  for (int64_t e = n - 1; e > 0; e--) {
-    slot_run t = a[0];
-    a[0] = a[e];
-    a[e] = t;
-    sift_down(a, 0, e);
-  }
-}
-
-static pe_status duplicate_error(const char *fn, int64_t tokens, const slot_run *x,
-                                 const slot_run *y) {
-  int64_t s = x->lo > y->lo ? x->lo : y->lo; /* the first slot both runs hold */
-  int64_t ux = x->first + (s - x->lo), uy = y->first + (s - y->lo);
-  if (ux > uy) {
-    int64_t t = ux;
-    ux = uy;
-    uy = t;
-  }
-  return pe__fail(PE_ERR_INVALID_ARGUMENT,
-                  "%s: slot_mapping has slot %" PRId64 " twice, at [batch %" PRId64
-                  ", token %" PRId64 "] and [batch %" PRId64 ", token %" PRId64
-                  "] (the stored key would depend on the order of writes)",
-                  fn, s, ux / tokens, ux % tokens, uy / tokens, uy % tokens);
-}
-
-/* Runs sorted per group of RUNS_CAP on the stack; each group is checked
- * within itself and against every later run by binary search. One group (one
- * pass) for any realistic mapping; a pathological one costs a pass per group. */
-#define RUNS_CAP 512
-
-pe_status pe__rope_check_slots(const char *fn, const int64_t *slots, int64_t batch, int64_t tokens,
-                             int64_t n_slots) {
-  if (!slots) return pe__fail(PE_ERR_NULL_POINTER, "%s: slot_mapping is NULL", fn);
-  int64_t n = batch * tokens;
-  for (int64_t u = 0; u < n; u++)
-    if (slots[u] < -1 || slots[u] >= n_slots)
-      return pe__fail(PE_ERR_INVALID_ARGUMENT,
-                      "%s: slot_mapping %" PRId64 " at [batch %" PRId64 ", token %" PRId64
-                      "] is outside [0, %" PRId64 ") (num_blocks * block_size of k_cache; -1 skips the token)",
-                      fn, slots[u], u / tokens, u % tokens, n_slots);
-  slot_run g[RUNS_CAP];
-  for (int64_t group_start = 0;;) { /* group_start: flat index where the group's runs begin */
-    int64_t m = 0, u = group_start;
-    slot_run r;
-    while (m < RUNS_CAP) {
-      u = next_run(slots, n, u, &r);
-      if (r.lo < 0) break;
-      g[m++] = r;
+pe_status pe__rope_store(const pe_rope_cache *c, pe__store_call *call, pe_threadpool *pool) {
+  if (!c) return pe__fail(PE_ERR_NULL_POINTER, "%s: cache is NULL", call->fn);
+  call->head_dim = c->p.head_dim;
+  call->bound = pe__rope_bound(c);
+  pe__store_checked ok;
+  pe_status st = pe__check_store(call, &ok);
+  if (st != PE_OK || ok.empty) return st;
+  if ((st = pe__pool_acquire(call->fn, pool)) != PE_OK) return st;
+  const pe_rope_cache *const caches[1] = {c};
+  pe__rope_plan p;
+  pe__rope_plan_init(&p, c, call->q, call->k, call->flags, PE_SOURCE_POSITIONS);
+  p.caches = caches;
+  p.pos = call->positions;
+  /* the norm stage: isa.h's PE_NORM_* equal the kinds */
+  p.norm_mode = (int32_t)ok.norm.kind;
+  p.norm_per_token = ok.norm.scope == PE_QK_NORM_PER_TOKEN;
+  p.norm_eps = ok.norm.eps;
+  p.q_weight = ok.norm.q_weight;
+  p.k_weight = ok.norm.k_weight;
+  if (ok.k_cache) { /* the cache sinks */
+    const pe_tensor *kc = ok.k_cache, *v = call->v;
+    p.slots = call->slot_mapping;
+    p.dst_block = kc->shape[2];
+    plan_dst(&p.dst, &p.dst_dtype, &p.dst_esize, &p.dst_s_block, &p.dst_s_head, &p.dst_s_slot,
+             kc, ok.k_quant);
+    p.dst_quant = ok.k_quant;
+    p.dst_scale = ok.k_scale;
+    if (v && ok.v_cache) {
+      pe__rope_operand_from(&p.v, v);
+      p.v_dim = v->shape[3];
+      plan_dst(&p.v_dst, &p.v_dst_dtype, &p.v_dst_esize, &p.v_dst_s_block, &p.v_dst_s_head,
+               &p.v_dst_s_slot, ok.v_cache, ok.v_quant);
+      p.v_dst_quant = ok.v_quant;
+      p.v_dst_scale = ok.v_scale;
     }
-    if (m == 0) return PE_OK;
-    sort_runs(g, m);
-    for (int64_t i = 1; i < m; i++)
-      if (g[i].lo < g[i - 1].hi) return duplicate_error(fn, tokens, &g[i - 1], &g[i]);
-    /* Later runs against the group: the last run starting before r.hi. */
-    for (int64_t v = u;;) {
-      v = next_run(slots, n, v, &r);
-      if (r.lo < 0) break;
-      int64_t a = 0, b = m; /* first index with lo >= r.hi */
-      while (a < b) {
-        int64_t mid = a + (b - a) / 2;
-        if (g[mid].lo < r.hi) a = mid + 1;
-        else b = mid;
-      }
-      if (a > 0 && g[a - 1].hi > r.lo) return duplicate_error(fn, tokens, &g[a - 1], &r);
-    }
-    if (u >= n) return PE_OK;
-    group_start = u;
   }
+  pe__rope_run(&p, pool);
+  return PE_OK;
 }
-
-/* ---- the entry point: the cache store of qk_norm.c without norm or v ---- */
 
 PE_API pe_status pe_apply_rope_qk_store(const pe_rope_cache *c, const pe_tensor *q,
                                         const pe_tensor *k, const pe_tensor *k_cache,
                                         const int64_t *slot_mapping, const int64_t *positions,
                                         uint32_t flags, pe_threadpool *pool) {
-  return pe__rope_store("pe_apply_rope_qk_store", c, NULL, q, k, NULL, k_cache, NULL,
-                        slot_mapping, positions, flags, pool, NULL);
+  pe__store_call call = {.fn = "pe_apply_rope_qk_store", .to_cache = 1, .q = q, .k = k,
+                         .k_cache = k_cache, .slot_mapping = slot_mapping,
+                         .positions = positions, .flags = flags};
+  return pe__rope_store(c, &call, pool);
 }

@@ -1,20 +1,11 @@
-/* validate.c - argument checks shared by every entry point. Each check either
- * passes or returns a status with a sentence naming the function, the
- * argument and the values; none of them writes caller memory. */
+/* tensor.c - the checks of tensors (shape, strides, extent, aliasing,
+ * overlap between two), of flags and size-prefixed structs, and of a call's
+ * q/k pair (check.h). */
 #include <inttypes.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "base/internal.h"
-
-size_t pe__dtype_size(pe_dtype d) {
-  switch (d) {
-    case PE_F32: return 4;
-    case PE_F16:
-    case PE_BF16: return 2;
-  }
-  return 0;
-}
+#include "check/check.h"
 
 const char *pe__dtype_name(pe_dtype d) {
   switch (d) {
@@ -122,43 +113,6 @@ pe_status pe__check_tensor(const char *fn, const char *name, const pe_tensor *t,
     return pe__fail(PE_ERR_OVERFLOW, "%s: %s spans past the address space (strides too large)", fn,
                     name);
   if (writable) return pe__check_no_alias(fn, name, t, t->shape[3], "elements");
-  return PE_OK;
-}
-
-pe_status pe__check_positions(const char *fn, const char *name, const int64_t *pos, int64_t batch,
-                              int64_t tokens, int64_t limit, const char *limit_what) {
-  if (!pos) return PE_OK;
-  for (int64_t b = 0; b < batch; b++)
-    for (int64_t t = 0; t < tokens; t++) {
-      int64_t p = pos[b * tokens + t];
-      if (p < 0)
-        return pe__fail(PE_ERR_POSITION_OUT_OF_RANGE,
-                        "%s: %s %" PRId64 " at [batch %" PRId64 ", token %" PRId64 "] is negative",
-                        fn, name, p, b, t);
-      if (limit > 0 && p >= limit)
-        return pe__fail(PE_ERR_POSITION_OUT_OF_RANGE,
-                        "%s: %s %" PRId64 " at [batch %" PRId64 ", token %" PRId64 "] >= %s %" PRId64,
-                        fn, name, p, b, t, limit_what, limit);
-      if (limit <= 0 && p >= PE_MAX_POSITION)
-        return pe__fail(PE_ERR_POSITION_OUT_OF_RANGE,
-                        "%s: %s %" PRId64 " at [batch %" PRId64 ", token %" PRId64
-                        "] >= 2^53 (not exact in double)",
-                        fn, name, p, b, t);
-    }
-  return PE_OK;
-}
-
-pe_status pe__check_deltas(const char *fn, const int64_t *d, int64_t batch, int64_t tokens) {
-  if (!d) return pe__fail(PE_ERR_NULL_POINTER, "%s: deltas is NULL", fn);
-  for (int64_t b = 0; b < batch; b++)
-    for (int64_t t = 0; t < tokens; t++) {
-      int64_t v = d[b * tokens + t];
-      if (v <= -PE_MAX_POSITION || v >= PE_MAX_POSITION)
-        return pe__fail(PE_ERR_POSITION_OUT_OF_RANGE,
-                        "%s: delta %" PRId64 " at [batch %" PRId64 ", token %" PRId64
-                        "] has magnitude >= 2^53",
-                        fn, v, b, t);
-    }
   return PE_OK;
 }
 
@@ -285,5 +239,50 @@ pe_status pe__copy_sized(const char *fn, void *dst, size_t known_size, const voi
     caller_size = known_size;
   }
   memcpy(dst, src, caller_size);
+  return PE_OK;
+}
+
+pe_status pe__check_operand(const char *fn, const char *name, const pe_tensor *t, int32_t head_dim,
+                            int writable) {
+  pe_status st = pe__check_tensor(fn, name, t, writable);
+  if (st != PE_OK) return st;
+  if (t->shape[3] != head_dim)
+    return pe__fail(PE_ERR_SHAPE, "%s: %s head_dim (shape[3]) %" PRId64 " != cache head_dim %d",
+                    fn, name, t->shape[3], (int)head_dim);
+  return PE_OK;
+}
+
+pe_status pe__check_qk(const char *fn, const pe_tensor *q, const pe_tensor *k, int32_t head_dim,
+                       int k_writable) {
+  pe_status st;
+  if (!q && !k) return pe__fail(PE_ERR_NULL_POINTER, "%s: q and k are both NULL", fn);
+  if (q && (st = pe__check_operand(fn, "q", q, head_dim, 1)) != PE_OK) return st;
+  if (k && (st = pe__check_operand(fn, "k", k, head_dim, k_writable)) != PE_OK) return st;
+  if (q && k) {
+    if (q->shape[0] != k->shape[0] || q->shape[2] != k->shape[2])
+      return pe__fail(PE_ERR_SHAPE,
+                      "%s: q [batch %" PRId64 ", tokens %" PRId64 "] and k [batch %" PRId64
+                      ", tokens %" PRId64 "] must match",
+                      fn, q->shape[0], q->shape[2], k->shape[0], k->shape[2]);
+    if (pe__tensors_overlap(q, k))
+      return pe__fail(PE_ERR_SHAPE,
+                      "%s: q and k overlap in memory (%p and %p): a shared element would be %s", fn,
+                      q->data, k->data, k_writable ? "rotated twice" : "read after it is rotated");
+  }
+  return PE_OK;
+}
+
+pe_status pe__check_same_rotation(const char *fn, const char *what, int32_t a_head_dim,
+                                  int32_t a_rotary_dim, int32_t a_style, int32_t b_head_dim,
+                                  int32_t b_rotary_dim, int32_t b_style) {
+  if (a_head_dim != b_head_dim || a_rotary_dim != b_rotary_dim)
+    return pe__fail(PE_ERR_SHAPE,
+                    "%s: %s has head_dim %d rotary_dim %d, the first cache head_dim %d rotary_dim "
+                    "%d: all must match",
+                    fn, what, (int)b_head_dim, (int)b_rotary_dim, (int)a_head_dim,
+                    (int)a_rotary_dim);
+  if (a_style != b_style)
+    return pe__fail(PE_ERR_INVALID_ARGUMENT, "%s: %s has style %d, the first cache style %d", fn,
+                    what, (int)b_style, (int)a_style);
   return PE_OK;
 }
