@@ -1,5 +1,5 @@
 /* test_model_rope.c - pe_model_rope_from_hf_config on the published
- * config.json of the models issue 15 names (tests/data/configs, provenance in
+ * config.json of models whose layers differ (tests/data/configs, provenance in
  * tests/data/configs/README.md), and the Gemma-4 layout of
  * PE_ROPE_SCALING_PROPORTIONAL.
  *
