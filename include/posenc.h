@@ -149,7 +149,9 @@ typedef enum pe_rope_style {
  * rotary_dim, M0 original_max_positions, s factor. Every scheme is computed
  * as transformers computes it (modeling_rope_utils.py), in double.
  * Stricter than HF, which only warns: factor < 1 (linear, ntk, dynamic, yarn,
- * longrope, llama3), beta_fast <= beta_slow, missing M0 are errors. */
+ * longrope, llama3) and missing M0 are errors. YaRN's betas may come in any
+ * order (HF warns and computes: beta_fast == beta_slow, as Kimi-K2 ships,
+ * gives a one-step ramp between the floor and ceil of one correction dim). */
 typedef enum pe_rope_scaling {
   PE_ROPE_SCALING_NONE = 0,     /* "default": inv_i = base^(-2i/d), attention factor 1 */
   PE_ROPE_SCALING_LINEAR = 1,   /* "linear" (Position Interpolation): inv_i / s */
@@ -266,6 +268,12 @@ PE_API pe_status pe_rope_cache_create(const pe_rope_params *p, pe_rope_cache **o
  * model_type not in that table gets NEOX (see pe_model_rope_pairing_guessed),
  * and a config without rope_theta of a type whose default libposenc has not
  * checked is PE_ERR_PARSE naming rope_theta - never a silent 10000.
+ * Models that rotate a second slice per layer (DeepSeek-V3.2 and GLM-5's
+ * sparse-attention indexer, DeepSeek-V4's compressor: index_n_heads,
+ * index_head_dim, index_topk, compress_* keys) are PE_ERR_UNSUPPORTED naming
+ * the key, here and in pe_model_rope_from_hf_config; attention without
+ * positional encoding (Nemotron-H, Jamba, Granite-4.0-H, mla_use_nope) is
+ * PE_ERR_UNSUPPORTED here and NULL for every layer there.
  * For ONE-cache models only: a model whose layers use different ropes
  * (Gemma 3, ModernBERT) or whose attention layers include NoPE ones
  * (Cohere2, Llama 4, EXAONE 4) is PE_ERR_UNSUPPORTED with a message naming
@@ -972,6 +980,10 @@ typedef struct pe_model_rope pe_model_rope;
  *   null (Exaone4Attention);
  * - Qwen3-Next / Qwen3.5: partial_rotary_factor; linear_attention layers
  *   have no RoPE (NULL) - and no attention to rotate;
+ * - MiMo-V2: hybrid_layer_pattern (1 = sliding, at swa_rope_theta);
+ *   MiniMax-01: attn_type_list (0 = linear attention, NULL);
+ * - Nemotron-H, Jamba, Granite-4.0-H, Kimi-Linear: NULL for every layer
+ *   (their attention applies no positional encoding);
  * - gpt-oss: layer_types, one cache for every layer;
  * - vision-language configs: the keys of text_config when the top level has
  *   none (Gemma 3 4b+, Llama 4, Qwen3-VL); Qwen2-VL's "type": "mrope" is

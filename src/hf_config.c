@@ -157,6 +157,17 @@ static const model_info models[] = {
     {"llama4", G, 500000.0, 128, 40, 8, 5120, 48, 131072},
     {"deepseek_v2", G, 10000.0, 0, 0, 0, 0, 0, 0}, /* DeepseekV2Config */
     {"deepseek_v3", G, 10000.0, 0, 0, 0, 0, 0, 0}, /* DeepseekV3Config */
+    /* Kimi-K2 / K2.5's text model: DeepSeek-V3's config class and modeling
+     * code (its config.json's auto_map), model_type renamed. */
+    {"kimi_k2", G, 10000.0, 0, 0, 0, 0, 0, 0},
+    /* MLA of DeepseekV32Attention / GlmMoeDsaAttention (rope_interleave) and
+     * Glm4MoeLiteAttention (DeepseekV3Attention); DeepSeek-V4's attention.
+     * V3.2, GLM-5 and V4 also rotate a sparse-attention indexer (and V4 a
+     * compressor): see unexpressible() below. */
+    {"deepseek_v32", G, 10000.0, 0, 0, 0, 0, 0, 0}, /* DeepseekV32Config */
+    {"glm_moe_dsa", G, 0.0, 0, 0, 0, 0, 0, 0},
+    {"glm4_moe_lite", G, 0.0, 0, 0, 0, 0, 0, 0},
+    {"deepseek_v4", G, 10000.0, 0, 0, 0, 0, 0, 0}, /* DeepseekV4Config */
     /* halves */
     {"llama", N, 10000.0, 0, 0, 0, 0, 0, 0},       /* LlamaConfig */
     {"mistral", N, 10000.0, 0, 0, 0, 0, 0, 0},     /* MistralConfig */
@@ -198,6 +209,18 @@ static const model_info models[] = {
     {"granite", N, 10000.0, 0, 0, 0, 0, 0, 0},     /* GraniteConfig */
     {"smollm3", N, 0.0, 0, 0, 0, 0, 0, 0},
     {"exaone4", N, 10000.0, 0, 32, 32, 4096, 32, 2048}, /* Exaone4Config */
+    {"glm4_moe", N, 0.0, 0, 0, 0, 0, 0, 0},        /* Glm4MoeAttention: rotate_half, partial */
+    /* MiniMaxM2Config: default_theta 5e6, rotary_dim (default head_dim / 2)
+     * becomes partial_rotary_factor whatever the file says. */
+    {"minimax_m2", N, 5000000.0, 128, 48, 8, 3072, 62, 196608},
+    /* MiMo-V2-Flash (transformers mimo_v2_flash; the Hub files say mimo_v2):
+     * hybrid_layer_pattern, swa_rope_theta, partial_rotary_factor. */
+    {"mimo_v2_flash", N, 0.0, 0, 0, 0, 0, 0, 0},
+    {"mimo_v2", N, 0.0, 0, 0, 0, 0, 0, 0},
+    /* Attention without any positional encoding (the layers get NULL; see
+     * attention_has_no_rope): Nemotron-H, Jamba. */
+    {"nemotron_h", N, 0.0, 0, 0, 0, 0, 0, 0},
+    {"jamba", N, 0.0, 0, 0, 0, 0, 0, 0},
     {"gpt_oss", N, 150000.0, 64, 64, 8, 2880, 36, 131072}, /* GptOssConfig */
     {"modernbert", N, 0.0, 0, 12, 0, 768, 22, 8192}, /* ModernBertConfig (thetas per layer type) */
 };
@@ -323,19 +346,35 @@ static pe_status read_geometry(hf_rope *h) {
     return pe__fail(PE_ERR_PARSE, "%s: %s%s %g must be in (0, 1]", FN, pw, pk, h->prf);
 
   static const char *const applies_prf[] = {"phi", "phi3", "gpt_neox", "stablelm", "persimmon", "glm",
-                                            "glm4", "glm4_moe", "qwen3_next", "qwen3_5",
-                                            "qwen3_5_text", "qwen3_5_moe", "qwen3_5_moe_text", NULL};
+                                            "glm4", "glm4_moe", "glm4_moe_lite", "qwen3_next",
+                                            "qwen3_5", "qwen3_5_text", "qwen3_5_moe",
+                                            "qwen3_5_moe_text", "mimo_v2_flash", "mimo_v2", NULL};
   static const char *const gptj_family[] = {"gptj", "codegen", NULL};
   int64_t rd = h->head_dim;
   if (is_model(h, gptj_family)) {
     /* GPT-J and CodeGen: rotary_dim channels (null = all). */
     if ((st = get_count(h->root, "", "rotary_dim", &rd, &found)) != PE_OK) return st;
     if (!found) rd = h->head_dim;
+  } else if (strcmp(h->model_type, "minimax_m2") == 0) {
+    /* MiniMaxM2Config.convert_rope_params_to_dict: partial_rotary_factor =
+     * rotary_dim (default head_dim // 2) / head_dim, overwriting any
+     * partial_rotary_factor of the file; the rotary embedding then takes
+     * int(head_dim * that factor). */
+    int64_t r = h->head_dim / 2;
+    if ((st = get_count(h->root, "", "rotary_dim", &r, &found)) != PE_OK) return st;
+    h->prf = (double)r / (double)h->head_dim;
+    rd = (int64_t)(h->head_dim * h->prf);
+  } else if (!h->info && get(h->root, "rotary_dim")) {
+    /* A model type libposenc does not know (the pairing is a guess too):
+     * a rotary_dim key is taken as the rotated width. */
+    if ((st = get_count(h->root, "", "rotary_dim", &rd, &found)) != PE_OK) return st;
   } else if (h->scaling == PE_ROPE_SCALING_PROPORTIONAL) {
     /* HF: rope_angles = int(prf * head_dim // 2) rotate, on head_dim pairs. */
     rd = 2 * (int64_t)floor(h->prf * h->head_dim / 2.0);
-  } else if (h->scaling != PE_ROPE_SCALING_NONE || is_model(h, applies_prf)) {
-    rd = (int64_t)(h->head_dim * h->prf); /* Python int(): truncation */
+  } else if (h->scaling != PE_ROPE_SCALING_NONE || is_model(h, applies_prf) || !h->info) {
+    /* Python int(): truncation. An unknown model type: a partial factor in
+     * the file is taken to apply (the classes that ignore it are known). */
+    rd = (int64_t)(h->head_dim * h->prf);
   }
   if (rd < 2 || rd > h->head_dim)
     return pe__fail(PE_ERR_PARSE,
@@ -345,7 +384,10 @@ static pe_status read_geometry(hf_rope *h) {
   h->d = (int32_t)rd;
 
   h->style = mi ? mi->style : PE_ROPE_NEOX;
-  static const char *const deepseek[] = {"deepseek_v2", "deepseek_v3", NULL};
+  /* DeepseekV3Attention and the MLA classes built on it: rope_interleave
+   * (default true) picks the interleaved apply; false is rotate_half. */
+  static const char *const deepseek[] = {"deepseek_v2", "deepseek_v3", "kimi_k2", "deepseek_v32",
+                                         "glm_moe_dsa", "glm4_moe_lite", NULL};
   if (is_model(h, deepseek)) {
     const cJSON *ri = get(h->root, "rope_interleave");
     h->style = (ri && cJSON_IsFalse(ri)) ? PE_ROPE_NEOX : PE_ROPE_GPTJ;
@@ -717,6 +759,25 @@ static pe_status pattern_key(const cJSON *root, const char *const *names, int64_
   return PE_OK;
 }
 
+/* A per-layer list of 0/1 (key) as layer types: 0 -> zero, 1 -> one. */
+static pe_status int_pattern(const cJSON *root, const char *key, int32_t n, const char *zero,
+                             const char *one, const char **types) {
+  const cJSON *a = get(root, key);
+  if (!cJSON_IsArray(a))
+    return pe__fail(PE_ERR_PARSE, "%s: %s must be an array, got %s", FN, key, json_type(a));
+  if (cJSON_GetArraySize(a) != n)
+    return pe__fail(PE_ERR_PARSE, "%s: %s has %d entries, num_hidden_layers is %d", FN, key,
+                    cJSON_GetArraySize(a), (int)n);
+  int i = 0;
+  const cJSON *e;
+  cJSON_ArrayForEach(e, a) {
+    if (!cJSON_IsNumber(e) || (e->valuedouble != 0.0 && e->valuedouble != 1.0))
+      return pe__fail(PE_ERR_PARSE, "%s: %s[%d] must be 0 or 1", FN, key, i);
+    types[i++] = e->valuedouble == 0.0 ? zero : one;
+  }
+  return PE_OK;
+}
+
 /* The layer type of every layer (HF layer_types, or what the config class
  * derives when the file has none). types[i] points into the JSON or to a
  * literal. */
@@ -777,6 +838,18 @@ static pe_status layer_types(const cJSON *root, const char *mt, int32_t n, const
     static const char *const keys[] = {"global_attn_every_n_layers", NULL};
     if ((st = pattern_key(root, keys, 3, &every, &which)) != PE_OK) return st;
     for (int32_t i = 0; i < n; i++) types[i] = i % every ? SLIDING : FULL;
+  } else if (get(root, "hybrid_layer_pattern")) {
+    /* MiMo-V2-Flash: 0 = full attention, 1 = sliding window (transformers'
+     * MiMoV2FlashConfig turns it into layer_types the same way). */
+    static const char *const mimo[] = {"mimo_v2_flash", "mimo_v2", NULL};
+    if (!type_is(mt, mimo))
+      return pe__fail(PE_ERR_UNSUPPORTED,
+                      "%s: hybrid_layer_pattern of model_type \"%s\" is not one libposenc has "
+                      "checked (it reads MiMo-V2's: 0 full, 1 sliding)", FN, mt);
+    return int_pattern(root, "hybrid_layer_pattern", n, FULL, SLIDING, types);
+  } else if (get(root, "attn_type_list")) {
+    /* MiniMax-01 (MiniMaxConfig): 0 = lightning (linear) attention, 1 = softmax attention. */
+    return int_pattern(root, "attn_type_list", n, LINEAR, FULL, types);
   } else if (type_is(mt, qwen_hybrid)) {
     /* Qwen3NextConfig: full attention iff (i+1) % full_attention_interval == 0 (4). */
     static const char *const keys[] = {"full_attention_interval", NULL};
@@ -849,6 +922,13 @@ static pe_status resolve_layer(const cJSON *root, const char *mt, const char *ty
       if ((st = get_number(root, "", "rope_local_base_freq", &b, &found)) != PE_OK) return st;
       lr->base_override = b;
       lr->force_default = 1;
+    } else if (!full && get(root, "swa_rope_theta")) {
+      /* MiMo-V2-Flash: the sliding layers rotate at swa_rope_theta, default
+       * rope (MiMoV2FlashConfig's sliding_attention parameters). */
+      double b = 0.0;
+      if ((st = get_number(root, "", "swa_rope_theta", &b, &found)) != PE_OK) return st;
+      lr->base_override = b;
+      lr->force_default = 1;
     } else if (strcmp(mt, "modernbert") == 0) {
       /* ModernBertConfig: rope_scaling for both, the base per layer type. */
       double b = full ? 160000.0 : 10000.0;
@@ -889,6 +969,58 @@ static int same_cache(const pe_rope_cache *a, const pe_rope_cache *b) {
   return 1;
 }
 
+/* Architectures whose attention applies no positional encoding although
+ * their config may carry rope_theta: every layer is NULL. */
+static int attention_has_no_rope(const cJSON *root, const char *mt) {
+  /* NemotronHAttention, JambaAttention: no rotary embedding at all. */
+  static const char *const none[] = {"nemotron_h", "jamba", NULL};
+  if (type_is(mt, none)) return 1;
+  /* GraniteMoeHybridModel builds its rotary embedding only for
+   * position_embedding_type "rope" (the config class's default is None;
+   * Granite-4.0-H ships "nope"). */
+  if (strcmp(mt, "granitemoehybrid") == 0) {
+    const cJSON *pe = get(root, "position_embedding_type");
+    return !(pe && cJSON_IsString(pe) && strcmp(pe->valuestring, "rope") == 0);
+  }
+  /* Kimi-Linear's MLA layers: mla_use_nope. */
+  const cJSON *nope = get(root, "mla_use_nope");
+  return nope && cJSON_IsTrue(nope);
+}
+
+/* A config whose layers rotate something this loader cannot describe: a
+ * second rotation per layer (the sparse-attention indexer of DeepSeek-V3.2
+ * and GLM-5, DeepSeek-V4's compressor). Refused with the key, so an engine
+ * never applies the attention's cache to the other rotation. */
+static pe_status unexpressible(const cJSON *root, const char *mt) {
+  static const char *const indexer_keys[] = {"index_n_heads", "index_head_dim", "index_topk", NULL};
+  static const char *const v4_keys[] = {"compress_ratios", "compress_rope_theta", "compress_rates",
+                                        "compress_rope_parameters", NULL};
+  const char *v4 = strcmp(mt, "deepseek_v4") == 0 ? "model_type" : NULL;
+  for (const char *const *k = v4_keys; *k && !v4; k++)
+    if (get(root, *k)) v4 = *k;
+  if (v4)
+    return pe__fail(PE_ERR_UNSUPPORTED,
+                    "%s: model_type \"%s\" (%s): DeepSeek-V4's layers rotate a compressor beside "
+                    "the attention (GPT-J pairs on the last 64 channels of a 512-channel head, "
+                    "YaRN at compress_rope_theta on the compressed layers) and de-rotate the "
+                    "attention output, which this loader cannot describe yet", FN, mt, v4);
+  for (const char *const *k = indexer_keys; *k; k++)
+    if (get(root, *k))
+      return pe__fail(PE_ERR_UNSUPPORTED,
+                      "%s: model_type \"%s\" has %s: its sparse-attention indexer rotates a "
+                      "second slice per layer (the first qk_rope_head_dim channels of "
+                      "index_head_dim, paired as indexer_rope_interleave says) that this loader "
+                      "cannot describe yet; the attention's cache must not be used for it", FN, mt,
+                      *k);
+  static const char *const dsa[] = {"deepseek_v32", "glm_moe_dsa", NULL};
+  if (type_is(mt, dsa))
+    return pe__fail(PE_ERR_UNSUPPORTED,
+                    "%s: model_type \"%s\" rotates a sparse-attention indexer (index_head_dim, "
+                    "default 128) beside its attention, which this loader cannot describe yet",
+                    FN, mt);
+  return PE_OK;
+}
+
 /* Build the model. single: called for pe_rope_cache_create_from_hf_config
  * (a missing num_hidden_layers is then one layer). */
 static pe_status model_build(const char *json, size_t len, int64_t max_positions, int64_t seq_len,
@@ -904,6 +1036,8 @@ static pe_status model_build(const char *json, size_t len, int64_t max_positions
   const model_info *mi = find_model(mt);
   int found;
   int64_t n = 0;
+  if ((st = unexpressible(tr, mt)) != PE_OK) goto done;
+  int no_pe = attention_has_no_rope(tr, mt);
   if ((st = get_count(tr, "", "num_hidden_layers", &n, &found)) != PE_OK) goto done;
   if (!found && (st = get_count(tr, "", "n_layer", &n, &found)) != PE_OK) goto done;
   if (!found && (st = get_count(tr, "", "num_layers", &n, &found)) != PE_OK) goto done;
@@ -976,6 +1110,7 @@ static pe_status model_build(const char *json, size_t len, int64_t max_positions
   for (int32_t i = 0; i < (int32_t)n; i++) {
     const cJSON *nr = no_rope;
     if ((st = resolve_layer(tr, mt, types[i], i, nr, &specs[i])) != PE_OK) goto done;
+    if (no_pe) specs[i].nope = 1;
     if (build_no_rope && (i + 1) % interval == 0) specs[i].nope = 1;
     m->tuned[i] = (unsigned char)(tuning && specs[i].nope && specs[i].attention);
     m->layer_cache[i] = -1;
@@ -1000,6 +1135,15 @@ static pe_status model_build(const char *json, size_t len, int64_t max_positions
     m->layer_cache[i] = k;
   }
   if (single) {
+    if (no_pe) {
+      st = pe__fail(PE_ERR_UNSUPPORTED,
+                    "%s: model_type \"%s\": its attention applies no positional encoding (no "
+                    "rotary embedding in transformers' attention class%s), so there is no cache "
+                    "to build", FN, mt,
+                    strcmp(mt, "granitemoehybrid") == 0 ? ": position_embedding_type is not \"rope\""
+                    : get(tr, "mla_use_nope") ? ": mla_use_nope" : "");
+      goto done;
+    }
     int nope_attention = 0;
     for (int32_t i = 0; i < (int32_t)n; i++) nope_attention |= specs[i].nope && specs[i].attention;
     if (m->n_caches > 1 || nope_attention) {

@@ -135,6 +135,33 @@ static void ref_yarn(int d, double base, double s, double m0, int truncate, doub
   }
 }
 
+/* The same with explicit betas (transformers: `beta or default`). */
+static void ref_yarn_betas(int d, double base, double s, double m0, double bf, double bs, double *inv,
+                           double *lo_out, double *hi_out) {
+  double lo = floor(d * log(m0 / (bf * 2.0 * PI_D)) / (2.0 * log(base)));
+  double hi = ceil(d * log(m0 / (bs * 2.0 * PI_D)) / (2.0 * log(base)));
+  lo = fmax(lo, 0.0);
+  hi = fmin(hi, (double)(d - 1));
+  if (lo == hi) hi += 0.001;
+  for (int i = 0; i < d / 2; i++) {
+    double r = fmin(fmax((i - lo) / (hi - lo), 0.0), 1.0);
+    double pf = pow(base, (double)(2 * i) / d);
+    inv[i] = 1.0 / (s * pf) * r + 1.0 / pf * (1.0 - r);
+  }
+  *lo_out = lo;
+  *hi_out = hi;
+}
+
+/* The error of loading a config: status and that the message holds `needle`. */
+static void expect_refused(const char *json, pe_status want, const char *needle) {
+  pe_rope_cache *c = NULL;
+  pe_status st = pe_rope_cache_create_from_hf_config(json, strlen(json), 0, 0, &c);
+  if (st != want || !strstr(pe_last_error(), needle))
+    fail_msg("%s: got %s / %s, expected %s naming \"%s\"", json, pe_status_string(st),
+             pe_last_error(), pe_status_string(want), needle);
+  assert_null(c);
+}
+
 /* ---------------------------------------------------------------------- */
 /* real models                                                            */
 /* ---------------------------------------------------------------------- */
@@ -661,6 +688,142 @@ static double hf_check(const char *file, int64_t seq, hf_kind kind, int d, doubl
   return worst;
 }
 
+static void test_kimi_k2(void **state) {
+  (void)state;
+  /* model_type kimi_k2 runs DeepSeek-V3's code (auto_map): interleaved pairs
+   * on the 64-channel rope slice; YaRN with beta_fast == beta_slow == 1,
+   * which transformers computes: the correction dim 64 ln(4096 / 2pi) /
+   * (2 ln 50000) = 19.16 gives the range [floor, ceil] = [19, 20]. */
+  pe_rope_cache *c = load("kimi-k2-instruct-0905.json", 0, 0);
+  expect_geometry(c, 64, 64, PE_ROPE_GPTJ, PE_ROPE_SCALING_YARN, 50000.0, "kimi-k2");
+  pe_rope_params p = params_of(c);
+  assert_true(p.factor == 64.0 && p.original_max_positions == 4096);
+  assert_true(p.beta_fast == 1.0 && p.beta_slow == 1.0);
+  double ref[32], lo, hi;
+  ref_yarn_betas(64, 50000.0, 64.0, 4096.0, 1.0, 1.0, ref, &lo, &hi);
+  assert_true(lo == 19.0 && hi == 20.0);
+  expect_inv(c, ref, 32, "kimi-k2 yarn");
+  for (int i = 0; i < 32; i++) /* the step: original up to 19, divided by 64 from 20 */
+    assert_true(ref[i] == (i <= 19 ? ref_default(50000.0, i, 64)
+                                   : 1.0 / (64.0 * pow(50000.0, (double)(2 * i) / 64))));
+  /* mscale == mscale_all_dim: attention factor 1; DeepSeek's softmax factor mscale(64, 1)^2. */
+  assert_true(pe_rope_cache_attention_factor(c) == 1.0);
+  double m = ref_mscale(64.0, 1.0);
+  expect_close(pe_rope_cache_softmax_scale(c), m * m, 1e-12, "kimi-k2 softmax");
+  pe_rope_cache_destroy(c);
+  /* Kimi-K2.5 nests the same text model in text_config. */
+  c = load_text("{\"model_type\":\"kimi_k25\",\"text_config\":{\"model_type\":\"kimi_k2\","
+                "\"qk_rope_head_dim\":64,\"rope_theta\":50000.0,\"max_position_embeddings\":262144}}",
+                0);
+  expect_geometry(c, 64, 64, PE_ROPE_GPTJ, PE_ROPE_SCALING_NONE, 50000.0, "kimi-k2.5 text_config");
+  pe_rope_cache_destroy(c);
+}
+
+static void test_mla_pairing(void **state) {
+  (void)state;
+  /* DeepseekV3Attention and the classes built on it pair interleaved unless
+   * rope_interleave is false: GLM-4.7-Flash (glm4_moe_lite). */
+  static const char *const types[] = {"deepseek_v3", "kimi_k2", "glm4_moe_lite"};
+  for (size_t k = 0; k < sizeof types / sizeof types[0]; k++) {
+    char cfg[256];
+    snprintf(cfg, sizeof cfg, "{\"model_type\":\"%s\",\"qk_rope_head_dim\":64,\"rope_theta\":10000.0}",
+             types[k]);
+    pe_rope_cache *c = load_text(cfg, 0);
+    expect_geometry(c, 64, 64, PE_ROPE_GPTJ, PE_ROPE_SCALING_NONE, 10000.0, types[k]);
+    pe_rope_cache_destroy(c);
+    snprintf(cfg, sizeof cfg, "{\"model_type\":\"%s\",\"qk_rope_head_dim\":64,\"rope_theta\":10000.0,"
+             "\"rope_interleave\":false}", types[k]);
+    c = load_text(cfg, 0);
+    expect_geometry(c, 64, 64, PE_ROPE_NEOX, PE_ROPE_SCALING_NONE, 10000.0, types[k]);
+    pe_rope_cache_destroy(c);
+  }
+}
+
+static void test_second_rotation_refused(void **state) {
+  (void)state;
+  /* DeepSeek-V3.2 and GLM-5 rotate a sparse-attention indexer beside the MLA
+   * (the first qk_rope_head_dim channels of index_head_dim); DeepSeek-V4 a
+   * compressor. One cache cannot say that: refused, the key named, rather
+   * than a cache an engine would also apply to the indexer. */
+  expect_refused("{\"model_type\":\"deepseek_v32\",\"qk_rope_head_dim\":64,\"rope_theta\":10000.0,"
+                 "\"index_head_dim\":128,\"index_n_heads\":64,\"index_topk\":2048}",
+                 PE_ERR_UNSUPPORTED, "index_n_heads");
+  expect_refused("{\"model_type\":\"deepseek_v32\",\"qk_rope_head_dim\":64,\"rope_theta\":10000.0}",
+                 PE_ERR_UNSUPPORTED, "index_head_dim");
+  expect_refused("{\"model_type\":\"glm_moe_dsa\",\"qk_rope_head_dim\":64,\"rope_theta\":1e6,"
+                 "\"index_topk\":2048}", PE_ERR_UNSUPPORTED, "index_topk");
+  expect_refused("{\"model_type\":\"deepseek_v4\",\"head_dim\":512,\"rope_theta\":10000.0}",
+                 PE_ERR_UNSUPPORTED, "compressor");
+  expect_refused("{\"model_type\":\"deepseek_v4\",\"head_dim\":512,\"rope_theta\":10000.0,"
+                 "\"compress_rope_theta\":160000.0}", PE_ERR_UNSUPPORTED, "compress_rope_theta");
+  /* The indexer keys on another type refuse too (a fine-tune renamed). */
+  expect_refused("{\"model_type\":\"deepseek_v3\",\"qk_rope_head_dim\":64,\"rope_theta\":10000.0,"
+                 "\"index_head_dim\":128}", PE_ERR_UNSUPPORTED, "index_head_dim");
+}
+
+static void test_rotary_width(void **state) {
+  (void)state;
+  /* MiniMaxM2Config: partial_rotary_factor = rotary_dim / head_dim whatever
+   * the file says (default rotary_dim head_dim // 2); then int(head_dim * it). */
+  pe_rope_cache *c = load("minimax-m2.json", 0, 0);
+  expect_geometry(c, 128, 64, PE_ROPE_NEOX, PE_ROPE_SCALING_NONE, 5e6, "minimax-m2");
+  double ref[64];
+  for (int i = 0; i < 32; i++) ref[i] = ref_default(5e6, i, 64);
+  expect_inv(c, ref, 32, "minimax-m2");
+  pe_rope_cache_destroy(c);
+  static const struct { const char *extra; int rd; } mm[] = {
+      {"\"partial_rotary_factor\":0.5", 64},  /* no rotary_dim: head_dim // 2 */
+      {"\"partial_rotary_factor\":1.0", 64},  /* overwritten by the default */
+      {"\"rotary_dim\":32,\"partial_rotary_factor\":0.5", 32},
+      {"\"rotary_dim\":128", 128}};
+  for (size_t k = 0; k < sizeof mm / sizeof mm[0]; k++) {
+    char cfg[256];
+    snprintf(cfg, sizeof cfg, "{\"model_type\":\"minimax_m2\",\"head_dim\":128,%s}", mm[k].extra);
+    c = load_text(cfg, 0);
+    expect_geometry(c, 128, mm[k].rd, PE_ROPE_NEOX, PE_ROPE_SCALING_NONE, 5e6, cfg);
+    pe_rope_cache_destroy(c);
+  }
+  /* MiMo-V2-Flash: int(192 * 0.334) = int(64.128) = 64. */
+  assert_int_equal((int)(192 * 0.334), 64);
+  c = load_text("{\"model_type\":\"mimo_v2_flash\",\"head_dim\":192,\"partial_rotary_factor\":0.334,"
+                "\"rope_theta\":5e6}", 0);
+  expect_geometry(c, 192, 64, PE_ROPE_NEOX, PE_ROPE_SCALING_NONE, 5e6, "mimo-v2-flash");
+  for (int i = 0; i < 32; i++) ref[i] = ref_default(5e6, i, 64);
+  expect_inv(c, ref, 32, "mimo-v2-flash");
+  pe_rope_cache_destroy(c);
+  /* A model type libposenc does not know: the file's partial factor (or
+   * rotary_dim) is the width; the pairing is reported as guessed. */
+  c = load_text("{\"model_type\":\"brand_new_lm\",\"head_dim\":128,\"partial_rotary_factor\":0.5,"
+                "\"rope_theta\":10000.0}", 0);
+  expect_geometry(c, 128, 64, PE_ROPE_NEOX, PE_ROPE_SCALING_NONE, 10000.0, "unknown prf");
+  pe_rope_cache_destroy(c);
+  c = load_text("{\"model_type\":\"brand_new_lm\",\"head_dim\":128,\"rotary_dim\":32,"
+                "\"rope_theta\":10000.0}", 0);
+  expect_geometry(c, 128, 32, PE_ROPE_NEOX, PE_ROPE_SCALING_NONE, 10000.0, "unknown rotary_dim");
+  pe_rope_cache_destroy(c);
+}
+
+static void test_no_positional_encoding(void **state) {
+  (void)state;
+  /* Attention classes without a rotary embedding, whatever the config's
+   * rope_theta: NemotronHAttention, JambaAttention, GraniteMoeHybrid unless
+   * position_embedding_type is "rope", Kimi-Linear's mla_use_nope. */
+  expect_refused("{\"model_type\":\"nemotron_h\",\"head_dim\":128,\"rope_theta\":10000.0,"
+                 "\"num_hidden_layers\":4}", PE_ERR_UNSUPPORTED, "no positional encoding");
+  expect_refused("{\"model_type\":\"jamba\",\"head_dim\":128,\"num_hidden_layers\":4}",
+                 PE_ERR_UNSUPPORTED, "no positional encoding");
+  expect_refused("{\"model_type\":\"granitemoehybrid\",\"head_dim\":128,\"rope_theta\":10000.0,"
+                 "\"position_embedding_type\":\"nope\"}", PE_ERR_UNSUPPORTED, "position_embedding_type");
+  expect_refused("{\"model_type\":\"granitemoehybrid\",\"head_dim\":128,\"rope_theta\":10000.0}",
+                 PE_ERR_UNSUPPORTED, "position_embedding_type");
+  expect_refused("{\"model_type\":\"kimi_linear\",\"qk_rope_head_dim\":64,\"rope_theta\":10000.0,"
+                 "\"mla_use_nope\":true}", PE_ERR_UNSUPPORTED, "mla_use_nope");
+  pe_rope_cache *c = load_text("{\"model_type\":\"granitemoehybrid\",\"head_dim\":128,"
+                               "\"rope_theta\":10000.0,\"position_embedding_type\":\"rope\"}", 0);
+  expect_geometry(c, 128, 128, PE_ROPE_NEOX, PE_ROPE_SCALING_NONE, 10000.0, "granite rope");
+  pe_rope_cache_destroy(c);
+}
+
 static void test_matches_hf_float32(void **state) {
   (void)state;
   double w = 0.0;
@@ -694,6 +857,11 @@ int main(void) {
       cmocka_unit_test(test_proportional),
       cmocka_unit_test(test_style_and_legacy_names),
       cmocka_unit_test(test_not_nul_terminated),
+      cmocka_unit_test(test_kimi_k2),
+      cmocka_unit_test(test_mla_pairing),
+      cmocka_unit_test(test_second_rotation_refused),
+      cmocka_unit_test(test_rotary_width),
+      cmocka_unit_test(test_no_positional_encoding),
       cmocka_unit_test(test_matches_hf_float32),
       cmocka_unit_test(test_errors),
   };

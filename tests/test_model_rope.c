@@ -1,5 +1,5 @@
 /* test_model_rope.c - pe_model_rope_from_hf_config on the published
- * config.json of the models issue 15 names (tests/data/configs, provenance in
+ * config.json of models whose layers differ (tests/data/configs, provenance in
  * tests/data/configs/README.md), and the Gemma-4 layout of
  * PE_ROPE_SCALING_PROPORTIONAL.
  *
@@ -442,6 +442,62 @@ static void test_qwen_vl(void **state) {
   check_qwen_vl("qwen2.5-vl-7b-instruct.json");
 }
 
+static void test_mimo_v2(void **state) {
+  (void)state;
+  /* MiMo-V2 (hybrid_layer_pattern: 0 full attention, 1 sliding window):
+   * full layers default rope at rope_theta, sliding ones at swa_rope_theta;
+   * both rotate int(192 * 0.334) = 64 channels, half-split. */
+  pe_model_rope *m = load_model("per_layer/mimo-v2.6-flash.json");
+  assert_int_equal(pe_model_rope_num_layers(m), 48);
+  assert_int_equal(pe_model_rope_pairing_guessed(m), 0);
+  want full = {192, 64, PE_ROPE_NEOX, PE_ROPE_SCALING_NONE, 1, 1, {R_DEFAULT, 1e7, 64, 1, 0, 0, 0}};
+  want swa = {192, 64, PE_ROPE_NEOX, PE_ROPE_SCALING_NONE, 1, 1, {R_DEFAULT, 1e4, 64, 1, 0, 0, 0}};
+  static const int pattern[6] = {1, 1, 1, 1, 1, 0}; /* after layer 0..5's 0,1,1,1,1,0 */
+  for (int i = 0; i < 48; i++) {
+    int sliding = i < 6 ? (i != 0 && i != 5) : pattern[(i - 6) % 6];
+    expect_layer("mimo-v2", m, i, sliding ? &swa : &full);
+  }
+  assert_int_equal(distinct_caches(m), 2);
+  pe_model_rope_destroy(m);
+  /* A pattern of the wrong length is named. */
+  const char *bad = "{\"model_type\":\"mimo_v2_flash\",\"head_dim\":192,\"num_hidden_layers\":3,"
+                    "\"rope_theta\":1e7,\"swa_rope_theta\":1e4,\"hybrid_layer_pattern\":[0,1]}";
+  pe_model_rope *out = NULL;
+  assert_int_equal(pe_model_rope_from_hf_config(bad, strlen(bad), 0, 0, &out), PE_ERR_PARSE);
+  assert_non_null(strstr(pe_last_error(), "hybrid_layer_pattern has 2 entries"));
+  /* On a model type whose pattern libposenc has not read: refused. */
+  bad = "{\"model_type\":\"other_lm\",\"head_dim\":64,\"num_hidden_layers\":2,\"rope_theta\":1e4,"
+        "\"hybrid_layer_pattern\":[0,1]}";
+  assert_int_equal(pe_model_rope_from_hf_config(bad, strlen(bad), 0, 0, &out), PE_ERR_UNSUPPORTED);
+  assert_non_null(strstr(pe_last_error(), "hybrid_layer_pattern"));
+  assert_null(out);
+}
+
+static void test_hybrid_without_rope(void **state) {
+  (void)state;
+  /* MiniMax-01's attn_type_list: 0 = lightning (linear) attention, no RoPE. */
+  pe_model_rope *m = load_text("{\"model_type\":\"minimax\",\"head_dim\":128,\"num_hidden_layers\":4,"
+                               "\"rope_theta\":10000000,\"attn_type_list\":[0,0,0,1]}");
+  for (int i = 0; i < 3; i++) expect_nope("minimax attn_type_list", m, i);
+  want w = {128, 128, PE_ROPE_NEOX, PE_ROPE_SCALING_NONE, 1, 1, {R_DEFAULT, 1e7, 128, 1, 0, 0, 0}};
+  expect_layer("minimax attn_type_list", m, 3, &w);
+  pe_model_rope_destroy(m);
+  /* Attention without positional encoding: every layer NULL, not a rotation
+   * at the config's rope_theta. */
+  static const char *const cfgs[] = {
+      "{\"model_type\":\"nemotron_h\",\"head_dim\":128,\"num_hidden_layers\":6,\"rope_theta\":10000}",
+      "{\"model_type\":\"jamba\",\"hidden_size\":4096,\"num_attention_heads\":32,\"num_hidden_layers\":8}",
+      "{\"model_type\":\"granitemoehybrid\",\"head_dim\":128,\"num_hidden_layers\":4,"
+      "\"rope_theta\":10000,\"position_embedding_type\":\"nope\"}",
+      "{\"model_type\":\"kimi_linear\",\"qk_rope_head_dim\":64,\"num_hidden_layers\":4,"
+      "\"rope_theta\":10000,\"mla_use_nope\":true}"};
+  for (size_t k = 0; k < sizeof cfgs / sizeof cfgs[0]; k++) {
+    m = load_text(cfgs[k]);
+    for (int i = 0; i < pe_model_rope_num_layers(m); i++) expect_nope(cfgs[k], m, i);
+    pe_model_rope_destroy(m);
+  }
+}
+
 /* ---------------------------------------------------------------------- */
 /* defaults, guesses, errors                                              */
 /* ---------------------------------------------------------------------- */
@@ -711,6 +767,8 @@ int main(void) {
       cmocka_unit_test(test_qwen3_next),
       cmocka_unit_test(test_gpt_oss),
       cmocka_unit_test(test_qwen_vl),
+      cmocka_unit_test(test_mimo_v2),
+      cmocka_unit_test(test_hybrid_without_rope),
       cmocka_unit_test(test_unknown_model_type),
       cmocka_unit_test(test_max_positions_from_config),
       cmocka_unit_test(test_errors),

@@ -328,6 +328,36 @@ static void test_yarn_range(void **state) {
   ref_yarn_range(&e, &lo, &hi);
   assert_true(lo == 0.0 && hi == 0.001);
   check_yarn(&e, ref_mscale(4.0, 1.0), 1.0, "yarn lo == hi");
+  /* beta_fast == beta_slow (Kimi-K2: 1 and 1, rope dim 64, base 50000, M0
+   * 4096, factor 32): one correction dim, 64 ln(4096 / 2pi) / (2 ln 50000) =
+   * 19.16, whose floor and ceil make the range [19, 20]: a one-step ramp,
+   * indices <= 19 original, >= 20 divided by 32. transformers computes it
+   * (it only warns about the order), and so must the library. */
+  yarn_cfg kimi = {64, 50000.0, 32.0, 4096, 1, 1, 1, 1.0, 1.0, 0};
+  ref_yarn_range(&kimi, &lo, &hi);
+  assert_true(lo == 19.0 && hi == 20.0);
+  double mk = ref_mscale(32.0, 1.0);
+  check_yarn(&kimi, 1.0, mk * mk, "yarn beta_fast == beta_slow (Kimi-K2)");
+  c = make_yarn(&kimi);
+  pe_rope_cache_inv_freq(c, got);
+  for (int i = 0; i < 32; i++) {
+    double orig = ref_default(50000.0, i, 64), want = i <= 19 ? orig : orig / 32.0;
+    expect_close(got[i], want, ulp_f32(want), "kimi step ramp");
+  }
+  pe_rope_cache_destroy(c);
+  /* Untruncated equal betas: lo == hi exactly, so the 0.001 guard decides. */
+  yarn_cfg eq = {64, 50000.0, 32.0, 4096, 1, 1, 0, 0, 0, 0};
+  ref_yarn_range(&eq, &lo, &hi);
+  assert_true(hi - lo > 0.0009 && hi - lo < 0.0011);
+  check_yarn(&eq, ref_mscale(32.0, 1.0), 1.0, "yarn equal betas untruncated");
+  /* beta_fast < beta_slow (1 and 2; the default 32 against 40): lo > hi, the
+   * ramp's slope is negative, computed as transformers does. */
+  yarn_cfg rev = {64, 10000.0, 4.0, 4096, 1, 2, 1, 0, 0, 0};
+  ref_yarn_range(&rev, &lo, &hi);
+  assert_true(lo > hi);
+  check_yarn(&rev, ref_mscale(4.0, 1.0), 1.0, "yarn beta_fast 1 < beta_slow 2");
+  yarn_cfg rev2 = {128, 10000.0, 4.0, 4096, 0, 40, 1, 0, 0, 0};
+  check_yarn(&rev2, ref_mscale(4.0, 1.0), 1.0, "yarn beta_slow 40 > default beta_fast 32");
   c = make_yarn(&e);
   pe_rope_cache_inv_freq(c, got);
   expect_close(got[0], 1.0, 0.0, "yarn lo == hi: index 0");
@@ -545,8 +575,6 @@ M(dyn_dim2, p->scaling = PE_ROPE_SCALING_DYNAMIC; p->factor = 2; p->original_max
 M(yarn_factor_small, p->scaling = PE_ROPE_SCALING_YARN; p->factor = 0.5; p->original_max_positions = 4096)
 M(yarn_no_m0, p->scaling = PE_ROPE_SCALING_YARN; p->factor = 4)
 M(yarn_base1, p->scaling = PE_ROPE_SCALING_YARN; p->factor = 4; p->original_max_positions = 4096; p->base = 1.0)
-M(yarn_beta_order, p->scaling = PE_ROPE_SCALING_YARN; p->factor = 4; p->original_max_positions = 4096; p->beta_fast = 1; p->beta_slow = 2)
-M(yarn_beta_default_order, p->scaling = PE_ROPE_SCALING_YARN; p->factor = 4; p->original_max_positions = 4096; p->beta_slow = 40)
 M(yarn_beta_neg, p->scaling = PE_ROPE_SCALING_YARN; p->factor = 4; p->original_max_positions = 4096; p->beta_fast = -3)
 M(yarn_beta_slow_nan, p->scaling = PE_ROPE_SCALING_YARN; p->factor = 4; p->original_max_positions = 4096; p->beta_slow = nan_d())
 M(yarn_mscale_neg, p->scaling = PE_ROPE_SCALING_YARN; p->factor = 4; p->original_max_positions = 4096; p->mscale = -1)
@@ -590,8 +618,6 @@ static void test_errors(void **state) {
       {yarn_factor_small, PE_ERR_INVALID_ARGUMENT, "yarn scaling needs factor >= 1"},
       {yarn_no_m0, PE_ERR_INVALID_ARGUMENT, "original_max_positions >= 1"},
       {yarn_base1, PE_ERR_INVALID_ARGUMENT, "base > 1"},
-      {yarn_beta_order, PE_ERR_INVALID_ARGUMENT, "beta_fast 1 and beta_slow 2"},
-      {yarn_beta_default_order, PE_ERR_INVALID_ARGUMENT, "beta_fast 32 and beta_slow 40"},
       {yarn_beta_neg, PE_ERR_INVALID_ARGUMENT, "beta_fast -3"},
       {yarn_beta_slow_nan, PE_ERR_INVALID_ARGUMENT, "beta_slow"},
       {yarn_mscale_neg, PE_ERR_INVALID_ARGUMENT, "mscale -1"},

@@ -111,13 +111,10 @@ static pe_status yarn_validate(const char *fn, const pe_rope_params *p) {
   if (!isfinite(p->beta_slow) || p->beta_slow < 0.0)
     return pe__fail(PE_ERR_INVALID_ARGUMENT, "%s: yarn beta_slow %g must be finite and >= 0 (0 = 1)",
                     fn, p->beta_slow);
-  double bf = p->beta_fast != 0.0 ? p->beta_fast : 32.0;
-  double bs = p->beta_slow != 0.0 ? p->beta_slow : 1.0;
-  if (!(bf > bs))
-    return pe__fail(PE_ERR_INVALID_ARGUMENT,
-                    "%s: yarn needs beta_fast > beta_slow, got beta_fast %g and beta_slow %g "
-                    "(after the defaults 32 and 1 for 0)",
-                    fn, bf, bs);
+  /* No order between the betas: transformers only warns when beta_fast <
+   * beta_slow and computes the ramp anyway (Kimi-K2 ships beta_fast ==
+   * beta_slow == 1: the floor and ceil of one correction dim make a
+   * one-step ramp; see yarn_frequencies), so it is computed here too. */
   if (!isfinite(p->mscale) || p->mscale < 0.0)
     return pe__fail(PE_ERR_INVALID_ARGUMENT, "%s: yarn mscale %g must be finite and >= 0 (0 = unset)",
                     fn, p->mscale);
