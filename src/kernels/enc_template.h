@@ -34,34 +34,14 @@
 #define ENC_ADD_LD(dt, p) vld_exact(dt, p)
 #endif
 
-/* AVX-512 (avx512.c, the TU that defines PE_BF16_CVT): the last n % VL
- * elements as one masked vector, the body's operations with lanes [0, m)
- * loaded (zeros past them) and stored, instead of enc_common.h's element
- * loop, whose software f16/bf16 conversions made it ~30 % of alibi_row's
- * time in a 512-key causal prefill (rows of qpos + 1 keys; perf, AMD EPYC
- * Zen 4). The narrowing is done in a register and stored through a 16-bit
- * mask: vcvtps2ph/vpmovdw with a masked memory operand are slow (vec_avx512.h). */
-#if defined(PE_BF16_CVT)
+/* Where the ISA has a partial vector store (vec_avx512.h's vst_part), the
+ * last n % VL elements as one masked vector, the body's operations with
+ * lanes [0, m) loaded (zeros past them) and stored, instead of
+ * enc_common.h's element loop, whose software f16/bf16 conversions made it
+ * ~30 % of alibi_row's time in a 512-key causal prefill (rows of qpos + 1
+ * keys; perf, AMD EPYC Zen 4). */
+#if defined(VEC_PART_STORE)
 #define ENC_VTAIL 1
-PE_AI void enc_vstn(int dt, void *p, int32_t m, vf v) {
-  if (m <= 0 || m >= VL) __builtin_unreachable(); /* the callers' tails */
-  if (dt == PE_F32) {
-    vf_storen(p, m, v);
-    return;
-  }
-  __m256i h;
-  if (dt == PE_F16)
-    h = _mm512_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-  else if (dt == PE_BF16)
-    h = _mm512_cvtepi32_epi16(bf16_bits(v));
-  else
-    h = bf16_cvt1(v);
-  /* GCC 12 otherwise folds the narrowing into the store: vcvtps2ph m256{k}
-   * took 1.63 ns per 16 halves in an L1 loop, register form + vmovdqu16
-   * m256{k} 1.03 (AMD EPYC Zen 4) */
-  __asm__("" : "+v"(h));
-  _mm256_mask_storeu_epi16(p, mask_n(m), h);
-}
 #endif
 
 /* Two vectors to 2*VL contiguous elements at p: one vcvtne2ps2bf16 and one
@@ -89,42 +69,12 @@ PE_AI void add_row_gen(int dt, void *row, const float *v, int64_t n) {
   if (j < n) {
     const int32_t m = (int32_t)(n - j); /* in [1, VL) */
     if (m >= VL) __builtin_unreachable();
-    enc_vstn(dt, PE_AT(r, j, es), m, vf_add(vld(dt, PE_AT(r, j, es), m), vf_loadn(v + j, m)));
+    vst_part(dt, PE_AT(r, j, es), m, vf_add(vld(dt, PE_AT(r, j, es), m), vf_loadn(v + j, m)));
   }
 #else
   pe__enc_add(ENC_DT(dt), PE_AT(r, j, es), v + j, n - j);
 #endif
 }
-
-/* ALiBi's int32 distances q - (j + lane), one vector per VL keys. On x86 a
- * vector of them decremented by VL a step (wrapping like the direct
- * subtraction, so the same lanes), instead of vf_alibi_dist's broadcast of
- * j and subtraction per vector: on AMD EPYC Zen 4, an L1-resident f16 row
- * 1.59 -> 1.33-1.38 ns per 16 keys. NEON keeps vf_alibi_dist. */
-#if defined(__AVX512F__)
-typedef __m512i enc_dist;
-PE_AI enc_dist enc_dist_init(int32_t q) {
-  return _mm512_sub_epi32(_mm512_set1_epi32(q),
-                          _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15));
-}
-PE_AI enc_dist enc_dist_step(enc_dist d, int32_t k) { return _mm512_sub_epi32(d, _mm512_set1_epi32(k)); }
-PE_AI vf enc_dist_f(enc_dist d) { return _mm512_cvtepi32_ps(_mm512_abs_epi32(d)); }
-#elif defined(__AVX2__)
-typedef __m256i enc_dist;
-PE_AI enc_dist enc_dist_init(int32_t q) {
-  return _mm256_sub_epi32(_mm256_set1_epi32(q), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
-}
-PE_AI enc_dist enc_dist_step(enc_dist d, int32_t k) { return _mm256_sub_epi32(d, _mm256_set1_epi32(k)); }
-PE_AI vf enc_dist_f(enc_dist d) { return _mm256_cvtepi32_ps(_mm256_abs_epi32(d)); }
-#else
-typedef struct enc_dist {
-  int32_t q;
-  uint32_t j; /* wraps past n like the lanes; read only below n */
-} enc_dist;
-PE_AI enc_dist enc_dist_init(int32_t q) { return (enc_dist){q, 0}; }
-PE_AI enc_dist enc_dist_step(enc_dist d, int32_t k) { return (enc_dist){d.q, d.j + (uint32_t)k}; }
-PE_AI vf enc_dist_f(enc_dist d) { return vf_alibi_dist(d.q, (int32_t)d.j); }
-#endif
 
 /* Distances as int32 lanes when qpos and n fit in int32; longer rows or
  * farther queries take the element loop. bias = neg_slope * d (float
@@ -139,25 +89,25 @@ PE_AI void alibi_row_gen(int dt, void *row, int64_t n, int64_t qpos, float ns) {
   int64_t j = 0;
   if (qpos <= INT32_MAX && n <= INT32_MAX) {
     const vf vns = vf_set1(ns);
-    enc_dist d = enc_dist_init((int32_t)qpos);
+    vdist d = vdist_init((int32_t)qpos);
     for (; j + 2 * VL <= n; j += 2 * VL) {
-      vf b0 = vf_mul(vns, enc_dist_f(d));
-      vf b1 = vf_mul(vns, enc_dist_f(enc_dist_step(d, VL)));
-      d = enc_dist_step(d, 2 * VL);
+      vf b0 = vf_mul(vns, vdist_f(d));
+      vf b1 = vf_mul(vns, vdist_f(vdist_step(d, VL)));
+      d = vdist_step(d, 2 * VL);
       enc_st2(dt, PE_AT(r, j, es), vf_add(vld(dt, PE_AT(r, j, es), VL), b0),
               vf_add(vld(dt, PE_AT(r, j + VL, es), VL), b1));
     }
     for (; j + VL <= n; j += VL) {
-      vf bias = vf_mul(vns, enc_dist_f(d));
-      d = enc_dist_step(d, VL);
+      vf bias = vf_mul(vns, vdist_f(d));
+      d = vdist_step(d, VL);
       vst(dt, PE_AT(r, j, es), vf_add(vld(dt, PE_AT(r, j, es), VL), bias));
     }
 #if defined(ENC_VTAIL)
     if (j < n) { /* lanes past n: distances wrap in int32, never stored */
       const int32_t m = (int32_t)(n - j);
       if (m >= VL) __builtin_unreachable();
-      vf bias = vf_mul(vns, enc_dist_f(d));
-      enc_vstn(dt, PE_AT(r, j, es), m, vf_add(vld(dt, PE_AT(r, j, es), m), bias));
+      vf bias = vf_mul(vns, vdist_f(d));
+      vst_part(dt, PE_AT(r, j, es), m, vf_add(vld(dt, PE_AT(r, j, es), m), bias));
       return;
     }
 #endif
@@ -167,7 +117,7 @@ PE_AI void alibi_row_gen(int dt, void *row, int64_t n, int64_t qpos, float ns) {
 
 /* The causal -inf (isa.h mask_row): on x86 whole vectors of the bit pattern
  * (two 16-bit -inf per 32-bit lane), the first at the row's start, then at
- * ENC_MW-byte boundaries (64 AVX-512, 32 AVX2: a store within one cache
+ * VMASK_BYTES boundaries (64 AVX-512, 32 AVX2: a store within one cache
  * line), the last ending at the row's end (stores overlapping by whole
  * elements rewrite the same bits);
  * AVX-512 writes a row of under 64 bytes with one masked store. The element
@@ -175,40 +125,27 @@ PE_AI void alibi_row_gen(int dt, void *row, int64_t n, int64_t qpos, float ns) {
  * filling rows of 256 / 512 / 4096 f16 in a 16 MiB buffer took 17.0 / 47.4 /
  * 275 ns a row, 64-byte stores 9.7 / 14.4 / 107. NEON keeps the element loop
  * (its compiled form already stores 16-byte vectors, its widest). */
-#if defined(__AVX512F__) || defined(__AVX2__)
-#if defined(__AVX512F__)
-#define ENC_MW 64
-typedef __m512i enc_mv;
-#define enc_mv_set1(w) _mm512_set1_epi32((int)(w))
-#define enc_mv_store(p, k) _mm512_storeu_si512((void *)(p), k)
-#else
-#define ENC_MW 32
-typedef __m256i enc_mv;
-#define enc_mv_set1(w) _mm256_set1_epi32((int)(w))
-#define enc_mv_store(p, k) _mm256_storeu_si256((__m256i *)(void *)(p), k)
-#endif
+#if defined(VMASK_BYTES)
 PE_AI void mask_row_gen(int dt, void *row, int64_t n) {
   char *r = row;
   const int64_t bytes = n * pe__esize(dt); /* rows are aligned to their elements */
   const uint32_t w = dt == PE_F32 ? 0xff800000u : dt == PE_F16 ? 0xfc00fc00u : 0xff80ff80u;
-  const enc_mv k = enc_mv_set1(w);
-  if (bytes < ENC_MW) {
-#if defined(__AVX512F__)
-    if (bytes > 0) /* bytes / 2 < 32 16-bit words */
-      _mm512_mask_storeu_epi16(r, (__mmask32)((1u << (bytes / 2)) - 1u), k);
+  const vmask k = vmask_set1(w);
+  if (bytes < VMASK_BYTES) {
+#if defined(VMASK_WORDS)
+    if (bytes > 0) vmask_store_words(r, bytes / 2, k);
 #else
     pe__enc_fill_neg_inf(row, ENC_DT(dt), n);
 #endif
     return;
   }
   char *const e = r + bytes;
-  enc_mv_store(r, k);
-  for (char *p = r + ENC_MW - ((uintptr_t)r & (ENC_MW - 1)); p + ENC_MW <= e; p += ENC_MW)
-    enc_mv_store(p, k);
-  enc_mv_store(e - ENC_MW, k);
+  vmask_store(r, k);
+  for (char *p = r + VMASK_BYTES - ((uintptr_t)r & (VMASK_BYTES - 1)); p + VMASK_BYTES <= e;
+       p += VMASK_BYTES)
+    vmask_store(p, k);
+  vmask_store(e - VMASK_BYTES, k);
 }
-#undef enc_mv_set1
-#undef enc_mv_store
 #else
 PE_AI void mask_row_gen(int dt, void *row, int64_t n) {
   pe__enc_fill_neg_inf(row, ENC_DT(dt), n);

@@ -67,6 +67,22 @@ PE_AI vf vf_alibi_dist(int32_t q, int32_t j) {
   __m256i vj = _mm256_add_epi32(_mm256_set1_epi32(j), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
   return _mm256_cvtepi32_ps(_mm256_abs_epi32(_mm256_sub_epi32(_mm256_set1_epi32(q), vj)));
 }
+/* The same distances as an int32 vector stepped k keys at a time (wrapping
+ * like the subtraction above, so the same lanes): one subtract per vector
+ * instead of a broadcast and two (enc_template.h's alibi_row). */
+typedef __m256i vdist;
+PE_AI vdist vdist_init(int32_t q) {
+  return _mm256_sub_epi32(_mm256_set1_epi32(q), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+}
+PE_AI vdist vdist_step(vdist d, int32_t k) { return _mm256_sub_epi32(d, _mm256_set1_epi32(k)); }
+PE_AI vf vdist_f(vdist d) { return _mm256_cvtepi32_ps(_mm256_abs_epi32(d)); }
+
+/* mask_row's stores (enc_template.h): VMASK_BYTES-byte vectors of one
+ * 32-bit pattern. */
+#define VMASK_BYTES 32
+typedef __m256i vmask;
+PE_AI vmask vmask_set1(uint32_t w) { return _mm256_set1_epi32((int)w); }
+PE_AI void vmask_store(void *p, vmask k) { _mm256_storeu_si256((__m256i *)p, k); }
 
 /* ---- dtypes: full vectors ---- */
 

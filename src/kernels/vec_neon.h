@@ -63,6 +63,15 @@ PE_AI vf vf_alibi_dist(int32_t q, int32_t j) {
   int32x4_t vj = vaddq_s32(vdupq_n_s32(j), vld1q_s32(lanes));
   return vcvtq_f32_s32(vabsq_s32(vsubq_s32(vdupq_n_s32(q), vj)));
 }
+/* alibi_row's distances k keys a step (enc_template.h): on NEON the key
+ * index itself, each vector built by vf_alibi_dist (no faster form found). */
+typedef struct vdist {
+  int32_t q;
+  uint32_t j; /* wraps past n like the lanes; read only below n */
+} vdist;
+PE_AI vdist vdist_init(int32_t q) { return (vdist){q, 0}; }
+PE_AI vdist vdist_step(vdist d, int32_t k) { return (vdist){d.q, d.j + (uint32_t)k}; }
+PE_AI vf vdist_f(vdist d) { return vf_alibi_dist(d.q, (int32_t)d.j); }
 
 /* ---- dtypes ---- */
 
