@@ -33,10 +33,14 @@ static pe_status position_error(const pe__pos_check *c, int64_t v, int64_t b, in
 
 pe_status pe__check_positions(const pe__pos_check *c) {
   if (!c->pos && !c->null_is_index) return PE_OK;
+  pe__pos_bound bound = c->bound;
+  int32_t ci = 0, bound_ci = -1;
   for (int64_t b = 0; b < c->batch; b++) {
-    int32_t ci = c->index ? c->index[b] : 0;
-    pe__pos_bound bound = c->bound_of ? c->bound_of(c->items[ci]) : c->bound;
-    int64_t limit = bound.limit;
+    if (c->bound_of) { /* the row's cache's bound, looked up when it changes */
+      ci = c->index ? c->index[b] : 0;
+      if (ci != bound_ci) bound = c->bound_of(c->items[bound_ci = ci]);
+    }
+    const int64_t limit = bound.limit;
     if (!c->pos) {
       if (c->tokens > limit) return position_error(c, c->tokens - 1, b, -1, bound, ci);
       continue;

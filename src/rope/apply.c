@@ -32,8 +32,12 @@ static pe_status apply_rope(const char *fn, const pe_rope_cache *const *caches, 
                         (int)cache_index[b], b, (int)n_caches);
   pe__pos_check pc = {.fn = fn, .name = "position", .axis = "", .owner = "cache",
                       .pos = positions, .batch = batch, .tokens = tokens, .null_is_index = 1,
-                      .bound_of = pe__rope_bound_of, .items = (const void *const *)caches,
-                      .index = cache_index};
+                      .bound = pe__rope_bound(c0)};
+  if (cache_index) { /* each row's own cache */
+    pc.bound_of = pe__rope_bound_of;
+    pc.items = (const void *const *)caches;
+    pc.index = cache_index;
+  }
   if ((st = pe__check_positions(&pc)) != PE_OK) return st;
   if (nothing_to_do(q, k)) return PE_OK;
   if ((st = pe__pool_acquire(fn, pool)) != PE_OK) return st;
