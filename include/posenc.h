@@ -949,6 +949,179 @@ PE_API pe_status pe_qk_norm_rope_store(const pe_rope_cache *c, const pe_qk_norm 
                                        uint32_t flags, pe_threadpool *pool);
 
 /* ------------------------------------------------------------------------ */
+/* Multi-head latent attention (MLA): the step after the projections        */
+/* ------------------------------------------------------------------------ */
+
+/* An MLA layer (DeepSeek-V2/V3/V3.1/V3.2, Kimi-K2, GLM-5; DeepSeek-V4) keeps
+ * one cache row per token instead of per-head keys and values. After its
+ * projections, transformers' DeepseekV3Attention does
+ *   kv_c = kv_a_layernorm(kv_a[..., :kv_lora_rank])      RMSNorm with weight
+ *   k_pe = RoPE(kv_a[..., kv_lora_rank:])                one shared rope head
+ *   q_pe = RoPE(q[..., qk_nope_head_dim:])               every q head
+ * and an engine caches the row [kv_c | k_pe] (576 values for DeepSeek-V3) at
+ * its slot. pe_mla_rope_store does all of it in one pass: each kv row is read
+ * once, normed and rotated in float32 and written once into its cache row,
+ * and each q head's rope slice is rotated in place.
+ *
+ * DeepSeek-V4 is the same step with other numbers: a 512-channel kv row
+ * normed as a whole (kv_norm, with weight) whose last 64 channels are
+ * rotated, and q heads of 512 channels normed without a weight (per head)
+ * and rotated on their last 64; its cache keeps 448 channels as FP8 and the
+ * rotated 64 as bf16 (PE_MLA_FP8_DS_V4). The attention output's rope slice
+ * is rotated back before o_proj: pe_apply_rope_qk with PE_ROPE_INVERSE on
+ * the view described at pe_mla_rope_store.
+ *
+ * Pairing: the rope cache's style. transformers' DeepSeek models rotate
+ * interleaved pairs (PE_ROPE_GPTJ; config rope_interleave, default true),
+ * and its apply_rotary_pos_emb_interleave leaves q_pe and k_pe
+ * de-interleaved: channel j < 32 of its result is pair j's first element,
+ * channel 32 + j the second. This library rotates the pairs in place (GPT-J
+ * order: channel 2j and 2j + 1), as vLLM, sglang and llama.cpp store them.
+ * q.k is the same either way (q and k are permuted alike); compare cache
+ * rows with transformers' after that permutation. */
+
+/* The cache row's format (pe_mla.format). Values fixed. */
+typedef enum pe_mla_format {
+  PE_MLA_PLAIN = 0,     /* the row in the cache tensor's dtype (f32, f16, bf16) */
+  PE_MLA_FP8_E4M3 = 1,  /* every channel e4m3(x / scale), one per-tensor scale:
+                           vLLM kv_cache_dtype "fp8" */
+  PE_MLA_FP8_DS = 2,    /* vLLM "fp8_ds_mla" (DeepSeek-V3.2 sparse MLA, FlashMLA's
+                           V32 FP8 layout): 656-byte rows, below */
+  PE_MLA_FP8_DS_V4 = 3  /* DeepSeek-V4 (FlashMLA's MODEL1 layout): block-major
+                           rows of 448 FP8 + 64 bf16, then UE8M0 scales, below */
+} pe_mla_format;
+
+/* Where the rotated channels sit in a PE_MLA_PLAIN / PE_MLA_FP8_E4M3 row
+ * (pe_mla.order). Values fixed. */
+typedef enum pe_mla_order {
+  PE_MLA_LATENT_FIRST = 0, /* [kv_c | k_pe]: vLLM, sglang, llama.cpp since 2026-01 */
+  PE_MLA_ROPE_FIRST = 1    /* [k_pe | kv_c]: llama.cpp's caches before 2026-01 */
+} pe_mla_order;
+
+/* One MLA layer's step. Size-prefixed: call pe_mla_init(), then set the
+ * fields. R below is rope_dim, the rope cache's head_dim, all of it
+ * rotated (rotary_dim == head_dim: qk_rope_head_dim, 64).
+ * kv rows ([batch, 1, tokens, kv_dim]: the kv_a projection's output):
+ *   channels [0, kv_norm_dim) are normed (kv_norm) and channels
+ *   [kv_rope_offset, kv_rope_offset + R) rotated - after the norm when they
+ *   are inside its range (V4), as they are (V3: the norm covers the latent,
+ *   [0, 512), and k_pe = [512, 576) is rotated, not normed). Every other
+ *   channel is copied (converted). kv_rope_offset + R <= kv_dim.
+ * q heads ([batch, q_heads, tokens, q_head_dim]): channels [q_rope_offset,
+ *   q_rope_offset + R) rotated in place, after q_norm over the whole head
+ *   when it is not NONE (V4); the other channels are left alone, or normed
+ *   in place under q_norm. */
+typedef struct pe_mla {
+  uint32_t struct_size;     /* sizeof(pe_mla), set by init */
+  int32_t rope_dim;         /* R: the rotated channels (qk_rope_head_dim, 64); the rope
+                               cache's head_dim */
+  int32_t kv_norm_dim;      /* channels normed from 0 (512: kv_lora_rank; V4 512) */
+  int32_t kv_rope_offset;   /* first rotated kv channel (512: kv_lora_rank; V4 448) */
+  int32_t q_rope_offset;    /* first rotated q channel (128: qk_nope_head_dim; V4 448) */
+  pe_qk_norm_kind kv_norm;  /* PE_QK_NORM_RMS (kv_a_layernorm, V4 kv_norm) or NONE
+                               (the kv rows come normed); default RMS */
+  float kv_eps;             /* default 1e-6 (transformers' kv_a_layernorm default) */
+  const float *kv_weight;   /* kv_norm_dim float32 weights (RMS), else NULL */
+  pe_qk_norm_kind q_norm;   /* PE_QK_NORM_NONE (DeepSeek-V3: q_a_layernorm acts before
+                               q_b_proj) or PE_QK_NORM_L2 (V4: x * rsqrt(mean(x^2) +
+                               eps) over each head, no weight); default NONE */
+  float q_eps;              /* default 1e-6 */
+  uint32_t format;          /* pe_mla_format, default PE_MLA_PLAIN */
+  uint32_t order;           /* pe_mla_order, default PE_MLA_LATENT_FIRST */
+  const float *scale;       /* PE_MLA_FP8_E4M3: one float, finite > 0; else NULL */
+} pe_mla;
+
+/* struct_size = sizeof(pe_mla), kv_norm RMS, eps 1e-6, q_norm NONE, plain
+ * format, latent first, every other field 0 / NULL (rope_dim, kv_norm_dim,
+ * kv_rope_offset and q_rope_offset must be set). */
+PE_API void pe_mla_init(pe_mla *m);
+
+/* The MLA step in one pass, bit-identical on every ISA and pool size.
+ * c: the rope cache of the layer's rope slice (head_dim == rotary_dim == R,
+ *   its style and scaling; pe_model_rope_layer gives it).
+ * q: [batch, q_heads, tokens, q_head_dim] (f32/f16/bf16, any strides with
+ *   stride[3] == 1), its rope slices rotated in place (and, under q_norm,
+ *   every channel normed), or NULL (kv only).
+ * kv: [batch, 1, tokens, kv_dim], the kv_a projection's output, read only;
+ *   or NULL (q only: then cache and slot_mapping are NULL too).
+ * cache: the paged MLA cache, [num_blocks, 1, block_size, kv_dim] (the
+ *   channels of a row; shape[3] == kv_dim), one row per slot:
+ *   PE_MLA_PLAIN: elements of the tensor's dtype, any strides with stride[3]
+ *     == 1: the kv row's channels, each converted (rounded once from the
+ *     float32 result), in kv order (PE_MLA_LATENT_FIRST) or with the rotated
+ *     R channels first and the others after them in order
+ *     (PE_MLA_ROPE_FIRST).
+ *   The other formats: a tensor of BYTES as pe_kv_cache's quantized caches
+ *   (data the byte address of slot 0's row, stride[0..2] in bytes, stride[3]
+ *   1, dtype not read):
+ *   PE_MLA_FP8_E4M3: kv_dim bytes, in the order above, byte i = e4m3(x_i /
+ *     scale) as pe_kv_cache's PE_KV_FP8_E4M3 (round to nearest even,
+ *     saturating at 448, NaN 0x7f with its sign), k_pe's channels too.
+ *   PE_MLA_FP8_DS (kv_dim == kv_rope_offset + R, kv_rope_offset a multiple of
+ *     128; DeepSeek-V3.2: 512 + 64): a row of kv_rope_offset + 4 *
+ *     kv_rope_offset / 128 + 2 * R bytes (656): the latent as e4m3 codes in
+ *     tiles of 128 channels, tile k's float32 scale (little-endian) at byte
+ *     kv_rope_offset + 4k, then the R rotated channels as bf16. Tile scale =
+ *     fmaxf(amax / 448.0f, FLT_MIN) (amax the largest |x| of the tile's
+ *     float32 values, NaN ignored; the divide in float32), code = e4m3(x /
+ *     scale) as above - vLLM's concat_and_cache_ds_mla, byte for byte.
+ *     stride[2] >= 656.
+ *   PE_MLA_FP8_DS_V4 (kv_dim == kv_rope_offset + R, kv_rope_offset a
+ *     multiple of 64; DeepSeek-V4: 448 + 64): block-major. Block b starts
+ *     at data + b * stride[0]; token t's row at t * stride[2] within it holds
+ *     kv_rope_offset e4m3 codes then the R rotated channels as bf16
+ *     (stride[2] == kv_rope_offset + 2 * R: 576); the block's scale bytes
+ *     start after block_size such rows: token t's at block_size * stride[2]
+ *     + t * (kv_rope_offset / 64 + 1), one UE8M0 byte (exponent + 127) per
+ *     64-channel tile and one zero byte. stride[0] >= block_size *
+ *     (stride[2] + kv_rope_offset / 64 + 1) (FlashMLA pads it to a multiple
+ *     of 576). Every value is first rounded to bf16 (x_b), then per tile:
+ *     amax = fmaxf(largest |x_b|, 1e-4), e = the smallest integer with 2^e >=
+ *     amax / 448 (the float32 quotient; DeepSeek's exact ceil, where vLLM's
+ *     ceilf(log2f()) can be one lower just above a power of two), code =
+ *     e4m3(fminf(fmaxf(x_b * 2^-e, -448), 448)) - vLLM's
+ *     fused_deepseek_v4_qnorm_rope_kv_insert, byte for byte but for that
+ *     rounding of the exponent (a NaN is stored as -448, as there).
+ * slot_mapping: [batch][tokens], each in [-1, num_blocks * block_size), no
+ *   slot twice; -1 skips the token's kv row (its q is still rotated).
+ * positions: [batch][tokens] or NULL (0..tokens-1), as pe_apply_rope_qk.
+ * flags: 0.
+ * Arithmetic: the norms are the QK-norm's (pe_qk_norm above: RMS with
+ * weight, or L2 without) over their channels; the rotation the rope cache's;
+ * everything in float32 and rounded once to the output's dtype (PE_MLA_FP8_*:
+ * the float32 result quantized; PE_MLA_FP8_DS_V4: through bf16 as said).
+ * The output of V4's attention, o [batch, heads, tokens, 512], is rotated
+ * back on its last 64 channels by pe_apply_rope_qk(c, &o_pe, NULL, positions,
+ * PE_ROPE_INVERSE, pool) with o_pe the view {o.data + 448 elements, shape
+ * [batch, heads, tokens, 64], o's strides}.
+ * Errors (nothing written on any): PE_ERR_NULL_POINTER (c, mla, q and kv
+ * both, kv without cache or the reverse, slot_mapping with a cache, a
+ * required weight or scale), PE_ERR_INVALID_ARGUMENT (a field out of range,
+ * kinds, format, order, flags, a slot outside the range or twice, a weight
+ * or scale given where none is read, struct_size), PE_ERR_SHAPE (a slice
+ * outside its row, the rope cache not rotating all of its head_dim, batch or
+ * tokens differing, kv with more than one head, the cache's shape, strides
+ * or row size, overlapping tensors), PE_ERR_DTYPE, PE_ERR_OVERFLOW,
+ * PE_ERR_POSITION_OUT_OF_RANGE, PE_ERR_BUSY. No allocation. Thread-safe for
+ * distinct outputs; q, kv and the cache must not be written concurrently. */
+PE_API pe_status pe_mla_rope_store(const pe_rope_cache *c, const pe_mla *mla, const pe_tensor *q,
+                                   const pe_tensor *kv, const pe_tensor *cache,
+                                   const int64_t *slot_mapping, const int64_t *positions,
+                                   uint32_t flags, pe_threadpool *pool);
+
+/* The cache rows at slot_mapping read back as kv rows (kv order, whatever
+ * the cache's order): out [batch, 1, tokens, kv_dim] (f32/f16/bf16),
+ * dequantized (PE_MLA_FP8_E4M3: code * scale; PE_MLA_FP8_DS: code * its
+ * tile's scale; PE_MLA_FP8_DS_V4: code * 2^e; the bf16 channels widened)
+ * and rounded once to out's dtype. mla's format, order, rope_dim,
+ * kv_rope_offset and scale describe the cache (its norms are not read). -1 leaves out's row
+ * untouched; a slot may repeat. Errors (nothing written): as
+ * pe_mla_rope_store's for the arguments it shares. Single-threaded;
+ * thread-safe (reads the cache only). */
+PE_API pe_status pe_mla_cache_read(const pe_mla *mla, const pe_tensor *cache,
+                                   const pe_tensor *out, const int64_t *slot_mapping);
+
+/* ------------------------------------------------------------------------ */
 /* RoPE per layer (model configs)                                           */
 /* ------------------------------------------------------------------------ */
 

@@ -12,7 +12,8 @@
  *   tensor.c     tensors, overlap, flags, size-prefixed structs, q/k pairs
  *   positions.c  positions (the one checker), deltas, slot mappings
  *   store.c      cache formats and tensors, the QK-norm descriptor, the
- *                whole cache-store call, score matrices */
+ *                whole cache-store call, score matrices
+ *   mla.c        an MLA step and an MLA cache read */
 #ifndef PE_CHECK_H
 #define PE_CHECK_H
 
@@ -136,6 +137,11 @@ PE_HIDDEN pe_status pe__check_kv_format(const char *fn, const char *which, uint3
  * shape[3] must equal it. */
 PE_HIDDEN pe_status pe__check_kv_tensor(const char *fn, const char *name, const pe_tensor *t,
                                         uint32_t quant, int64_t dim);
+/* A tensor of bytes (a quantized cache): shape[0..2] >= 0, shape[3] > 0
+ * (its channels), stride[3] == 1, stride[0..2] in bytes, rows of row_bytes
+ * that do not overlap, the extent representable. */
+PE_HIDDEN pe_status pe__check_byte_tensor(const char *fn, const char *name, const pe_tensor *t,
+                                          int64_t row_bytes);
 /* Do a and b (formats qa, qb) share memory? Two plain tensors: the exact
  * element test (pe__tensors_overlap); otherwise their byte ranges meet. */
 PE_HIDDEN int pe__kv_overlap(const pe_tensor *a, uint32_t qa, const pe_tensor *b, uint32_t qb);
@@ -171,6 +177,34 @@ typedef struct pe__store_checked {
 } pe__store_checked;
 /* Every argument of such a call, in one pass, before anything is written. */
 PE_HIDDEN pe_status pe__check_store(const pe__store_call *c, pe__store_checked *out);
+
+/* ---- MLA (mla.c) ---- */
+
+/* pe_mla_init's defaults. */
+PE_HIDDEN void pe__mla_defaults(pe_mla *m);
+/* An MLA step (pe_mla_rope_store) as its entry point was given it. */
+typedef struct pe__mla_call {
+  const char *fn;
+  int32_t head_dim, rotary_dim; /* the rope cache's */
+  pe__pos_bound bound;          /* its positions' */
+  const pe_mla *mla;
+  const pe_tensor *q, *kv, *cache;
+  const int64_t *slot_mapping, *positions;
+  uint32_t flags;
+} pe__mla_call;
+typedef struct pe__mla_checked {
+  pe_mla mla;     /* the caller's, copied */
+  float scale;    /* PE_MLA_FP8_E4M3's, else 1 */
+  int64_t batch, tokens;
+  int empty;
+} pe__mla_checked;
+/* Every argument of an MLA step, in one pass, before anything is written. */
+PE_HIDDEN pe_status pe__check_mla(const pe__mla_call *c, pe__mla_checked *out);
+/* pe_mla_cache_read's arguments; *m the caller's descriptor copied, *scale
+ * its FP8 scale (1 for the other formats). */
+PE_HIDDEN pe_status pe__check_mla_read(const char *fn, const pe_mla *user, const pe_tensor *cache,
+                                       const pe_tensor *out, const int64_t *slot_mapping,
+                                       pe_mla *m, float *scale);
 
 /* Scores ([batch, heads, q_len, k_len], written in place), q_positions
  * ([batch][q_len], NULL = k_len - q_len + i, which needs q_len <= k_len) and

@@ -37,16 +37,8 @@ pe_status pe__check_kv_format(const char *fn, const char *which, uint32_t quant,
   return PE_OK;
 }
 
-pe_status pe__check_kv_tensor(const char *fn, const char *name, const pe_tensor *t,
-                              uint32_t quant, int64_t dim) {
-  if (quant == PE_KV_PLAIN) {
-    pe_status st = pe__check_tensor(fn, name, t, 1);
-    if (st != PE_OK) return st;
-    if (dim >= 0 && t->shape[3] != dim)
-      return pe__fail(PE_ERR_SHAPE, "%s: %s head_dim (shape[3]) %" PRId64 " != cache head_dim %" PRId64,
-                      fn, name, t->shape[3], dim);
-    return PE_OK;
-  }
+pe_status pe__check_byte_tensor(const char *fn, const char *name, const pe_tensor *t,
+                                int64_t row_bytes) {
   if (!t) return pe__fail(PE_ERR_NULL_POINTER, "%s: %s is NULL", fn, name);
   if (!t->data) return pe__fail(PE_ERR_NULL_POINTER, "%s: %s->data is NULL", fn, name);
   for (int i = 0; i < 3; i++)
@@ -56,21 +48,11 @@ pe_status pe__check_kv_tensor(const char *fn, const char *name, const pe_tensor 
   if (t->shape[3] <= 0)
     return pe__fail(PE_ERR_SHAPE, "%s: %s->shape[3] = %" PRId64 " must be > 0", fn, name,
                     t->shape[3]);
-  if (dim >= 0 && t->shape[3] != dim)
-    return pe__fail(PE_ERR_SHAPE, "%s: %s head_dim (shape[3]) %" PRId64 " != cache head_dim %" PRId64,
-                    fn, name, t->shape[3], dim);
-  if (t->shape[3] > PE_KV_QUANT_MAX_DIM)
-    return pe__fail(PE_ERR_SHAPE, "%s: %s head_dim %" PRId64 " > %d, the limit of a %s cache", fn,
-                    name, t->shape[3], PE_KV_QUANT_MAX_DIM, pe__kv_quant_name(quant));
-  if (quant == PE_KV_Q8_0 && t->shape[3] % PE_Q8_0_BLOCK)
-    return pe__fail(PE_ERR_SHAPE,
-                    "%s: %s head_dim %" PRId64 " is not a multiple of 32 (PE_KV_Q8_0 blocks)", fn,
-                    name, t->shape[3]);
   if (t->stride[3] != 1)
     return pe__fail(PE_ERR_SHAPE, "%s: %s->stride[3] = %" PRId64 " must be 1 (unit inner stride)",
                     fn, name, t->stride[3]);
   if (!t->shape[0] || !t->shape[1] || !t->shape[2]) return PE_OK;
-  int64_t lo = 0, hi = pe__kv_row_bytes(quant, t->shape[3], PE_F32);
+  int64_t lo = 0, hi = row_bytes;
   for (int i = 0; i < 3; i++) {
     int64_t s = t->stride[i], span;
     if (s == INT64_MIN || __builtin_mul_overflow(t->shape[i] - 1, s < 0 ? -s : s, &span) ||
@@ -84,7 +66,33 @@ pe_status pe__check_kv_tensor(const char *fn, const char *name, const pe_tensor 
                     name);
   /* As for a plain cache (checked writable): slots never alias, so the slot
    * count num_blocks * block_size, which callers form, cannot overflow. */
-  return pe__check_no_alias(fn, name, t, pe__kv_row_bytes(quant, t->shape[3], PE_F32), "bytes");
+  return pe__check_no_alias(fn, name, t, row_bytes, "bytes");
+}
+
+pe_status pe__check_kv_tensor(const char *fn, const char *name, const pe_tensor *t,
+                              uint32_t quant, int64_t dim) {
+  if (quant == PE_KV_PLAIN) {
+    pe_status st = pe__check_tensor(fn, name, t, 1);
+    if (st != PE_OK) return st;
+    if (dim >= 0 && t->shape[3] != dim)
+      return pe__fail(PE_ERR_SHAPE, "%s: %s head_dim (shape[3]) %" PRId64 " != cache head_dim %" PRId64,
+                      fn, name, t->shape[3], dim);
+    return PE_OK;
+  }
+  if (t && t->data && t->shape[3] > 0) { /* the format's own limits first */
+    if (dim >= 0 && t->shape[3] != dim)
+      return pe__fail(PE_ERR_SHAPE, "%s: %s head_dim (shape[3]) %" PRId64 " != cache head_dim %" PRId64,
+                      fn, name, t->shape[3], dim);
+    if (t->shape[3] > PE_KV_QUANT_MAX_DIM)
+      return pe__fail(PE_ERR_SHAPE, "%s: %s head_dim %" PRId64 " > %d, the limit of a %s cache", fn,
+                      name, t->shape[3], PE_KV_QUANT_MAX_DIM, pe__kv_quant_name(quant));
+    if (quant == PE_KV_Q8_0 && t->shape[3] % PE_Q8_0_BLOCK)
+      return pe__fail(PE_ERR_SHAPE,
+                      "%s: %s head_dim %" PRId64 " is not a multiple of 32 (PE_KV_Q8_0 blocks)", fn,
+                      name, t->shape[3]);
+  }
+  return pe__check_byte_tensor(fn, name, t,
+                               t && t->shape[3] > 0 ? pe__kv_row_bytes(quant, t->shape[3], PE_F32) : 1);
 }
 
 /* [lo, hi) of a validated non-empty tensor: strides in elements of es bytes

@@ -35,4 +35,31 @@ static inline const char *pe__kv_quant_name(uint32_t q) {
   return q < 4 ? n[q] : "?";
 }
 
+/* MLA cache rows (posenc.h's pe_mla_format), lat latent (non-rotated)
+ * channels and rope rotated ones, the row order the library writes:
+ *   PE_MLA_PLAIN      (lat + rope) elements of the tensor's dtype
+ *   PE_MLA_FP8_E4M3   (lat + rope) e4m3 codes
+ *   PE_MLA_FP8_DS     lat codes, lat / 128 float32 tile scales, rope bf16
+ *   PE_MLA_FP8_DS_V4  token rows of lat codes + rope bf16; after a block's
+ *                     rows, per token lat / 64 UE8M0 bytes and a zero byte */
+#define PE_MLA_DS_TILE 128
+/* The longest kv row of a quantized MLA format (a row is staged in float32
+ * on the stack; DeepSeek's are 576 and 512). */
+#define PE_MLA_MAX_DIM 1024
+#define PE_MLA_V4_TILE 64
+
+/* Bytes of one MLA cache row (PE_MLA_FP8_DS_V4: of the token's codes and
+ * rope, without its scale bytes). */
+static inline int64_t pe__mla_row_bytes(uint32_t format, int64_t lat, int64_t rope,
+                                        pe_dtype dt) {
+  switch (format) {
+    case PE_MLA_FP8_E4M3: return lat + rope;
+    case PE_MLA_FP8_DS: return lat + 4 * (lat / PE_MLA_DS_TILE) + 2 * rope;
+    case PE_MLA_FP8_DS_V4: return lat + 2 * rope;
+    default: return (lat + rope) * (int64_t)pe__dtype_size(dt);
+  }
+}
+/* PE_MLA_FP8_DS_V4: the scale bytes of one token. */
+static inline int64_t pe__mla_v4_scale_bytes(int64_t lat) { return lat / PE_MLA_V4_TILE + 1; }
+
 #endif

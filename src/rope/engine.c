@@ -459,7 +459,7 @@ static void run_block(const pe__rope_plan *p, int64_t u, int64_t n, float *scrat
   double *qs = scales, *ks = scales + n * rq;
   if (rq) norm_scales(p, &p->q, b, t0, n, qs);
   if (rk) norm_scales(p, &p->k, b, t0, n, ks);
-  if (p->q.data || p->k.data) {
+  if (p->q.data || p->k.data || p->mla) {
     const pe_rope_cache *c = row_cache(p, b);
     int direct = p->source == PE_SOURCE_POSITIONS && c->table && !p->inverse;
     int32_t chunk = direct ? half : (int32_t)(PE_ENGINE_SCRATCH_FLOATS / (2 * n));
@@ -484,6 +484,7 @@ static void run_block(const pe__rope_plan *p, int64_t u, int64_t n, float *scrat
         else if (p->slots) store_pairs(p, b, u, t0, &kb, i0);
         else rotate_in_place(p, &p->k, b, t0, &kb, i0);
       }
+      if (p->mla) pe__mla_block(p, b, u, t0, &blk); /* one chunk: every frequency */
     }
     if (rq) norm_pass_through(p, &p->q, p->q_weight, qs, b, t0, n);
     if (rk && !p->slots) norm_pass_through(p, &p->k, p->k_weight, ks, b, t0, n);
@@ -549,7 +550,7 @@ static inline int heads_far(const pe__rope_operand *op) {
  * tokens: 0.5 -> ~1.0 of the stream bound against 32-token blocks). */
 static int64_t direct_block(const pe__rope_plan *p, int64_t units) {
   if (p->source != PE_SOURCE_POSITIONS || p->inverse || p->norm_mode || p->slots ||
-      p->cache_in_place || p->v.data)
+      p->cache_in_place || p->v.data || p->mla)
     return 0;
   /* Heads nearer than tokens ([B,T,H,D]) are walked token by token: a block
    * of PE_ENGINE_BLOCK_TOKENS keeps its cos/sin rows in L1 for q and k. */
@@ -698,6 +699,11 @@ static int64_t bytes_per_token(const pe__rope_plan *p) {
   if (p->v.data)
     bytes += p->v.heads * (p->v_dim * p->v.esize +
                            pe__kv_row_bytes(p->v_dst_quant, p->v_dim, p->v_dst_dtype));
+  if (p->mla) { /* q's whole heads read and written; a kv row read, a cache row written */
+    const pe__mla_plan *m = p->mla;
+    bytes += m->qh.heads * m->q_dim * m->qh.esize * 2 +
+             m->kv_dim * (m->kv.esize + (m->m.format == PE_MLA_PLAIN ? m->c_esize : 1));
+  }
   return bytes;
 }
 
@@ -733,7 +739,7 @@ void pe__rope_run(const pe__rope_plan *plan, pe_threadpool *pool) {
 
 void pe__rope_plan_init(pe__rope_plan *p, const pe_rope_cache *c, const pe_tensor *q,
                         const pe_tensor *k, uint32_t flags, pe__rope_source source) {
-  const pe_tensor *any = q ? q : k;
+  const pe_tensor *any = q ? q : k; /* NULL: the caller sets batch and tokens */
   /* Through the C library's memset (the size hidden from the compiler):
    * gcc expands the plan's constant size inline as `rep stosq`, whose
    * start-up cost is ~3 % of a decode step (Zen 4, 32q/8kv x 128 f32,
@@ -745,8 +751,8 @@ void pe__rope_plan_init(pe__rope_plan *p, const pe_rope_cache *c, const pe_tenso
   p->head_dim = c->p.head_dim;
   p->style = c->p.style;
   p->inverse = (flags & PE_ROPE_INVERSE) != 0;
-  p->batch = any->shape[0];
-  p->tokens = any->shape[2];
+  p->batch = any ? any->shape[0] : 0;
+  p->tokens = any ? any->shape[2] : 0;
   p->source = source;
   pe__rope_operand_from(&p->q, q);
   pe__rope_operand_from(&p->k, k);

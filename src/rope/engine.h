@@ -108,7 +108,33 @@ typedef struct pe__rope_plan {
    * rope_rows, quantized rows dequantized into a stack row, rotated in
    * float32 and quantized again. */
   int32_t cache_in_place;
+
+  /* sink: an MLA step's kv rows into their cache rows, and q's whole heads
+   * under a q norm (mla.c; NULL: none). slots is the step's slot_mapping. */
+  const struct pe__mla_plan *mla;
 } pe__rope_plan;
+
+/* The MLA sink's part of a plan (mla.c): the step's descriptor, validated;
+ * q's whole heads (only under a q norm: otherwise the plan's q is the view
+ * of q's rope slices, rotated by the engine's q sink); the kv rows; the
+ * cache (PE_MLA_PLAIN: elements of cache_dtype; the FP8 formats: bytes,
+ * c_esize 1). */
+typedef struct pe__mla_plan {
+  pe_mla m;
+  float scale;
+  pe__rope_operand qh;
+  int64_t q_dim;
+  pe__rope_operand kv;
+  int64_t kv_dim;
+  char *cache;
+  pe_dtype cache_dtype;
+  int64_t c_esize, block, s_block, s_slot;
+} pe__mla_plan;
+
+/* The MLA sink on tokens [t0, t0 + n) of batch row b (u: the first's flat
+ * index), with the block's cos/sin rows for every frequency. */
+PE_HIDDEN void pe__mla_block(const pe__rope_plan *p, int64_t b, int64_t u, int64_t t0,
+                             const pe_rope_block *blk);
 
 /* Scales the norm stage holds per block (q's rows then k's): blocks are cut
  * so n_tokens * (rows of q + rows of k) fit; a token with more head rows than

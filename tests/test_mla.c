@@ -1,0 +1,680 @@
+/* test_mla.c - pe_mla_rope_store and pe_mla_cache_read: the MLA step of
+ * DeepSeek-V3 (kv_a_layernorm on the 512-channel latent, RoPE of the 64
+ * k_pe channels and of every q head's rope slice, the [kv_c | k_pe] row into
+ * a paged cache) and of DeepSeek-V4 (a 512-channel kv row normed whole and
+ * rotated on its last 64, q heads normed without weight and rotated on their
+ * last 64), in every cache format.
+ *
+ * What is checked against what:
+ * - f32 values: against float64 formulas written here from transformers'
+ *   DeepseekV3RMSNorm (x * rsqrt(mean(x^2) + eps) * w) and its interleaved
+ *   rotation (pairs (2j, 2j + 1), angle position * 10000^(-2j/64)), kept in
+ *   pair order (GPT-J, as vLLM stores k_pe), within 8 float32 ulps of the
+ *   magnitude (the norm's and the rotation's documented bounds summed, with
+ *   room); q's channels outside the rope slice bit for bit untouched (no q
+ *   norm), or normed as the formula says (V4).
+ * - bf16 caches and inputs: bit for bit the float32 result rounded once (the
+ *   rounding written here).
+ * - PE_MLA_ROPE_FIRST: the latent-first row with its channels moved.
+ * - FP8 formats: every byte from an encoder written here from each format's
+ *   definition (the OCP e4m3 reference of kv_quant_ref.h; vLLM's tile scale
+ *   max(amax / 448, FLT_MIN) for PE_MLA_FP8_DS; the bf16 round trip, the
+ *   exact power-of-two exponent and the clamp for PE_MLA_FP8_DS_V4) applied
+ *   to the float32 plain result; scale bytes and the V4 pad byte; bf16 rope.
+ * - pe_mla_cache_read: each format's decoding written here.
+ * - Slots: -1 and unmapped rows untouched, every byte.
+ * - Bit identity across every ISA path and pool size; errors write nothing.
+ */
+#include <float.h>
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "kv_quant_ref.h"
+#include "posenc.h"
+
+static uint64_t rng = 0x9e3779b97f4a7c15ull;
+static uint64_t rnd(void) {
+  rng ^= rng >> 12;
+  rng ^= rng << 25;
+  rng ^= rng >> 27;
+  return rng * 0x2545f4914f6cdd1dull;
+}
+static double uni(void) { return (double)(rnd() >> 11) * 0x1p-53 * 2.0 - 1.0; }
+
+/* bfloat16 of a float, round to nearest even (NaN quieted). */
+static uint16_t bf16_of(float f) {
+  uint32_t u = f32_bits(f);
+  if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40);
+  return (uint16_t)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+}
+static float bf16_val(uint16_t h) { return bits_f32((uint32_t)h << 16); }
+
+/* ---- the layer shapes ---- */
+
+enum { B = 2, T = 5, QH = 4, R = 64 };
+#define BASE 10000.0
+
+typedef struct layer {
+  int q_dim, q_off, kv_dim, kv_off, norm_dim, v4;
+} layer;
+static const layer V3 = {192, 128, 576, 512, 512, 0};
+static const layer V4 = {512, 448, 512, 448, 512, 1};
+
+static pe_rope_cache *rope_cache(int max_positions) {
+  pe_rope_params p;
+  pe_rope_params_init(&p);
+  p.head_dim = R;
+  p.rotary_dim = R;
+  p.style = PE_ROPE_GPTJ;
+  p.base = BASE;
+  p.max_positions = max_positions;
+  pe_rope_cache *c = NULL;
+  assert_int_equal(pe_rope_cache_create(&p, &c), PE_OK);
+  return c;
+}
+
+static void fill_mla(pe_mla *m, const layer *L, const float *w, pe_mla_format f, pe_mla_order o,
+                     const float *scale) {
+  pe_mla_init(m);
+  m->rope_dim = R;
+  m->kv_norm_dim = L->norm_dim;
+  m->kv_rope_offset = L->kv_off;
+  m->q_rope_offset = L->q_off;
+  m->kv_weight = w;
+  m->kv_eps = 1e-6f;
+  if (L->v4) {
+    m->q_norm = PE_QK_NORM_L2;
+    m->q_eps = 1e-6f;
+  }
+  m->format = (uint32_t)f;
+  m->order = (uint32_t)o;
+  m->scale = scale;
+}
+
+/* Test data: q [B, QH, T, q_dim], kv [B, 1, T, kv_dim] (f32), positions,
+ * weights around 1. */
+typedef struct data {
+  const layer *L;
+  float *q, *kv, w[1024];
+  int64_t pos[B * T], slots[B * T];
+} data;
+
+static void make_data(data *d, const layer *L) {
+  d->L = L;
+  d->q = malloc(sizeof(float) * B * QH * T * L->q_dim);
+  d->kv = malloc(sizeof(float) * B * T * L->kv_dim);
+  for (int i = 0; i < B * QH * T * L->q_dim; i++) d->q[i] = (float)(uni() * 4.0);
+  for (int i = 0; i < B * T * L->kv_dim; i++) d->kv[i] = (float)(uni() * 3.0);
+  for (int i = 0; i < 1024; i++) d->w[i] = (float)(1.0 + 0.3 * uni());
+  for (int i = 0; i < B * T; i++) d->pos[i] = 3 + 97 * i;
+  /* slots of a cache of 4 blocks of 4 rows: token (b, t) at a scattered
+   * slot, one token skipped */
+  static const int64_t slots[B * T] = {13, 2, 7, -1, 0, 15, 9, 4, 11, 6};
+  memcpy(d->slots, slots, sizeof slots);
+}
+static void free_data(data *d) {
+  free(d->q);
+  free(d->kv);
+}
+
+static pe_tensor q_tensor(float *q, const layer *L, pe_dtype dt) {
+  return (pe_tensor){q, dt, {B, QH, T, L->q_dim},
+                     {(int64_t)QH * T * L->q_dim, (int64_t)T * L->q_dim, L->q_dim, 1}};
+}
+static pe_tensor kv_tensor(float *kv, const layer *L, pe_dtype dt) {
+  return (pe_tensor){kv, dt, {B, 1, T, L->kv_dim}, {(int64_t)T * L->kv_dim, 0, L->kv_dim, 1}};
+}
+
+enum { NB = 4, BS = 4 };
+/* A plain cache [NB, 1, BS, kv_dim] of dtype dt with padded rows. */
+static pe_tensor plain_cache(void *mem, const layer *L, pe_dtype dt) {
+  int64_t row = L->kv_dim + 8;
+  return (pe_tensor){mem, dt, {NB, 1, BS, L->kv_dim}, {BS * row, 0, row, 1}};
+}
+
+/* ---- the float64 reference ---- */
+
+static void ref_rotate(double *x, int64_t pos) {
+  for (int j = 0; j < R / 2; j++) {
+    double f = pow(BASE, -2.0 * j / R), a = (double)pos * f;
+    double c = cos(a), s = sin(a), x0 = x[2 * j], x1 = x[2 * j + 1];
+    x[2 * j] = x0 * c - x1 * s;
+    x[2 * j + 1] = x0 * s + x1 * c;
+  }
+}
+/* kv row -> its normed and rotated row (kv order), double. */
+static void ref_kv(const data *d, int b, int t, double *out) {
+  const layer *L = d->L;
+  const float *x = d->kv + ((int64_t)b * T + t) * L->kv_dim;
+  double ss = 0;
+  for (int i = 0; i < L->norm_dim; i++) ss += (double)x[i] * x[i];
+  double r = 1.0 / sqrt(ss / L->norm_dim + 1e-6);
+  for (int i = 0; i < L->kv_dim; i++) out[i] = i < L->norm_dim ? x[i] * r * d->w[i] : x[i];
+  ref_rotate(out + L->kv_off, d->pos[b * T + t]);
+}
+/* q head (b, h, t) of q0 (the input) -> its row after the step, double. */
+static void ref_q(const data *d, const float *q0, int b, int h, int t, double *out) {
+  const layer *L = d->L;
+  const float *x = q0 + (((int64_t)b * QH + h) * T + t) * L->q_dim;
+  double r = 1;
+  if (L->v4) {
+    double ss = 0;
+    for (int i = 0; i < L->q_dim; i++) ss += (double)x[i] * x[i];
+    r = 1.0 / sqrt(ss / L->q_dim + 1e-6);
+  }
+  for (int i = 0; i < L->q_dim; i++) out[i] = x[i] * r;
+  ref_rotate(out + L->q_off, d->pos[b * T + t]);
+}
+
+static void near(double got, double ref, double mag, const char *what, int i) {
+  double tol = 8 * 0x1p-24 * mag + 1e-30;
+  if (!(fabs(got - ref) <= tol))
+    fail_msg("%s[%d]: %.9g, reference %.9g (tolerance %.3g)", what, i, got, ref, tol);
+}
+
+/* ---- f32, plain, DeepSeek-V3 and V4 ---- */
+
+static void check_values(const layer *L) {
+  data d;
+  make_data(&d, L);
+  float *q0 = malloc(sizeof(float) * B * QH * T * L->q_dim);
+  memcpy(q0, d.q, sizeof(float) * B * QH * T * L->q_dim);
+  pe_rope_cache *c = rope_cache(4096);
+  size_t cbytes = sizeof(float) * NB * BS * (L->kv_dim + 8);
+  float *cache = malloc(cbytes);
+  memset(cache, 0xa5, cbytes);
+  unsigned char *cache0 = malloc(cbytes);
+  memcpy(cache0, cache, cbytes);
+  pe_mla m;
+  fill_mla(&m, L, d.w, PE_MLA_PLAIN, PE_MLA_LATENT_FIRST, NULL);
+  pe_tensor q = q_tensor(d.q, L, PE_F32), kv = kv_tensor(d.kv, L, PE_F32);
+  pe_tensor ct = plain_cache(cache, L, PE_F32);
+  assert_int_equal(pe_mla_rope_store(c, &m, &q, &kv, &ct, d.slots, d.pos, 0, NULL), PE_OK);
+  double ref[1024];
+  for (int b = 0; b < B; b++)
+    for (int t = 0; t < T; t++) {
+      for (int h = 0; h < QH; h++) {
+        ref_q(&d, q0, b, h, t, ref);
+        const float *got = d.q + (((int64_t)b * QH + h) * T + t) * L->q_dim;
+        const float *was = q0 + (((int64_t)b * QH + h) * T + t) * L->q_dim;
+        for (int i = 0; i < L->q_dim; i++) {
+          int rope = i >= L->q_off && i < L->q_off + R;
+          if (!rope && !L->v4) { /* the nope channels: untouched */
+            assert_memory_equal(&got[i], &was[i], 4);
+            continue;
+          }
+          int pi = rope ? L->q_off + ((i - L->q_off) & ~1) : i;
+          double mag = fabs(ref[pi]) + (rope ? fabs(ref[pi + 1]) : 0);
+          near(got[i], ref[i], mag, "q", i);
+        }
+      }
+      int64_t s = d.slots[b * T + t];
+      if (s < 0) continue;
+      ref_kv(&d, b, t, ref);
+      const float *row = cache + (s / BS) * BS * (L->kv_dim + 8) + (s % BS) * (L->kv_dim + 8);
+      for (int i = 0; i < L->kv_dim; i++) {
+        int rope = i >= L->kv_off && i < L->kv_off + R;
+        int pi = rope ? L->kv_off + ((i - L->kv_off) & ~1) : i;
+        double mag = fabs(ref[pi]) + (rope ? fabs(ref[pi + 1]) : 0);
+        near(row[i], ref[i], mag, "cache row", i);
+      }
+    }
+  /* every row no slot maps, and each row's padding: untouched */
+  for (int64_t r = 0; r < NB * BS; r++) {
+    int mapped = 0;
+    for (int i = 0; i < B * T; i++) mapped |= d.slots[i] == r;
+    size_t off = (size_t)r * (L->kv_dim + 8) * 4;
+    if (!mapped) assert_memory_equal((char *)cache + off, cache0 + off, (size_t)(L->kv_dim + 8) * 4);
+    assert_memory_equal((char *)cache + off + L->kv_dim * 4, cache0 + off + L->kv_dim * 4, 32);
+  }
+  free(cache);
+  free(cache0);
+  free(q0);
+  pe_rope_cache_destroy(c);
+  free_data(&d);
+}
+static void test_values_v3(void **s) { (void)s; check_values(&V3); }
+static void test_values_v4(void **s) { (void)s; check_values(&V4); }
+
+/* ---- every format against the f32 plain row ---- */
+
+/* The f32 plain rows (latent first) and q of layer L into out_cache/out_q. */
+static void f32_result(const data *d0, float *out_cache, float *out_q) {
+  const layer *L = d0->L;
+  data d = *d0;
+  size_t qn = (size_t)B * QH * T * L->q_dim;
+  memcpy(out_q, d0->q, qn * 4);
+  d.q = out_q;
+  pe_rope_cache *c = rope_cache(4096);
+  pe_mla m;
+  fill_mla(&m, L, d.w, PE_MLA_PLAIN, PE_MLA_LATENT_FIRST, NULL);
+  pe_tensor q = q_tensor(d.q, L, PE_F32), kv = kv_tensor(d.kv, L, PE_F32);
+  pe_tensor ct = plain_cache(out_cache, L, PE_F32);
+  assert_int_equal(pe_mla_rope_store(c, &m, &q, &kv, &ct, d.slots, d.pos, 0, NULL), PE_OK);
+  pe_rope_cache_destroy(c);
+}
+
+static const float *f32_row(const float *cache, const layer *L, int64_t s) {
+  return cache + (s / BS) * BS * (L->kv_dim + 8) + (s % BS) * (L->kv_dim + 8);
+}
+
+/* Byte layout of a quantized cache used below: rows of `row` bytes at
+ * stride `sstride`, blocks at bstride. */
+typedef struct qlayout {
+  int64_t row, sstride, bstride, scale_at, scale_bytes;
+} qlayout;
+
+static qlayout layout_of(const layer *L, pe_mla_format f) {
+  int64_t lat = L->kv_dim - R;
+  qlayout q = {0, 0, 0, 0, 0};
+  if (f == PE_MLA_FP8_E4M3) q.row = L->kv_dim, q.sstride = q.row + 3;
+  if (f == PE_MLA_FP8_DS) q.row = lat + 4 * (lat / 128) + 2 * R, q.sstride = q.row + 5;
+  if (f == PE_MLA_FP8_DS_V4) {
+    q.row = q.sstride = lat + 2 * R;
+    q.scale_at = BS * q.row;
+    q.scale_bytes = lat / 64 + 1;
+  }
+  q.bstride = BS * q.sstride + BS * q.scale_bytes + 40; /* padded blocks */
+  return q;
+}
+
+/* The bytes of one row of format f from the f32 result x (kv order). */
+static void encode_row(pe_mla_format f, pe_mla_order o, const layer *L, const float *x,
+                       float scale, uint8_t *row, uint8_t *scales) {
+  const int64_t dim = L->kv_dim, lat = dim - R, ro = L->kv_off;
+  if (f == PE_MLA_FP8_E4M3) {
+    for (int64_t i = 0; i < dim; i++) {
+      int64_t at = o == PE_MLA_ROPE_FIRST ? (i >= ro && i < ro + R ? i - ro : i < ro ? i + R : i) : i;
+      row[at] = (uint8_t)ref_encode(E4M3, x[i] / scale);
+    }
+    return;
+  }
+  if (f == PE_MLA_FP8_DS) {
+    for (int64_t k = 0; k < lat / 128; k++) {
+      float amax = 0;
+      for (int i = 0; i < 128; i++)
+        if (fabsf(x[128 * k + i]) > amax) amax = fabsf(x[128 * k + i]);
+      float s = amax / 448.0f;
+      if (s < FLT_MIN) s = FLT_MIN;
+      for (int i = 0; i < 128; i++) row[128 * k + i] = (uint8_t)ref_encode(E4M3, x[128 * k + i] / s);
+      memcpy(row + lat + 4 * k, &s, 4);
+    }
+    for (int64_t i = 0; i < R; i++) {
+      uint16_t h = bf16_of(x[lat + i]);
+      memcpy(row + lat + 4 * (lat / 128) + 2 * i, &h, 2);
+    }
+    return;
+  }
+  /* PE_MLA_FP8_DS_V4 */
+  float xb[1024];
+  for (int64_t i = 0; i < dim; i++) xb[i] = bf16_val(bf16_of(x[i]));
+  for (int64_t k = 0; k < lat / 64; k++) {
+    float amax = 1e-4f;
+    for (int i = 0; i < 64; i++)
+      if (fabsf(xb[64 * k + i]) > amax) amax = fabsf(xb[64 * k + i]);
+    float y = amax / 448.0f;
+    int e = -200;
+    while (ldexp(1.0, e) < y) e++; /* the smallest e with 2^e >= y */
+    for (int i = 0; i < 64; i++) {
+      double v = xb[64 * k + i] * ldexp(1.0, -e);
+      if (v > 448) v = 448;
+      if (v < -448) v = -448;
+      row[64 * k + i] = (uint8_t)ref_encode(E4M3, (float)v);
+    }
+    scales[k] = (uint8_t)(e + 127);
+  }
+  scales[lat / 64] = 0;
+  for (int64_t i = 0; i < R; i++) {
+    uint16_t h = bf16_of(xb[lat + i]);
+    memcpy(row + lat + 2 * i, &h, 2);
+  }
+}
+
+static void check_format(const layer *L, pe_mla_format f, pe_mla_order o) {
+  data d;
+  make_data(&d, L);
+  float *ref_cache = malloc(sizeof(float) * NB * BS * (L->kv_dim + 8));
+  float *ref_q = malloc(sizeof(float) * B * QH * T * L->q_dim);
+  f32_result(&d, ref_cache, ref_q);
+  qlayout ql = layout_of(L, f);
+  size_t bytes = (size_t)(NB * ql.bstride);
+  uint8_t *cache = malloc(bytes), *want = malloc(bytes);
+  memset(cache, 0x5a, bytes);
+  memcpy(want, cache, bytes);
+  float scale = 0.75f;
+  pe_mla m;
+  fill_mla(&m, L, d.w, f, o, f == PE_MLA_FP8_E4M3 ? &scale : NULL);
+  pe_rope_cache *c = rope_cache(4096);
+  pe_tensor q = q_tensor(d.q, L, PE_F32), kv = kv_tensor(d.kv, L, PE_F32);
+  pe_tensor ct = {cache, PE_F32, {NB, 1, BS, L->kv_dim}, {ql.bstride, 0, ql.sstride, 1}};
+  assert_int_equal(pe_mla_rope_store(c, &m, &q, &kv, &ct, d.slots, d.pos, 0, NULL), PE_OK);
+  assert_memory_equal(d.q, ref_q, sizeof(float) * B * QH * T * L->q_dim);
+  for (int i = 0; i < B * T; i++) {
+    int64_t s = d.slots[i];
+    if (s < 0) continue;
+    uint8_t *row = want + (s / BS) * ql.bstride + (s % BS) * ql.sstride;
+    uint8_t *sc = want + (s / BS) * ql.bstride + ql.scale_at + (s % BS) * ql.scale_bytes;
+    encode_row(f, o, L, f32_row(ref_cache, L, s), scale, row, sc);
+  }
+  assert_memory_equal(cache, want, bytes); /* every byte: rows, scales, untouched ones */
+  /* read back: each format's decoding written here */
+  float out[B * T * 1024];
+  for (int i = 0; i < B * T * 1024; i++) out[i] = -7.0f;
+  pe_tensor ot = {out, PE_F32, {B, 1, T, L->kv_dim}, {(int64_t)T * L->kv_dim, 0, L->kv_dim, 1}};
+  assert_int_equal(pe_mla_cache_read(&m, &ct, &ot, d.slots), PE_OK);
+  const int64_t lat = L->kv_dim - R;
+  for (int i = 0; i < B * T; i++) {
+    int64_t s = d.slots[i];
+    const float *got = out + (int64_t)i * L->kv_dim;
+    if (s < 0) {
+      for (int k = 0; k < L->kv_dim; k++) assert_true(got[k] == -7.0f);
+      continue;
+    }
+    const uint8_t *row = cache + (s / BS) * ql.bstride + (s % BS) * ql.sstride;
+    const uint8_t *sc = cache + (s / BS) * ql.bstride + ql.scale_at + (s % BS) * ql.scale_bytes;
+    for (int64_t k = 0; k < L->kv_dim; k++) {
+      float v;
+      if (f == PE_MLA_FP8_E4M3) {
+        int64_t at = o == PE_MLA_ROPE_FIRST ? (k >= L->kv_off && k < L->kv_off + R ? k - L->kv_off : k < L->kv_off ? k + R : k) : k;
+        v = ref_decode(E4M3, row[at]) * scale;
+      } else if (k >= lat) {
+        uint16_t h;
+        memcpy(&h, row + (f == PE_MLA_FP8_DS ? lat + 4 * (lat / 128) : lat) + 2 * (k - lat), 2);
+        v = bf16_val(h);
+      } else if (f == PE_MLA_FP8_DS) {
+        float ts;
+        memcpy(&ts, row + lat + 4 * (k / 128), 4);
+        v = ref_decode(E4M3, row[k]) * ts;
+      } else {
+        v = (float)(ref_decode(E4M3, row[k]) * ldexp(1.0, sc[k / 64] - 127));
+      }
+      if (memcmp(&v, &got[k], 4)) fail_msg("read back row %d channel %d: %g, want %g", i, (int)k, got[k], v);
+    }
+  }
+  pe_rope_cache_destroy(c);
+  free(cache);
+  free(want);
+  free(ref_cache);
+  free(ref_q);
+  free_data(&d);
+}
+static void test_fp8_e4m3(void **s) {
+  (void)s;
+  check_format(&V3, PE_MLA_FP8_E4M3, PE_MLA_LATENT_FIRST);
+  check_format(&V3, PE_MLA_FP8_E4M3, PE_MLA_ROPE_FIRST);
+}
+static void test_fp8_ds(void **s) { (void)s; check_format(&V3, PE_MLA_FP8_DS, PE_MLA_LATENT_FIRST); }
+static void test_fp8_ds_v4(void **s) { (void)s; check_format(&V4, PE_MLA_FP8_DS_V4, PE_MLA_LATENT_FIRST); }
+
+/* PE_MLA_FP8_DS_V4's edges, with rows that come normed (kv_norm NONE), so
+ * the values are the input's: a tile whose amax / 448 is exactly a power of
+ * two takes that exponent (DeepSeek's exact ceil), one just above it the
+ * next; a NaN is stored as -448 (vLLM's clamp); the floor 1e-4 of amax. */
+static void test_fp8_ds_v4_edges(void **state) {
+  (void)state;
+  float kvr[512] = {0};
+  for (int i = 0; i < 64; i++) kvr[i] = (float)(i % 7) - 3.0f; /* tile 0: amax 56 below */
+  kvr[5] = 56.0f;                                           /* 56 / 448 = 2^-3 */
+  for (int i = 64; i < 128; i++) kvr[i] = 1.0f;
+  kvr[70] = 56.5f;                                          /* tile 1: 56.5 / 448 > 2^-3 */
+  kvr[130] = NAN;                                           /* tile 2: NaN, amax 2 */
+  kvr[131] = 2.0f;
+  /* tile 3: all zero: amax floored at 1e-4 */
+  for (int i = 256; i < 448; i++) kvr[i] = 0.5f;
+  uint8_t cache[2 * 1024];
+  memset(cache, 0x11, sizeof cache);
+  pe_mla m;
+  pe_mla_init(&m);
+  m.rope_dim = R;
+  m.kv_norm = PE_QK_NORM_NONE;
+  m.kv_rope_offset = 448;
+  m.format = PE_MLA_FP8_DS_V4;
+  pe_rope_cache *c = rope_cache(16);
+  pe_tensor kv = {kvr, PE_F32, {1, 1, 1, 512}, {512, 512, 512, 1}};
+  pe_tensor ct = {cache, PE_F32, {1, 1, 1, 512}, {1024, 0, 576, 1}}; /* one block of one row */
+  int64_t slot = 0, pos = 0;
+  assert_int_equal(pe_mla_rope_store(c, &m, NULL, &kv, &ct, &slot, &pos, 0, NULL), PE_OK);
+  const uint8_t *sc = cache + 576;
+  assert_int_equal(sc[0], 127 - 3);
+  assert_int_equal(sc[1], 127 - 2);
+  assert_int_equal(sc[2], 127 - 7); /* 2 / 448 in (2^-8, 2^-7] */
+  assert_int_equal(sc[3], 127 - 22); /* 1e-4 / 448 in (2^-23, 2^-22] */
+  assert_int_equal(sc[7], 0);       /* the pad byte */
+  assert_int_equal(cache[5], 0x7e); /* 56 * 2^3 = 448 */
+  assert_int_equal(cache[130], 0xfe); /* NaN -> -448 */
+  assert_int_equal(cache[3], 0);    /* 0 */
+  pe_rope_cache_destroy(c);
+}
+
+/* ---- bf16, rope first ---- */
+
+static void test_bf16_and_order(void **state) {
+  (void)state;
+  const layer *L = &V3;
+  data d;
+  make_data(&d, L);
+  size_t n32 = (size_t)NB * BS * (L->kv_dim + 8);
+  float *ref_cache = malloc(n32 * 4), *ref_q = malloc(sizeof(float) * B * QH * T * L->q_dim);
+  f32_result(&d, ref_cache, ref_q);
+  pe_rope_cache *c = rope_cache(4096);
+  /* bf16 cache from f32 inputs: the f32 result rounded once */
+  uint16_t *cb = malloc(n32 * 2);
+  memset(cb, 0, n32 * 2);
+  pe_mla m;
+  fill_mla(&m, L, d.w, PE_MLA_PLAIN, PE_MLA_LATENT_FIRST, NULL);
+  pe_tensor kv = kv_tensor(d.kv, L, PE_F32), ct = plain_cache(cb, L, PE_BF16);
+  assert_int_equal(pe_mla_rope_store(c, &m, NULL, &kv, &ct, d.slots, d.pos, 0, NULL), PE_OK);
+  /* the same rows rope first: the channels moved */
+  float *cr = malloc(n32 * 4);
+  memset(cr, 0, n32 * 4);
+  fill_mla(&m, L, d.w, PE_MLA_PLAIN, PE_MLA_ROPE_FIRST, NULL);
+  pe_tensor crt = plain_cache(cr, L, PE_F32);
+  assert_int_equal(pe_mla_rope_store(c, &m, NULL, &kv, &crt, d.slots, d.pos, 0, NULL), PE_OK);
+  for (int i = 0; i < B * T; i++) {
+    int64_t s = d.slots[i];
+    if (s < 0) continue;
+    const float *x = f32_row(ref_cache, L, s), *y = f32_row(cr, L, s);
+    const uint16_t *hb = cb + (s / BS) * BS * (L->kv_dim + 8) + (s % BS) * (L->kv_dim + 8);
+    for (int k = 0; k < L->kv_dim; k++) assert_int_equal(hb[k], bf16_of(x[k]));
+    assert_memory_equal(y, x + L->kv_off, R * 4);
+    assert_memory_equal(y + R, x, (size_t)L->kv_off * 4);
+  }
+  /* bf16 q and kv: the f32 call on the widened inputs, rounded once */
+  size_t qn = (size_t)B * QH * T * L->q_dim, kn = (size_t)B * T * L->kv_dim;
+  uint16_t *qb = malloc(qn * 2), *kb = malloc(kn * 2);
+  for (size_t i = 0; i < qn; i++) d.q[i] = bf16_val(qb[i] = bf16_of(d.q[i]));
+  for (size_t i = 0; i < kn; i++) d.kv[i] = bf16_val(kb[i] = bf16_of(d.kv[i]));
+  f32_result(&d, ref_cache, ref_q);
+  fill_mla(&m, L, d.w, PE_MLA_PLAIN, PE_MLA_LATENT_FIRST, NULL);
+  pe_tensor qt = q_tensor((float *)(void *)qb, L, PE_BF16), kvt = kv_tensor((float *)(void *)kb, L, PE_BF16);
+  assert_int_equal(pe_mla_rope_store(c, &m, &qt, &kvt, &ct, d.slots, d.pos, 0, NULL), PE_OK);
+  for (size_t i = 0; i < qn; i++) assert_int_equal(qb[i], bf16_of(ref_q[i]));
+  for (int i = 0; i < B * T; i++) {
+    int64_t s = d.slots[i];
+    if (s < 0) continue;
+    const float *x = f32_row(ref_cache, L, s);
+    const uint16_t *hb = cb + (s / BS) * BS * (L->kv_dim + 8) + (s % BS) * (L->kv_dim + 8);
+    for (int k = 0; k < L->kv_dim; k++) assert_int_equal(hb[k], bf16_of(x[k]));
+  }
+  free(qb);
+  free(kb);
+  free(cb);
+  free(cr);
+  free(ref_cache);
+  free(ref_q);
+  pe_rope_cache_destroy(c);
+  free_data(&d);
+}
+
+/* ---- every ISA path and pool size, bit for bit ---- */
+
+static void run_all(const layer *L, pe_mla_format f, pe_dtype dt, pe_threadpool *pool,
+                    uint8_t *cache, size_t cbytes, void *qout, const data *d) {
+  size_t qn = (size_t)B * QH * T * L->q_dim, kn = (size_t)B * T * L->kv_dim;
+  void *q = malloc(qn * 4), *kv = malloc(kn * 4);
+  for (size_t i = 0; i < qn; i++) {
+    if (dt == PE_F32) ((float *)q)[i] = d->q[i];
+    else ((uint16_t *)q)[i] = bf16_of(d->q[i]);
+  }
+  for (size_t i = 0; i < kn; i++) {
+    if (dt == PE_F32) ((float *)kv)[i] = d->kv[i];
+    else ((uint16_t *)kv)[i] = bf16_of(d->kv[i]);
+  }
+  memset(cache, 0x33, cbytes);
+  float scale = 1.5f;
+  pe_mla m;
+  fill_mla(&m, L, d->w, f, PE_MLA_LATENT_FIRST, f == PE_MLA_FP8_E4M3 ? &scale : NULL);
+  pe_rope_cache *c = rope_cache(0); /* on the fly: the other row source */
+  qlayout ql = layout_of(L, f);
+  pe_tensor ct = f == PE_MLA_PLAIN ? plain_cache(cache, L, dt)
+                                   : (pe_tensor){cache, PE_F32, {NB, 1, BS, L->kv_dim}, {ql.bstride, 0, ql.sstride, 1}};
+  pe_tensor qt = q_tensor(q, L, dt), kvt = kv_tensor(kv, L, dt);
+  assert_int_equal(pe_mla_rope_store(c, &m, &qt, &kvt, &ct, d->slots, d->pos, 0, pool), PE_OK);
+  memcpy(qout, q, qn * (dt == PE_F32 ? 4 : 2));
+  pe_rope_cache_destroy(c);
+  free(q);
+  free(kv);
+}
+
+static void test_isa_identity(void **state) {
+  (void)state;
+  static const char *const paths[] = {"avx2", "avx512", "avx512bf16", "neon"};
+  static const pe_mla_format fmts[] = {PE_MLA_PLAIN, PE_MLA_FP8_E4M3, PE_MLA_FP8_DS, PE_MLA_FP8_DS_V4};
+  pe_threadpool *pool = NULL;
+  assert_int_equal(pe_threadpool_create(2, &pool), PE_OK);
+  int compared = 0;
+  for (int li = 0; li < 2; li++) {
+    const layer *L = li ? &V4 : &V3;
+    data d;
+    make_data(&d, L);
+    /* NaN, Inf, subnormal and huge inputs in some rows */
+    d.kv[3] = NAN;
+    d.kv[L->kv_dim + 7] = INFINITY;
+    d.kv[2 * L->kv_dim + 1] = 1e-40f;
+    d.q[5] = 3e38f;
+    for (int fi = 0; fi < 4; fi++) {
+      pe_mla_format f = fmts[fi];
+      if (f == PE_MLA_FP8_DS && L->v4) continue;
+      if (f == PE_MLA_FP8_DS_V4 && !L->v4) continue;
+      for (int di = 0; di < 2; di++) {
+        pe_dtype dt = di ? PE_BF16 : PE_F32;
+        size_t cbytes = (size_t)NB * BS * (L->kv_dim + 8) * 4 + 4096;
+        size_t qbytes = (size_t)B * QH * T * L->q_dim * 4;
+        uint8_t *c0 = malloc(cbytes), *c1 = malloc(cbytes), *q0 = calloc(qbytes, 1), *q1 = calloc(qbytes, 1);
+        assert_int_equal(pe_force_isa("scalar"), PE_OK);
+        run_all(L, f, dt, NULL, c0, cbytes, q0, &d);
+        for (int pi = 0; pi < 4; pi++) {
+          if (pe_force_isa(paths[pi]) != PE_OK) continue;
+          for (int pool_on = 0; pool_on < 2; pool_on++) {
+            run_all(L, f, dt, pool_on ? pool : NULL, c1, cbytes, q1, &d);
+            if (memcmp(c0, c1, cbytes) || memcmp(q0, q1, qbytes))
+              fail_msg("%s (pool %d) differs from scalar: layer %s format %d dtype %d", paths[pi],
+                       pool_on, L->v4 ? "V4" : "V3", (int)f, (int)dt);
+            compared++;
+          }
+        }
+        free(c0);
+        free(c1);
+        free(q0);
+        free(q1);
+      }
+    }
+    free_data(&d);
+  }
+  assert_int_equal(pe_force_isa("auto"), PE_OK);
+  pe_threadpool_destroy(pool);
+  if (!compared) {
+    printf("# no SIMD path on this machine: nothing compared\n");
+    skip();
+  }
+  printf("# %d ISA/pool runs equal to scalar\n", compared);
+}
+
+/* ---- errors: a sentence, nothing written ---- */
+
+static void test_errors(void **state) {
+  (void)state;
+  const layer *L = &V3;
+  data d;
+  make_data(&d, L);
+  size_t n32 = (size_t)NB * BS * (L->kv_dim + 8);
+  float *cache = calloc(n32, 4);
+  size_t qn = (size_t)B * QH * T * L->q_dim, kn = (size_t)B * T * L->kv_dim;
+  float *q0 = malloc(qn * 4), *kv0 = malloc(kn * 4), *c0 = malloc(n32 * 4);
+  memcpy(q0, d.q, qn * 4);
+  memcpy(kv0, d.kv, kn * 4);
+  memcpy(c0, cache, n32 * 4);
+  pe_rope_cache *c = rope_cache(4096);
+  pe_tensor q = q_tensor(d.q, L, PE_F32), kv = kv_tensor(d.kv, L, PE_F32), ct = plain_cache(cache, L, PE_F32);
+  pe_mla m;
+#define EXPECT(call, status, text)                                                            \
+  do {                                                                                        \
+    assert_int_equal((call), (status));                                                       \
+    if (!strstr(pe_last_error(), (text))) fail_msg("message \"%s\" lacks \"%s\"", pe_last_error(), (text)); \
+    assert_memory_equal(d.q, q0, qn * 4);                                                     \
+    assert_memory_equal(d.kv, kv0, kn * 4);                                                   \
+    assert_memory_equal(cache, c0, n32 * 4);                                                  \
+  } while (0)
+  fill_mla(&m, L, d.w, PE_MLA_PLAIN, PE_MLA_LATENT_FIRST, NULL);
+  EXPECT(pe_mla_rope_store(c, NULL, &q, &kv, &ct, d.slots, d.pos, 0, NULL), PE_ERR_NULL_POINTER, "mla is NULL");
+  EXPECT(pe_mla_rope_store(NULL, &m, &q, &kv, &ct, d.slots, d.pos, 0, NULL), PE_ERR_NULL_POINTER, "cache is NULL");
+  EXPECT(pe_mla_rope_store(c, &m, &q, &kv, NULL, d.slots, d.pos, 0, NULL), PE_ERR_NULL_POINTER, "cache is NULL");
+  EXPECT(pe_mla_rope_store(c, &m, &q, &kv, &ct, NULL, d.pos, 0, NULL), PE_ERR_NULL_POINTER, "slot_mapping");
+  EXPECT(pe_mla_rope_store(c, &m, &q, &kv, &ct, d.slots, d.pos, 1, NULL), PE_ERR_INVALID_ARGUMENT, "flags");
+  m.rope_dim = 32;
+  EXPECT(pe_mla_rope_store(c, &m, &q, &kv, &ct, d.slots, d.pos, 0, NULL), PE_ERR_SHAPE, "rope_dim 32");
+  fill_mla(&m, L, d.w, PE_MLA_PLAIN, PE_MLA_LATENT_FIRST, NULL);
+  m.kv_norm_dim = 540; /* through the rope slice */
+  EXPECT(pe_mla_rope_store(c, &m, &q, &kv, &ct, d.slots, d.pos, 0, NULL), PE_ERR_SHAPE, "straddles");
+  fill_mla(&m, L, d.w, PE_MLA_PLAIN, PE_MLA_LATENT_FIRST, NULL);
+  m.kv_weight = NULL;
+  EXPECT(pe_mla_rope_store(c, &m, &q, &kv, &ct, d.slots, d.pos, 0, NULL), PE_ERR_NULL_POINTER, "kv_weight");
+  fill_mla(&m, L, d.w, PE_MLA_PLAIN, PE_MLA_LATENT_FIRST, NULL);
+  m.q_rope_offset = 130; /* past the 192-channel head */
+  EXPECT(pe_mla_rope_store(c, &m, &q, &kv, &ct, d.slots, d.pos, 0, NULL), PE_ERR_SHAPE, "q's rope slice");
+  fill_mla(&m, L, d.w, PE_MLA_FP8_E4M3, PE_MLA_LATENT_FIRST, NULL);
+  EXPECT(pe_mla_rope_store(c, &m, &q, &kv, &ct, d.slots, d.pos, 0, NULL), PE_ERR_NULL_POINTER, "scale");
+  fill_mla(&m, L, d.w, PE_MLA_FP8_DS, PE_MLA_ROPE_FIRST, NULL);
+  EXPECT(pe_mla_rope_store(c, &m, &q, &kv, &ct, d.slots, d.pos, 0, NULL), PE_ERR_INVALID_ARGUMENT, "ROPE_FIRST");
+  fill_mla(&m, L, d.w, PE_MLA_PLAIN, PE_MLA_LATENT_FIRST, NULL);
+  int64_t dup[B * T];
+  memcpy(dup, d.slots, sizeof dup);
+  dup[9] = dup[0];
+  EXPECT(pe_mla_rope_store(c, &m, &q, &kv, &ct, dup, d.pos, 0, NULL), PE_ERR_INVALID_ARGUMENT, "twice");
+  int64_t far[B * T];
+  memcpy(far, d.pos, sizeof far);
+  far[4] = 4096;
+  EXPECT(pe_mla_rope_store(c, &m, &q, &kv, &ct, d.slots, far, 0, NULL), PE_ERR_POSITION_OUT_OF_RANGE, "max_positions 4096");
+  pe_tensor kv_over = kv;
+  kv_over.data = cache; /* kv inside the cache */
+  EXPECT(pe_mla_rope_store(c, &m, &q, &kv_over, &ct, d.slots, d.pos, 0, NULL), PE_ERR_SHAPE, "overlaps");
+  pe_mla big = m;
+  big.struct_size = 4;
+  EXPECT(pe_mla_rope_store(c, &big, &q, &kv, &ct, d.slots, d.pos, 0, NULL), PE_ERR_INVALID_ARGUMENT, "struct_size");
+#undef EXPECT
+  pe_rope_cache_destroy(c);
+  free(cache);
+  free(q0);
+  free(kv0);
+  free(c0);
+  free_data(&d);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_values_v3),     cmocka_unit_test(test_values_v4),
+      cmocka_unit_test(test_fp8_e4m3),      cmocka_unit_test(test_fp8_ds),
+      cmocka_unit_test(test_fp8_ds_v4),     cmocka_unit_test(test_fp8_ds_v4_edges),
+      cmocka_unit_test(test_bf16_and_order),
+      cmocka_unit_test(test_isa_identity),  cmocka_unit_test(test_errors),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
