@@ -786,7 +786,10 @@ typedef enum pe_kv_quant {
   PE_KV_PLAIN = 0,    /* rows of the tensor's dtype (f32/f16/bf16) */
   PE_KV_FP8_E4M3 = 1, /* OCP FP8 e4m3fn, 1 byte per element, per-tensor scale */
   PE_KV_FP8_E5M2 = 2, /* OCP FP8 e5m2, 1 byte per element, per-tensor scale */
-  PE_KV_Q8_0 = 3      /* ggml's block_q8_0: 34 bytes per 32 elements */
+  PE_KV_Q8_0 = 3,     /* ggml's block_q8_0: 34 bytes per 32 elements */
+  PE_KV_FP8_E4M3_ROWSCALE = 4 /* e4m3 with a power-of-two float32 scale per row, the
+                                 scales after the block's rows: the DeepSeek-V3.2 /
+                                 GLM-5 indexer key cache (vLLM), below */
 } pe_kv_quant;
 
 /* The KV cache a store call writes: one descriptor for every cache format.
@@ -821,6 +824,19 @@ typedef enum pe_kv_quant {
  *     0x7e00 (f16 NaN) and qs 0: it reads back as NaN. Read back as (float)qs
  *     * (float)d (ggml's dequantize_row_q8_0). head_dim (v_head_dim for v)
  *     must be a multiple of 32 (PE_ERR_SHAPE).
+ *   PE_KV_FP8_E4M3_ROWSCALE: block-major, one head (kv_heads 1), vLLM's
+ *     indexer_k_quant_and_cache with ue8m0 scales (DeepSeek-V3.2's and
+ *     GLM-5's sparse-attention indexer keys, 128 channels): block b at data +
+ *     b * stride[0]; its token rows of head_dim e4m3 codes at t * stride[2]
+ *     (stride[2] == head_dim when block_size > 1), then the block's float32
+ *     scales (little-endian) at block_size * head_dim + 4t. A row's scale is
+ *     2^e, e the smallest integer with 2^e >= fmaxf(amax, 1e-4) / 448 (amax
+ *     the largest |x| of the row's float32 values, NaN ignored; DeepSeek's
+ *     exact ceil, where vLLM's ceilf(log2f()) can be one lower just above a
+ *     power of two); code = e4m3(x / 2^e) as PE_KV_FP8_E4M3. stride[0] >=
+ *     block_size * (head_dim + 4). The scale field must be NULL (each row
+ *     has its own). A shift or re-rotation on such a cache re-quantizes each
+ *     row with the scale of its new values.
  * The value quantized is the float32 result of the call's arithmetic (the
  * rotation, the norm; v's element widened exactly), never first rounded to
  * another dtype. k_scale / v_scale: FP8 formats: the address of one float,

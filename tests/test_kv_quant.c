@@ -358,7 +358,7 @@ static void test_errors_write_nothing(void **state) {
   p.kv.v_scale = &p.vscale; /* Q8_0 has no scale */
   expect_err(&p, PE_ERR_INVALID_ARGUMENT, "v_scale");
   p.kv.v_scale = NULL;
-  p.kv.v_quant = 4;
+  p.kv.v_quant = 5; /* past the last pe_kv_quant */
   expect_err(&p, PE_ERR_INVALID_ARGUMENT, "pe_kv_quant");
   p.kv.v_quant = PE_KV_Q8_0;
   /* Q8_0 needs whole blocks: a v cache of 48 channels */

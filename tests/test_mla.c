@@ -454,6 +454,120 @@ static void test_fp8_ds_v4_edges(void **state) {
   pe_rope_cache_destroy(c);
 }
 
+/* ---- indexer keys: PE_KV_FP8_E4M3_ROWSCALE ---- */
+
+/* DeepSeek-V3.2 / GLM-5's indexer keys (128 channels, the first 64 rotated)
+ * stored by pe_qk_norm_rope_store into a row-scale FP8 cache: every byte
+ * from the plain f32 store's rows by the definition (scale 2^e, e the
+ * smallest with 2^e >= max(amax, 1e-4) / 448, code e4m3(x / 2^e); codes at
+ * t * 128 of the block, the float32 scales after the block's rows); read
+ * back by pe_kv_read; a shift on the cache re-quantizes with the new rows'
+ * scales. */
+static void test_indexer_rowscale(void **state) {
+  (void)state;
+  enum { D = 128, IB = 3, IBS = 4 };
+  pe_rope_params rp;
+  pe_rope_params_init(&rp);
+  rp.head_dim = D;
+  rp.rotary_dim = 64;
+  rp.style = PE_ROPE_NEOX; /* DeepSeek-V3.2's indexer (GLM-5's: GPT-J) */
+  rp.base = BASE;
+  rp.max_positions = 4096;
+  pe_rope_cache *c = NULL;
+  assert_int_equal(pe_rope_cache_create(&rp, &c), PE_OK);
+  float k[B * T * D];
+  for (int i = 0; i < B * T * D; i++) k[i] = (float)(uni() * 5.0);
+  k[7] = 0.0f;
+  int64_t pos[B * T], slots[B * T] = {3, 0, 9, -1, 11, 2, 5, 8, 1, 6};
+  for (int i = 0; i < B * T; i++) pos[i] = 17 * i + 1;
+  pe_tensor kt = {k, PE_F32, {B, 1, T, D}, {T * D, 0, D, 1}};
+  /* the plain f32 result */
+  float plain[IB * IBS * D];
+  pe_tensor pt = {plain, PE_F32, {IB, 1, IBS, D}, {IBS * D, 0, D, 1}};
+  assert_int_equal(pe_apply_rope_qk_store(c, NULL, &kt, &pt, slots, pos, 0, NULL), PE_OK);
+  /* the row-scale cache: blocks padded past their scales */
+  const int64_t bstride = IBS * (D + 4) + 24;
+  uint8_t cache[IB * bstride], want[IB * bstride];
+  memset(cache, 0x77, sizeof cache);
+  memcpy(want, cache, sizeof cache);
+  pe_tensor ct = {cache, PE_F32, {IB, 1, IBS, D}, {bstride, 0, D, 1}};
+  pe_kv_cache kv;
+  pe_kv_cache_init(&kv);
+  kv.k = &ct;
+  kv.k_quant = PE_KV_FP8_E4M3_ROWSCALE;
+  pe_qk_norm none;
+  pe_qk_norm_init(&none);
+  assert_int_equal(pe_qk_norm_rope_store(c, &none, NULL, &kt, NULL, &kv, slots, pos, 0, NULL), PE_OK);
+  for (int i = 0; i < B * T; i++) {
+    int64_t s = slots[i];
+    if (s < 0) continue;
+    const float *x = plain + s * D;
+    float amax = 1e-4f;
+    for (int j = 0; j < D; j++)
+      if (fabsf(x[j]) > amax) amax = fabsf(x[j]);
+    int e = -200;
+    while (ldexp(1.0, e) < amax / 448.0f) e++;
+    float sc = (float)ldexp(1.0, e);
+    uint8_t *blk = want + (s / IBS) * bstride;
+    for (int j = 0; j < D; j++) blk[(s % IBS) * D + j] = (uint8_t)ref_encode(E4M3, x[j] / sc);
+    memcpy(blk + IBS * D + 4 * (s % IBS), &sc, 4);
+  }
+  assert_memory_equal(cache, want, sizeof cache);
+  /* read back */
+  float out[B * T * D];
+  pe_tensor ot = {out, PE_F32, {B, 1, T, D}, {T * D, 0, D, 1}};
+  assert_int_equal(pe_kv_read(&kv, &ot, NULL, slots), PE_OK);
+  for (int i = 0; i < B * T; i++) {
+    int64_t s = slots[i];
+    if (s < 0) continue;
+    float sc;
+    memcpy(&sc, cache + (s / IBS) * bstride + IBS * D + 4 * (s % IBS), 4);
+    for (int j = 0; j < D; j++) {
+      float v = ref_decode(E4M3, cache[(s / IBS) * bstride + (s % IBS) * D + j]) * sc;
+      assert_memory_equal(&out[i * D + j], &v, 4);
+    }
+  }
+  /* a shift by 5 of two rows: dequantized, rotated, re-quantized with the
+   * rotated row's own scale */
+  int64_t ss[2] = {9, 2}, dd[2] = {5, 5};
+  float before[2][D];
+  for (int r = 0; r < 2; r++) {
+    float sc;
+    memcpy(&sc, cache + (ss[r] / IBS) * bstride + IBS * D + 4 * (ss[r] % IBS), 4);
+    for (int j = 0; j < D; j++)
+      before[r][j] = ref_decode(E4M3, cache[(ss[r] / IBS) * bstride + (ss[r] % IBS) * D + j]) * sc;
+  }
+  assert_int_equal(pe_rope_shift_k_cache(c, &kv, ss, dd, 2, NULL), PE_OK);
+  for (int r = 0; r < 2; r++) {
+    float rot[D];
+    memcpy(rot, before[r], sizeof rot);
+    pe_tensor one = {rot, PE_F32, {1, 1, 1, D}, {D, D, D, 1}};
+    int64_t d5 = 5;
+    assert_int_equal(pe_rope_shift_k(c, &one, &d5, NULL), PE_OK);
+    float amax = 1e-4f;
+    for (int j = 0; j < D; j++)
+      if (fabsf(rot[j]) > amax) amax = fabsf(rot[j]);
+    int e = -200;
+    while (ldexp(1.0, e) < amax / 448.0f) e++;
+    float sc = (float)ldexp(1.0, e), got;
+    memcpy(&got, cache + (ss[r] / IBS) * bstride + IBS * D + 4 * (ss[r] % IBS), 4);
+    assert_true(got == sc);
+    for (int j = 0; j < D; j++)
+      assert_int_equal(cache[(ss[r] / IBS) * bstride + (ss[r] % IBS) * D + j], ref_encode(E4M3, rot[j] / sc));
+  }
+  /* two heads, a scale pointer, a short block stride: refused */
+  const float one_scale = 1.0f;
+  kv.k_scale = &one_scale; /* each row has its own */
+  assert_int_equal(pe_qk_norm_rope_store(c, &none, NULL, &kt, NULL, &kv, slots, pos, 0, NULL), PE_ERR_INVALID_ARGUMENT);
+  kv.k_scale = NULL;
+  pe_tensor shortb = ct;
+  shortb.stride[0] = IBS * (D + 4) - 1;
+  kv.k = &shortb;
+  assert_int_equal(pe_qk_norm_rope_store(c, &none, NULL, &kt, NULL, &kv, slots, pos, 0, NULL), PE_ERR_SHAPE);
+  assert_non_null(strstr(pe_last_error(), "stride[0]"));
+  pe_rope_cache_destroy(c);
+}
+
 /* ---- bf16, rope first ---- */
 
 static void test_bf16_and_order(void **state) {
@@ -673,7 +787,7 @@ int main(void) {
       cmocka_unit_test(test_values_v3),     cmocka_unit_test(test_values_v4),
       cmocka_unit_test(test_fp8_e4m3),      cmocka_unit_test(test_fp8_ds),
       cmocka_unit_test(test_fp8_ds_v4),     cmocka_unit_test(test_fp8_ds_v4_edges),
-      cmocka_unit_test(test_bf16_and_order),
+      cmocka_unit_test(test_indexer_rowscale), cmocka_unit_test(test_bf16_and_order),
       cmocka_unit_test(test_isa_identity),  cmocka_unit_test(test_errors),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);

@@ -601,7 +601,7 @@ static void test_errors_write_nothing(void **state) {
   expect_error(STORE(&r.norm, &r.v, NULL, r.slots, r.pos, 0), PE_ERR_NULL_POINTER, S, "kv_cache is NULL", &r, &s);
   kv.k_quant = 1; /* PE_KV_FP8_E4M3 without its scale */
   expect_error(STORE(&r.norm, &r.v, &kv, r.slots, r.pos, 0), PE_ERR_NULL_POINTER, S, "k_scale", &r, &s);
-  kv = r.kv, kv.k_quant = 4;
+  kv = r.kv, kv.k_quant = 5; /* past the last pe_kv_quant */
   expect_error(STORE(&r.norm, &r.v, &kv, r.slots, r.pos, 0), PE_ERR_INVALID_ARGUMENT, S, "pe_kv_quant", &r, &s);
   kv = r.kv, kv.v_scale = r.qw; /* a scale for a plain cache */
   expect_error(STORE(&r.norm, &r.v, &kv, r.slots, r.pos, 0), PE_ERR_INVALID_ARGUMENT, S, "v_scale", &r, &s);

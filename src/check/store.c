@@ -13,10 +13,10 @@
 pe_status pe__check_kv_format(const char *fn, const char *which, uint32_t quant,
                               const float *scale, float *out) {
   *out = 1.0f;
-  if (quant > PE_KV_Q8_0)
+  if (quant > PE_KV_FP8_E4M3_ROWSCALE)
     return pe__fail(PE_ERR_INVALID_ARGUMENT,
                     "%s: kv_cache %s_quant %u is not a pe_kv_quant (0 plain, 1 fp8 e4m3, 2 fp8 "
-                    "e5m2, 3 q8_0)",
+                    "e5m2, 3 q8_0, 4 fp8 e4m3 with row scales)",
                     fn, which, (unsigned)quant);
   int fp8 = quant == PE_KV_FP8_E4M3 || quant == PE_KV_FP8_E5M2;
   if (!fp8) {
@@ -91,6 +91,32 @@ pe_status pe__check_kv_tensor(const char *fn, const char *name, const pe_tensor 
                       "%s: %s head_dim %" PRId64 " is not a multiple of 32 (PE_KV_Q8_0 blocks)", fn,
                       name, t->shape[3]);
   }
+  if (quant == PE_KV_FP8_E4M3_ROWSCALE && t && t->data && t->shape[3] > 0) {
+    /* block-major: the token rows at stride[2] == head_dim, then the scales */
+    const int64_t hd = t->shape[3];
+    if (t->shape[1] != 1)
+      return pe__fail(PE_ERR_SHAPE, "%s: %s kv_heads (shape[1]) %" PRId64 " must be 1 for %s", fn,
+                      name, t->shape[1], pe__kv_quant_name(quant));
+    if (t->shape[2] > 1 && t->stride[2] != hd)
+      return pe__fail(PE_ERR_SHAPE,
+                      "%s: %s stride[2] %" PRId64 " must be head_dim %" PRId64
+                      " (%s: the block's scales follow its rows)",
+                      fn, name, t->stride[2], hd, pe__kv_quant_name(quant));
+    int64_t block;
+    if (__builtin_mul_overflow(t->shape[2], hd + 4, &block))
+      return pe__fail(PE_ERR_OVERFLOW, "%s: %s block_size %" PRId64 " overflows", fn, name,
+                      t->shape[2]);
+    if (t->shape[0] > 1 && (t->stride[0] < 0 ? -t->stride[0] : t->stride[0]) < block)
+      return pe__fail(PE_ERR_SHAPE,
+                      "%s: %s stride[0] %" PRId64 " is below a block's %" PRId64
+                      " bytes (block_size * (head_dim + 4))",
+                      fn, name, t->stride[0], block);
+    pe_status st = pe__check_byte_tensor(fn, name, t, hd);
+    if (st != PE_OK || !t->shape[2]) return st;
+    pe_tensor blocks = {.data = t->data, .shape = {t->shape[0], 1, 1, 1},
+                        .stride = {t->stride[0], 0, 0, 1}};
+    return pe__check_byte_tensor(fn, name, &blocks, block);
+  }
   return pe__check_byte_tensor(fn, name, t,
                                t && t->shape[3] > 0 ? pe__kv_row_bytes(quant, t->shape[3], PE_F32) : 1);
 }
@@ -100,6 +126,7 @@ pe_status pe__check_kv_tensor(const char *fn, const char *name, const pe_tensor 
 static void span(const pe_tensor *t, uint32_t quant, intptr_t *lo, intptr_t *hi) {
   int64_t es = quant ? 1 : (int64_t)pe__dtype_size(t->dtype), a = 0;
   int64_t b = pe__kv_row_bytes(quant, t->shape[3], t->dtype);
+  if (quant == PE_KV_FP8_E4M3_ROWSCALE) b += 4 * t->shape[2]; /* the last block's scales */
   for (int i = 0; i < 3; i++) {
     int64_t sp = (t->shape[i] - 1) * pe__stride(t, i) * es;
     if (sp < 0) a += sp;

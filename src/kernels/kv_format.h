@@ -5,6 +5,8 @@
 #ifndef PE_KV_FORMAT_H
 #define PE_KV_FORMAT_H
 
+#include <math.h>
+
 #include "base/internal.h"
 
 /* Q8_0 (ggml's block_q8_0): 32 values per block, 2 bytes of f16 d then 32
@@ -22,7 +24,8 @@
 static inline int64_t pe__kv_row_bytes(uint32_t quant, int64_t dim, pe_dtype dt) {
   switch (quant) {
     case PE_KV_FP8_E4M3:
-    case PE_KV_FP8_E5M2: return dim;
+    case PE_KV_FP8_E5M2:
+    case PE_KV_FP8_E4M3_ROWSCALE: return dim;
     case PE_KV_Q8_0: return dim / PE_Q8_0_BLOCK * PE_Q8_0_BYTES;
     default: return dim * (int64_t)pe__dtype_size(dt);
   }
@@ -30,9 +33,29 @@ static inline int64_t pe__kv_row_bytes(uint32_t quant, int64_t dim, pe_dtype dt)
 
 /* The format's name in messages. */
 static inline const char *pe__kv_quant_name(uint32_t q) {
-  static const char *const n[4] = {"PE_KV_PLAIN", "PE_KV_FP8_E4M3", "PE_KV_FP8_E5M2",
-                                   "PE_KV_Q8_0"};
-  return q < 4 ? n[q] : "?";
+  static const char *const n[5] = {"PE_KV_PLAIN", "PE_KV_FP8_E4M3", "PE_KV_FP8_E5M2",
+                                   "PE_KV_Q8_0", "PE_KV_FP8_E4M3_ROWSCALE"};
+  return q < 5 ? n[q] : "?";
+}
+
+/* The smallest e with 2^e >= y (y > 0 and finite): DeepSeek's exact ceil of
+ * log2, which the power-of-two (UE8M0) scales of its FP8 caches use. */
+static inline int pe__ceil_log2(float y) {
+  int ex;
+  float f = frexpf(y, &ex); /* y = f * 2^ex, f in [0.5, 1) */
+  return f == 0.5f ? ex - 1 : ex;
+}
+
+/* PE_KV_FP8_E4M3_ROWSCALE: the scale of a row of n float32 values, and where
+ * token t of a block's scale is (block: the block's first byte, bs tokens of
+ * dim channels). */
+static inline float pe__kv_rowscale(const float *x, int64_t n) {
+  float amax = 1e-4f;
+  for (int64_t i = 0; i < n; i++) amax = fmaxf(amax, fabsf(x[i])); /* NaN ignored */
+  return ldexpf(1.0f, pe__ceil_log2(amax / 448.0f));
+}
+static inline char *pe__kv_rowscale_at(char *block, int64_t bs, int64_t dim, int64_t t) {
+  return block + bs * dim + 4 * t;
 }
 
 /* MLA cache rows (posenc.h's pe_mla_format), lat latent (non-rotated)

@@ -59,6 +59,21 @@ static void move_rows(const pe_tensor *cache, uint32_t quant, float scale, const
       char *crow = (char *)cache->data +
                    ((s / bs) * pe__stride(cache, 0) + (s % bs) * pe__stride(cache, 2)) * ces;
       char *trow = (char *)t->data + (b * pe__stride(t, 0) + tk * pe__stride(t, 2)) * tes;
+      if (quant == PE_KV_FP8_E4M3_ROWSCALE) { /* one head, the row's own scale */
+        float row[PE_KV_QUANT_MAX_DIM] __attribute__((aligned(64))), sc;
+        char *sa = pe__kv_rowscale_at(crow - (s % bs) * pe__stride(cache, 2), bs, dim, s % bs);
+        pe_kv_quant_fn q8 = isa->kv_quant[PE_KV_FP8_E4M3 - 1][PE_F32];
+        if (write) {
+          isa->convert[t->dtype][PE_F32](trow, row, dim);
+          sc = pe__kv_rowscale(row, dim);
+          q8(row, crow, dim, sc);
+          memcpy(sa, &sc, 4);
+        } else {
+          memcpy(&sc, sa, 4);
+          isa->kv_dequant[PE_KV_FP8_E4M3 - 1][t->dtype](crow, trow, dim, sc);
+        }
+        continue;
+      }
       for (int64_t h = 0; h < heads; h++) {
         char *c = crow + h * pe__stride(cache, 1) * ces, *r = trow + h * pe__stride(t, 1) * tes;
         if (write && quant)

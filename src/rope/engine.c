@@ -332,7 +332,8 @@ static void store_quant_k(const pe__rope_plan *p, int64_t b, int64_t u, int64_t 
   const int64_t hd = p->head_dim, rot = 2 * (int64_t)p->half, rest = hd - rot;
   const int64_t rows = norm_rows(p, &p->k), g_max = QROW_FLOATS / hd;
   const pe_isa *isa = p->isa;
-  pe_kv_quant_fn quant = isa->kv_quant[p->dst_quant - 1][PE_F32];
+  const int rowscale = p->dst_quant == PE_KV_FP8_E4M3_ROWSCALE; /* one head: g == 1 */
+  pe_kv_quant_fn quant = isa->kv_quant[(rowscale ? PE_KV_FP8_E4M3 : p->dst_quant) - 1][PE_F32];
   const int64_t qrow = pe__kv_row_bytes(p->dst_quant, hd, PE_F32);
   for (int64_t i = 0; i < blk->n_tokens; i++) {
     int64_t s = p->slots[u + i];
@@ -363,7 +364,13 @@ static void store_quant_k(const pe__rope_plan *p, int64_t b, int64_t u, int64_t 
         else
           isa->convert[p->k.dtype][PE_F32](x, y, rest);
       }
-      if (p->dst_s_head == qrow) /* adjacent cache rows: one call (kv_quant.c's move_rows) */
+      if (rowscale) { /* the row's own scale, after the block's rows */
+        float rs = pe__kv_rowscale(row, hd);
+        quant(row, dst, hd, rs);
+        memcpy(pe__kv_rowscale_at(dst - (s % p->dst_block) * p->dst_s_slot, p->dst_block, hd,
+                                  s % p->dst_block),
+               &rs, 4);
+      } else if (p->dst_s_head == qrow) /* adjacent cache rows: one call (kv/cache.c's move_rows) */
         quant(row, dst + h0 * p->dst_s_head, g * hd, p->dst_scale);
       else
         for (int64_t h = 0; h < g; h++)
@@ -375,8 +382,10 @@ static void store_quant_k(const pe__rope_plan *p, int64_t b, int64_t u, int64_t 
 /* The cache rows of the block's slots rotated in place (plan.cache_in_place):
  * blk holds every frequency (i0 = 0). */
 static void rotate_cache_rows(const pe__rope_plan *p, int64_t u, const pe_rope_block *blk) {
-  /* adjacent cache rows: one call each way (kv_quant.c's move_rows) */
+  /* adjacent cache rows: one call each way (kv/cache.c's move_rows) */
   const int one = p->dst_s_head == pe__kv_row_bytes(p->dst_quant, p->head_dim, PE_F32);
+  const int rowscale = p->dst_quant == PE_KV_FP8_E4M3_ROWSCALE; /* one head */
+  const uint32_t fmt = rowscale ? PE_KV_FP8_E4M3 : p->dst_quant;
   float row[QROW_FLOATS] __attribute__((aligned(64)));
   const int64_t hd = p->head_dim, heads = p->k.heads, g_max = QROW_FLOATS / hd;
   const pe_isa *isa = p->isa;
@@ -393,16 +402,29 @@ static void rotate_cache_rows(const pe__rope_plan *p, int64_t u, const pe_rope_b
       isa->rope_rows[p->dst_dtype](&sb, dst, p->dst_s_head, 0);
       continue;
     }
+    if (rowscale) { /* dequantized with the row's scale, quantized with its new one */
+      char *sa = pe__kv_rowscale_at(dst - (s % p->dst_block) * p->dst_s_slot, p->dst_block, hd,
+                                    s % p->dst_block);
+      float sc;
+      memcpy(&sc, sa, 4);
+      isa->kv_dequant[fmt - 1][PE_F32](dst, row, hd, sc);
+      sb.n_heads = 1;
+      isa->rope_rows[PE_F32](&sb, row, hd, 0);
+      sc = pe__kv_rowscale(row, hd);
+      isa->kv_quant[fmt - 1][PE_F32](row, dst, hd, sc);
+      memcpy(sa, &sc, 4);
+      continue;
+    }
     for (int64_t h0 = 0; h0 < heads; h0 += g_max) {
       int64_t g = heads - h0 < g_max ? heads - h0 : g_max;
       for (int64_t h = 0; h < (one ? 1 : g); h++)
-        isa->kv_dequant[p->dst_quant - 1][PE_F32](dst + (h0 + h) * p->dst_s_head, row + h * hd,
-                                                  one ? g * hd : hd, p->dst_scale);
+        isa->kv_dequant[fmt - 1][PE_F32](dst + (h0 + h) * p->dst_s_head, row + h * hd,
+                                         one ? g * hd : hd, p->dst_scale);
       sb.n_heads = g;
       isa->rope_rows[PE_F32](&sb, row, hd, 0);
       for (int64_t h = 0; h < (one ? 1 : g); h++)
-        isa->kv_quant[p->dst_quant - 1][PE_F32](row + h * hd, dst + (h0 + h) * p->dst_s_head,
-                                                one ? g * hd : hd, p->dst_scale);
+        isa->kv_quant[fmt - 1][PE_F32](row + h * hd, dst + (h0 + h) * p->dst_s_head,
+                                       one ? g * hd : hd, p->dst_scale);
     }
   }
 }
@@ -410,6 +432,21 @@ static void rotate_cache_rows(const pe__rope_plan *p, int64_t u, const pe_rope_b
 /* v's rows converted (or quantized) into the v cache rows of the block's
  * tokens' slots. */
 static void store_v(const pe__rope_plan *p, int64_t b, int64_t u, int64_t t0, int64_t n) {
+  if (p->v_dst_quant == PE_KV_FP8_E4M3_ROWSCALE) { /* one head: via a float32 row */
+    float row[QROW_FLOATS] __attribute__((aligned(64)));
+    for (int64_t i = 0; i < n; i++) {
+      int64_t s = p->slots[u + i];
+      if (s < 0) continue;
+      char *dst = slot_row(p->v_dst, 1, p->dst_block, p->v_dst_s_block, p->v_dst_s_slot, s);
+      p->isa->convert[p->v.dtype][PE_F32](op_row(&p->v, b, t0 + i), row, p->v_dim);
+      float sc = pe__kv_rowscale(row, p->v_dim);
+      p->isa->kv_quant[PE_KV_FP8_E4M3 - 1][PE_F32](row, dst, p->v_dim, sc);
+      memcpy(pe__kv_rowscale_at(dst - (s % p->dst_block) * p->v_dst_s_slot, p->dst_block, p->v_dim,
+                                s % p->dst_block),
+             &sc, 4);
+    }
+    return;
+  }
   if (p->v_dst_quant) {
     pe_kv_quant_fn quant = p->isa->kv_quant[p->v_dst_quant - 1][p->v.dtype];
     const int one = p->v.s_head == p->v_dim &&
@@ -419,7 +456,7 @@ static void store_v(const pe__rope_plan *p, int64_t b, int64_t u, int64_t t0, in
       if (s < 0) continue;
       const char *src = op_row(&p->v, b, t0 + i);
       char *dst = slot_row(p->v_dst, 1, p->dst_block, p->v_dst_s_block, p->v_dst_s_slot, s);
-      if (one) /* adjacent rows on both sides: one call (kv_quant.c's move_rows) */
+      if (one) /* adjacent rows on both sides: one call (kv/cache.c's move_rows) */
         quant(src, dst, p->v.heads * p->v_dim, p->v_dst_scale);
       else
         for (int64_t h = 0; h < p->v.heads; h++)

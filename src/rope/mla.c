@@ -86,14 +86,6 @@ static char *cache_row_at(const pe__mla_plan *m, int64_t slot, char **scales) {
   return base + t * m->s_slot * m->c_esize;
 }
 
-/* The smallest e with 2^e >= y (y > 0 finite): DeepSeek's exact ceil of
- * log2. */
-static int ceil_log2(float y) {
-  int ex;
-  float f = frexpf(y, &ex); /* y = f * 2^ex, f in [0.5, 1) */
-  return f == 0.5f ? ex - 1 : ex;
-}
-
 /* One token's kv row (row: float32, kv order, normed and rotated) into its
  * quantized cache row. */
 static void kv_quantize(const pe__rope_plan *p, const pe__mla_plan *m, float *row, char *dst,
@@ -125,7 +117,7 @@ static void kv_quantize(const pe__rope_plan *p, const pe__mla_plan *m, float *ro
       for (int64_t k = 0; k < lat / PE_MLA_V4_TILE; k++) {
         float *x = row + k * PE_MLA_V4_TILE, amax = 0.0f;
         for (int i = 0; i < PE_MLA_V4_TILE; i++) amax = fmaxf(amax, fabsf(x[i]));
-        int e = ceil_log2(fmaxf(amax, 1e-4f) / 448.0f);
+        int e = pe__ceil_log2(fmaxf(amax, 1e-4f) / 448.0f);
         float inv = ldexpf(1.0f, -e);
         for (int i = 0; i < PE_MLA_V4_TILE; i++) x[i] = fminf(fmaxf(x[i] * inv, -448.0f), 448.0f);
         scales[k] = (char)(unsigned char)(e + 127 < 0 ? 0 : e + 127 > 255 ? 255 : e + 127);
