@@ -24,6 +24,8 @@
 /* ---- tensors (tensor.c) ---- */
 
 PE_HIDDEN const char *pe__dtype_name(pe_dtype d);
+/* shape[0..2] >= 0, shape[3] > 0, stride[3] == 1. */
+PE_HIDDEN pe_status pe__check_shape(const char *fn, const char *name, const pe_tensor *t);
 /* A tensor description: non-NULL, known dtype, shapes >= 0 (shape[3] > 0),
  * stride[3] == 1, byte extent representable; if writable, no two indices
  * alias one element. fn and name are used in the error sentence. */

@@ -41,16 +41,8 @@ pe_status pe__check_byte_tensor(const char *fn, const char *name, const pe_tenso
                                 int64_t row_bytes) {
   if (!t) return pe__fail(PE_ERR_NULL_POINTER, "%s: %s is NULL", fn, name);
   if (!t->data) return pe__fail(PE_ERR_NULL_POINTER, "%s: %s->data is NULL", fn, name);
-  for (int i = 0; i < 3; i++)
-    if (t->shape[i] < 0)
-      return pe__fail(PE_ERR_SHAPE, "%s: %s->shape[%d] = %" PRId64 " must be >= 0", fn, name, i,
-                      t->shape[i]);
-  if (t->shape[3] <= 0)
-    return pe__fail(PE_ERR_SHAPE, "%s: %s->shape[3] = %" PRId64 " must be > 0", fn, name,
-                    t->shape[3]);
-  if (t->stride[3] != 1)
-    return pe__fail(PE_ERR_SHAPE, "%s: %s->stride[3] = %" PRId64 " must be 1 (unit inner stride)",
-                    fn, name, t->stride[3]);
+  pe_status st = pe__check_shape(fn, name, t);
+  if (st != PE_OK) return st;
   if (!t->shape[0] || !t->shape[1] || !t->shape[2]) return PE_OK;
   int64_t lo = 0, hi = row_bytes;
   for (int i = 0; i < 3; i++) {

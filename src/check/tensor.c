@@ -60,16 +60,7 @@ pe_status pe__check_no_alias(const char *fn, const char *name, const pe_tensor *
   return PE_OK;
 }
 
-pe_status pe__check_tensor(const char *fn, const char *name, const pe_tensor *t, int writable) {
-  if (!t) return pe__fail(PE_ERR_NULL_POINTER, "%s: %s is NULL", fn, name);
-  if (!t->data) return pe__fail(PE_ERR_NULL_POINTER, "%s: %s->data is NULL", fn, name);
-  size_t es = pe__dtype_size(t->dtype);
-  if (!es)
-    return pe__fail(PE_ERR_DTYPE, "%s: %s->dtype %d is not PE_F32, PE_F16 or PE_BF16", fn, name,
-                    (int)t->dtype);
-  if ((uintptr_t)t->data % es)
-    return pe__fail(PE_ERR_INVALID_ARGUMENT,
-                    "%s: %s->data %p is not aligned to its %zu-byte elements", fn, name, t->data, es);
+pe_status pe__check_shape(const char *fn, const char *name, const pe_tensor *t) {
   for (int i = 0; i < 3; i++)
     if (t->shape[i] < 0)
       return pe__fail(PE_ERR_SHAPE, "%s: %s->shape[%s] = %" PRId64 " must be >= 0", fn, name,
@@ -80,6 +71,21 @@ pe_status pe__check_tensor(const char *fn, const char *name, const pe_tensor *t,
   if (t->stride[3] != 1)
     return pe__fail(PE_ERR_SHAPE, "%s: %s->stride[3] = %" PRId64 " must be 1 (unit inner stride)",
                     fn, name, t->stride[3]);
+  return PE_OK;
+}
+
+pe_status pe__check_tensor(const char *fn, const char *name, const pe_tensor *t, int writable) {
+  if (!t) return pe__fail(PE_ERR_NULL_POINTER, "%s: %s is NULL", fn, name);
+  if (!t->data) return pe__fail(PE_ERR_NULL_POINTER, "%s: %s->data is NULL", fn, name);
+  size_t es = pe__dtype_size(t->dtype);
+  if (!es)
+    return pe__fail(PE_ERR_DTYPE, "%s: %s->dtype %d is not PE_F32, PE_F16 or PE_BF16", fn, name,
+                    (int)t->dtype);
+  if ((uintptr_t)t->data % es)
+    return pe__fail(PE_ERR_INVALID_ARGUMENT,
+                    "%s: %s->data %p is not aligned to its %zu-byte elements", fn, name, t->data, es);
+  pe_status st = pe__check_shape(fn, name, t);
+  if (st != PE_OK) return st;
   /* An empty tensor (a zero batch, head or token count) is valid and is
    * never dereferenced: its strides mean nothing. */
   if (!t->shape[0] || !t->shape[1] || !t->shape[2]) {

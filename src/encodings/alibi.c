@@ -3,9 +3,7 @@
 #include <inttypes.h>
 #include <math.h>
 
-#include "check/check.h"
-#include "kernels/enc_common.h"
-#include "kernels/isa.h"
+#include "encodings/scores.h"
 
 #define ALIBI_MAX_HEADS 65536
 
@@ -43,23 +41,13 @@ PE_API pe_status pe_alibi_slopes(int32_t n_heads, double max_bias, float *out) {
 }
 
 typedef struct alibi_job {
-  const pe_isa *k;
-  char *data;
-  size_t esize;
-  pe_dtype dtype;
-  int64_t heads, q_len, k_len;
-  int64_t s_batch, s_head, s_query;
+  pe__scores s;
   const float *slopes; /* NULL: the standard slopes with max_bias 8 */
-  const int64_t *q_positions;
-  int causal;
 } alibi_job;
 
-/* Score row (b, h, i), and the causal -inf past its n biased keys. */
+/* Score row (b, h, i). */
 static char *alibi_row_at(const alibi_job *j, int64_t b, int64_t h, int64_t i) {
-  return j->data + (b * j->s_batch + h * j->s_head + i * j->s_query) * (int64_t)j->esize;
-}
-static void alibi_mask_rest(const alibi_job *j, char *row, int64_t n) {
-  if (n < j->k_len) j->k->mask_row[j->dtype](row + n * (int64_t)j->esize, j->k_len - n);
+  return j->s.data + (b * j->s.s_batch + h * j->s.s_head + i * j->s.s_query) * (int64_t)j->s.esize;
 }
 
 /* Query positions and k_len below this use a per-head line of biases. */
@@ -82,20 +70,20 @@ static int alibi_line_rows(const alibi_job *j, int64_t b, int64_t h, int64_t i0,
   const int64_t C = ALIBI_LINE;
   int64_t lo = 2 * C, hi = 0;
   for (int64_t i = i0; i < i0 + rows; i++) {
-    int64_t qpos = pe__query_pos(j->q_positions, b, i, j->q_len, j->k_len);
+    int64_t qpos = pe__query_pos(j->s.q_positions, b, i, j->s.q_len, j->s.k_len);
     if (qpos >= C) return 0;
-    int64_t n = pe__biased_keys(qpos, j->k_len, j->causal);
+    int64_t n = pe__biased_keys(qpos, j->s.k_len, j->s.causal);
     if (C - qpos < lo) lo = C - qpos;
     if (C - qpos + n > hi) hi = C - qpos + n;
   }
   for (int64_t m = lo; m < hi; m++) line[m] = -0.0f;
-  j->k->alibi_row[PE_F32](line + lo, hi - lo, C - lo, ns);
+  j->s.k->alibi_row[PE_F32](line + lo, hi - lo, C - lo, ns);
   for (int64_t i = i0; i < i0 + rows; i++) {
     char *row = alibi_row_at(j, b, h, i);
-    int64_t qpos = pe__query_pos(j->q_positions, b, i, j->q_len, j->k_len);
-    int64_t n = pe__biased_keys(qpos, j->k_len, j->causal);
-    j->k->add_row[j->dtype](row, line + (C - qpos), n);
-    alibi_mask_rest(j, row, n);
+    int64_t qpos = pe__query_pos(j->s.q_positions, b, i, j->s.q_len, j->s.k_len);
+    int64_t n = pe__biased_keys(qpos, j->s.k_len, j->s.causal);
+    j->s.k->add_row[j->s.dtype](row, line + (C - qpos), n);
+    pe__scores_mask_rest(&j->s, row, n);
   }
   return 1;
 }
@@ -105,19 +93,19 @@ static void alibi_range(void *ctx, int64_t begin, int64_t end) {
   const alibi_job *j = ctx;
   float line[2 * ALIBI_LINE];
   for (int64_t u = begin; u < end;) {
-    int64_t i0 = u % j->q_len, h = (u / j->q_len) % j->heads, b = u / (j->q_len * j->heads);
-    int64_t rows = end - u < j->q_len - i0 ? end - u : j->q_len - i0; /* of head (b, h) */
-    float slope = j->slopes ? j->slopes[h] : alibi_slope((int32_t)j->heads, (int32_t)h, 8.0);
+    int64_t i0 = u % j->s.q_len, h = (u / j->s.q_len) % j->s.heads, b = u / (j->s.q_len * j->s.heads);
+    int64_t rows = end - u < j->s.q_len - i0 ? end - u : j->s.q_len - i0; /* of head (b, h) */
+    float slope = j->slopes ? j->slopes[h] : alibi_slope((int32_t)j->s.heads, (int32_t)h, 8.0);
     u += rows;
-    if (rows >= ALIBI_LINE_ROWS && j->k_len <= ALIBI_LINE &&
+    if (rows >= ALIBI_LINE_ROWS && j->s.k_len <= ALIBI_LINE &&
         alibi_line_rows(j, b, h, i0, rows, -slope, line))
       continue;
     for (int64_t i = i0; i < i0 + rows; i++) {
       char *row = alibi_row_at(j, b, h, i);
-      int64_t qpos = pe__query_pos(j->q_positions, b, i, j->q_len, j->k_len);
-      int64_t n = pe__biased_keys(qpos, j->k_len, j->causal);
-      j->k->alibi_row[j->dtype](row, n, qpos, -slope);
-      alibi_mask_rest(j, row, n);
+      int64_t qpos = pe__query_pos(j->s.q_positions, b, i, j->s.q_len, j->s.k_len);
+      int64_t n = pe__biased_keys(qpos, j->s.k_len, j->s.causal);
+      j->s.k->alibi_row[j->s.dtype](row, n, qpos, -slope);
+      pe__scores_mask_rest(&j->s, row, n);
     }
   }
 }
@@ -141,14 +129,9 @@ PE_API pe_status pe_alibi_add_bias(const pe_tensor *scores, const float *slopes,
   }
   if (pe__tensor_empty(scores)) return PE_OK;
   if ((st = pe__pool_acquire(fn, pool)) != PE_OK) return st;
-  alibi_job j = {.k = pe__isa(), .data = scores->data,
-                 .esize = pe__dtype_size(scores->dtype), .dtype = scores->dtype, .heads = heads,
-                 .q_len = scores->shape[2], .k_len = scores->shape[3],
-                 .s_batch = pe__stride(scores, 0), .s_head = pe__stride(scores, 1),
-                 .s_query = pe__stride(scores, 2), .slopes = slopes, .q_positions = q_positions,
-                 .causal = (flags & PE_MASK_CAUSAL) != 0};
-  int64_t rows = scores->shape[0] * heads * j.q_len;
+  alibi_job j = {.s = pe__scores_of(scores, q_positions, flags), .slopes = slopes};
+  int64_t rows = scores->shape[0] * heads * j.s.q_len;
   /* read + written per row */
-  pe__pool_run(pool, rows, 1, 2 * j.k_len * (int64_t)j.esize, alibi_range, &j);
+  pe__pool_run(pool, rows, 1, 2 * j.s.k_len * (int64_t)j.s.esize, alibi_range, &j);
   return PE_OK;
 }

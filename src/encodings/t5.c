@@ -3,9 +3,7 @@
 #include <inttypes.h>
 #include <math.h>
 
-#include "check/check.h"
-#include "kernels/enc_common.h"
-#include "kernels/isa.h"
+#include "encodings/scores.h"
 
 /* Keys handled per pass of a row: the runs of buckets and the bias row of
  * one pass live on the stack (24 KiB). */
@@ -79,15 +77,8 @@ PE_API int32_t pe_t5_bucket(int64_t relative_position, int32_t bidirectional, in
 }
 
 typedef struct t5_job {
-  const pe_isa *k;
-  char *data;
-  size_t esize;
-  pe_dtype dtype;
-  int64_t heads, q_len, k_len;
-  int64_t s_batch, s_head, s_query;
+  pe__scores s;
   const float *table; /* [num_buckets][heads] */
-  const int64_t *q_positions;
-  int causal;
   t5_geometry g;
 } t5_job;
 
@@ -99,10 +90,6 @@ typedef struct t5_job {
  * row of 4096 keys is still cut in pieces, not copied into a line per head). */
 #define T5_PIECE 512
 
-/* The causal -inf past a row's n biased keys. */
-static void t5_mask_rest(const t5_job *j, char *row, int64_t n) {
-  if (n < j->k_len) j->k->mask_row[j->dtype](row + n * (int64_t)j->esize, j->k_len - n);
-}
 
 /* max_distance <= T5_WIN. The bias of a key depends only on rel = key - qpos
  * and is one constant per side for |rel| >= max_distance (the last bucket of
@@ -126,7 +113,7 @@ static int64_t t5_line_start(int64_t CH, int64_t W, int64_t k0, int64_t qpos) {
 
 static void t5_range_line(const t5_job *j, int64_t begin, int64_t end) {
   const int64_t W = j->g.max_distance - 1, wlen = 2 * W + 1;
-  const int64_t CH = j->k_len < T5_PIECE ? j->k_len : T5_PIECE;
+  const int64_t CH = j->s.k_len < T5_PIECE ? j->s.k_len : T5_PIECE;
   float line[2 * T5_PIECE + 2 * T5_WIN - 1];
   int32_t wb[2 * T5_WIN - 1];
   /* Only the part [lo, hi) of the line that the range's pieces read is built
@@ -137,9 +124,9 @@ static void t5_range_line(const t5_job *j, int64_t begin, int64_t end) {
    * causal f16 decode call, 1x32x1x4096 (perf, AMD EPYC Zen 4). */
   int64_t lo = 2 * CH + wlen, hi = 0;
   for (int64_t u = begin; u < end; u++) {
-    int64_t b = u / j->q_len, i = u % j->q_len;
-    int64_t qpos = pe__query_pos(j->q_positions, b, i, j->q_len, j->k_len);
-    int64_t n = pe__biased_keys(qpos, j->k_len, j->causal);
+    int64_t b = u / j->s.q_len, i = u % j->s.q_len;
+    int64_t qpos = pe__query_pos(j->s.q_positions, b, i, j->s.q_len, j->s.k_len);
+    int64_t n = pe__biased_keys(qpos, j->s.k_len, j->s.causal);
     for (int64_t k0 = 0; k0 < n; k0 += CH) {
       int64_t len = n - k0 < CH ? n - k0 : CH, start = t5_line_start(CH, W, k0, qpos);
       if (start < lo) lo = start;
@@ -154,22 +141,22 @@ static void t5_range_line(const t5_job *j, int64_t begin, int64_t end) {
   const int64_t p0 = lo - CH - wlen < 0 ? 0 : lo - CH - wlen, p1 = hi - CH - wlen < 0 ? 0 : hi - CH - wlen;
   for (int64_t r = w0; r < w1; r++) wb[r] = t5_bucket(&j->g, r - W);
   const int32_t bneg = t5_bucket(&j->g, -W - 1), bpos = t5_bucket(&j->g, W + 1);
-  const int64_t es = (int64_t)j->esize;
-  for (int64_t h = 0; h < j->heads; h++) {
-    const float fneg = j->table[bneg * j->heads + h], fpos = j->table[bpos * j->heads + h];
+  const int64_t es = (int64_t)j->s.esize;
+  for (int64_t h = 0; h < j->s.heads; h++) {
+    const float fneg = j->table[bneg * j->s.heads + h], fpos = j->table[bpos * j->s.heads + h];
     for (int64_t t = n0; t < n1; t++) line[t] = fneg;
-    for (int64_t r = w0; r < w1; r++) line[CH + r] = j->table[wb[r] * j->heads + h];
+    for (int64_t r = w0; r < w1; r++) line[CH + r] = j->table[wb[r] * j->s.heads + h];
     for (int64_t t = p0; t < p1; t++) line[CH + wlen + t] = fpos;
     for (int64_t u = begin; u < end; u++) {
-      int64_t b = u / j->q_len, i = u % j->q_len;
-      int64_t qpos = pe__query_pos(j->q_positions, b, i, j->q_len, j->k_len);
-      int64_t n = pe__biased_keys(qpos, j->k_len, j->causal);
-      char *row = j->data + (b * j->s_batch + h * j->s_head + i * j->s_query) * es;
+      int64_t b = u / j->s.q_len, i = u % j->s.q_len;
+      int64_t qpos = pe__query_pos(j->s.q_positions, b, i, j->s.q_len, j->s.k_len);
+      int64_t n = pe__biased_keys(qpos, j->s.k_len, j->s.causal);
+      char *row = j->s.data + (b * j->s.s_batch + h * j->s.s_head + i * j->s.s_query) * es;
       for (int64_t k0 = 0; k0 < n; k0 += CH) {
         int64_t len = n - k0 < CH ? n - k0 : CH;
-        j->k->add_row[j->dtype](row + k0 * es, line + t5_line_start(CH, W, k0, qpos), len);
+        j->s.k->add_row[j->s.dtype](row + k0 * es, line + t5_line_start(CH, W, k0, qpos), len);
       }
-      t5_mask_rest(j, row, n);
+      pe__scores_mask_rest(&j->s, row, n);
     }
   }
 }
@@ -183,10 +170,10 @@ static void t5_range_runs(const t5_job *j, int64_t begin, int64_t end) {
   int32_t run_start[T5_CHUNK + 1], run_bucket[T5_CHUNK];
   float bias[T5_CHUNK];
   for (int64_t u = begin; u < end; u++) {
-    int64_t b = u / j->q_len, i = u % j->q_len;
-    int64_t qpos = pe__query_pos(j->q_positions, b, i, j->q_len, j->k_len);
-    int64_t n = pe__biased_keys(qpos, j->k_len, j->causal);
-    char *row0 = j->data + (b * j->s_batch + i * j->s_query) * (int64_t)j->esize;
+    int64_t b = u / j->s.q_len, i = u % j->s.q_len;
+    int64_t qpos = pe__query_pos(j->s.q_positions, b, i, j->s.q_len, j->s.k_len);
+    int64_t n = pe__biased_keys(qpos, j->s.k_len, j->s.causal);
+    char *row0 = j->s.data + (b * j->s.s_batch + i * j->s.s_query) * (int64_t)j->s.esize;
     for (int64_t k0 = 0; k0 < n; k0 += T5_CHUNK) {
       int32_t len = (int32_t)(n - k0 < T5_CHUNK ? n - k0 : T5_CHUNK), runs = 0;
       for (int32_t t = 0; t < len; t++) {
@@ -197,17 +184,17 @@ static void t5_range_runs(const t5_job *j, int64_t begin, int64_t end) {
         }
       }
       run_start[runs] = len;
-      for (int64_t h = 0; h < j->heads; h++) {
+      for (int64_t h = 0; h < j->s.heads; h++) {
         for (int32_t r = 0; r < runs; r++) {
-          float v = j->table[run_bucket[r] * j->heads + h];
+          float v = j->table[run_bucket[r] * j->s.heads + h];
           for (int32_t t = run_start[r]; t < run_start[r + 1]; t++) bias[t] = v;
         }
-        char *row = row0 + (h * j->s_head + k0) * (int64_t)j->esize;
-        j->k->add_row[j->dtype](row, bias, len);
+        char *row = row0 + (h * j->s.s_head + k0) * (int64_t)j->s.esize;
+        j->s.k->add_row[j->s.dtype](row, bias, len);
       }
     }
-    for (int64_t h = 0; h < j->heads; h++)
-      t5_mask_rest(j, row0 + h * j->s_head * (int64_t)j->esize, n);
+    for (int64_t h = 0; h < j->s.heads; h++)
+      pe__scores_mask_rest(&j->s, row0 + h * j->s.s_head * (int64_t)j->s.esize, n);
   }
 }
 
@@ -244,20 +231,9 @@ PE_API pe_status pe_t5_add_bias(const pe_tensor *scores, const float *table,
                       e / heads, e % heads, (double)table[e]);
   if (pe__tensor_empty(scores)) return PE_OK;
   if ((st = pe__pool_acquire(fn, pool)) != PE_OK) return st;
-  j.k = pe__isa();
-  j.data = scores->data;
-  j.esize = pe__dtype_size(scores->dtype);
-  j.dtype = scores->dtype;
-  j.heads = heads;
-  j.q_len = scores->shape[2];
-  j.k_len = scores->shape[3];
-  j.s_batch = pe__stride(scores, 0);
-  j.s_head = pe__stride(scores, 1);
-  j.s_query = pe__stride(scores, 2);
+  j.s = pe__scores_of(scores, q_positions, flags);
   j.table = table;
-  j.q_positions = q_positions;
-  j.causal = (flags & PE_MASK_CAUSAL) != 0;
-  pe__pool_run(pool, scores->shape[0] * j.q_len, 1, 2 * heads * j.k_len * (int64_t)j.esize,
+  pe__pool_run(pool, scores->shape[0] * j.s.q_len, 1, 2 * heads * j.s.k_len * (int64_t)j.s.esize,
                t5_range, &j);
   return PE_OK;
 }

@@ -9,45 +9,47 @@
 #include "kernels/isa.h"
 
 typedef struct isa_entry {
-  const char *name;  /* its PE_ISA name */
-  const pe_isa *isa; /* NULL: not compiled into this build */
-  unsigned needs;    /* PE_CPU_* bits the path requires */
+  const char *name; /* its PE_ISA name */
+  unsigned needs;   /* PE_CPU_* bits the path requires */
 } isa_entry;
 
 /* Every path the library knows, best first: the first one this build has and
  * this CPU runs is the default. */
 static const isa_entry isa_entries[] = {
-#if defined(PE_HAVE_AVX512BF16)
-    {"avx512bf16", &pe__isa_avx512bf16, PE_CPU_AVX512 | PE_CPU_AVX512BF16},
-#else
-    {"avx512bf16", NULL, PE_CPU_AVX512 | PE_CPU_AVX512BF16},
-#endif
-#if defined(PE_HAVE_AVX512)
-    {"avx512", &pe__isa_avx512, PE_CPU_AVX512},
-#else
-    {"avx512", NULL, PE_CPU_AVX512},
-#endif
-#if defined(PE_HAVE_AVX2)
-    {"avx2", &pe__isa_avx2, PE_CPU_AVX2},
-#else
-    {"avx2", NULL, PE_CPU_AVX2},
-#endif
-#if defined(PE_HAVE_NEON)
-    {"neon", &pe__isa_neon, PE_CPU_NEON},
-#else
-    {"neon", NULL, PE_CPU_NEON},
-#endif
-    {"scalar", &pe__isa_scalar, 0},
+    {"avx512bf16", PE_CPU_AVX512 | PE_CPU_AVX512BF16},
+    {"avx512", PE_CPU_AVX512},
+    {"avx2", PE_CPU_AVX2},
+    {"neon", PE_CPU_NEON},
+    {"scalar", 0},
 };
 #define N_ISA (sizeof isa_entries / sizeof isa_entries[0])
+
+/* The struct of entry i, NULL when this build does not compile it. */
+static const pe_isa *compiled(size_t i) {
+  switch (i) {
+#if defined(PE_HAVE_AVX512BF16)
+    case 0: return &pe__isa_avx512bf16;
+#endif
+#if defined(PE_HAVE_AVX512)
+    case 1: return &pe__isa_avx512;
+#endif
+#if defined(PE_HAVE_AVX2)
+    case 2: return &pe__isa_avx2;
+#endif
+#if defined(PE_HAVE_NEON)
+    case 3: return &pe__isa_neon;
+#endif
+    case 4: return &pe__isa_scalar;
+    default: return NULL;
+  }
+}
 
 static _Atomic(const pe_isa *) selected;
 
 static const pe_isa *best_available(void) {
   unsigned have = pe__cpu_features();
   for (size_t i = 0; i < N_ISA; i++)
-    if (isa_entries[i].isa && (isa_entries[i].needs & have) == isa_entries[i].needs)
-      return isa_entries[i].isa;
+    if (compiled(i) && (isa_entries[i].needs & have) == isa_entries[i].needs) return compiled(i);
   return &pe__isa_scalar;
 }
 
@@ -57,25 +59,24 @@ static pe_status select_by_name(const char *who, const char *name, const pe_isa 
     *out = best_available();
     return PE_OK;
   }
-  const isa_entry *e = NULL;
-  for (size_t i = 0; i < N_ISA; i++)
-    if (!strcmp(isa_entries[i].name, name)) e = &isa_entries[i];
-  if (!e)
+  size_t i = 0;
+  while (i < N_ISA && strcmp(isa_entries[i].name, name)) i++;
+  if (i == N_ISA)
     return pe__fail(PE_ERR_INVALID_ARGUMENT,
                     "%s: unknown ISA \"%.64s\" (expected scalar, avx2, avx512, avx512bf16, neon "
                     "or auto)",
                     who, name);
-  if (!e->isa)
+  if (!compiled(i))
     return pe__fail(PE_ERR_UNSUPPORTED, "%s: the %s path is not compiled into this build", who,
                     name);
-  unsigned missing = e->needs & ~pe__cpu_features();
+  unsigned missing = isa_entries[i].needs & ~pe__cpu_features();
   if (missing) {
     char what[160];
     pe__cpu_describe(missing, what, sizeof what);
     return pe__fail(PE_ERR_UNSUPPORTED, "%s: this CPU cannot run the %s path: it has no %s", who,
                     name, what);
   }
-  *out = e->isa;
+  *out = compiled(i);
   return PE_OK;
 }
 
