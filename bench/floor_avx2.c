@@ -1,0 +1,167 @@
+/* floor_avx2.c - the floor kernels (floor_vec.h) for AVX2 + FMA + F16C, 8
+ * float lanes; built with -mavx2 -mfma -mf16c (bench/CMakeLists.txt) and run
+ * only when the library runs its avx2 path (a CPU with those features).
+ * docs/compute-floor.md counts each primitive's instructions. */
+#include <immintrin.h>
+#include <math.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "floor.h"
+#include "posenc.h"
+
+#define VL 8
+#define FLOOR_FN pb_floor_avx2
+typedef __m256 vf;
+#define FP static inline __attribute__((always_inline))
+
+FP __m256i i1(int32_t x) { return _mm256_set1_epi32(x); }
+
+/* f16: vcvtph2ps; bf16: vpmovzxwd + vpslld (the bf16 is the top half). */
+FP vf f_ld(int dt, const void *p) {
+  if (dt == PE_F32) return _mm256_loadu_ps(p);
+  if (dt == PE_F16) return _mm256_cvtph_ps(_mm_loadu_si128(p));
+  return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128(p)), 16));
+}
+
+/* bf16 round to nearest even without bf16 instructions: (u + 0x7fff +
+ * lsb) >> 16, and a NaN made quiet ((u >> 16) | 0x40) instead: 8 integer
+ * operations, the bf16 in the low half of each 32-bit lane. */
+FP __m256i bf16_rne(vf v) {
+  __m256i u = _mm256_castps_si256(v), t = _mm256_srli_epi32(u, 16);
+  __m256i r = _mm256_add_epi32(_mm256_add_epi32(u, i1(0x7fff)), _mm256_and_si256(t, i1(1)));
+  __m256i nan = _mm256_castps_si256(_mm256_cmp_ps(v, v, _CMP_UNORD_Q));
+  return _mm256_blendv_epi8(_mm256_srli_epi32(r, 16), _mm256_or_si256(t, i1(0x40)), nan);
+}
+
+FP void f_st(int dt, void *p, vf v) {
+  if (dt == PE_F32) {
+    _mm256_storeu_ps(p, v);
+  } else if (dt == PE_F16) {
+    _mm_storeu_si128(p, _mm256_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT));
+  } else { /* one vector: pack with itself, the two quarters together */
+    __m256i r = bf16_rne(v), k = _mm256_packus_epi32(r, r);
+    _mm_storeu_si128(p, _mm256_castsi256_si128(_mm256_permute4x64_epi64(k, 0x08)));
+  }
+}
+
+FP void f_st2(int dt, void *p, vf a, vf b) {
+  if (dt == PE_BF16) { /* vpackusdw the two, vpermq the 64-bit quarters in order */
+    __m256i k = _mm256_packus_epi32(bf16_rne(a), bf16_rne(b));
+    _mm256_storeu_si256(p, _mm256_permute4x64_epi64(k, 0xd8));
+  } else {
+    f_st(dt, p, a);
+    f_st(dt, (char *)p + VL * (dt == PE_F32 ? 4 : 2), b);
+  }
+}
+
+FP vf f_ldf(const float *p) { return _mm256_loadu_ps(p); }
+FP vf f_set1(float x) { return _mm256_set1_ps(x); }
+FP vf f_mul(vf a, vf b) { return _mm256_mul_ps(a, b); }
+FP vf f_add(vf a, vf b) { return _mm256_add_ps(a, b); }
+FP vf f_div(vf a, vf b) { return _mm256_div_ps(a, b); }
+FP vf f_fmadd(vf a, vf b, vf c) { return _mm256_fmadd_ps(a, b, c); }
+FP vf f_fmsub(vf a, vf b, vf c) { return _mm256_fmsub_ps(a, b, c); }
+FP vf f_fmaddsub(vf a, vf b, vf c) { return _mm256_fmaddsub_ps(a, b, c); }
+FP vf f_swap(vf v) { return _mm256_permute_ps(v, 0xb1); }
+FP vf f_dup(const float *p) { /* one 16-byte load, one vpermps */
+  return _mm256_permutevar8x32_ps(_mm256_castps128_ps256(_mm_loadu_ps(p)),
+                                  _mm256_setr_epi32(0, 0, 1, 1, 2, 2, 3, 3));
+}
+FP float f_hsum(vf v) {
+  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+  return _mm_cvtss_f32(_mm_add_ss(s, _mm_movehdup_ps(s)));
+}
+
+/* e4m3fn codes of y in 32-bit lanes (quant_common.h's definition): the
+ * magnitude saturated to 448 (Inf too), subnormals by a float add of 2^14,
+ * normals by integer round to nearest even, NaN to 0x7f, the sign or-ed. */
+FP __m256i fp8_code(vf y) {
+  __m256i u = _mm256_castps_si256(y), a = _mm256_and_si256(u, i1(0x7fffffff));
+  __m256i nan = _mm256_cmpgt_epi32(a, i1(0x7f800000));
+  a = _mm256_min_epu32(a, i1(0x43e00000));
+  __m256i sub = _mm256_cmpgt_epi32(i1(0x3c800000), a);
+  __m256i ms = _mm256_sub_epi32(
+      _mm256_castps_si256(_mm256_add_ps(_mm256_castsi256_ps(a), _mm256_set1_ps(16384.0f))),
+      i1(0x46800000));
+  __m256i r = _mm256_sub_epi32(a, i1(120 << 23));
+  r = _mm256_add_epi32(_mm256_add_epi32(r, i1((1 << 19) - 1)),
+                       _mm256_and_si256(_mm256_srli_epi32(r, 20), i1(1)));
+  __m256i m = _mm256_blendv_epi8(_mm256_srli_epi32(r, 20), ms, sub);
+  m = _mm256_blendv_epi8(m, i1(0x7f), nan);
+  return _mm256_or_si256(m, _mm256_srli_epi32(_mm256_xor_si256(u, a), 24));
+}
+
+/* 32 codes: two vpackusdw, one vpackuswb, one vpermd. */
+FP void f_fp8_st4(uint8_t *out, vf y0, vf y1, vf y2, vf y3) {
+  __m256i p0 = _mm256_packus_epi32(fp8_code(y0), fp8_code(y1));
+  __m256i p1 = _mm256_packus_epi32(fp8_code(y2), fp8_code(y3));
+  __m256i b = _mm256_permutevar8x32_epi32(_mm256_packus_epi16(p0, p1),
+                                          _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+  _mm256_storeu_si256((__m256i *)(void *)out, b);
+}
+
+FP void f_fp8_st1(uint8_t *out, vf y) {
+  __m256i c = fp8_code(y), p = _mm256_packus_epi32(c, c);
+  __m256i b = _mm256_permutevar8x32_epi32(_mm256_packus_epi16(p, p),
+                                          _mm256_setr_epi32(0, 4, 0, 4, 0, 4, 0, 4));
+  _mm_storel_epi64((__m128i *)(void *)out, _mm256_castsi256_si128(b));
+}
+
+/* A Q8_0 block (ggml's quantize_row_q8_0): amax as the integer maximum of
+ * the magnitudes' bits (vpand, vpmaxud: NaN and Inf come out largest), d =
+ * amax / 127 and id = 1 / d (two scalar divides: ggml's roundings), d as
+ * f16, q = x * id rounded half away from zero (vcvttps2dq of q plus
+ * copysign(0.49999997, q)), packed to bytes. */
+FP void f_q8_block(uint8_t *out, const vf *v) {
+  const __m256i am = i1(0x7fffffff);
+  __m256i m = _mm256_max_epu32(
+      _mm256_max_epu32(_mm256_and_si256(_mm256_castps_si256(v[0]), am),
+                       _mm256_and_si256(_mm256_castps_si256(v[1]), am)),
+      _mm256_max_epu32(_mm256_and_si256(_mm256_castps_si256(v[2]), am),
+                       _mm256_and_si256(_mm256_castps_si256(v[3]), am)));
+  __m128i h = _mm_max_epu32(_mm256_castsi256_si128(m), _mm256_extracti128_si256(m, 1));
+  h = _mm_max_epu32(h, _mm_shuffle_epi32(h, 0x4e));
+  h = _mm_max_epu32(h, _mm_shuffle_epi32(h, 0xb1));
+  uint32_t ab = (uint32_t)_mm_cvtsi128_si32(h);
+  uint16_t d16 = 0x7e00;
+  float id = 0.0f;
+  if (ab < 0x7f800000u) { /* finite: every block of the benchmark */
+    float amax, d;
+    memcpy(&amax, &ab, 4);
+    d = amax / 127.0f;
+    d16 = (uint16_t)_cvtss_sh(d, _MM_FROUND_TO_NEAREST_INT);
+    id = d != 0.0f ? 1.0f / d : 0.0f;
+  }
+  memcpy(out, &d16, 2);
+  const vf vid = _mm256_set1_ps(id), half = _mm256_set1_ps(0.49999997f);
+  const vf sign = _mm256_castsi256_ps(i1((int32_t)0x80000000u));
+  __m256i q[4];
+  for (int k = 0; k < 4; k++) {
+    vf x = _mm256_mul_ps(v[k], vid);
+    q[k] = _mm256_cvttps_epi32(_mm256_add_ps(x, _mm256_or_ps(_mm256_and_ps(x, sign), half)));
+  }
+  __m256i b = _mm256_packs_epi16(_mm256_packs_epi32(q[0], q[1]), _mm256_packs_epi32(q[2], q[3]));
+  b = _mm256_permutevar8x32_epi32(b, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+  _mm256_storeu_si256((__m256i *)(void *)(out + 2), b);
+}
+
+/* Dequantized: (float)qs * (float)d (vpmovsxbd, vcvtdq2ps, vmulps). */
+FP void f_q8_ld(const uint8_t *in, vf *v) {
+  uint16_t d16;
+  memcpy(&d16, in, 2);
+  const vf d = _mm256_set1_ps(_cvtsh_ss(d16));
+  for (int k = 0; k < 4; k++) {
+    __m128i b = _mm_loadl_epi64((const __m128i *)(const void *)(in + 2 + 8 * k));
+    v[k] = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(b)), d);
+  }
+}
+
+FP void f_copy(void *dst, const void *src, int64_t n) {
+  for (int64_t i = 0; i < n; i += 32)
+    _mm256_storeu_si256((__m256i *)(void *)((char *)dst + i),
+                        _mm256_loadu_si256((const __m256i *)(const void *)((const char *)src + i)));
+}
+
+#include "floor_vec.h"

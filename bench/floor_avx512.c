@@ -1,0 +1,159 @@
+/* floor_avx512.c - the floor kernels (floor_vec.h) for AVX-512 F/BW/VL, 16
+ * float lanes, built with -mavx512f -mavx512bw -mavx512dq -mavx512vl
+ * (bench/CMakeLists.txt) and run only when the library runs its avx512
+ * path. floor_avx512bf16.c builds this file again with PB_FLOOR_BF16 and
+ * -mavx512bf16: bf16 narrowing by vcvtne2ps2bf16 (one instruction for 32
+ * values, nearest even, NaN quieted), chosen on CPUs that have it.
+ * docs/compute-floor.md counts each primitive's instructions. */
+#include <immintrin.h>
+#include <math.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "floor.h"
+#include "posenc.h"
+
+#define VL 16
+#if defined(PB_FLOOR_BF16)
+#define FLOOR_FN pb_floor_avx512bf16
+#else
+#define FLOOR_FN pb_floor_avx512
+#endif
+typedef __m512 vf;
+#define FP static inline __attribute__((always_inline))
+
+FP __m512i i1(int32_t x) { return _mm512_set1_epi32(x); }
+
+FP vf f_ld(int dt, const void *p) {
+  if (dt == PE_F32) return _mm512_loadu_ps(p);
+  if (dt == PE_F16) return _mm512_cvtph_ps(_mm256_loadu_si256(p));
+  return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_loadu_si256(p)), 16));
+}
+
+#if !defined(PB_FLOOR_BF16)
+/* bf16 nearest even in integer operations: (u + 0x7fff + lsb) >> 16, a NaN
+ * (u >> 16) | 0x40 by a masked or; vpmovdw narrows. */
+FP __m256i bf16_rne(vf v) {
+  __m512i u = _mm512_castps_si512(v), t = _mm512_srli_epi32(u, 16);
+  __m512i r = _mm512_srli_epi32(
+      _mm512_add_epi32(_mm512_add_epi32(u, i1(0x7fff)), _mm512_and_si512(t, i1(1))), 16);
+  r = _mm512_mask_or_epi32(r, _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q), t, i1(0x40));
+  return _mm512_cvtepi32_epi16(r);
+}
+#endif
+
+FP void f_st(int dt, void *p, vf v) {
+  if (dt == PE_F32)
+    _mm512_storeu_ps(p, v);
+  else if (dt == PE_F16)
+    _mm256_storeu_si256(p, _mm512_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT));
+  else
+#if defined(PB_FLOOR_BF16)
+    _mm256_storeu_si256(p, (__m256i)_mm512_cvtneps_pbh(v));
+#else
+    _mm256_storeu_si256(p, bf16_rne(v));
+#endif
+}
+
+FP void f_st2(int dt, void *p, vf a, vf b) {
+#if defined(PB_FLOOR_BF16)
+  if (dt == PE_BF16) {
+    _mm512_storeu_si512(p, (__m512i)_mm512_cvtne2ps_pbh(b, a));
+    return;
+  }
+#endif
+  f_st(dt, p, a);
+  f_st(dt, (char *)p + VL * (dt == PE_F32 ? 4 : 2), b);
+}
+
+FP vf f_ldf(const float *p) { return _mm512_loadu_ps(p); }
+FP vf f_set1(float x) { return _mm512_set1_ps(x); }
+FP vf f_mul(vf a, vf b) { return _mm512_mul_ps(a, b); }
+FP vf f_add(vf a, vf b) { return _mm512_add_ps(a, b); }
+FP vf f_div(vf a, vf b) { return _mm512_div_ps(a, b); }
+FP vf f_fmadd(vf a, vf b, vf c) { return _mm512_fmadd_ps(a, b, c); }
+FP vf f_fmsub(vf a, vf b, vf c) { return _mm512_fmsub_ps(a, b, c); }
+FP vf f_fmaddsub(vf a, vf b, vf c) { return _mm512_fmaddsub_ps(a, b, c); }
+FP vf f_swap(vf v) { return _mm512_permute_ps(v, 0xb1); }
+FP vf f_dup(const float *p) { /* one 32-byte load, one vpermps */
+  return _mm512_permutexvar_ps(
+      _mm512_setr_epi32(0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6, 7, 7),
+      _mm512_castps256_ps512(_mm256_loadu_ps(p)));
+}
+FP float f_hsum(vf v) { return _mm512_reduce_add_ps(v); }
+
+/* e4m3fn codes, as floor_avx2.c's, the selections by mask. */
+FP __m512i fp8_code(vf y) {
+  __m512i u = _mm512_castps_si512(y), a = _mm512_and_si512(u, i1(0x7fffffff));
+  __mmask16 nan = _mm512_cmpgt_epu32_mask(a, i1(0x7f800000));
+  a = _mm512_min_epu32(a, i1(0x43e00000));
+  __mmask16 sub = _mm512_cmplt_epu32_mask(a, i1(0x3c800000));
+  __m512i ms = _mm512_sub_epi32(
+      _mm512_castps_si512(_mm512_add_ps(_mm512_castsi512_ps(a), _mm512_set1_ps(16384.0f))),
+      i1(0x46800000));
+  __m512i r = _mm512_sub_epi32(a, i1(120 << 23));
+  r = _mm512_add_epi32(_mm512_add_epi32(r, i1((1 << 19) - 1)),
+                       _mm512_and_si512(_mm512_srli_epi32(r, 20), i1(1)));
+  __m512i m = _mm512_mask_mov_epi32(_mm512_srli_epi32(r, 20), sub, ms);
+  m = _mm512_mask_mov_epi32(m, nan, i1(0x7f));
+  return _mm512_or_si512(m, _mm512_srli_epi32(_mm512_xor_si512(u, a), 24));
+}
+
+/* vpmovdb narrows each vector's codes to 16 bytes. */
+FP void f_fp8_st1(uint8_t *out, vf y) {
+  _mm_storeu_si128((__m128i *)(void *)out, _mm512_cvtepi32_epi8(fp8_code(y)));
+}
+FP void f_fp8_st4(uint8_t *out, vf y0, vf y1, vf y2, vf y3) {
+  f_fp8_st1(out, y0);
+  f_fp8_st1(out + VL, y1);
+  f_fp8_st1(out + 2 * VL, y2);
+  f_fp8_st1(out + 3 * VL, y3);
+}
+
+/* A Q8_0 block, as floor_avx2.c's: two vectors. */
+FP void f_q8_block(uint8_t *out, const vf *v) {
+  const __m512i am = i1(0x7fffffff);
+  uint32_t ab = _mm512_reduce_max_epu32(
+      _mm512_max_epu32(_mm512_and_si512(_mm512_castps_si512(v[0]), am),
+                       _mm512_and_si512(_mm512_castps_si512(v[1]), am)));
+  uint16_t d16 = 0x7e00;
+  float id = 0.0f;
+  if (ab < 0x7f800000u) {
+    float amax, d;
+    memcpy(&amax, &ab, 4);
+    d = amax / 127.0f;
+    d16 = (uint16_t)_cvtss_sh(d, _MM_FROUND_TO_NEAREST_INT);
+    id = d != 0.0f ? 1.0f / d : 0.0f;
+  }
+  memcpy(out, &d16, 2);
+  const vf vid = _mm512_set1_ps(id);
+  const __m512i half = _mm512_castps_si512(_mm512_set1_ps(0.49999997f));
+  const __m512i sign = i1((int32_t)0x80000000u);
+  for (int k = 0; k < 2; k++) {
+    vf x = _mm512_mul_ps(v[k], vid);
+    __m512i s = _mm512_or_si512(_mm512_and_si512(_mm512_castps_si512(x), sign), half);
+    __m512i q = _mm512_cvttps_epi32(_mm512_add_ps(x, _mm512_castsi512_ps(s)));
+    _mm_storeu_si128((__m128i *)(void *)(out + 2 + 16 * k), _mm512_cvtepi32_epi8(q));
+  }
+}
+
+FP void f_q8_ld(const uint8_t *in, vf *v) {
+  uint16_t d16;
+  memcpy(&d16, in, 2);
+  const vf d = _mm512_set1_ps(_cvtsh_ss(d16));
+  for (int k = 0; k < 2; k++) {
+    __m128i b = _mm_loadu_si128((const __m128i *)(const void *)(in + 2 + 16 * k));
+    v[k] = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(b)), d);
+  }
+}
+
+FP void f_copy(void *dst, const void *src, int64_t n) {
+  int64_t i = 0;
+  for (; i + 64 <= n; i += 64)
+    _mm512_storeu_si512((char *)dst + i, _mm512_loadu_si512((const char *)src + i));
+  if (i < n) /* 32 bytes (16 channels of f16/bf16) */
+    _mm256_storeu_si256((__m256i *)(void *)((char *)dst + i),
+                        _mm256_loadu_si256((const __m256i *)(const void *)((const char *)src + i)));
+}
+
+#include "floor_vec.h"
