@@ -1,7 +1,8 @@
 /* measure.c - how pe-bench measures: the clock, the statistics of the
- * samples, the disturbed-run detector, the bound sampled interleaved with
- * the kernel (and its thread team), the library's pools, the buffers every
- * suite fills, and the result rows the report prints. */
+ * samples, the disturbed-run detector, the bound and the compute floor
+ * sampled interleaved with the kernel (and their thread team), the
+ * library's pools, the buffers every suite fills, and the result rows the
+ * report prints. */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
 #endif
@@ -223,7 +224,7 @@ result *new_result(const bench_case *c) {
   snprintf(r->isa, sizeof r->isa, "%s", pe_isa_name());
   r->threads = c->threads;
   r->bytes = c->bytes;
-  r->ns = r->bound = r->textbook = r->textbook_native = NO_STATS;
+  r->ns = r->bound = r->textbook = r->textbook_native = r->floor = NO_STATS;
   r->run_queue = NAN;
   r->speedup_1t = NAN;
   r->load_max = r->wait_frac = NAN;
@@ -254,6 +255,46 @@ static double time_bound_n(const bench_case *c, int64_t iters, int threads) {
 
 static double time_bound(const bench_case *c, int64_t iters) {
   return time_bound_n(c, iters, c->threads);
+}
+
+/* The compute floor: each thread runs its part of every stage's rows on
+ * its own L1-resident rows (floor.c). */
+typedef struct floor_job {
+  const bench_case *c;
+  floor_fn fn;
+  floor_data *d; /* [thread * FL_STAGES + stage] */
+  int64_t iters;
+} floor_job;
+
+static void floor_part(void *arg, int index, int n) {
+  const floor_job *j = arg;
+  for (int64_t it = 0; it < j->iters; it++)
+    for (int s = 0; s < j->c->n_floor; s++) {
+      const floor_stage *st = &j->c->floor[s];
+      int64_t part = st->rows * (index + 1) / n - st->rows * index / n;
+      if (part > 0) j->fn(st, &j->d[index * FL_STAGES + s], part);
+    }
+}
+
+/* The floor with `threads` threads, as the bound. */
+static double time_floor_n(floor_job *j, int64_t iters, int threads) {
+  j->iters = iters;
+  double t0 = now_ns();
+  if (threads > 1)
+    team_run(team_get(threads), floor_part, j);
+  else
+    floor_part(j, 0, 1);
+  return (now_ns() - t0) / (double)iters;
+}
+
+const char *pb_floor_name;
+
+void floor_add(bench_case *c, floor_stage st) {
+  if (c->n_floor < 0 || st.rows <= 0) return;
+  if (c->n_floor == FL_STAGES || !floor_supported(&st))
+    c->n_floor = -1; /* a stage without a kernel: no floor for the row */
+  else
+    c->floor[c->n_floor++] = st;
 }
 
 static double time_kernel(bench_case *c, int64_t iters) {
@@ -342,6 +383,19 @@ disturbance disturbance_start(void) {
   return d;
 }
 
+/* A reason the row is flagged: its bit, and its words after the others. */
+static void add_reason(result *r, unsigned bit, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static void add_reason(result *r, unsigned bit, const char *fmt, ...) {
+  size_t n = strlen(r->flag);
+  r->flags |= bit;
+  if (n && n + 2 < sizeof r->flag) memcpy(r->flag + n, ", ", 3), n += 2;
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(r->flag + n, sizeof r->flag - n, fmt, ap);
+  va_end(ap);
+}
+
 void disturbance_end(disturbance *d, result *r) {
   disturbance_sample(d);
   double wall = now_ns() - d->t0, load = load_average();
@@ -349,24 +403,23 @@ void disturbance_end(disturbance *d, result *r) {
   r->wait_frac = (run_wait_ns() - d->wait0) / wall;
   r->run_queue = d->running_n ? (double)d->running_sum / (double)d->running_n : NAN;
   double iqr = (r->ns.p75 - r->ns.p25) / r->ns.med;
+  double fiqr = (r->floor.p75 - r->floor.p25) / r->floor.med; /* NAN: no floor */
   long cpus = sysconf(_SC_NPROCESSORS_ONLN);
-  size_t n = 0;
   r->flag[0] = 0;
-  if (iqr > FLAG_IQR)
-    n += (size_t)snprintf(r->flag + n, sizeof r->flag - n, "IQR %.0f %% of the median", 100 * iqr);
-  if (r->load_max > (double)cpus && n < sizeof r->flag)
-    n += (size_t)snprintf(r->flag + n, sizeof r->flag - n, "%sload %.1f > %ld CPUs", n ? ", " : "",
-                          r->load_max, cpus);
-  if (r->run_queue > (double)cpus && n < sizeof r->flag)
-    n += (size_t)snprintf(r->flag + n, sizeof r->flag - n, "%srun queue %.1f > %ld CPUs",
-                          n ? ", " : "", r->run_queue, cpus);
-  if (r->wait_frac > FLAG_WAIT && n < sizeof r->flag)
-    snprintf(r->flag + n, sizeof r->flag - n, "%swaited %.0f %% for its CPU", n ? ", " : "",
-             100 * r->wait_frac);
+  r->flags = 0;
+  if (iqr > FLAG_IQR) add_reason(r, FLAGGED_IQR, "IQR %.0f %% of the median", 100 * iqr);
+  if (fiqr > FLAG_IQR)
+    add_reason(r, FLAGGED_FLOOR_IQR, "floor IQR %.0f %% of its median", 100 * fiqr);
+  if (r->load_max > (double)cpus)
+    add_reason(r, FLAGGED_LOAD, "load %.1f > %ld CPUs", r->load_max, cpus);
+  if (r->run_queue > (double)cpus)
+    add_reason(r, FLAGGED_RUN_QUEUE, "run queue %.1f > %ld CPUs", r->run_queue, cpus);
+  if (r->wait_frac > FLAG_WAIT)
+    add_reason(r, FLAGGED_WAIT, "waited %.0f %% for its CPU", 100 * r->wait_frac);
 }
 
-/* Time a case: warm-up, then --reps samples of kernel, textbook and bound,
- * interleaved. Pauses between them let the other side's spinning threads
+/* Time a case: warm-up, then --reps samples of kernel, textbook, bound and
+ * compute floor, interleaved. Pauses between them let the other side's spinning threads
  * fall asleep (the library's workers spin ~0.1 ms after a call). */
 result *measure(bench_case *c) {
   result *r = new_result(c);
@@ -394,11 +447,27 @@ result *measure(bench_case *c) {
     itn = iterations_for(time_textbook(c, c->textbook_native, 1));
     for (int w = 0; w < opt.warmup; w++) time_textbook(c, c->textbook_native, itn);
   }
-  double *k = calloc((size_t)opt.reps * 4, sizeof *k), *b = k + opt.reps, *t = b + opt.reps;
-  double *tn = t + opt.reps;
+  /* The floor's kernels for the library's path, its rows for each thread. */
+  floor_job fj = {c, NULL, NULL, 0};
+  int64_t ifl = 0, ifl1 = 0;
+  const char *fname = NULL;
+  if (c->n_floor > 0 && (fj.fn = floor_select(&fname))) {
+    pb_floor_name = fname;
+    fj.d = calloc((size_t)c->threads * FL_STAGES, sizeof *fj.d);
+    if (!fj.d) abort();
+    for (int th = 0; th < c->threads; th++)
+      for (int s = 0; s < c->n_floor; s++)
+        if (floor_alloc(&c->floor[s], &fj.d[th * FL_STAGES + s])) abort();
+    time_floor_n(&fj, 1, c->threads);
+    ifl = iterations_for(time_floor_n(&fj, 1, c->threads));
+    for (int w = 0; w < opt.warmup; w++) time_floor_n(&fj, ifl, c->threads);
+    ifl1 = c->threads > 1 ? iterations_for(time_floor_n(&fj, 1, 1)) : ifl;
+  }
+  double *k = calloc((size_t)opt.reps * 5, sizeof *k), *b = k + opt.reps, *t = b + opt.reps;
+  double *tn = t + opt.reps, *f = tn + opt.reps;
   if (!k) abort();
-  /* A row disturbed by its IQR alone (a shared VM's timing noise with
-   * nothing else running) is measured again, up to MEASURE_ATTEMPTS times in
+  /* A row disturbed by an IQR alone, the kernel's or the floor's (a shared
+   * VM's timing noise with nothing else running), is measured again, up to MEASURE_ATTEMPTS times in
    * all; the last attempt is reported, flagged if it still is. Load and CPU
    * waits are the machine's state, so those rows are not retried. */
   for (int attempt = 1;; attempt++) {
@@ -424,18 +493,33 @@ result *measure(bench_case *c) {
       if (one < b[rep]) b[rep] = one;
       sleep_us(300);
     }
+    if (fj.fn) { /* the floor likewise, its L1 rows warm again first */
+      time_floor_n(&fj, 1, c->threads);
+      f[rep] = time_floor_n(&fj, ifl, c->threads);
+      if (c->threads > 1) {
+        double one = time_floor_n(&fj, ifl1, 1);
+        if (one < f[rep]) f[rep] = one;
+        sleep_us(300);
+      }
+    }
     disturbance_sample(&dist); /* our helper threads asleep: the caller is ours */
   }
   r->ns = summarise(k, opt.reps);
   r->bound = summarise(b, opt.reps);
   if (c->textbook) r->textbook = summarise(t, opt.reps);
   if (c->textbook_native) r->textbook_native = summarise(tn, opt.reps);
+  if (fj.fn) r->floor = summarise(f, opt.reps);
   disturbance_end(&dist, r);
   r->attempts = attempt;
-  int iqr_only = r->flag[0] && !strchr(r->flag, ',') && !strncmp(r->flag, "IQR", 3);
+  int iqr_only = r->flags && !(r->flags & ~(unsigned)(FLAGGED_IQR | FLAGGED_FLOOR_IQR));
   if (!iqr_only || attempt >= MEASURE_ATTEMPTS) break;
   }
   free(k);
+  if (fj.d) {
+    for (int th = 0; th < c->threads; th++)
+      for (int s = 0; s < c->n_floor; s++) floor_free(&fj.d[th * FL_STAGES + s]);
+    free(fj.d);
+  }
   return r;
 }
 

@@ -12,7 +12,8 @@
  *   suite_enc.c    alibi, t5, sinusoidal, learned;
  *   suite_fused.c  fused (store, mrope, multi) and kvquant;
  *   suite_qknorm.c qknorm, and the packed QKV buffer kvquant shares;
- *   report.c       the table (narrow or --wide), --csv and --json.
+ *   report.c       the table (narrow or --wide), --csv and --json;
+ *   floor*.c       the compute floor (floor.h).
  * bench.h declares the pieces built with other flags (bound.c, textbook.c). */
 #ifndef PE_BENCH_INTERNAL_H
 #define PE_BENCH_INTERNAL_H
@@ -23,6 +24,7 @@
 #include <stdio.h>
 
 #include "bench.h"
+#include "floor.h"
 #include "posenc.h"
 
 #define MAX_THREADS 64
@@ -147,6 +149,8 @@ struct bench_case {
   void (*textbook_native)(bench_case *); /* NULL: no textbook-native column */
   pb_rows probe[2];                    /* the bound's rows (a mirror buffer) */
   int n_probe;
+  floor_stage floor[FL_STAGES];        /* the compute floor's stages (floor.h) */
+  int n_floor;
   void *st;                            /* suite state */
   char note[96];
 };
@@ -155,12 +159,13 @@ typedef struct result {
   char suite[16], name[48], shape[48], dtype[8], isa[8];
   int threads;
   double bytes;
-  stats ns, bound, textbook, textbook_native;
+  stats ns, bound, textbook, textbook_native, floor;
   double speedup_1t; /* NAN: no one-thread row */
   double load_max;   /* highest 1-minute load average seen while it ran */
   double wait_frac;  /* time its threads waited for a CPU / its wall time */
   double run_queue;  /* mean runnable threads of the machine (ours included) */
-  char flag[120];    /* non-empty: measured while disturbed, and why */
+  char flag[160];    /* non-empty: measured while disturbed, and why */
+  unsigned flags;    /* the reasons: FLAGGED_* bits */
   int attempts;      /* samplings of the row (more than one: its IQR was retried) */
   char note[96];
   char error[200]; /* non-empty: not measured */
@@ -189,6 +194,13 @@ void disturbance_end(disturbance *d, result *r);
 
 #define FLAG_IQR 0.25
 #define FLAG_WAIT 0.10
+enum { FLAGGED_IQR = 1, FLAGGED_FLOOR_IQR = 2, FLAGGED_LOAD = 4, FLAGGED_RUN_QUEUE = 8,
+       FLAGGED_WAIT = 16 };
+
+/* A stage of the case's compute floor (floor.h), when it has a kernel. */
+void floor_add(bench_case *c, floor_stage st);
+/* The floor kernels this run uses and their name, or NULL (floor.c). */
+extern const char *pb_floor_name;
 
 /* ---- threads (measure.c) ------------------------------------------------ */
 

@@ -53,12 +53,17 @@ static void fmt_ns(char *out, size_t len, double v) {
  * names (a subset: scripts/bench-results.sh writes them from --csv). */
 enum {
   C_SUITE, C_CASE, C_SHAPE, C_DTYPE, C_ISA, C_THREADS, C_GBPS, C_NS, C_SPREAD, C_IQR, C_BOUND_GBPS,
-  C_BOUND, C_TEXTBOOK, C_NATIVE, C_1T, C_NOTE, N_COLS
+  C_BOUND, C_FLOOR, C_XFLOOR, C_TEXTBOOK, C_NATIVE, C_1T, C_NOTE, N_COLS
 };
 static const char *const col_names[N_COLS] = {
     "suite", "case", "shape", "dtype", "isa", "threads", "GB/s", "ns/call (median)",
-    "spread (min..max ns)", "IQR p25..p75 (% of median)", "bound GB/s", "x stream bound",
-    "x textbook loop", "x textbook-native", "x 1 thread", "note"};
+    "spread (min..max ns)", "IQR p25..p75 (% of median)", "bound GB/s", "x stream bound", "floor",
+    "x floor", "x textbook loop", "x textbook-native", "x 1 thread", "note"};
+
+/* x floor: the larger of the stream time and the floor over the kernel's. */
+static double ratio_floor(const result *r) {
+  return isnan(r->floor.med) ? NAN : fmax(r->bound.med, r->floor.med) / r->ns.med;
+}
 #define CELL 256
 
 /* The row's remarks: why it is flagged, how often it was sampled, `shape`
@@ -104,6 +109,8 @@ static void result_cells(const result *r, char cells[N_COLS][CELL]) {
     fmt_num(cells[C_BOUND_GBPS], CELL, r->bytes / r->bound.med, 1);
     fmt_num(cells[C_BOUND], CELL, r->bound.med / r->ns.med, 2);
   }
+  fmt_ns(cells[C_FLOOR], CELL, r->floor.med);
+  fmt_num(cells[C_XFLOOR], CELL, ratio_floor(r), 2);
   fmt_num(cells[C_TEXTBOOK], CELL, r->textbook.med / r->ns.med, 2);
   fmt_num(cells[C_NATIVE], CELL, r->textbook_native.med / r->ns.med, 2);
   fmt_num(cells[C_1T], CELL, r->speedup_1t, 2);
@@ -230,6 +237,8 @@ static void print_narrow(void) {
     COL(C_DTYPE, "dtype");
     COL(C_NS, "ns/call");
     if (any[C_BOUND]) COL(C_BOUND, "x stream bound");
+    if (any[C_FLOOR]) COL(C_FLOOR, "floor");
+    if (any[C_XFLOOR]) COL(C_XFLOOR, "x floor");
     if (any[C_TEXTBOOK]) COL(C_TEXTBOOK, serving ? "x unfused" : "x textbook");
     if (any[C_NATIVE]) COL(C_NATIVE, "x native");
     if (any[C_1T]) COL(C_1T, "x 1 thread");
@@ -257,8 +266,9 @@ void print_table(const char *cpu, const char *cmdline) {
   print_wrapped("", 2, line);
   snprintf(line, sizeof line,
            "median of %d runs after %d warm-up; bound = in-place x=x*a+b stream over the same "
-           "bytes, same threads, same run; load average %.2f at the end",
-           opt.reps, opt.warmup, load_average());
+           "bytes, same threads, same run; floor = the row's arithmetic on L1-resident data "
+           "(%s kernels), x floor = max(bound, floor) / ns; load average %.2f at the end",
+           opt.reps, opt.warmup, pb_floor_name ? pb_floor_name : "no", load_average());
   print_wrapped("", 2, line);
   if (opt.wide) {
     int cols[N_COLS], *all = calloc((size_t)n_results + 1, sizeof *all);
@@ -312,6 +322,8 @@ void print_json(const char *cpu, const char *cmdline) {
   json_string(cpu);
   printf(", \"isa\": ");
   json_string(pe_isa_name());
+  printf(", \"floor_isa\": ");
+  json_string(pb_floor_name ? pb_floor_name : "");
   printf(", \"command\": ");
   json_string(cmdline);
   printf(", \"reps\": %d, \"warmup\": %d, \"loadavg\": ", opt.reps, opt.warmup);
@@ -352,6 +364,10 @@ void print_json(const char *cpu, const char *cmdline) {
       json_number(r->bound.med);
       printf(", \"ratio_bound\": ");
       json_number(r->bound.med / r->ns.med);
+      printf(", \"floor_ns_median\": ");
+      json_number(r->floor.med);
+      printf(", \"ratio_floor\": ");
+      json_number(ratio_floor(r));
       printf(", \"textbook_ns_median\": ");
       json_number(r->textbook.med);
       printf(", \"ratio_textbook\": ");
@@ -395,7 +411,7 @@ void print_csv(void) {
   printf("suite,case,dtype,isa,threads,bytes,gbps,ns_median,ns_min,ns_max,ns_p25,ns_p75,"
          "iqr_fraction,bound_ns_median,ratio_bound,textbook_ns_median,ratio_textbook,"
          "textbook_native_ns_median,ratio_textbook_native,speedup_vs_1_thread,note,"
-         "loadavg_max,cpu_wait_fraction,run_queue_mean,flag,shape\n");
+         "loadavg_max,cpu_wait_fraction,run_queue_mean,flag,shape,floor_ns_median,ratio_floor\n");
   for (int i = 0; i < n_results; i++) {
     const result *r = &results[i];
     csv_field(r->suite), putchar(',');
@@ -429,6 +445,11 @@ void print_csv(void) {
     }
     putchar(',');
     csv_field(r->shape);
+    double fl[2] = {r->floor.med, r->error[0] ? NAN : ratio_floor(r)};
+    for (int j = 0; j < 2; j++) {
+      putchar(',');
+      if (!isnan(fl[j])) printf("%.6g", fl[j]);
+    }
     putchar('\n');
   }
 }

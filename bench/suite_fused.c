@@ -144,6 +144,14 @@ static void fused_case(int kind, int64_t batch, int64_t tokens, int dt, int thre
     c.probe[0] = probe_like(&s.k, g.head_dim);
     c.n_probe = 1;
     if (kind == 1) c.probe[c.n_probe++] = probe_like(&s.q, g.head_dim);
+    /* k rotated into its cache rows (the rest of a row copied), q in place */
+    floor_add(&c, (floor_stage){.kind = FL_ROT, .src = dt, .dst = dt, .style = g.style,
+                                .width = g.head_dim, .rot = g.rotary_dim,
+                                .rows = batch * tokens * g.kv_heads});
+    if (kind == 1)
+      floor_add(&c, (floor_stage){.kind = FL_ROT, .src = dt, .dst = dt, .style = g.style,
+                                  .inplace = 1, .width = g.head_dim, .rot = g.rotary_dim,
+                                  .rows = batch * tokens * g.heads});
     snprintf(c.note, sizeof c.note, "unfused: pe_apply_rope_qk + copy k to the cache");
   } else if (kind == 2) {
     s.section[0] = 16, s.section[1] = 24, s.section[2] = 24;
@@ -191,6 +199,10 @@ static void fused_case(int kind, int64_t batch, int64_t tokens, int dt, int thre
     snprintf(c.note, sizeof c.note, "unfused: one pe_apply_rope_qk per row; %d dynamic-NTK caches",
              FUSED_CACHES);
   }
+  if (kind >= 2) /* mrope, multi: q and k in place */
+    floor_add(&c, (floor_stage){.kind = FL_ROT, .src = dt, .dst = dt, .style = g.style,
+                                .inplace = 1, .width = g.head_dim, .rot = g.rotary_dim,
+                                .rows = batch * tokens * (g.heads + g.kv_heads)});
   progress("[%.0fs] fused %s %s %d thr", (now_ns() - run_start) / 1e9, c.name, dtype_name(dt), threads);
   measure(&c);
   free_probes(&c);
@@ -273,6 +285,14 @@ static void kvq_shift_unfused(bench_case *c) {
  * the fp8 k and v scales (0: 0.05 and 0.02; a power of two such as 1.0,
  * vLLM's uncalibrated k_scale, takes the vector kernels' multiply-by-
  * reciprocal path instead of the divide). */
+/* A normal power of two: its reciprocal is exact, and the library
+ * multiplies by it instead of dividing (quant_common.h's PE_FP8_POW2_SCALE). */
+static int pow2_scale(float s) {
+  uint32_t u;
+  memcpy(&u, &s, 4);
+  return (u & 0x807fffffu) == 0 && (u >> 23) != 0;
+}
+
 static void kvq_case(int kind, uint32_t fmt, int64_t batch, int64_t tokens, int dt, int threads,
                      float fp8_scale) {
   const int with_q = kind == 0, tok_major = kind == 3;
@@ -348,6 +368,21 @@ static void kvq_case(int kind, uint32_t fmt, int64_t batch, int64_t tokens, int 
                       : (double)(2 * n * HKV * rb);
   c.probe[0] = probe_flat(c.bytes);
   c.n_probe = 1;
+  const int fl_fmt = fmt == PE_KV_Q8_0 ? FL_Q8_0 : FL_FP8;
+  if (kind == 0) { /* q in place (with_q), k rotated into its quantized rows, v quantized */
+    if (with_q)
+      floor_add(&c, (floor_stage){.kind = FL_ROT, .src = dt, .dst = dt, .style = PE_ROPE_NEOX,
+                                  .inplace = 1, .width = HD, .rot = HD, .rows = n * HQ});
+    floor_add(&c, (floor_stage){.kind = FL_ROT, .src = dt, .fmt = fl_fmt,
+                                .fp8_mul = pow2_scale(s.kscale), .style = PE_ROPE_NEOX,
+                                .width = HD, .rot = HD, .scale = s.kscale, .rows = n * HKV});
+    floor_add(&c, (floor_stage){.kind = FL_QUANT, .src = dt, .fmt = fl_fmt,
+                                .fp8_mul = pow2_scale(s.vscale), .width = HD,
+                                .scale = s.vscale, .rows = n * HKV});
+  } else if (fmt == PE_KV_Q8_0) { /* each cached key dequantized, rotated, requantized */
+    floor_add(&c, (floor_stage){.kind = FL_SHIFT, .style = PE_ROPE_NEOX, .width = HD, .rot = HD,
+                                .rows = n * HKV});
+  }
   snprintf(c.note, sizeof c.note, "%s",
            kind == 0 ? (with_q ? "unfused: pe_apply_rope_qk + pe_kv_write (k, v)"
                                : "kv heads only (q NULL); unfused: pe_apply_rope_qk(k) "

@@ -218,6 +218,13 @@ static void qkn_case(int64_t batch, int64_t tokens, int dt, int threads) {
   c.bytes = 2.0 * (double)(n * row * es);
   c.probe[0] = probe_flat(c.bytes);
   c.n_probe = 1;
+  /* q normed and rotated in place, k into its cache rows, v copied */
+  floor_add(&c, (floor_stage){.kind = FL_NORM_ROT, .src = dt, .dst = dt, .style = PE_ROPE_NEOX,
+                              .inplace = 1, .width = HD, .rot = HD, .rows = n * HQ});
+  floor_add(&c, (floor_stage){.kind = FL_NORM_ROT, .src = dt, .dst = dt, .style = PE_ROPE_NEOX,
+                              .width = HD, .rot = HD, .rows = n * HKV});
+  floor_add(&c, (floor_stage){.kind = FL_COPY, .src = dt, .dst = dt, .width = HD,
+                              .rows = n * HKV});
   snprintf(c.shape, sizeof c.shape, "%dq/%dkv x%d neox", HQ, HKV, HD);
   snprintf(c.note, sizeof c.note, "unfused: RMSNorm loop + pe_apply_rope_qk + copy k, v");
   progress("[%.0fs] qknorm %s %s %d thr", (now_ns() - run_start) / 1e9, c.name, dtype_name(dt),

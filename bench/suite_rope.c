@@ -142,6 +142,10 @@ static void rope_case(const char *name, int64_t tokens, int dt, int threads, int
   c.probe[0] = probe_like(&s.q, g.rotary_dim);
   c.probe[1] = probe_like(&s.k, g.rotary_dim);
   c.n_probe = 2;
+  if (max_pos > 0) /* cos/sin from the table (on the fly: sines, not a fixed sequence) */
+    floor_add(&c, (floor_stage){.kind = FL_ROT, .src = dt, .dst = dt, .style = g.style,
+                                .inplace = 1, .width = g.head_dim, .rot = g.rotary_dim,
+                                .rows = B * (g.heads + g.kv_heads) * tokens});
   geometry_shape(&g, c.shape, sizeof c.shape);
   if (opt.max_positions > 0)
     snprintf(c.note, sizeof c.note, "table %" PRId64 " rows", max_pos);

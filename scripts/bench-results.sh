@@ -95,7 +95,7 @@ def ns(v):
     x = float(v)
     return "%.0f" % x if x >= 100 else "%.1f" % x
 cols = ["suite", "case", "shape", "dtype", "threads", "GB/s", "ns/call (median)",
-        "IQR p25..p75 (% of median)", "x stream bound", "x textbook loop", "x textbook-native",
+        "IQR p25..p75 (% of median)", "x stream bound", "x floor", "x textbook loop", "x textbook-native",
         "x 1 thread", "note"]
 out = ["| " + " | ".join(cols) + " |", "|---|---|---|---|" + "--:|" * (len(cols) - 5) + "---|"]
 flagged = 0
@@ -111,7 +111,7 @@ for r in rows:
         iqr = r["iqr_fraction"]
         cells = [r["suite"], r["case"], r.get("shape") or "-", r["dtype"], r["threads"], num(r["gbps"], 1),
                  ns(r["ns_median"]), num(str(100 * float(iqr)) if iqr else "", 0),
-                 num(r["ratio_bound"], 2), num(r["ratio_textbook"], 2),
+                 num(r["ratio_bound"], 2), num(r.get("ratio_floor") or "", 2), num(r["ratio_textbook"], 2),
                  num(r["ratio_textbook_native"], 2), num(r["speedup_vs_1_thread"], 2), note]
     out.append("| " + " | ".join(c.replace("|", "/") for c in cells) + " |")
 head = ("From one \`make bench\` run (\`$shown\`: %s repetitions, written by "

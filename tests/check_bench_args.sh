@@ -88,17 +88,21 @@ fi
 quick="--tokens 4 --threads 1 --reps 3 --warmup 0"
 # shellcheck disable=SC2086
 if "$bench" --suite rope $quick --csv >"$out" 2>"$err"; then
-  # fields 1-20 (suite .. speedup_vs_1_thread) are never quoted; shape is the last
+  # fields 1-20 (suite .. speedup_vs_1_thread) are never quoted, nor the last three
+  # (shape, floor_ns_median, ratio_floor)
   awk -F, -v want_bytes=$(( 2 * (32 + 8) * 4 * 128 * 4 )) '
     NR == 1 { for (i = 1; i <= NF; i++) col[$i] = i; next }
     { n++
       want = n == 1 ? "llama3-8b 4 tok x1 bhtd" : "llama3-8b 4 tok x1 bthd"
       if ($2 != want) { print "row " n ": case \"" $2 "\", not \"" want "\""; bad = 1 }
-      if ($NF != "32q/8kv x128 neox") { print "row " n ": shape \"" $NF "\""; bad = 1 }
+      if ($(NF - 2) != "32q/8kv x128 neox") { print "row " n ": shape \"" $(NF - 2) "\""; bad = 1 }
       if ($col["bytes"] != want_bytes) { print "row " n ": bytes " $col["bytes"]; bad = 1 }
       split("ns_median bound_ns_median ratio_bound textbook_ns_median", f, " ")
       for (i = 1; i <= 4; i++)
-        if (!($col[f[i]] + 0 > 0)) { print "row " n ": " f[i] " \"" $col[f[i]] "\""; bad = 1 } }
+        if (!($col[f[i]] + 0 > 0)) { print "row " n ": " f[i] " \"" $col[f[i]] "\""; bad = 1 }
+      # the compute floor (kernels for every path but NEON), counted from the end
+      if ($4 != "neon" && !($(NF - 1) > 0 && $NF > 0)) {
+        print "row " n ": floor_ns_median \"" $(NF - 1) "\", ratio_floor \"" $NF "\""; bad = 1 } }
     END { if (n != 2) { print n " rows, not 2"; bad = 1 }; exit bad }' "$out" \
     && echo "ok   pe-bench --suite rope $quick --csv: 2 rows measured" \
     || fail "pe-bench --suite rope $quick --csv: $(cat "$out")"
@@ -109,7 +113,7 @@ fi
 # An overridden shape is "custom", with the shape it has.
 # shellcheck disable=SC2086
 if "$bench" --suite rope $quick --layout bhtd --heads 16 --csv >"$out" 2>"$err"; then
-  grep -q '^rope,custom 4 tok x1 bhtd,.*,16q/8kv x128 neox$' "$out" \
+  grep -q '^rope,custom 4 tok x1 bhtd,.*,16q/8kv x128 neox,[0-9.e+]*,[0-9.e+]*$' "$out" \
     || fail "--heads 16 on llama3-8b: not a 'custom' row of shape 16q/8kv x128 neox: $(cat "$out")"
   echo "ok   --heads 16: labelled custom"
 else
@@ -119,7 +123,7 @@ fi
 # DeepSeek-V3: 128 q heads of 192 channels, 64 rotated, interleaved; one k head.
 # shellcheck disable=SC2086
 if "$bench" --suite rope $quick --layout bhtd --model deepseek-v3 --csv >"$out" 2>"$err"; then
-  grep -q '^rope,deepseek-v3 4 tok x1 bhtd,f32,[a-z0-9]*,1,[0-9]*,[0-9.]*,[0-9.]*,.*,128q/1kv x192 rot64 gptj$' "$out" \
+  grep -q '^rope,deepseek-v3 4 tok x1 bhtd,f32,[a-z0-9]*,1,[0-9]*,[0-9.]*,[0-9.]*,.*,128q/1kv x192 rot64 gptj,' "$out" \
     || fail "--model deepseek-v3: no measured row of shape 128q/1kv x192 rot64 gptj: $(cat "$out")"
   grep -q '^rope,deepseek-v3 4 tok x1 bhtd,f32,[a-z0-9]*,1,'"$(( (128 + 1) * 4 * 64 * 4 * 2 ))"',' "$out" \
     || fail "--model deepseek-v3: bytes are not (128 + 1) heads x 4 tokens x 64 rotated x 4 B x 2"
