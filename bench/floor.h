@@ -23,6 +23,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 enum { FL_ROT, FL_NORM_ROT, FL_COPY, FL_QUANT, FL_SHIFT };
 enum { FL_NONE = 0, FL_FP8 = 1, FL_Q8_0 = 2 }; /* quantized outputs (fmt) */
@@ -54,6 +55,28 @@ typedef struct floor_data {
 } floor_data;
 
 typedef void (*floor_fn)(const floor_stage *st, floor_data *d, int64_t rows);
+
+/* Element e of a row of pe_dtype dt (0 f32, 1 f16, 2 bf16) widened exactly
+ * to float32 (the scalar kernels' load, and the check's). */
+static inline float floor_widen(int dt, const void *row, int64_t e) {
+  float f;
+  uint32_t u;
+  if (dt == 0) {
+    memcpy(&f, (const char *)row + 4 * e, 4);
+    return f;
+  }
+  uint16_t h;
+  memcpy(&h, (const char *)row + 2 * e, 2);
+  if (dt == 2) {
+    u = (uint32_t)h << 16;
+  } else {
+    uint32_t sign = (uint32_t)(h & 0x8000) << 16, ex = (h >> 10) & 0x1f, m = h & 0x3ffu;
+    if (ex == 0) return (sign ? -1.0f : 1.0f) * (float)m * 0x1p-24f;
+    u = sign | (ex == 31 ? 0x7f800000u : (ex + 112) << 23) | m << 13;
+  }
+  memcpy(&f, &u, 4);
+  return f;
+}
 
 /* The kernels of each ISA; a NULL entry where the compiler cannot build it. */
 void pb_floor_scalar(const floor_stage *st, floor_data *d, int64_t rows);

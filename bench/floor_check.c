@@ -19,27 +19,6 @@
 
 static int failures, checks;
 
-static float elem(int dt, const char *row, int e) {
-  if (dt == PE_F32) {
-    float f;
-    memcpy(&f, row + 4 * e, 4);
-    return f;
-  }
-  uint16_t h;
-  memcpy(&h, row + 2 * e, 2);
-  uint32_t u;
-  if (dt == PE_BF16) {
-    u = (uint32_t)h << 16;
-  } else {
-    uint32_t sign = (uint32_t)(h & 0x8000) << 16, ex = (h >> 10) & 0x1f, m = h & 0x3ffu;
-    if (ex == 0) return (sign ? -1.0f : 1.0f) * (float)m * 0x1p-24f;
-    u = sign | (ex == 31 ? 0x7f800000u : (ex + 112) << 23) | m << 13;
-  }
-  float f;
-  memcpy(&f, &u, 4);
-  return f;
-}
-
 static const char *dt_name(int dt) { return dt == PE_F32 ? "f32" : dt == PE_F16 ? "f16" : "bf16"; }
 
 static void describe(const floor_stage *st, char *out, size_t len) {
@@ -87,7 +66,7 @@ static void compare(const char *what, const floor_stage *st, const char *a, cons
   const int dt = st->dst;
   const float step = dt == PE_F32 ? 0x1p-23f : dt == PE_F16 ? 0x1p-10f : 0x1p-7f;
   for (int e = 0; e < st->width; e++) {
-    float x = elem(dt, a, e), y = elem(dt, b, e);
+    float x = floor_widen(dt, a, e), y = floor_widen(dt, b, e);
     if (!(fabsf(x - y) <= ulps * step * fmaxf(fabsf(y), 1.0f))) {
       printf("FAIL %s: %s: element %d is %.9g, the reference's %.9g\n", what, desc, e, x, y);
       failures++;

@@ -11,23 +11,10 @@
 
 #define FS static inline __attribute__((always_inline))
 
-FS float ld(int dt, const char *p, int e) {
-  if (dt == PE_F32) return ((const float *)(const void *)p)[e];
-  uint16_t h = ((const uint16_t *)(const void *)p)[e];
-  uint32_t u;
-  if (dt == PE_BF16) {
-    u = (uint32_t)h << 16;
-  } else { /* f16, exactly */
-    uint32_t sign = (uint32_t)(h & 0x8000) << 16, ex = (h >> 10) & 0x1f, m = h & 0x3ffu;
-    if (ex == 0) return (sign ? -1.0f : 1.0f) * (float)m * 0x1p-24f;
-    u = sign | (ex == 31 ? 0x7f800000u : (ex + 112) << 23) | m << 13;
-  }
-  float f;
-  memcpy(&f, &u, 4);
-  return f;
-}
+/* Element e of a row of dtype dt, widened exactly (floor.h). */
+#define ld(dt, p, e) floor_widen(dt, p, e)
 
-FS void st(int dt, char *p, int e, float f) {
+FS void store(int dt, char *p, int e, float f) {
   if (dt == PE_F32) {
     ((float *)(void *)p)[e] = f;
     return;
@@ -77,7 +64,7 @@ FS void q8_block(uint8_t *out, const float *x) {
   for (int i = 0; i < 32; i++) amax = fmaxf(amax, fabsf(x[i]));
   float d = amax / 127.0f, id = d != 0.0f ? 1.0f / d : 0.0f;
   uint16_t d16;
-  st(PE_F16, (char *)&d16, 0, d);
+  store(PE_F16, (char *)&d16, 0, d);
   memcpy(out, &d16, 2);
   for (int i = 0; i < 32; i++) out[2 + i] = (uint8_t)(int8_t)roundf(x[i] * id);
 }
@@ -94,17 +81,17 @@ enum { O_FP8 = 3, O_Q8 = 4 };
 FS void put(int out, int mul, char *dst, int e, float v, float *qrow, float scale) {
   if (out == O_FP8) ((uint8_t *)dst)[e] = fp8(mul ? v * scale : v / scale);
   else if (out == O_Q8) qrow[e] = v; /* quantized once the row's blocks are complete */
-  else st(out, dst, e, v);
+  else store(out, dst, e, v);
 }
 
-FS void rot_rows(const floor_stage *s, floor_data *d, int64_t rows, int sd, int out, int style,
+FS void rot_rows(const floor_stage *st, floor_data *d, int64_t rows, int sd, int out, int style,
                  int norm, int mul) {
-  const int half = s->rot / 2, w = s->width;
+  const int half = st->rot / 2, w = st->width;
   const float scale = mul ? 1.0f / d->scale : d->scale; /* mul: the reciprocal, exact */
   float q[4096]; /* a q8_0 row before its blocks are written (width <= 4096) */
   int i = 0;
   for (int64_t n = 0; n < rows; n++) {
-    char *src = d->src + i * d->src_stride, *dst = s->inplace ? src : d->dst + i * d->dst_stride;
+    char *src = d->src + i * d->src_stride, *dst = st->inplace ? src : d->dst + i * d->dst_stride;
     float r = 1.0f;
     if (norm) {
       float ss = 0.0f;
@@ -119,9 +106,9 @@ FS void rot_rows(const floor_stage *s, floor_data *d, int64_t rows, int sd, int 
       put(out, mul, dst, ex, fmaf(x, c, -(y * sn)), q, scale);
       put(out, mul, dst, ey, fmaf(y, c, x * sn), q, scale);
     }
-    for (int e = s->rot; e < w; e++) {
-      if (norm) st(out, dst, e, ld(sd, src, e) * r * d->w[e]);
-      else if (!s->inplace) st(out, dst, e, ld(sd, src, e));
+    for (int e = st->rot; e < w; e++) {
+      if (norm) store(out, dst, e, ld(sd, src, e) * r * d->w[e]);
+      else if (!st->inplace) store(out, dst, e, ld(sd, src, e));
     }
     if (out == O_Q8)
       for (int b = 0; b < w / 32; b++) q8_block((uint8_t *)dst + 34 * b, q + 32 * b);
@@ -129,21 +116,21 @@ FS void rot_rows(const floor_stage *s, floor_data *d, int64_t rows, int sd, int 
   }
 }
 
-FS void quant_rows(const floor_stage *s, floor_data *d, int64_t rows, int sd, int out, int mul) {
+FS void quant_rows(const floor_stage *st, floor_data *d, int64_t rows, int sd, int out, int mul) {
   const float scale = mul ? 1.0f / d->scale : d->scale;
   float q[4096];
   int i = 0;
   for (int64_t n = 0; n < rows; n++) {
     char *src = d->src + i * d->src_stride, *dst = d->dst + i * d->dst_stride;
-    for (int e = 0; e < s->width; e++) put(out, mul, dst, e, ld(sd, src, e), q, scale);
+    for (int e = 0; e < st->width; e++) put(out, mul, dst, e, ld(sd, src, e), q, scale);
     if (out == O_Q8)
-      for (int b = 0; b < s->width / 32; b++) q8_block((uint8_t *)dst + 34 * b, q + 32 * b);
+      for (int b = 0; b < st->width / 32; b++) q8_block((uint8_t *)dst + 34 * b, q + 32 * b);
     if (++i == d->n_rows) i = 0;
   }
 }
 
-FS void shift_rows(const floor_stage *s, floor_data *d, int64_t rows, int style) {
-  const int half = s->rot / 2, w = s->width;
+FS void shift_rows(const floor_stage *st, floor_data *d, int64_t rows, int style) {
+  const int half = st->rot / 2, w = st->width;
   float x[4096];
   int i = 0;
   for (int64_t n = 0; n < rows; n++) {
@@ -161,52 +148,7 @@ FS void shift_rows(const floor_stage *s, floor_data *d, int64_t rows, int style)
   }
 }
 
-#define BY_STYLE(call, ...)                                                                        \
-  (s->style == PE_ROPE_NEOX ? call(__VA_ARGS__, PE_ROPE_NEOX) : call(__VA_ARGS__, PE_ROPE_GPTJ))
-#define ROT_(sd, out, norm, mul, style) rot_rows(s, d, rows, sd, out, style, norm, mul)
-#define ROT_DT(sd)                                                                                 \
-  do {                                                                                             \
-    if (s->kind == FL_NORM_ROT)                                                                    \
-      BY_STYLE(ROT_, sd, sd, 1, 0);                                                                \
-    else if (s->fmt == FL_Q8_0)                                                                    \
-      BY_STYLE(ROT_, sd, O_Q8, 0, 0);                                                              \
-    else if (s->fmt == FL_FP8 && s->fp8_mul)                                                       \
-      BY_STYLE(ROT_, sd, O_FP8, 0, 1);                                                             \
-    else if (s->fmt == FL_FP8)                                                                     \
-      BY_STYLE(ROT_, sd, O_FP8, 0, 0);                                                             \
-    else                                                                                           \
-      BY_STYLE(ROT_, sd, sd, 0, 0);                                                                \
-  } while (0)
-#define QUANT_DT(sd)                                                                               \
-  (s->fmt == FL_Q8_0 ? quant_rows(s, d, rows, sd, O_Q8, 0)                                         \
-   : s->fp8_mul      ? quant_rows(s, d, rows, sd, O_FP8, 1)                                        \
-                     : quant_rows(s, d, rows, sd, O_FP8, 0))
-#define SHIFT_(unused, style) shift_rows(s, d, rows, style)
+FS void f_copy(void *dst, const void *src, int64_t n) { memcpy(dst, src, (size_t)n); }
 
-void pb_floor_scalar(const floor_stage *s, floor_data *d, int64_t rows) {
-  switch (s->kind) {
-  case FL_ROT:
-  case FL_NORM_ROT:
-    if (s->src == PE_F32) ROT_DT(PE_F32);
-    else if (s->src == PE_F16) ROT_DT(PE_F16);
-    else ROT_DT(PE_BF16);
-    break;
-  case FL_QUANT:
-    if (s->src == PE_F32) QUANT_DT(PE_F32);
-    else if (s->src == PE_F16) QUANT_DT(PE_F16);
-    else QUANT_DT(PE_BF16);
-    break;
-  case FL_COPY: {
-    const size_t bytes = (size_t)s->width * (s->src == PE_F32 ? 4 : 2);
-    int i = 0;
-    for (int64_t n = 0; n < rows; n++) {
-      memcpy(d->dst + i * d->dst_stride, d->src + i * d->src_stride, bytes);
-      if (++i == d->n_rows) i = 0;
-    }
-    break;
-  }
-  case FL_SHIFT:
-    BY_STYLE(SHIFT_, 0);
-    break;
-  }
-}
+#define FLOOR_FN pb_floor_scalar
+#include "floor_entry.h"
