@@ -74,8 +74,8 @@ static void row_note(const result *r, const char *shape, char *out, size_t len) 
     snprintf(out, len, "%.200s", r->error);
     return;
   }
-  char head[200] = "";
-  if (r->flag[0]) snprintf(head, sizeof head, "! %.120s", r->flag);
+  char head[200] = ""; /* "! " the flag (160) " (sampled N times)" */
+  if (r->flag[0]) snprintf(head, sizeof head, "! %.160s", r->flag);
   if (r->attempts > 1)
     snprintf(head + strlen(head), sizeof head - strlen(head), " (sampled %d times)", r->attempts);
   const char *part[3] = {head[0] == ' ' ? head + 1 : head, shape, r->note};
