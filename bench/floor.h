@@ -39,6 +39,7 @@ typedef struct floor_stage {
   int inplace;    /* FL_ROT, FL_NORM_ROT: the row is written where it was read */
   int width, rot; /* channels of a row; rotated channels (even, <= width) */
   float scale;    /* FL_FP8: the quantizer's scale */
+  int heads;      /* consecutive rows sharing one cos/sin row (the heads of a token) */
   int64_t rows;   /* rows of one call */
 } floor_stage;
 

@@ -189,7 +189,8 @@ int main(void) {
   for (int i = 0; i < 3; i++)
     for (int style = PE_ROPE_NEOX; style <= PE_ROPE_GPTJ; style++) {
       const int dt = dts[i];
-      floor_stage b = {.src = dt, .dst = dt, .style = style, .width = 128, .rot = 128};
+      /* 3 heads a token: a cos/sin chunk shared by several rows */
+      floor_stage b = {.src = dt, .dst = dt, .style = style, .width = 128, .rot = 128, .heads = 3};
       floor_stage s;
       s = b, s.kind = FL_ROT, s.inplace = 1, sts[n++] = s;
       s = b, s.kind = FL_ROT, s.width = 96, s.rot = 96, s.inplace = 1, sts[n++] = s; /* tails */

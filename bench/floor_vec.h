@@ -61,57 +61,40 @@ FA void emit(int out, char *dst, int e, const vf *o, int k, vf vs, int mul) {
 /* Output vectors per step: a Q8_0 block, four fp8 vectors, two halves. */
 FA int group(int out) { return out == O_Q8 ? QV : out == O_FP8 ? 4 : 2; }
 
-/* k vectors of NeoX pairs from pair j: x at channel j, y at half + j. */
-FA void neox_step(int sd, int out, int norm, int mul, const char *src, char *dst, int half, int j,
-                  int k, const float *cs, const float *w, vf r, vf vs) {
+/* The cos and sin of k vectors of pairs from pair j (NeoX) or channel j
+ * (GPT-J: each duplicated to both lanes of its pair): loaded once for all
+ * the heads of a token, which share the table row. */
+FA void cs_chunk(int style, const float *cs, int half, int j, int k, vf *c, vf *s) {
+  for (int i = 0; i < k; i++) {
+    if (style == PE_ROPE_NEOX)
+      c[i] = f_ldf(cs + j + i * VL), s[i] = f_ldf(cs + half + j + i * VL);
+    else
+      c[i] = f_dup(cs + (j + i * VL) / 2), s[i] = f_dup(cs + half + (j + i * VL) / 2);
+  }
+}
+
+/* k vectors of one head's pairs with the chunk's c, s: NeoX from pair j (x
+ * at channel j, y at half + j), GPT-J from channel j. */
+FA void rot_chunk(int sd, int out, int style, int norm, int mul, const char *src, char *dst,
+                  int half, int j, int k, const vf *c, const vf *s, const float *w, vf r, vf vs) {
   vf xo[4], yo[4];
   for (int i = 0; i < k; i++) {
     const int e = j + i * VL;
-    vf x = ld_x(sd, src, e, norm, r, w), y = ld_x(sd, src, half + e, norm, r, w);
-    vf c = f_ldf(cs + e), s = f_ldf(cs + half + e);
-    xo[i] = f_fmsub(x, c, f_mul(y, s));
-    yo[i] = f_fmadd(y, c, f_mul(x, s));
+    if (style == PE_ROPE_NEOX) {
+      vf x = ld_x(sd, src, e, norm, r, w), y = ld_x(sd, src, half + e, norm, r, w);
+      xo[i] = f_fmsub(x, c[i], f_mul(y, s[i]));
+      yo[i] = f_fmadd(y, c[i], f_mul(x, s[i]));
+    } else {
+      vf v = ld_x(sd, src, e, norm, r, w);
+      xo[i] = f_fmaddsub(v, c[i], f_mul(f_swap(v), s[i]));
+    }
   }
   emit(out, dst, j, xo, k, vs, mul);
-  emit(out, dst, half + j, yo, k, vs, mul);
-}
-
-/* k vectors of GPT-J pairs from channel e0 (pairs e0/2 ...). */
-FA void gptj_step(int sd, int out, int norm, int mul, const char *src, char *dst, int half, int e0,
-                  int k, const float *cs, const float *w, vf r, vf vs) {
-  vf o[4];
-  for (int i = 0; i < k; i++) {
-    const int e = e0 + i * VL;
-    vf v = ld_x(sd, src, e, norm, r, w);
-    o[i] = f_fmaddsub(v, f_dup(cs + e / 2), f_mul(f_swap(v), f_dup(cs + half + e / 2)));
-  }
-  emit(out, dst, e0, o, k, vs, mul);
-}
-
-/* One row: the NeoX or GPT-J rotation of its first rot channels, x and y
- * normed first when norm (r: the row's scale), outputs in out at dst;
- * groups of group(out) vectors, then single vectors (not for Q8_0, whose
- * blocks floor_supported requires whole). */
-FA void rot_row(int sd, int out, int style, int norm, int mul, const char *src, char *dst, int rot,
-                const float *cs, const float *w, vf r, vf vs) {
-  const int half = rot / 2, g = group(out), n = style == PE_ROPE_NEOX ? half : rot;
-  int j = 0;
-  for (; j + g * VL <= n; j += g * VL) {
-    if (style == PE_ROPE_NEOX)
-      neox_step(sd, out, norm, mul, src, dst, half, j, g, cs, w, r, vs);
-    else
-      gptj_step(sd, out, norm, mul, src, dst, half, j, g, cs, w, r, vs);
-  }
-  for (; out != O_Q8 && j < n; j += VL) {
-    if (style == PE_ROPE_NEOX)
-      neox_step(sd, out, norm, mul, src, dst, half, j, 1, cs, w, r, vs);
-    else
-      gptj_step(sd, out, norm, mul, src, dst, half, j, 1, cs, w, r, vs);
-  }
+  if (style == PE_ROPE_NEOX) emit(out, dst, half + j, yo, k, vs, mul);
 }
 
 /* The float32 RMSNorm scale of a row: 1 / sqrt(sum(x^2) / width + eps). */
-FA vf norm_scale(int sd, const char *src, int width, float eps) {
+FA float norm_scale(int sd, const char *src, int width, float eps) {
   vf a0 = f_set1(0.0f), a1 = f_set1(0.0f);
   int e = 0;
   for (; e + 2 * VL <= width; e += 2 * VL) {
@@ -123,27 +106,56 @@ FA vf norm_scale(int sd, const char *src, int width, float eps) {
     vf x0 = f_ld(sd, AT(src, e, sd));
     a0 = f_fmadd(x0, x0, a0);
   }
-  return f_set1(1.0f / sqrtf(f_hsum(f_add(a0, a1)) / (float)width + eps));
+  return 1.0f / sqrtf(f_hsum(f_add(a0, a1)) / (float)width + eps);
 }
 
-/* Rows of FL_ROT / FL_NORM_ROT, cycling through the data's rows. */
+#define FL_HEADS 256 /* heads of a token sharing one load of a cos/sin chunk, at most */
+
+/* Rows of FL_ROT / FL_NORM_ROT, cycling through the data's rows, a token's
+ * heads (st->heads rows) at a time: its norms first, then each chunk of
+ * group(out) vectors of pairs (then single vectors; not for Q8_0, whose
+ * blocks floor_supported requires whole) with c and s loaded once for the
+ * heads, then the channels past rot (normed too, or copied where the row
+ * goes to another buffer). */
 FA void rot_rows(const floor_stage *st, floor_data *d, int64_t rows, int sd, int out, int style,
                  int norm, int mul) {
   const vf vs = f_set1(mul ? 1.0f / d->scale : d->scale), one = f_set1(1.0f);
-  const int rot = st->rot, width = st->width;
+  const int rot = st->rot, width = st->width, half = rot / 2, g = group(out);
+  const int n = style == PE_ROPE_NEOX ? half : rot;
+  const int heads = st->heads < 1 ? 1 : st->heads > FL_HEADS ? FL_HEADS : st->heads;
+  float rs[FL_HEADS];
   int i = 0;
-  for (int64_t n = 0; n < rows; n++) {
-    const char *src = d->src + i * d->src_stride;
-    char *dst = st->inplace ? (char *)src : d->dst + i * d->dst_stride;
-    vf r = norm ? norm_scale(sd, src, width, d->eps) : one;
-    rot_row(sd, out, style, norm, mul, src, dst, rot, d->cs, d->w, r, vs);
-    if (norm) /* the channels past rot are normed too */
-      for (int e = rot; e < width; e += VL)
-        f_st(out, AT(dst, e, out), ld_x(sd, src, e, 1, r, d->w));
-    else if (!st->inplace && rot < width) /* and copied where the row goes elsewhere */
-      f_copy(AT(dst, rot, out), AT(src, rot, sd), (width - rot) * esz(sd));
-    if (++i == d->n_rows) i = 0;
+#define ROW(h) (d->src + (i + (h)) % d->n_rows * d->src_stride)
+#define DST(h) (st->inplace ? (char *)ROW(h) : d->dst + (i + (h)) % d->n_rows * d->dst_stride)
+  for (int64_t n0 = 0; n0 < rows; n0 += heads) {
+    const int hn = rows - n0 < heads ? (int)(rows - n0) : heads;
+    if (norm)
+      for (int h = 0; h < hn; h++) rs[h] = norm_scale(sd, ROW(h), width, d->eps);
+    vf c[4], s[4];
+    int j = 0;
+    for (; j + g * VL <= n; j += g * VL) {
+      cs_chunk(style, d->cs, half, j, g, c, s);
+      for (int h = 0; h < hn; h++)
+        rot_chunk(sd, out, style, norm, mul, ROW(h), DST(h), half, j, g, c, s, d->w,
+                  norm ? f_set1(rs[h]) : one, vs);
+    }
+    for (; out != O_Q8 && j < n; j += VL) {
+      cs_chunk(style, d->cs, half, j, 1, c, s);
+      for (int h = 0; h < hn; h++)
+        rot_chunk(sd, out, style, norm, mul, ROW(h), DST(h), half, j, 1, c, s, d->w,
+                  norm ? f_set1(rs[h]) : one, vs);
+    }
+    for (int h = 0; h < hn && rot < width; h++) {
+      if (norm)
+        for (int e = rot; e < width; e += VL)
+          f_st(out, AT(DST(h), e, out), ld_x(sd, ROW(h), e, 1, f_set1(rs[h]), d->w));
+      else if (!st->inplace)
+        f_copy(AT(DST(h), rot, out), AT(ROW(h), rot, sd), (width - rot) * esz(sd));
+    }
+    i = (i + hn) % d->n_rows;
   }
+#undef ROW
+#undef DST
 }
 
 /* FL_QUANT: width channels of src quantized (v into a quantized cache). */
@@ -169,40 +181,38 @@ FA void quant_rows(const floor_stage *st, floor_data *d, int64_t rows, int sd, i
   }
 }
 
-/* FL_SHIFT: a Q8_0 row in place: each block pair (NeoX: x's block and y's)
- * or block (GPT-J) dequantized, rotated, quantized again. */
+/* FL_SHIFT: Q8_0 rows in place, the heads sharing a delta (st->heads rows)
+ * at a time: for each chunk of 32 pairs, c and s loaded once, then each
+ * row's blocks of the chunk (NeoX: x's block and y's; GPT-J: one block)
+ * dequantized, rotated, quantized again. */
 FA void shift_rows(const floor_stage *st, floor_data *d, int64_t rows, int style) {
-  const int half = st->rot / 2;
-  const float *cs = d->cs;
+  const int half = st->rot / 2, n = style == PE_ROPE_NEOX ? half : st->rot;
+  const int heads = st->heads < 1 ? 1 : st->heads > FL_HEADS ? FL_HEADS : st->heads;
   int i = 0;
-  for (int64_t n = 0; n < rows; n++) {
-    uint8_t *row = (uint8_t *)d->src + i * d->src_stride;
-    if (style == PE_ROPE_NEOX) {
-      for (int j = 0; j < half; j += 32) {
+  for (int64_t n0 = 0; n0 < rows; n0 += heads) {
+    const int hn = rows - n0 < heads ? (int)(rows - n0) : heads;
+    for (int j = 0; j < n; j += 32) {
+      vf c[QV], s[QV];
+      cs_chunk(style, d->cs, half, j, QV, c, s);
+      for (int h = 0; h < hn; h++) {
+        uint8_t *row = (uint8_t *)d->src + (i + h) % d->n_rows * d->src_stride;
         uint8_t *xb = row + j / 32 * 34, *yb = row + (half + j) / 32 * 34;
         vf x[QV], y[QV], xo[QV], yo[QV];
         f_q8_ld(xb, x);
-        f_q8_ld(yb, y);
+        if (style == PE_ROPE_NEOX) f_q8_ld(yb, y);
         for (int k = 0; k < QV; k++) {
-          vf c = f_ldf(cs + j + k * VL), s = f_ldf(cs + half + j + k * VL);
-          xo[k] = f_fmsub(x[k], c, f_mul(y[k], s));
-          yo[k] = f_fmadd(y[k], c, f_mul(x[k], s));
+          if (style == PE_ROPE_NEOX) {
+            xo[k] = f_fmsub(x[k], c[k], f_mul(y[k], s[k]));
+            yo[k] = f_fmadd(y[k], c[k], f_mul(x[k], s[k]));
+          } else {
+            xo[k] = f_fmaddsub(x[k], c[k], f_mul(f_swap(x[k]), s[k]));
+          }
         }
         f_q8_block(xb, xo);
-        f_q8_block(yb, yo);
-      }
-    } else {
-      for (int e = 0; e < st->rot; e += 32) {
-        uint8_t *b = row + e / 32 * 34;
-        vf v[QV], o[QV];
-        f_q8_ld(b, v);
-        for (int k = 0; k < QV; k++)
-          o[k] = f_fmaddsub(v[k], f_dup(cs + (e + k * VL) / 2),
-                            f_mul(f_swap(v[k]), f_dup(cs + half + (e + k * VL) / 2)));
-        f_q8_block(b, o);
+        if (style == PE_ROPE_NEOX) f_q8_block(yb, yo);
       }
     }
-    if (++i == d->n_rows) i = 0;
+    i = (i + hn) % d->n_rows;
   }
 }
 

@@ -146,12 +146,12 @@ static void fused_case(int kind, int64_t batch, int64_t tokens, int dt, int thre
     if (kind == 1) c.probe[c.n_probe++] = probe_like(&s.q, g.head_dim);
     /* k rotated into its cache rows (the rest of a row copied), q in place */
     floor_add(&c, (floor_stage){.kind = FL_ROT, .src = dt, .dst = dt, .style = g.style,
-                                .width = g.head_dim, .rot = g.rotary_dim,
+                                .width = g.head_dim, .rot = g.rotary_dim, .heads = g.kv_heads,
                                 .rows = batch * tokens * g.kv_heads});
     if (kind == 1)
       floor_add(&c, (floor_stage){.kind = FL_ROT, .src = dt, .dst = dt, .style = g.style,
                                   .inplace = 1, .width = g.head_dim, .rot = g.rotary_dim,
-                                  .rows = batch * tokens * g.heads});
+                                  .heads = g.heads, .rows = batch * tokens * g.heads});
     snprintf(c.note, sizeof c.note, "unfused: pe_apply_rope_qk + copy k to the cache");
   } else if (kind == 2) {
     s.section[0] = 16, s.section[1] = 24, s.section[2] = 24;
@@ -202,6 +202,7 @@ static void fused_case(int kind, int64_t batch, int64_t tokens, int dt, int thre
   if (kind >= 2) /* mrope, multi: q and k in place */
     floor_add(&c, (floor_stage){.kind = FL_ROT, .src = dt, .dst = dt, .style = g.style,
                                 .inplace = 1, .width = g.head_dim, .rot = g.rotary_dim,
+                                .heads = g.heads + g.kv_heads,
                                 .rows = batch * tokens * (g.heads + g.kv_heads)});
   progress("[%.0fs] fused %s %s %d thr", (now_ns() - run_start) / 1e9, c.name, dtype_name(dt), threads);
   measure(&c);
@@ -372,16 +373,18 @@ static void kvq_case(int kind, uint32_t fmt, int64_t batch, int64_t tokens, int 
   if (kind == 0) { /* q in place (with_q), k rotated into its quantized rows, v quantized */
     if (with_q)
       floor_add(&c, (floor_stage){.kind = FL_ROT, .src = dt, .dst = dt, .style = PE_ROPE_NEOX,
-                                  .inplace = 1, .width = HD, .rot = HD, .rows = n * HQ});
+                                  .inplace = 1, .width = HD, .rot = HD, .heads = HQ,
+                                  .rows = n * HQ});
     floor_add(&c, (floor_stage){.kind = FL_ROT, .src = dt, .fmt = fl_fmt,
                                 .fp8_mul = pow2_scale(s.kscale), .style = PE_ROPE_NEOX,
-                                .width = HD, .rot = HD, .scale = s.kscale, .rows = n * HKV});
+                                .width = HD, .rot = HD, .scale = s.kscale, .heads = HKV,
+                                .rows = n * HKV});
     floor_add(&c, (floor_stage){.kind = FL_QUANT, .src = dt, .fmt = fl_fmt,
                                 .fp8_mul = pow2_scale(s.vscale), .width = HD,
                                 .scale = s.vscale, .rows = n * HKV});
   } else if (fmt == PE_KV_Q8_0) { /* each cached key dequantized, rotated, requantized */
     floor_add(&c, (floor_stage){.kind = FL_SHIFT, .style = PE_ROPE_NEOX, .width = HD, .rot = HD,
-                                .rows = n * HKV});
+                                .heads = (int)(n * HKV), .rows = n * HKV}); /* one delta */
   }
   snprintf(c.note, sizeof c.note, "%s",
            kind == 0 ? (with_q ? "unfused: pe_apply_rope_qk + pe_kv_write (k, v)"

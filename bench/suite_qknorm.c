@@ -220,9 +220,9 @@ static void qkn_case(int64_t batch, int64_t tokens, int dt, int threads) {
   c.n_probe = 1;
   /* q normed and rotated in place, k into its cache rows, v copied */
   floor_add(&c, (floor_stage){.kind = FL_NORM_ROT, .src = dt, .dst = dt, .style = PE_ROPE_NEOX,
-                              .inplace = 1, .width = HD, .rot = HD, .rows = n * HQ});
+                              .inplace = 1, .width = HD, .rot = HD, .heads = HQ, .rows = n * HQ});
   floor_add(&c, (floor_stage){.kind = FL_NORM_ROT, .src = dt, .dst = dt, .style = PE_ROPE_NEOX,
-                              .width = HD, .rot = HD, .rows = n * HKV});
+                              .width = HD, .rot = HD, .heads = HKV, .rows = n * HKV});
   floor_add(&c, (floor_stage){.kind = FL_COPY, .src = dt, .dst = dt, .width = HD,
                               .rows = n * HKV});
   snprintf(c.shape, sizeof c.shape, "%dq/%dkv x%d neox", HQ, HKV, HD);

@@ -145,6 +145,7 @@ static void rope_case(const char *name, int64_t tokens, int dt, int threads, int
   if (max_pos > 0) /* cos/sin from the table (on the fly: sines, not a fixed sequence) */
     floor_add(&c, (floor_stage){.kind = FL_ROT, .src = dt, .dst = dt, .style = g.style,
                                 .inplace = 1, .width = g.head_dim, .rot = g.rotary_dim,
+                                .heads = g.heads + g.kv_heads,
                                 .rows = B * (g.heads + g.kv_heads) * tokens});
   geometry_shape(&g, c.shape, sizeof c.shape);
   if (opt.max_positions > 0)
