@@ -37,6 +37,7 @@ static const char *const all_suites[] = {"rope",    "table", "alibi",  "t5",    
                                          "learned", "cutover", "fused", "qknorm", "kvquant"};
 #define N_SUITES (int)(sizeof all_suites / sizeof all_suites[0])
 #define DEFAULT_SUITES "rope,table,alibi,t5,sinusoidal,learned"
+#define ALL_SUITES DEFAULT_SUITES ",cutover,fused,qknorm,kvquant"
 
 static void usage(FILE *f) {
   fprintf(f,
@@ -169,8 +170,7 @@ int suite_selected(const char *name) {
 /* --suite LIST: known names, none empty; "all" anywhere selects every one. */
 static int set_suites(const char *v) {
   if (strlen(v) >= sizeof opt.suites) return bad("--suite \"%.40s...\" is too long", v);
-  if (!*v) return bad("--suite \"\" names no suite (choose from %s, or all)", DEFAULT_SUITES
-                      ",cutover,fused,qknorm,kvquant");
+  if (!*v) return bad("--suite \"\" names no suite (choose from %s, or all)", ALL_SUITES);
   int all = 0;
   for (const char *p = v;;) {
     size_t n = strcspn(p, ",");
@@ -180,8 +180,7 @@ static int set_suites(const char *v) {
     if (!strcmp(name, "all"))
       all = 1;
     else if (!known_suite(name))
-      return bad("--suite: unknown suite \"%s\" (the suites: %s, or all)", name,
-                 DEFAULT_SUITES ",cutover,fused,qknorm,kvquant");
+      return bad("--suite: unknown suite \"%s\" (the suites: %s, or all)", name, ALL_SUITES);
     if (!p[n]) break;
     p += n + 1;
   }
