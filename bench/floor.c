@@ -128,11 +128,12 @@ int floor_alloc(const floor_stage *st, floor_data *d) {
   const int64_t db = floor_row_bytes(st->dst, st->kind == FL_COPY ? FL_NONE : st->fmt, w);
   d->src_stride = (sb + 63) & ~(int64_t)63;
   d->dst_stride = (db + 63) & ~(int64_t)63;
-  /* A token's heads each their own row where they fit in 16 KiB (half a
-   * 32 KiB L1: a head rotated in place is not read back right after its
-   * store), at least 8 rows where those fit. */
+  /* A token's heads each their own row where they fit in 8 KiB (a quarter
+   * of a 32 KiB L1, which an SMT sibling may share; a head rotated in place
+   * is then not read back right after its store), at least 8 rows where
+   * those fit. */
   const int64_t per_row = sb + (st->inplace ? 0 : db);
-  int64_t want = st->heads > 8 ? st->heads : 8, fit = per_row > 0 ? 16384 / per_row : want;
+  int64_t want = st->heads > 8 ? st->heads : 8, fit = per_row > 0 ? 8192 / per_row : want;
   if (want > 64) want = 64;
   d->n_rows = (int)(fit < 1 ? 1 : fit < want ? fit : want);
   size_t bytes = (size_t)(d->n_rows * (d->src_stride + d->dst_stride)) + (size_t)(2 * w) * 4 + 128;

@@ -17,21 +17,30 @@ typedef __m256 vf;
 
 FP __m256i i1(int32_t x) { return _mm256_set1_epi32(x); }
 
-/* f16: vcvtph2ps; bf16: vpmovzxwd + vpslld (the bf16 is the top half). */
+/* f16: vcvtph2ps; bf16: the 8 halves broadcast to both 128-bit lanes by
+ * the load (vbroadcasti128), one vpshufb puts half i at the top of lane i
+ * and zeroes the bottom. */
 FP vf f_ld(int dt, const void *p) {
   if (dt == PE_F32) return _mm256_loadu_ps(p);
   if (dt == PE_F16) return _mm256_cvtph_ps(_mm_loadu_si128(p));
-  return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128(p)), 16));
+  const __m256i top = _mm256_setr_epi8(-1, -1, 0, 1, -1, -1, 2, 3, -1, -1, 4, 5, -1, -1, 6, 7, -1,
+                                       -1, 8, 9, -1, -1, 10, 11, -1, -1, 12, 13, -1, -1, 14, 15);
+  return _mm256_castsi256_ps(
+      _mm256_shuffle_epi8(_mm256_broadcastsi128_si256(_mm_loadu_si128(p)), top));
 }
 
-/* bf16 round to nearest even without bf16 instructions: (u + 0x7fff +
- * lsb) >> 16, and a NaN made quiet ((u >> 16) | 0x40) instead: 8 integer
- * operations, the bf16 in the low half of each 32-bit lane. */
+/* bf16 round to nearest even without bf16 instructions: u + 0x7fff + lsb
+ * (the bf16 in the top half of each 32-bit lane), a NaN made quiet (u |
+ * 0x400000) by a blend taken only when the vector holds one (vcmpps,
+ * vptest, a branch): 6 operations, the blend's 2 more on a NaN. */
 FP __m256i bf16_rne(vf v) {
-  __m256i u = _mm256_castps_si256(v), t = _mm256_srli_epi32(u, 16);
-  __m256i r = _mm256_add_epi32(_mm256_add_epi32(u, i1(0x7fff)), _mm256_and_si256(t, i1(1)));
+  __m256i u = _mm256_castps_si256(v);
+  __m256i r = _mm256_add_epi32(u, _mm256_add_epi32(i1(0x7fff),
+                                                   _mm256_and_si256(_mm256_srli_epi32(u, 16), i1(1))));
   __m256i nan = _mm256_castps_si256(_mm256_cmp_ps(v, v, _CMP_UNORD_Q));
-  return _mm256_blendv_epi8(_mm256_srli_epi32(r, 16), _mm256_or_si256(t, i1(0x40)), nan);
+  if (__builtin_expect(!_mm256_testz_si256(nan, nan), 0))
+    r = _mm256_blendv_epi8(r, _mm256_or_si256(u, i1(0x400000)), nan);
+  return r;
 }
 
 FP void f_st(int dt, void *p, vf v) {
@@ -39,15 +48,18 @@ FP void f_st(int dt, void *p, vf v) {
     _mm256_storeu_ps(p, v);
   } else if (dt == PE_F16) {
     _mm_storeu_si128(p, _mm256_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT));
-  } else { /* one vector: pack with itself, the two quarters together */
-    __m256i r = bf16_rne(v), k = _mm256_packus_epi32(r, r);
+  } else { /* one vector: the top halves gathered by vpshufb, the quarters by vpermq */
+    const __m256i top = _mm256_setr_epi8(2, 3, 6, 7, 10, 11, 14, 15, -1, -1, -1, -1, -1, -1, -1, -1,
+                                         2, 3, 6, 7, 10, 11, 14, 15, -1, -1, -1, -1, -1, -1, -1, -1);
+    __m256i k = _mm256_shuffle_epi8(bf16_rne(v), top);
     _mm_storeu_si128(p, _mm256_castsi256_si128(_mm256_permute4x64_epi64(k, 0x08)));
   }
 }
 
 FP void f_st2(int dt, void *p, vf a, vf b) {
-  if (dt == PE_BF16) { /* vpackusdw the two, vpermq the 64-bit quarters in order */
-    __m256i k = _mm256_packus_epi32(bf16_rne(a), bf16_rne(b));
+  if (dt == PE_BF16) { /* the top halves down (vpsrld), vpackusdw, vpermq */
+    __m256i k = _mm256_packus_epi32(_mm256_srli_epi32(bf16_rne(a), 16),
+                                    _mm256_srli_epi32(bf16_rne(b), 16));
     _mm256_storeu_si256(p, _mm256_permute4x64_epi64(k, 0xd8));
   } else {
     f_st(dt, p, a);

@@ -24,21 +24,34 @@ typedef __m512 vf;
 
 FP __m512i i1(int32_t x) { return _mm512_set1_epi32(x); }
 
+/* Word indices for vpermw/vpermt2w (bf16 in and out). */
+static const uint16_t bf16_up[32] = {0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6, 7, 7,
+                                     8, 8, 9, 9, 10, 10, 11, 11, 12, 12, 13, 13, 14, 14, 15, 15};
+static const uint16_t bf16_down[32] = {1,  3,  5,  7,  9,  11, 13, 15, 17, 19, 21,
+                                       23, 25, 27, 29, 31, 33, 35, 37, 39, 41, 43,
+                                       45, 47, 49, 51, 53, 55, 57, 59, 61, 63};
+FP __m512i words(const uint16_t *w) { return _mm512_loadu_si512(w); }
+
+/* f16: vcvtph2ps; bf16: one vpermw with zeroing puts half i at the top of
+ * 32-bit lane i. */
 FP vf f_ld(int dt, const void *p) {
   if (dt == PE_F32) return _mm512_loadu_ps(p);
   if (dt == PE_F16) return _mm512_cvtph_ps(_mm256_loadu_si256(p));
-  return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_loadu_si256(p)), 16));
+  return _mm512_castsi512_ps(_mm512_maskz_permutexvar_epi16(
+      0xaaaaaaaau, words(bf16_up), _mm512_castsi256_si512(_mm256_loadu_si256(p))));
 }
 
 #if !defined(PB_FLOOR_BF16)
-/* bf16 nearest even in integer operations: (u + 0x7fff + lsb) >> 16, a NaN
- * (u >> 16) | 0x40 by a masked or; vpmovdw narrows. */
-FP __m256i bf16_rne(vf v) {
-  __m512i u = _mm512_castps_si512(v), t = _mm512_srli_epi32(u, 16);
-  __m512i r = _mm512_srli_epi32(
-      _mm512_add_epi32(_mm512_add_epi32(u, i1(0x7fff)), _mm512_and_si512(t, i1(1))), 16);
-  r = _mm512_mask_or_epi32(r, _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q), t, i1(0x40));
-  return _mm512_cvtepi32_epi16(r);
+/* bf16 nearest even in integer operations: u + 0x7fff + lsb (the bf16 in
+ * the top half), a NaN (u | 0x400000) by a masked or taken only when the
+ * vector holds one (a mask compare, kortest, a branch). */
+FP __m512i bf16_rne(vf v) {
+  __m512i u = _mm512_castps_si512(v);
+  __m512i r = _mm512_add_epi32(
+      u, _mm512_add_epi32(i1(0x7fff), _mm512_and_si512(_mm512_srli_epi32(u, 16), i1(1))));
+  __mmask16 nan = _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q);
+  if (__builtin_expect(nan != 0, 0)) r = _mm512_mask_or_epi32(r, nan, u, i1(0x400000));
+  return r;
 }
 #endif
 
@@ -50,18 +63,21 @@ FP void f_st(int dt, void *p, vf v) {
   else
 #if defined(PB_FLOOR_BF16)
     _mm256_storeu_si256(p, (__m256i)_mm512_cvtneps_pbh(v));
-#else
-    _mm256_storeu_si256(p, bf16_rne(v));
+#else /* the top halves down by one vpermw */
+    _mm256_storeu_si256(p, _mm512_castsi512_si256(
+                               _mm512_permutexvar_epi16(words(bf16_down), bf16_rne(v))));
 #endif
 }
 
 FP void f_st2(int dt, void *p, vf a, vf b) {
-#if defined(PB_FLOOR_BF16)
   if (dt == PE_BF16) {
+#if defined(PB_FLOOR_BF16)
     _mm512_storeu_si512(p, (__m512i)_mm512_cvtne2ps_pbh(b, a));
+#else /* the top halves of both by one vpermt2w */
+    _mm512_storeu_si512(p, _mm512_permutex2var_epi16(bf16_rne(a), words(bf16_down), bf16_rne(b)));
+#endif
     return;
   }
-#endif
   f_st(dt, p, a);
   f_st(dt, (char *)p + VL * (dt == PE_F32 ? 4 : 2), b);
 }

@@ -59,7 +59,7 @@ FA void emit(int out, char *dst, int e, const vf *o, int k, vf vs, int mul) {
 }
 
 /* Output vectors per step: a Q8_0 block, four fp8 vectors, two halves. */
-FA int group(int out) { return out == O_Q8 ? QV : out == O_FP8 ? 4 : 2; }
+FA int group(int out) { return out == O_Q8 ? QV : out == O_F32 ? 2 : 4; }
 
 /* The cos and sin of k vectors of pairs from pair j (NeoX) or channel j
  * (GPT-J: each duplicated to both lanes of its pair): loaded once for all
