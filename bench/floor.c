@@ -32,7 +32,7 @@ int floor_supported(const floor_stage *st) {
   const int rotates = st->kind != FL_COPY && st->kind != FL_QUANT;
   if (rotates && (st->style == PE_ROPE_NEOX ? half % 16 : rot % 16)) return 0;
   if (st->kind == FL_SHIFT || st->fmt == FL_Q8_0) { /* whole 32-value blocks of outputs */
-    if (w % 32 || w > 4096) return 0;
+    if (w % 128 || w > 4096) return 0; /* groups of four blocks (floor_vec.h) */
     if (rotates && (rot != w || (st->style == PE_ROPE_NEOX ? half % 32 : rot % 32)))
       return 0;
   }
@@ -136,7 +136,7 @@ int floor_alloc(const floor_stage *st, floor_data *d) {
   int64_t want = st->heads > 8 ? st->heads : 8, fit = per_row > 0 ? 8192 / per_row : want;
   if (want > 64) want = 64;
   d->n_rows = (int)(fit < 1 ? 1 : fit < want ? fit : want);
-  size_t bytes = (size_t)(d->n_rows * (d->src_stride + d->dst_stride)) + (size_t)(2 * w) * 4 + 128;
+  size_t bytes = (size_t)(d->n_rows * (d->src_stride + d->dst_stride)) + (size_t)(4 * w) * 4 + 128;
   char *mem = NULL;
   if (posix_memalign((void **)&mem, 64, bytes)) return -1;
   d->bytes = bytes;
@@ -146,6 +146,7 @@ int floor_alloc(const floor_stage *st, floor_data *d) {
   float *cs = (float *)(void *)(d->dst + d->n_rows * d->dst_stride), *wt = cs + w;
   d->cs = cs;
   d->w = wt;
+  d->scratch = wt + w;
   for (int j = 0; j < st->rot / 2; j++) {
     float a = 0.3f * (float)j + 0.1f;
     cs[j] = cosf(a), cs[st->rot / 2 + j] = sinf(a);

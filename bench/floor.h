@@ -52,6 +52,7 @@ typedef struct floor_data {
   const float *w;           /* width weights (FL_NORM_ROT) */
   float scale;              /* FL_FP8: the scale (dst = x / scale) */
   float eps;                /* FL_NORM_ROT */
+  float *scratch;           /* two rows of width floats (Q8_0 outputs: rotated, then quantized) */
   size_t bytes;             /* of the one allocation src points to (all of the above) */
 } floor_data;
 

@@ -121,6 +121,19 @@ FP void f_fp8_st1(uint8_t *out, vf y) {
   _mm_storel_epi64((__m128i *)(void *)out, _mm256_castsi256_si128(b));
 }
 
+/* The qs of one block: x * id rounded half away from zero, packed, stored. */
+FP void q8_qs(uint8_t *out, const vf *v, vf vid) {
+  const vf half = _mm256_set1_ps(0.49999997f), sign = _mm256_castsi256_ps(i1((int32_t)0x80000000u));
+  __m256i q[4];
+  for (int k = 0; k < 4; k++) {
+    vf x = _mm256_mul_ps(v[k], vid);
+    q[k] = _mm256_cvttps_epi32(_mm256_add_ps(x, _mm256_or_ps(_mm256_and_ps(x, sign), half)));
+  }
+  __m256i b = _mm256_packs_epi16(_mm256_packs_epi32(q[0], q[1]), _mm256_packs_epi32(q[2], q[3]));
+  b = _mm256_permutevar8x32_epi32(b, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+  _mm256_storeu_si256((__m256i *)(void *)out, b);
+}
+
 /* A Q8_0 block (ggml's quantize_row_q8_0): amax as the integer maximum of
  * the magnitudes' bits (vpand, vpmaxud: NaN and Inf come out largest), d =
  * amax / 127 and id = 1 / d (two scalar divides: ggml's roundings), d as
@@ -147,16 +160,56 @@ FP void f_q8_block(uint8_t *out, const vf *v) {
     id = d != 0.0f ? 1.0f / d : 0.0f;
   }
   memcpy(out, &d16, 2);
-  const vf vid = _mm256_set1_ps(id), half = _mm256_set1_ps(0.49999997f);
-  const vf sign = _mm256_castsi256_ps(i1((int32_t)0x80000000u));
-  __m256i q[4];
-  for (int k = 0; k < 4; k++) {
-    vf x = _mm256_mul_ps(v[k], vid);
-    q[k] = _mm256_cvttps_epi32(_mm256_add_ps(x, _mm256_or_ps(_mm256_and_ps(x, sign), half)));
+  q8_qs(out + 2, v, _mm256_set1_ps(id));
+}
+
+/* The scales of four Q8_0 blocks (v: 16 vectors), their per-block steps
+ * done together as 4-lane vectors: the four amax by one transposing
+ * reduction (vpunpck{l,h}dq, vpunpck{l,h}qdq, vpmaxud), d = amax / 127 and
+ * id = 1 / d by two vdivps for the four, the four d to f16 by one
+ * vcvtps2ph; bad: a block holds a NaN or an Inf (one vmovmskps). */
+typedef struct fq8s {
+  __m128 id;
+  uint64_t d16;
+  int bad;
+} fq8s;
+
+FP fq8s f_q8_scan4(const vf *v) {
+  const __m256i am = i1(0x7fffffff);
+  __m256i m[4];
+  for (int b = 0; b < 4; b++)
+    m[b] = _mm256_max_epu32(
+        _mm256_max_epu32(_mm256_and_si256(_mm256_castps_si256(v[4 * b]), am),
+                         _mm256_and_si256(_mm256_castps_si256(v[4 * b + 1]), am)),
+        _mm256_max_epu32(_mm256_and_si256(_mm256_castps_si256(v[4 * b + 2]), am),
+                         _mm256_and_si256(_mm256_castps_si256(v[4 * b + 3]), am)));
+  __m256i ab = _mm256_max_epu32(_mm256_unpacklo_epi32(m[0], m[1]), _mm256_unpackhi_epi32(m[0], m[1]));
+  __m256i cd = _mm256_max_epu32(_mm256_unpacklo_epi32(m[2], m[3]), _mm256_unpackhi_epi32(m[2], m[3]));
+  __m256i r = _mm256_max_epu32(_mm256_unpacklo_epi64(ab, cd), _mm256_unpackhi_epi64(ab, cd));
+  __m128i h = _mm_max_epu32(_mm256_castsi256_si128(r), _mm256_extracti128_si256(r, 1));
+  const __m128 one = _mm_set1_ps(1.0f);
+  fq8s sc;
+  sc.bad = _mm_movemask_ps(_mm_castsi128_ps(_mm_cmpgt_epi32(h, _mm_set1_epi32(0x7f7fffff))));
+  __m128 d = _mm_div_ps(_mm_castsi128_ps(h), _mm_set1_ps(127.0f));
+  __m128 dz = _mm_cmpeq_ps(d, _mm_setzero_ps());
+  __m128 id = _mm_andnot_ps(dz, _mm_div_ps(one, _mm_blendv_ps(d, one, dz)));
+  sc.id = _mm_and_ps(id, _mm_cmple_ps(id, _mm_set1_ps(0x1.fffffep127f))); /* 1/d overflowed: 0 */
+  sc.d16 = (uint64_t)_mm_cvtsi128_si64(_mm_cvtps_ph(d, _MM_FROUND_TO_NEAREST_INT));
+  return sc;
+}
+
+/* The four blocks with their scales: each d, each block's qs. */
+FP void f_q8_emit4(uint8_t *out, const vf *v, fq8s sc) {
+  if (__builtin_expect(sc.bad, 0)) {
+    for (int b = 0; b < 4; b++) f_q8_block(out + 34 * b, v + 4 * b);
+    return;
   }
-  __m256i b = _mm256_packs_epi16(_mm256_packs_epi32(q[0], q[1]), _mm256_packs_epi32(q[2], q[3]));
-  b = _mm256_permutevar8x32_epi32(b, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
-  _mm256_storeu_si256((__m256i *)(void *)(out + 2), b);
+  const __m256 id8 = _mm256_castps128_ps256(sc.id);
+  for (int b = 0; b < 4; b++) {
+    uint16_t w = (uint16_t)(sc.d16 >> (16 * b));
+    memcpy(out + 34 * b, &w, 2);
+    q8_qs(out + 34 * b + 2, v + 4 * b, _mm256_permutevar8x32_ps(id8, _mm256_set1_epi32(b)));
+  }
 }
 
 /* Dequantized: (float)qs * (float)d (vpmovsxbd, vcvtdq2ps, vmulps). */

@@ -126,6 +126,19 @@ FP void f_fp8_st4(uint8_t *out, vf y0, vf y1, vf y2, vf y3) {
   f_fp8_st1(out + 3 * VL, y3);
 }
 
+/* The qs of one block (two vectors): x * id rounded half away from zero,
+ * narrowed by vpmovdb. */
+FP void q8_qs(uint8_t *out, const vf *v, vf vid) {
+  const __m512i half = _mm512_castps_si512(_mm512_set1_ps(0.49999997f));
+  const __m512i sign = i1((int32_t)0x80000000u);
+  for (int k = 0; k < 2; k++) {
+    vf x = _mm512_mul_ps(v[k], vid);
+    __m512i s = _mm512_or_si512(_mm512_and_si512(_mm512_castps_si512(x), sign), half);
+    __m512i q = _mm512_cvttps_epi32(_mm512_add_ps(x, _mm512_castsi512_ps(s)));
+    _mm_storeu_si128((__m128i *)(void *)(out + 16 * k), _mm512_cvtepi32_epi8(q));
+  }
+}
+
 /* A Q8_0 block, as floor_avx2.c's: two vectors. */
 FP void f_q8_block(uint8_t *out, const vf *v) {
   const __m512i am = i1(0x7fffffff);
@@ -142,14 +155,50 @@ FP void f_q8_block(uint8_t *out, const vf *v) {
     id = d != 0.0f ? 1.0f / d : 0.0f;
   }
   memcpy(out, &d16, 2);
-  const vf vid = _mm512_set1_ps(id);
-  const __m512i half = _mm512_castps_si512(_mm512_set1_ps(0.49999997f));
-  const __m512i sign = i1((int32_t)0x80000000u);
-  for (int k = 0; k < 2; k++) {
-    vf x = _mm512_mul_ps(v[k], vid);
-    __m512i s = _mm512_or_si512(_mm512_and_si512(_mm512_castps_si512(x), sign), half);
-    __m512i q = _mm512_cvttps_epi32(_mm512_add_ps(x, _mm512_castsi512_ps(s)));
-    _mm_storeu_si128((__m128i *)(void *)(out + 2 + 16 * k), _mm512_cvtepi32_epi8(q));
+  q8_qs(out + 2, v, _mm512_set1_ps(id));
+}
+
+/* The scales of four Q8_0 blocks (v: 8 vectors) and their qs, as
+ * floor_avx2.c's: the amax by a transposing reduction, two vdivps, one
+ * vcvtps2ph. */
+typedef struct fq8s {
+  __m128 id;
+  uint64_t d16;
+  int bad;
+} fq8s;
+
+FP fq8s f_q8_scan4(const vf *v) {
+  const __m512i am = i1(0x7fffffff);
+  __m512i m[4];
+  for (int b = 0; b < 4; b++)
+    m[b] = _mm512_max_epu32(_mm512_and_si512(_mm512_castps_si512(v[2 * b]), am),
+                            _mm512_and_si512(_mm512_castps_si512(v[2 * b + 1]), am));
+  __m512i ab = _mm512_max_epu32(_mm512_unpacklo_epi32(m[0], m[1]), _mm512_unpackhi_epi32(m[0], m[1]));
+  __m512i cd = _mm512_max_epu32(_mm512_unpacklo_epi32(m[2], m[3]), _mm512_unpackhi_epi32(m[2], m[3]));
+  __m512i r = _mm512_max_epu32(_mm512_unpacklo_epi64(ab, cd), _mm512_unpackhi_epi64(ab, cd));
+  __m256i r2 = _mm256_max_epu32(_mm512_castsi512_si256(r), _mm512_extracti64x4_epi64(r, 1));
+  __m128i h = _mm_max_epu32(_mm256_castsi256_si128(r2), _mm256_extracti128_si256(r2, 1));
+  const __m128 one = _mm_set1_ps(1.0f);
+  fq8s sc;
+  sc.bad = _mm_movemask_ps(_mm_castsi128_ps(_mm_cmpgt_epi32(h, _mm_set1_epi32(0x7f7fffff))));
+  __m128 d = _mm_div_ps(_mm_castsi128_ps(h), _mm_set1_ps(127.0f));
+  __m128 dz = _mm_cmpeq_ps(d, _mm_setzero_ps());
+  __m128 id = _mm_andnot_ps(dz, _mm_div_ps(one, _mm_blendv_ps(d, one, dz)));
+  sc.id = _mm_and_ps(id, _mm_cmple_ps(id, _mm_set1_ps(0x1.fffffep127f)));
+  sc.d16 = (uint64_t)_mm_cvtsi128_si64(_mm_cvtps_ph(d, _MM_FROUND_TO_NEAREST_INT));
+  return sc;
+}
+
+FP void f_q8_emit4(uint8_t *out, const vf *v, fq8s sc) {
+  if (__builtin_expect(sc.bad, 0)) {
+    for (int b = 0; b < 4; b++) f_q8_block(out + 34 * b, v + 2 * b);
+    return;
+  }
+  const __m512 id16 = _mm512_castps128_ps512(sc.id);
+  for (int b = 0; b < 4; b++) {
+    uint16_t w = (uint16_t)(sc.d16 >> (16 * b));
+    memcpy(out + 34 * b, &w, 2);
+    q8_qs(out + 34 * b + 2, v + 2 * b, _mm512_permutexvar_ps(_mm512_set1_epi32(b), id16));
   }
 }
 

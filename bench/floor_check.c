@@ -84,6 +84,7 @@ static void clone(const floor_data *from, floor_data *to) {
   to->dst = mem + (from->dst - from->src);
   to->cs = (const float *)(const void *)(mem + ((const char *)from->cs - from->src));
   to->w = (const float *)(const void *)(mem + ((const char *)from->w - from->src));
+  to->scratch = (float *)(void *)(mem + ((char *)from->scratch - from->src));
 }
 
 /* 1. a vector kernel against the scalar one, every row of the data once. */

@@ -15,6 +15,10 @@
  *   void f_fp8_st4(out, y0..y3) 4*VL e4m3 codes of y (already scaled)
  *   void f_fp8_st1(out, y)      VL codes
  *   void f_q8_block(out, v)     one Q8_0 block (34 bytes) of v[0 .. 32/VL)
+ *   fq8s f_q8_scan4(v)          the scales of four blocks of v[0 .. 128/VL):
+ *                               their per-block steps (amax, d, 1/d, f16 of d)
+ *                               done together
+ *   void f_q8_emit4(out, v, sc) the four blocks (d and qs) with those scales
  *   void f_q8_ld(in, v)         one Q8_0 block dequantized into v[0 .. 32/VL)
  *   void f_copy(dst, src, n)    n bytes (a multiple of the vector size)
  * Every helper here is inlined with constant dtype, style, output and norm
@@ -49,8 +53,6 @@ FA void emit(int out, char *dst, int e, const vf *o, int k, vf vs, int mul) {
       f_fp8_st4(p + i * VL, fp8_y(o[i], vs, mul), fp8_y(o[i + 1], vs, mul),
                 fp8_y(o[i + 2], vs, mul), fp8_y(o[i + 3], vs, mul));
     for (; i < k; i++) f_fp8_st1(p + i * VL, fp8_y(o[i], vs, mul));
-  } else if (out == O_Q8) {
-    for (int i = 0; i < k; i += QV) f_q8_block((uint8_t *)dst + (e + i * VL) / 32 * 34, o + i);
   } else {
     int i = 0;
     for (; i + 2 <= k; i += 2) f_st2(out, AT(dst, e + i * VL, out), o[i], o[i + 1]);
@@ -58,8 +60,49 @@ FA void emit(int out, char *dst, int e, const vf *o, int k, vf vs, int mul) {
   }
 }
 
-/* Output vectors per step: a Q8_0 block, four fp8 vectors, two halves. */
-FA int group(int out) { return out == O_Q8 ? QV : out == O_F32 ? 2 : 4; }
+/* Output vectors per step: two for float32, four for the narrower ones. */
+FA int group(int out) { return out == O_F32 ? 2 : 4; }
+
+/* Q8_0 rows, software-pipelined one row ahead: the values of row r (in
+ * dtype sd at src, or float32 in a scratch row) scanned for their scales
+ * (whose two dependent divides are the long chain) before the qs of row
+ * r - 1 are formed from that row's values, loaded again from L1. A row is
+ * width / 128 groups of four blocks (floor_supported). */
+#define FL_Q8_GROUPS 32 /* groups of a row, at most (width 4096) */
+typedef struct q8_pipe {
+  fq8s sc[2][FL_Q8_GROUPS];
+  const char *src[2];
+  uint8_t *dst[2];
+  int64_t n; /* rows scanned */
+} q8_pipe;
+
+FA void q8_load4(int sd, const char *src, int g, vf *v) {
+  for (int k = 0; k < 4 * QV; k++) v[k] = f_ld(sd, AT(src, 128 * g + k * VL, sd));
+}
+
+FA void q8_emit_row(q8_pipe *p, int slot, int sd, int width) {
+  for (int g = 0; g < width / 128; g++) {
+    vf v[4 * QV];
+    q8_load4(sd, p->src[slot], g, v);
+    f_q8_emit4(p->dst[slot] + 136 * g, v, p->sc[slot][g]);
+  }
+}
+
+/* Row r: its scales, then row r - 1's blocks. */
+FA void q8_push(q8_pipe *p, int sd, const char *src, uint8_t *dst, int width) {
+  const int slot = (int)(p->n & 1);
+  for (int g = 0; g < width / 128; g++) {
+    vf v[4 * QV];
+    q8_load4(sd, src, g, v);
+    p->sc[slot][g] = f_q8_scan4(v);
+  }
+  p->src[slot] = src, p->dst[slot] = dst;
+  if (p->n++) q8_emit_row(p, slot ^ 1, sd, width);
+}
+
+FA void q8_finish(q8_pipe *p, int sd, int width) {
+  if (p->n) q8_emit_row(p, (int)((p->n - 1) & 1), sd, width);
+}
 
 /* The cos and sin of k vectors of pairs from pair j (NeoX) or channel j
  * (GPT-J: each duplicated to both lanes of its pair): loaded once for all
@@ -125,6 +168,23 @@ FA void rot_rows(const floor_stage *st, floor_data *d, int64_t rows, int sd, int
   const int heads = st->heads < 1 ? 1 : st->heads > FL_HEADS ? FL_HEADS : st->heads;
   float rs[FL_HEADS];
   int i = 0;
+  if (out == O_Q8) { /* each row rotated into a float32 scratch row, then quantized */
+    vf c[4], s[4];
+    q8_pipe pipe;
+    pipe.n = 0;
+    for (int64_t n0 = 0; n0 < rows; n0++) {
+      const char *src = d->src + i * d->src_stride;
+      char *x = (char *)(d->scratch + (n0 & 1) * width);
+      for (int j = 0; j < n; j += 2 * VL) {
+        cs_chunk(style, d->cs, half, j, 2, c, s);
+        rot_chunk(sd, O_F32, style, norm, mul, src, x, half, j, 2, c, s, d->w, one, vs);
+      }
+      q8_push(&pipe, PE_F32, x, (uint8_t *)d->dst + i * d->dst_stride, width);
+      if (++i == d->n_rows) i = 0;
+    }
+    q8_finish(&pipe, PE_F32, width);
+    return;
+  }
 #define ROW(h) (d->src + (i + (h)) % d->n_rows * d->src_stride)
 #define DST(h) (st->inplace ? (char *)ROW(h) : d->dst + (i + (h)) % d->n_rows * d->dst_stride)
   for (int64_t n0 = 0; n0 < rows; n0 += heads) {
@@ -139,7 +199,7 @@ FA void rot_rows(const floor_stage *st, floor_data *d, int64_t rows, int sd, int
         rot_chunk(sd, out, style, norm, mul, ROW(h), DST(h), half, j, g, c, s, d->w,
                   norm ? f_set1(rs[h]) : one, vs);
     }
-    for (; out != O_Q8 && j < n; j += VL) {
+    for (; j < n; j += VL) {
       cs_chunk(style, d->cs, half, j, 1, c, s);
       for (int h = 0; h < hn; h++)
         rot_chunk(sd, out, style, norm, mul, ROW(h), DST(h), half, j, 1, c, s, d->w,
@@ -162,58 +222,61 @@ FA void rot_rows(const floor_stage *st, floor_data *d, int64_t rows, int sd, int
 FA void quant_rows(const floor_stage *st, floor_data *d, int64_t rows, int sd, int out, int mul) {
   const vf vs = f_set1(mul ? 1.0f / d->scale : d->scale);
   const int g = group(out);
+  q8_pipe pipe;
+  pipe.n = 0;
   int i = 0;
   for (int64_t n = 0; n < rows; n++) {
     const char *src = d->src + i * d->src_stride;
     char *dst = d->dst + i * d->dst_stride;
-    int e = 0;
-    for (; e + g * VL <= st->width; e += g * VL) {
-      vf o[4];
-      for (int k = 0; k < g; k++) o[k] = f_ld(sd, AT(src, e + k * VL, sd));
-      emit(out, dst, e, o, g, vs, mul);
-    }
-    if (out != O_Q8)
+    if (out == O_Q8) {
+      q8_push(&pipe, sd, src, (uint8_t *)dst, st->width);
+    } else {
+      int e = 0;
+      for (; e + g * VL <= st->width; e += g * VL) {
+        vf o[4];
+        for (int k = 0; k < g; k++) o[k] = f_ld(sd, AT(src, e + k * VL, sd));
+        emit(out, dst, e, o, g, vs, mul);
+      }
       for (; e < st->width; e += VL) {
         vf o = f_ld(sd, AT(src, e, sd));
         emit(out, dst, e, &o, 1, vs, mul);
       }
+    }
     if (++i == d->n_rows) i = 0;
   }
+  if (out == O_Q8) q8_finish(&pipe, sd, st->width);
 }
 
-/* FL_SHIFT: Q8_0 rows in place, the heads sharing a delta (st->heads rows)
- * at a time: for each chunk of 32 pairs, c and s loaded once, then each
- * row's blocks of the chunk (NeoX: x's block and y's; GPT-J: one block)
- * dequantized, rotated, quantized again. */
+/* FL_SHIFT: Q8_0 rows in place: each chunk of 32 pairs' blocks (NeoX: x's
+ * block and y's; GPT-J: one block) dequantized and rotated into a float32
+ * scratch row, the row then quantized again (pipelined as above). */
 FA void shift_rows(const floor_stage *st, floor_data *d, int64_t rows, int style) {
   const int half = st->rot / 2, n = style == PE_ROPE_NEOX ? half : st->rot;
-  const int heads = st->heads < 1 ? 1 : st->heads > FL_HEADS ? FL_HEADS : st->heads;
+  q8_pipe pipe;
+  pipe.n = 0;
   int i = 0;
-  for (int64_t n0 = 0; n0 < rows; n0 += heads) {
-    const int hn = rows - n0 < heads ? (int)(rows - n0) : heads;
+  for (int64_t n0 = 0; n0 < rows; n0++) {
+    uint8_t *row = (uint8_t *)d->src + i * d->src_stride;
+    float *x = d->scratch + (n0 & 1) * st->width;
     for (int j = 0; j < n; j += 32) {
-      vf c[QV], s[QV];
+      vf c[QV], s[QV], a[QV], b[QV];
       cs_chunk(style, d->cs, half, j, QV, c, s);
-      for (int h = 0; h < hn; h++) {
-        uint8_t *row = (uint8_t *)d->src + (i + h) % d->n_rows * d->src_stride;
-        uint8_t *xb = row + j / 32 * 34, *yb = row + (half + j) / 32 * 34;
-        vf x[QV], y[QV], xo[QV], yo[QV];
-        f_q8_ld(xb, x);
-        if (style == PE_ROPE_NEOX) f_q8_ld(yb, y);
-        for (int k = 0; k < QV; k++) {
-          if (style == PE_ROPE_NEOX) {
-            xo[k] = f_fmsub(x[k], c[k], f_mul(y[k], s[k]));
-            yo[k] = f_fmadd(y[k], c[k], f_mul(x[k], s[k]));
-          } else {
-            xo[k] = f_fmaddsub(x[k], c[k], f_mul(f_swap(x[k]), s[k]));
-          }
+      f_q8_ld(row + j / 32 * 34, a);
+      if (style == PE_ROPE_NEOX) f_q8_ld(row + (half + j) / 32 * 34, b);
+      for (int k = 0; k < QV; k++) {
+        const int e = j + k * VL;
+        if (style == PE_ROPE_NEOX) {
+          f_st(PE_F32, x + e, f_fmsub(a[k], c[k], f_mul(b[k], s[k])));
+          f_st(PE_F32, x + half + e, f_fmadd(b[k], c[k], f_mul(a[k], s[k])));
+        } else {
+          f_st(PE_F32, x + e, f_fmaddsub(a[k], c[k], f_mul(f_swap(a[k]), s[k])));
         }
-        f_q8_block(xb, xo);
-        if (style == PE_ROPE_NEOX) f_q8_block(yb, yo);
       }
     }
-    i = (i + hn) % d->n_rows;
+    q8_push(&pipe, PE_F32, (const char *)x, row, st->width);
+    if (++i == d->n_rows) i = 0;
   }
+  q8_finish(&pipe, PE_F32, st->width);
 }
 
 #include "floor_entry.h"
