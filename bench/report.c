@@ -264,11 +264,16 @@ void print_table(const char *cpu, const char *cmdline) {
   snprintf(line, sizeof line, "pe-bench %s on %s, %ld CPUs; library path %s; command: %s",
            pe_version_string(), cpu, sysconf(_SC_NPROCESSORS_ONLN), pe_isa_name(), cmdline);
   print_wrapped("", 2, line);
+  char floor_words[160] = "";
+  if (pb_floor_name)
+    snprintf(floor_words, sizeof floor_words,
+             " floor = the row's arithmetic on L1-resident data (%s kernels), x floor = "
+             "max(bound, floor) / ns;",
+             pb_floor_name);
   snprintf(line, sizeof line,
            "median of %d runs after %d warm-up; bound = in-place x=x*a+b stream over the same "
-           "bytes, same threads, same run; floor = the row's arithmetic on L1-resident data "
-           "(%s kernels), x floor = max(bound, floor) / ns; load average %.2f at the end",
-           opt.reps, opt.warmup, pb_floor_name ? pb_floor_name : "no", load_average());
+           "bytes, same threads, same run;%s load average %.2f at the end",
+           opt.reps, opt.warmup, floor_words, load_average());
   print_wrapped("", 2, line);
   if (opt.wide) {
     int cols[N_COLS], *all = calloc((size_t)n_results + 1, sizeof *all);
