@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "floor.h"
+#include "floor_q8.h"
 #include "posenc.h"
 
 #define VL 8
@@ -35,8 +36,8 @@ FP vf f_ld(int dt, const void *p) {
  * vptest, a branch): 6 operations, the blend's 2 more on a NaN. */
 FP __m256i bf16_rne(vf v) {
   __m256i u = _mm256_castps_si256(v);
-  __m256i r = _mm256_add_epi32(u, _mm256_add_epi32(i1(0x7fff),
-                                                   _mm256_and_si256(_mm256_srli_epi32(u, 16), i1(1))));
+  __m256i lsb = _mm256_and_si256(_mm256_srli_epi32(u, 16), i1(1));
+  __m256i r = _mm256_add_epi32(u, _mm256_add_epi32(i1(0x7fff), lsb));
   __m256i nan = _mm256_castps_si256(_mm256_cmp_ps(v, v, _CMP_UNORD_Q));
   if (__builtin_expect(!_mm256_testz_si256(nan, nan), 0))
     r = _mm256_blendv_epi8(r, _mm256_or_si256(u, i1(0x400000)), nan);
@@ -49,8 +50,9 @@ FP void f_st(int dt, void *p, vf v) {
   } else if (dt == PE_F16) {
     _mm_storeu_si128(p, _mm256_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT));
   } else { /* one vector: the top halves gathered by vpshufb, the quarters by vpermq */
-    const __m256i top = _mm256_setr_epi8(2, 3, 6, 7, 10, 11, 14, 15, -1, -1, -1, -1, -1, -1, -1, -1,
-                                         2, 3, 6, 7, 10, 11, 14, 15, -1, -1, -1, -1, -1, -1, -1, -1);
+    const __m256i top = _mm256_setr_epi8(2, 3, 6, 7, 10, 11, 14, 15, -1, -1, -1, -1, -1, -1, -1,
+                                         -1, 2, 3, 6, 7, 10, 11, 14, 15, -1, -1, -1, -1, -1, -1,
+                                         -1, -1);
     __m256i k = _mm256_shuffle_epi8(bf16_rne(v), top);
     _mm_storeu_si128(p, _mm256_castsi256_si128(_mm256_permute4x64_epi64(k, 0x08)));
   }
@@ -150,15 +152,9 @@ FP void f_q8_block(uint8_t *out, const vf *v) {
   h = _mm_max_epu32(h, _mm_shuffle_epi32(h, 0x4e));
   h = _mm_max_epu32(h, _mm_shuffle_epi32(h, 0xb1));
   uint32_t ab = (uint32_t)_mm_cvtsi128_si32(h);
-  uint16_t d16 = 0x7e00;
-  float id = 0.0f;
-  if (ab < 0x7f800000u) { /* finite: every block of the benchmark */
-    float amax, d;
-    memcpy(&amax, &ab, 4);
-    d = amax / 127.0f;
-    d16 = (uint16_t)_cvtss_sh(d, _MM_FROUND_TO_NEAREST_INT);
-    id = d != 0.0f ? 1.0f / d : 0.0f;
-  }
+  uint16_t d16;
+  float id;
+  q8_scale1(ab, &d16, &id);
   memcpy(out, &d16, 2);
   q8_qs(out + 2, v, _mm256_set1_ps(id));
 }
@@ -168,12 +164,6 @@ FP void f_q8_block(uint8_t *out, const vf *v) {
  * reduction (vpunpck{l,h}dq, vpunpck{l,h}qdq, vpmaxud), d = amax / 127 and
  * id = 1 / d by two vdivps for the four, the four d to f16 by one
  * vcvtps2ph; bad: a block holds a NaN or an Inf (one vmovmskps). */
-typedef struct fq8s {
-  __m128 id;
-  uint64_t d16;
-  int bad;
-} fq8s;
-
 FP fq8s f_q8_scan4(const vf *v) {
   const __m256i am = i1(0x7fffffff);
   __m256i m[4];
@@ -183,19 +173,13 @@ FP fq8s f_q8_scan4(const vf *v) {
                          _mm256_and_si256(_mm256_castps_si256(v[4 * b + 1]), am)),
         _mm256_max_epu32(_mm256_and_si256(_mm256_castps_si256(v[4 * b + 2]), am),
                          _mm256_and_si256(_mm256_castps_si256(v[4 * b + 3]), am)));
-  __m256i ab = _mm256_max_epu32(_mm256_unpacklo_epi32(m[0], m[1]), _mm256_unpackhi_epi32(m[0], m[1]));
-  __m256i cd = _mm256_max_epu32(_mm256_unpacklo_epi32(m[2], m[3]), _mm256_unpackhi_epi32(m[2], m[3]));
+  __m256i ab = _mm256_max_epu32(_mm256_unpacklo_epi32(m[0], m[1]),
+                                _mm256_unpackhi_epi32(m[0], m[1]));
+  __m256i cd = _mm256_max_epu32(_mm256_unpacklo_epi32(m[2], m[3]),
+                                _mm256_unpackhi_epi32(m[2], m[3]));
   __m256i r = _mm256_max_epu32(_mm256_unpacklo_epi64(ab, cd), _mm256_unpackhi_epi64(ab, cd));
   __m128i h = _mm_max_epu32(_mm256_castsi256_si128(r), _mm256_extracti128_si256(r, 1));
-  const __m128 one = _mm_set1_ps(1.0f);
-  fq8s sc;
-  sc.bad = _mm_movemask_ps(_mm_castsi128_ps(_mm_cmpgt_epi32(h, _mm_set1_epi32(0x7f7fffff))));
-  __m128 d = _mm_div_ps(_mm_castsi128_ps(h), _mm_set1_ps(127.0f));
-  __m128 dz = _mm_cmpeq_ps(d, _mm_setzero_ps());
-  __m128 id = _mm_andnot_ps(dz, _mm_div_ps(one, _mm_blendv_ps(d, one, dz)));
-  sc.id = _mm_and_ps(id, _mm_cmple_ps(id, _mm_set1_ps(0x1.fffffep127f))); /* 1/d overflowed: 0 */
-  sc.d16 = (uint64_t)_mm_cvtsi128_si64(_mm_cvtps_ph(d, _MM_FROUND_TO_NEAREST_INT));
-  return sc;
+  return q8_scale4(h);
 }
 
 /* The four blocks with their scales: each d, each block's qs. */

@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "floor.h"
+#include "floor_q8.h"
 #include "posenc.h"
 
 #define VL 16
@@ -145,15 +146,9 @@ FP void f_q8_block(uint8_t *out, const vf *v) {
   uint32_t ab = _mm512_reduce_max_epu32(
       _mm512_max_epu32(_mm512_and_si512(_mm512_castps_si512(v[0]), am),
                        _mm512_and_si512(_mm512_castps_si512(v[1]), am)));
-  uint16_t d16 = 0x7e00;
-  float id = 0.0f;
-  if (ab < 0x7f800000u) {
-    float amax, d;
-    memcpy(&amax, &ab, 4);
-    d = amax / 127.0f;
-    d16 = (uint16_t)_cvtss_sh(d, _MM_FROUND_TO_NEAREST_INT);
-    id = d != 0.0f ? 1.0f / d : 0.0f;
-  }
+  uint16_t d16;
+  float id;
+  q8_scale1(ab, &d16, &id);
   memcpy(out, &d16, 2);
   q8_qs(out + 2, v, _mm512_set1_ps(id));
 }
@@ -161,32 +156,20 @@ FP void f_q8_block(uint8_t *out, const vf *v) {
 /* The scales of four Q8_0 blocks (v: 8 vectors) and their qs, as
  * floor_avx2.c's: the amax by a transposing reduction, two vdivps, one
  * vcvtps2ph. */
-typedef struct fq8s {
-  __m128 id;
-  uint64_t d16;
-  int bad;
-} fq8s;
-
 FP fq8s f_q8_scan4(const vf *v) {
   const __m512i am = i1(0x7fffffff);
   __m512i m[4];
   for (int b = 0; b < 4; b++)
     m[b] = _mm512_max_epu32(_mm512_and_si512(_mm512_castps_si512(v[2 * b]), am),
                             _mm512_and_si512(_mm512_castps_si512(v[2 * b + 1]), am));
-  __m512i ab = _mm512_max_epu32(_mm512_unpacklo_epi32(m[0], m[1]), _mm512_unpackhi_epi32(m[0], m[1]));
-  __m512i cd = _mm512_max_epu32(_mm512_unpacklo_epi32(m[2], m[3]), _mm512_unpackhi_epi32(m[2], m[3]));
+  __m512i ab = _mm512_max_epu32(_mm512_unpacklo_epi32(m[0], m[1]),
+                                _mm512_unpackhi_epi32(m[0], m[1]));
+  __m512i cd = _mm512_max_epu32(_mm512_unpacklo_epi32(m[2], m[3]),
+                                _mm512_unpackhi_epi32(m[2], m[3]));
   __m512i r = _mm512_max_epu32(_mm512_unpacklo_epi64(ab, cd), _mm512_unpackhi_epi64(ab, cd));
   __m256i r2 = _mm256_max_epu32(_mm512_castsi512_si256(r), _mm512_extracti64x4_epi64(r, 1));
   __m128i h = _mm_max_epu32(_mm256_castsi256_si128(r2), _mm256_extracti128_si256(r2, 1));
-  const __m128 one = _mm_set1_ps(1.0f);
-  fq8s sc;
-  sc.bad = _mm_movemask_ps(_mm_castsi128_ps(_mm_cmpgt_epi32(h, _mm_set1_epi32(0x7f7fffff))));
-  __m128 d = _mm_div_ps(_mm_castsi128_ps(h), _mm_set1_ps(127.0f));
-  __m128 dz = _mm_cmpeq_ps(d, _mm_setzero_ps());
-  __m128 id = _mm_andnot_ps(dz, _mm_div_ps(one, _mm_blendv_ps(d, one, dz)));
-  sc.id = _mm_and_ps(id, _mm_cmple_ps(id, _mm_set1_ps(0x1.fffffep127f)));
-  sc.d16 = (uint64_t)_mm_cvtsi128_si64(_mm_cvtps_ph(d, _MM_FROUND_TO_NEAREST_INT));
-  return sc;
+  return q8_scale4(h);
 }
 
 FP void f_q8_emit4(uint8_t *out, const vf *v, fq8s sc) {
