@@ -3,6 +3,8 @@
 #   lib/libposenc.so.0.1.0, libposenc.so.0 -> .so.0.1.0, libposenc.so -> .so.0
 #   lib/pkgconfig/posenc.pc
 #   lib/cmake/posenc/{posencConfig,posencConfigVersion,posencTargets*}.cmake
+#   bin/pe-bench (with PE_BUILD_BENCH; installed by bench/CMakeLists.txt,
+#   component "Tools")
 # Components: "Runtime" is the versioned library alone (what a program
 # needs), "Development" the rest (what a build needs), as distributions
 # split -dev packages.

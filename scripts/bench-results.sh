@@ -8,8 +8,8 @@
 # model). This script replaces the block of this machine's kind (or adds one
 # before <!-- /bench-results -->) with: the command, the date, the CPU, the
 # load average, and the table of the run, in the columns of pe-bench's own
-# table (a subset, same names: the IQR column is the spread the '!' flag
-# uses). Rows pe-bench flags '!' (measured while disturbed) keep their '!'
+# --wide table (a subset, same names: the IQR column is the spread the '!'
+# flag uses). Rows pe-bench flags '!' (measured while disturbed) keep their '!'
 # and the header counts them: rerun on a quiet machine rather than publish
 # them.
 #
@@ -96,23 +96,24 @@ def ns(v):
     if v in ("", None): return "-"
     x = float(v)
     return "%.0f" % x if x >= 100 else "%.1f" % x
-cols = ["suite", "case", "dtype", "threads", "GB/s", "ns/call (median)",
-        "IQR p25..p75 (% of median)", "x stream bound", "x textbook loop", "x textbook-native",
+cols = ["suite", "case", "shape", "dtype", "threads", "GB/s", "ns/call (median)",
+        "IQR p25..p75 (% of median)", "x stream bound", "x floor", "x textbook loop", "x textbook-native",
         "x 1 thread", "note"]
-out = ["| " + " | ".join(cols) + " |", "|---|---|---|" + "--:|" * (len(cols) - 4) + "---|"]
+out = ["| " + " | ".join(cols) + " |", "|---|---|---|---|" + "--:|" * (len(cols) - 5) + "---|"]
 flagged = 0
 for r in rows:
     if r["gbps"] == "" and r["ns_median"] == "":
-        cells = [r["suite"], r["case"], r["dtype"], r["threads"]] + ["-"] * (len(cols) - 5) + [r["note"]]
+        cells = ([r["suite"], r["case"], r.get("shape") or "-", r["dtype"], r["threads"]] +
+                 ["-"] * (len(cols) - 6) + [r["note"]])
     else:
         note = r["note"]
         if r.get("flag"):
             flagged += 1
             note = "! " + r["flag"] + ("; " + note if note else "")
         iqr = r["iqr_fraction"]
-        cells = [r["suite"], r["case"], r["dtype"], r["threads"], num(r["gbps"], 1),
+        cells = [r["suite"], r["case"], r.get("shape") or "-", r["dtype"], r["threads"], num(r["gbps"], 1),
                  ns(r["ns_median"]), num(str(100 * float(iqr)) if iqr else "", 0),
-                 num(r["ratio_bound"], 2), num(r["ratio_textbook"], 2),
+                 num(r["ratio_bound"], 2), num(r.get("ratio_floor") or "", 2), num(r["ratio_textbook"], 2),
                  num(r["ratio_textbook_native"], 2), num(r["speedup_vs_1_thread"], 2), note]
     out.append("| " + " | ".join(c.replace("|", "/") for c in cells) + " |")
 head = ("From one \`make bench\` run (\`$shown\`: %s repetitions, written by "

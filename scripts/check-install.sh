@@ -153,7 +153,10 @@ prefix="$tmp/prefix"
 lib="$prefix/$libdir"
 
 step "build and install $build -> $prefix"
-cmake --build "$build" --target posenc -- --no-print-directory >/dev/null
+targets=posenc
+grep -q '^PE_BUILD_BENCH:BOOL=ON' "$build/CMakeCache.txt" && targets="posenc pe-bench"
+# shellcheck disable=SC2086
+cmake --build "$build" --target $targets -- --no-print-directory >/dev/null
 cmake --install "$build" --prefix "$prefix" >/dev/null
 
 step "check the installed files"
@@ -180,6 +183,16 @@ done
   [ "$cflags" = "-I$prefix/include" ] \
     || fail "pkg-config --cflags posenc is '$cflags', not just -I$prefix/include"
 )
+# pe-bench (when the build has it) runs from the prefix and loads the library
+# installed with it, through its run path relative to itself.
+if grep -q '^PE_BUILD_BENCH:BOOL=ON' "$build/CMakeCache.txt"; then
+  [ -x "$prefix/bin/pe-bench" ] || fail "bin/pe-bench missing"
+  "$prefix/bin/pe-bench" --model list > "$tmp/pe-bench.log" 2>&1 \
+    || { cat "$tmp/pe-bench.log"; fail "bin/pe-bench --model list failed"; }
+  loaded=$(ldd "$prefix/bin/pe-bench" | sed -n "s/.*libposenc.so.$major => \([^ ]*\) .*/\1/p")
+  [ -n "$loaded" ] && [ "$(readlink -f "$loaded")" = "$(readlink -f "$lib/libposenc.so.$major")" ] \
+    || fail "bin/pe-bench loads '$loaded', not $lib/libposenc.so.$major"
+fi
 echo "   $(cd "$prefix" && find . -type f -o -type l | sort | tr '\n' ' ')"
 
 step "the README's private-prefix commands, as written (HOME=$tmp/home)"

@@ -1,0 +1,207 @@
+/* floor_avx512.c - the floor kernels (floor_vec.h) for AVX-512 F/BW/VL, 16
+ * float lanes, built with -mavx512f -mavx512bw -mavx512dq -mavx512vl
+ * (bench/CMakeLists.txt) and run only when the library runs its avx512
+ * path. floor_avx512bf16.c builds this file again with PB_FLOOR_BF16 and
+ * -mavx512bf16: bf16 narrowing by vcvtne2ps2bf16 (one instruction for 32
+ * values, nearest even, NaN quieted), chosen on CPUs that have it.
+ * docs/compute-floor.md counts each primitive's instructions. */
+#include <immintrin.h>
+#include <math.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "floor.h"
+#include "floor_q8.h"
+#include "posenc.h"
+
+#define VL 16
+#if defined(PB_FLOOR_BF16)
+#define FLOOR_FN pb_floor_avx512bf16
+#else
+#define FLOOR_FN pb_floor_avx512
+#endif
+typedef __m512 vf;
+#define FP static inline __attribute__((always_inline))
+
+FP __m512i i1(int32_t x) { return _mm512_set1_epi32(x); }
+
+/* Word indices for vpermw/vpermt2w (bf16 in and out). */
+static const uint16_t bf16_up[32] = {0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6, 7, 7,
+                                     8, 8, 9, 9, 10, 10, 11, 11, 12, 12, 13, 13, 14, 14, 15, 15};
+static const uint16_t bf16_down[32] = {1,  3,  5,  7,  9,  11, 13, 15, 17, 19, 21,
+                                       23, 25, 27, 29, 31, 33, 35, 37, 39, 41, 43,
+                                       45, 47, 49, 51, 53, 55, 57, 59, 61, 63};
+FP __m512i words(const uint16_t *w) { return _mm512_loadu_si512(w); }
+
+/* f16: vcvtph2ps; bf16: one vpermw with zeroing puts half i at the top of
+ * 32-bit lane i. */
+FP vf f_ld(int dt, const void *p) {
+  if (dt == PE_F32) return _mm512_loadu_ps(p);
+  if (dt == PE_F16) return _mm512_cvtph_ps(_mm256_loadu_si256(p));
+  return _mm512_castsi512_ps(_mm512_maskz_permutexvar_epi16(
+      0xaaaaaaaau, words(bf16_up), _mm512_castsi256_si512(_mm256_loadu_si256(p))));
+}
+
+#if !defined(PB_FLOOR_BF16)
+/* bf16 nearest even in integer operations: u + 0x7fff + lsb (the bf16 in
+ * the top half), a NaN (u | 0x400000) by a masked or taken only when the
+ * vector holds one (a mask compare, kortest, a branch). */
+FP __m512i bf16_rne(vf v) {
+  __m512i u = _mm512_castps_si512(v);
+  __m512i r = _mm512_add_epi32(
+      u, _mm512_add_epi32(i1(0x7fff), _mm512_and_si512(_mm512_srli_epi32(u, 16), i1(1))));
+  __mmask16 nan = _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q);
+  if (__builtin_expect(nan != 0, 0)) r = _mm512_mask_or_epi32(r, nan, u, i1(0x400000));
+  return r;
+}
+#endif
+
+FP void f_st(int dt, void *p, vf v) {
+  if (dt == PE_F32)
+    _mm512_storeu_ps(p, v);
+  else if (dt == PE_F16)
+    _mm256_storeu_si256(p, _mm512_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT));
+  else
+#if defined(PB_FLOOR_BF16)
+    _mm256_storeu_si256(p, (__m256i)_mm512_cvtneps_pbh(v));
+#else /* the top halves down by one vpermw */
+    _mm256_storeu_si256(p, _mm512_castsi512_si256(
+                               _mm512_permutexvar_epi16(words(bf16_down), bf16_rne(v))));
+#endif
+}
+
+FP void f_st2(int dt, void *p, vf a, vf b) {
+  if (dt == PE_BF16) {
+#if defined(PB_FLOOR_BF16)
+    _mm512_storeu_si512(p, (__m512i)_mm512_cvtne2ps_pbh(b, a));
+#else /* the top halves of both by one vpermt2w */
+    _mm512_storeu_si512(p, _mm512_permutex2var_epi16(bf16_rne(a), words(bf16_down), bf16_rne(b)));
+#endif
+    return;
+  }
+  f_st(dt, p, a);
+  f_st(dt, (char *)p + VL * (dt == PE_F32 ? 4 : 2), b);
+}
+
+FP vf f_ldf(const float *p) { return _mm512_loadu_ps(p); }
+FP vf f_set1(float x) { return _mm512_set1_ps(x); }
+FP vf f_mul(vf a, vf b) { return _mm512_mul_ps(a, b); }
+FP vf f_add(vf a, vf b) { return _mm512_add_ps(a, b); }
+FP vf f_div(vf a, vf b) { return _mm512_div_ps(a, b); }
+FP vf f_fmadd(vf a, vf b, vf c) { return _mm512_fmadd_ps(a, b, c); }
+FP vf f_fmsub(vf a, vf b, vf c) { return _mm512_fmsub_ps(a, b, c); }
+FP vf f_fmaddsub(vf a, vf b, vf c) { return _mm512_fmaddsub_ps(a, b, c); }
+FP vf f_swap(vf v) { return _mm512_permute_ps(v, 0xb1); }
+FP vf f_dup(const float *p) { /* one 32-byte load, one vpermps */
+  return _mm512_permutexvar_ps(
+      _mm512_setr_epi32(0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6, 7, 7),
+      _mm512_castps256_ps512(_mm256_loadu_ps(p)));
+}
+FP float f_hsum(vf v) { return _mm512_reduce_add_ps(v); }
+
+/* e4m3fn codes, as floor_avx2.c's, the selections by mask. */
+FP __m512i fp8_code(vf y) {
+  __m512i u = _mm512_castps_si512(y), a = _mm512_and_si512(u, i1(0x7fffffff));
+  __mmask16 nan = _mm512_cmpgt_epu32_mask(a, i1(0x7f800000));
+  a = _mm512_min_epu32(a, i1(0x43e00000));
+  __mmask16 sub = _mm512_cmplt_epu32_mask(a, i1(0x3c800000));
+  __m512i ms = _mm512_sub_epi32(
+      _mm512_castps_si512(_mm512_add_ps(_mm512_castsi512_ps(a), _mm512_set1_ps(16384.0f))),
+      i1(0x46800000));
+  __m512i r = _mm512_sub_epi32(a, i1(120 << 23));
+  r = _mm512_add_epi32(_mm512_add_epi32(r, i1((1 << 19) - 1)),
+                       _mm512_and_si512(_mm512_srli_epi32(r, 20), i1(1)));
+  __m512i m = _mm512_mask_mov_epi32(_mm512_srli_epi32(r, 20), sub, ms);
+  m = _mm512_mask_mov_epi32(m, nan, i1(0x7f));
+  return _mm512_or_si512(m, _mm512_srli_epi32(_mm512_xor_si512(u, a), 24));
+}
+
+/* vpmovdb narrows each vector's codes to 16 bytes. */
+FP void f_fp8_st1(uint8_t *out, vf y) {
+  _mm_storeu_si128((__m128i *)(void *)out, _mm512_cvtepi32_epi8(fp8_code(y)));
+}
+FP void f_fp8_st4(uint8_t *out, vf y0, vf y1, vf y2, vf y3) {
+  f_fp8_st1(out, y0);
+  f_fp8_st1(out + VL, y1);
+  f_fp8_st1(out + 2 * VL, y2);
+  f_fp8_st1(out + 3 * VL, y3);
+}
+
+/* The qs of one block (two vectors): x * id rounded half away from zero,
+ * narrowed by vpmovdb. */
+FP void q8_qs(uint8_t *out, const vf *v, vf vid) {
+  const __m512i half = _mm512_castps_si512(_mm512_set1_ps(0.49999997f));
+  const __m512i sign = i1((int32_t)0x80000000u);
+  for (int k = 0; k < 2; k++) {
+    vf x = _mm512_mul_ps(v[k], vid);
+    __m512i s = _mm512_or_si512(_mm512_and_si512(_mm512_castps_si512(x), sign), half);
+    __m512i q = _mm512_cvttps_epi32(_mm512_add_ps(x, _mm512_castsi512_ps(s)));
+    _mm_storeu_si128((__m128i *)(void *)(out + 16 * k), _mm512_cvtepi32_epi8(q));
+  }
+}
+
+/* A Q8_0 block, as floor_avx2.c's: two vectors. */
+FP void f_q8_block(uint8_t *out, const vf *v) {
+  const __m512i am = i1(0x7fffffff);
+  uint32_t ab = _mm512_reduce_max_epu32(
+      _mm512_max_epu32(_mm512_and_si512(_mm512_castps_si512(v[0]), am),
+                       _mm512_and_si512(_mm512_castps_si512(v[1]), am)));
+  uint16_t d16;
+  float id;
+  q8_scale1(ab, &d16, &id);
+  memcpy(out, &d16, 2);
+  q8_qs(out + 2, v, _mm512_set1_ps(id));
+}
+
+/* The scales of four Q8_0 blocks (v: 8 vectors) and their qs, as
+ * floor_avx2.c's: the amax by a transposing reduction, two vdivps, one
+ * vcvtps2ph. */
+FP fq8s f_q8_scan4(const vf *v) {
+  const __m512i am = i1(0x7fffffff);
+  __m512i m[4];
+  for (int b = 0; b < 4; b++)
+    m[b] = _mm512_max_epu32(_mm512_and_si512(_mm512_castps_si512(v[2 * b]), am),
+                            _mm512_and_si512(_mm512_castps_si512(v[2 * b + 1]), am));
+  __m512i ab = _mm512_max_epu32(_mm512_unpacklo_epi32(m[0], m[1]),
+                                _mm512_unpackhi_epi32(m[0], m[1]));
+  __m512i cd = _mm512_max_epu32(_mm512_unpacklo_epi32(m[2], m[3]),
+                                _mm512_unpackhi_epi32(m[2], m[3]));
+  __m512i r = _mm512_max_epu32(_mm512_unpacklo_epi64(ab, cd), _mm512_unpackhi_epi64(ab, cd));
+  __m256i r2 = _mm256_max_epu32(_mm512_castsi512_si256(r), _mm512_extracti64x4_epi64(r, 1));
+  __m128i h = _mm_max_epu32(_mm256_castsi256_si128(r2), _mm256_extracti128_si256(r2, 1));
+  return q8_scale4(h);
+}
+
+FP void f_q8_emit4(uint8_t *out, const vf *v, fq8s sc) {
+  if (__builtin_expect(sc.bad, 0)) {
+    for (int b = 0; b < 4; b++) f_q8_block(out + 34 * b, v + 2 * b);
+    return;
+  }
+  const __m512 id16 = _mm512_castps128_ps512(sc.id);
+  for (int b = 0; b < 4; b++) {
+    uint16_t w = (uint16_t)(sc.d16 >> (16 * b));
+    memcpy(out + 34 * b, &w, 2);
+    q8_qs(out + 34 * b + 2, v + 2 * b, _mm512_permutexvar_ps(_mm512_set1_epi32(b), id16));
+  }
+}
+
+FP void f_q8_ld(const uint8_t *in, vf *v) {
+  uint16_t d16;
+  memcpy(&d16, in, 2);
+  const vf d = _mm512_set1_ps(_cvtsh_ss(d16));
+  for (int k = 0; k < 2; k++) {
+    __m128i b = _mm_loadu_si128((const __m128i *)(const void *)(in + 2 + 16 * k));
+    v[k] = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(b)), d);
+  }
+}
+
+FP void f_copy(void *dst, const void *src, int64_t n) {
+  int64_t i = 0;
+  for (; i + 64 <= n; i += 64)
+    _mm512_storeu_si512((char *)dst + i, _mm512_loadu_si512((const char *)src + i));
+  if (i < n) /* 32 bytes (16 channels of f16/bf16) */
+    _mm256_storeu_si256((__m256i *)(void *)((char *)dst + i),
+                        _mm256_loadu_si256((const __m256i *)(const void *)((const char *)src + i)));
+}
+
+#include "floor_vec.h"

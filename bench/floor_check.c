@@ -1,0 +1,229 @@
+/* floor_check.c - the compute floor (floor.h) computes each row's own
+ * arithmetic, so its time is that arithmetic's and not a shortcut's:
+ *  1. every floor kernel this CPU runs gives the scalar floor kernel's bytes
+ *     on the same rows (a row normed in float32 within 4 ulp of the output
+ *     dtype: the sum of squares is added in another order);
+ *  2. the scalar floor kernel gives the library's bytes: the rotation
+ *     (pe_apply_rope_qk) with the cache's cos/sin row, the fused rotation
+ *     into fp8 and q8_0 rows (pe_qk_norm_rope_store), v quantized
+ *     (pe_kv_write), a q8_0 key shifted (pe_rope_shift_k_cache); the norm,
+ *     which the library computes in float64, within 4 ulp of the output dtype.
+ * Prints one line per failure and a summary; exit status 1 on any failure. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "floor.h"
+#include "posenc.h"
+
+static int failures, checks;
+
+static const char *dt_name(int dt) { return dt == PE_F32 ? "f32" : dt == PE_F16 ? "f16" : "bf16"; }
+
+static void describe(const floor_stage *st, char *out, size_t len) {
+  static const char *const kinds[] = {"rot", "norm+rot", "copy", "quant", "shift"};
+  snprintf(out, len, "%s %s%s%s %s w%d r%d%s", kinds[st->kind], dt_name(st->src),
+           st->fmt == FL_FP8 ? (st->fp8_mul ? " -> fp8 (x 1/scale)" : " -> fp8 (/ scale)") : "",
+           st->fmt == FL_Q8_0 ? " -> q8_0" : "", st->style == PE_ROPE_GPTJ ? "gptj" : "neox",
+           st->width, st->rot, st->inplace ? " in place" : "");
+}
+
+/* The bytes a stage writes in its data (src rows in place, else dst). */
+static const char *out_rows(const floor_stage *st, const floor_data *d) {
+  return st->inplace || st->kind == FL_SHIFT ? d->src : d->dst;
+}
+static int64_t out_row_bytes(const floor_stage *st) {
+  if (st->kind == FL_SHIFT) return floor_row_bytes(0, FL_Q8_0, st->width);
+  return floor_row_bytes(st->inplace ? st->src : st->dst, st->kind == FL_COPY ? FL_NONE : st->fmt,
+                         st->width);
+}
+static int64_t out_stride(const floor_stage *st, const floor_data *d) {
+  return st->inplace || st->kind == FL_SHIFT ? d->src_stride : d->dst_stride;
+}
+
+/* A row of a (the floor under test) against b (the reference): the same
+ * bytes, or, for a normed row (ulps > 0), each element within `ulps` units
+ * of the dtype's last place at the row's scale, max(|b|, 1): the normed
+ * values are about 1, and a scale r rounded another way moves an output by
+ * the rounding of its inputs, not of itself (x*c - y*s may cancel). */
+static void compare(const char *what, const floor_stage *st, const char *a, const char *b,
+                    int ulps) {
+  char desc[96];
+  describe(st, desc, sizeof desc);
+  checks++;
+  int64_t n = out_row_bytes(st);
+  if (!ulps) {
+    for (int64_t i = 0; i < n; i++)
+      if (a[i] != b[i]) {
+        printf("FAIL %s: %s: byte %lld is 0x%02x, the reference's 0x%02x\n", what, desc,
+               (long long)i, (unsigned char)a[i], (unsigned char)b[i]);
+        failures++;
+        return;
+      }
+    return;
+  }
+  const int dt = st->dst;
+  const float step = dt == PE_F32 ? 0x1p-23f : dt == PE_F16 ? 0x1p-10f : 0x1p-7f;
+  for (int e = 0; e < st->width; e++) {
+    float x = floor_widen(dt, a, e), y = floor_widen(dt, b, e);
+    if (!(fabsf(x - y) <= ulps * step * fmaxf(fabsf(y), 1.0f))) {
+      printf("FAIL %s: %s: element %d is %.9g, the reference's %.9g\n", what, desc, e, x, y);
+      failures++;
+      return;
+    }
+  }
+}
+
+static void clone(const floor_data *from, floor_data *to) {
+  *to = *from;
+  char *mem = malloc(from->bytes);
+  if (!mem) abort();
+  memcpy(mem, from->src, from->bytes);
+  to->src = mem;
+  to->dst = mem + (from->dst - from->src);
+  to->cs = (const float *)(const void *)(mem + ((const char *)from->cs - from->src));
+  to->w = (const float *)(const void *)(mem + ((const char *)from->w - from->src));
+  to->scratch = (float *)(void *)(mem + ((char *)from->scratch - from->src));
+}
+
+/* 1. a vector kernel against the scalar one, every row of the data once. */
+static void check_isa(floor_fn fn, const char *name, const floor_stage *st) {
+  floor_data d, ref, got;
+  if (floor_alloc(st, &d)) abort();
+  clone(&d, &ref);
+  clone(&d, &got);
+  pb_floor_scalar(st, &ref, ref.n_rows);
+  fn(st, &got, got.n_rows);
+  char what[64];
+  snprintf(what, sizeof what, "%s against scalar", name);
+  for (int r = 0; r < d.n_rows; r++)
+    compare(what, st, out_rows(st, &got) + r * out_stride(st, &got),
+            out_rows(st, &ref) + r * out_stride(st, &ref), st->kind == FL_NORM_ROT ? 4 : 0);
+  floor_free(&d);
+  free(ref.src);
+  free(got.src);
+}
+
+/* 2. the scalar kernel against the library on row 0, at position (or
+ * delta) 37 of a cache of the stage's geometry. */
+static void check_library(const floor_stage *st) {
+  if (st->kind == FL_COPY) return; /* a copy */
+  pe_rope_params p;
+  pe_rope_params_init(&p);
+  p.head_dim = st->width;
+  p.rotary_dim = st->rot ? st->rot : st->width;
+  p.style = (pe_rope_style)st->style;
+  p.max_positions = 64;
+  pe_rope_cache *cache = NULL;
+  if (pe_rope_cache_create(&p, &cache) != PE_OK) abort();
+  floor_data d, lib;
+  if (floor_alloc(st, &d)) abort();
+  const int half = st->rot / 2;
+  if (half)
+    pe_rope_cache_cos_sin(cache, 37, (float *)(void *)d.cs, (float *)(void *)(d.cs + half));
+  clone(&d, &lib); /* the row before the floor kernel writes it */
+  pb_floor_scalar(st, &d, 1);
+
+  const int64_t w = st->width, pos = 37, slot = 0;
+  const int64_t qbytes = floor_row_bytes(0, st->kind == FL_SHIFT ? FL_Q8_0 : st->fmt, (int)w);
+  char *out = calloc(1, (size_t)(w * 4 + 64));
+  if (!out) abort();
+  pe_tensor row = {lib.src, (pe_dtype)st->src, {1, 1, 1, w}, {w, w, w, 1}};
+  pe_tensor qc = {st->kind == FL_SHIFT ? lib.src : out, PE_F32, {1, 1, 1, w},
+                  {qbytes, qbytes, qbytes, 1}};
+  pe_kv_cache kv;
+  pe_kv_cache_init(&kv);
+  float scale = st->scale;
+  pe_status s = PE_OK;
+  const char *ref = out;
+  int ulps = 0;
+  if (st->kind == FL_ROT && !st->fmt) { /* in place, the channels past rot kept */
+    s = pe_apply_rope_qk(cache, &row, NULL, &pos, 0, NULL);
+    ref = lib.src;
+  } else if (st->kind == FL_ROT || st->kind == FL_NORM_ROT) {
+    pe_qk_norm norm;
+    pe_qk_norm_init(&norm);
+    if (st->kind == FL_NORM_ROT) {
+      norm.kind = PE_QK_NORM_RMS;
+      norm.eps = d.eps;
+      norm.k_weight = d.w;
+      ulps = 4;
+    }
+    pe_tensor plain = {out, (pe_dtype)st->src, {1, 1, 1, w}, {w, w, w, 1}};
+    kv.k = st->fmt ? &qc : &plain;
+    kv.k_quant = st->fmt == FL_FP8 ? PE_KV_FP8_E4M3 : st->fmt == FL_Q8_0 ? PE_KV_Q8_0 : PE_KV_PLAIN;
+    if (st->fmt == FL_FP8) kv.k_scale = &scale;
+    s = pe_qk_norm_rope_store(cache, &norm, NULL, &row, NULL, &kv, &slot, &pos, 0, NULL);
+  } else if (st->kind == FL_QUANT) {
+    kv.k = &qc;
+    kv.k_quant = st->fmt == FL_FP8 ? PE_KV_FP8_E4M3 : PE_KV_Q8_0;
+    if (st->fmt == FL_FP8) kv.k_scale = &scale;
+    s = pe_kv_write(&kv, &row, NULL, &slot);
+  } else { /* FL_SHIFT: the q8_0 row in place */
+    kv.k = &qc;
+    kv.k_quant = PE_KV_Q8_0;
+    s = pe_rope_shift_k_cache(cache, &kv, &slot, &pos, 1, NULL);
+    ref = lib.src;
+  }
+  char desc[96];
+  describe(st, desc, sizeof desc);
+  if (s != PE_OK) {
+    printf("FAIL library: %s: %s\n", desc, pe_last_error());
+    failures++;
+  } else {
+    compare("scalar against the library", st, out_rows(st, &d), ref, ulps);
+  }
+  free(out);
+  free(lib.src);
+  floor_free(&d);
+  pe_rope_cache_destroy(cache);
+}
+
+int main(void) {
+  floor_fn fns[8];
+  const char *names[8];
+  int n_fns = floor_kernels(fns, names, 8);
+  floor_stage sts[160];
+  int n = 0;
+  static const int dts[3] = {PE_F32, PE_F16, PE_BF16};
+  for (int i = 0; i < 3; i++)
+    for (int style = PE_ROPE_NEOX; style <= PE_ROPE_GPTJ; style++) {
+      const int dt = dts[i];
+      /* 3 heads a token: a cos/sin chunk shared by several rows */
+      floor_stage b = {.src = dt, .dst = dt, .style = style, .width = 128, .rot = 128, .heads = 3};
+      floor_stage s;
+      s = b, s.kind = FL_ROT, s.inplace = 1, sts[n++] = s;
+      s = b, s.kind = FL_ROT, s.width = 96, s.rot = 96, s.inplace = 1, sts[n++] = s; /* tails */
+      s = b, s.kind = FL_ROT, s.width = 256, s.rot = 64, sts[n++] = s; /* the rest copied */
+      s = b, s.kind = FL_ROT, s.fmt = FL_FP8, s.scale = 0.05f, sts[n++] = s;
+      s = b, s.kind = FL_ROT, s.fmt = FL_FP8, s.scale = 0.5f, s.fp8_mul = 1, sts[n++] = s;
+      s = b, s.kind = FL_ROT, s.fmt = FL_Q8_0, sts[n++] = s;
+      s = b, s.kind = FL_NORM_ROT, s.inplace = 1, sts[n++] = s;
+      s = b, s.kind = FL_NORM_ROT, sts[n++] = s;
+      s = b, s.kind = FL_NORM_ROT, s.width = 96, s.rot = 96, s.inplace = 1, sts[n++] = s;
+      if (style == PE_ROPE_NEOX) {
+        s = b, s.kind = FL_QUANT, s.fmt = FL_FP8, s.scale = 0.02f, s.rot = 0, sts[n++] = s;
+        s = b, s.kind = FL_QUANT, s.fmt = FL_FP8, s.scale = 1.0f, s.fp8_mul = 1, s.rot = 0,
+        sts[n++] = s;
+        s = b, s.kind = FL_QUANT, s.fmt = FL_Q8_0, s.rot = 0, sts[n++] = s;
+        s = b, s.kind = FL_COPY, s.rot = 0, sts[n++] = s;
+      }
+      if (i == 0) s = b, s.kind = FL_SHIFT, sts[n++] = s;
+    }
+  for (int k = 0; k < n; k++) {
+    if (!floor_supported(&sts[k])) {
+      char desc[96];
+      describe(&sts[k], desc, sizeof desc);
+      printf("FAIL floor_supported refuses %s\n", desc);
+      failures++;
+      continue;
+    }
+    for (int f = 1; f < n_fns; f++) check_isa(fns[f], names[f], &sts[k]);
+    check_library(&sts[k]);
+  }
+  printf("%d stages, kernels:", n);
+  for (int f = 0; f < n_fns; f++) printf(" %s", names[f]);
+  printf("; %d checks, %d failed\n", checks, failures);
+  return failures != 0;
+}

@@ -1,0 +1,282 @@
+/* floor_vec.h - the floor kernels (floor.h) written once for the vector
+ * ISAs. The includer (floor_avx2.c, floor_avx512.c) defines VL (float lanes),
+ * vf, FLOOR_FN (the entry point's name) and these primitives, each the
+ * shortest sequence its ISA has for the operation (docs/compute-floor.md
+ * counts them):
+ *   vf   f_ld(dt, p)            VL elements of dtype dt widened to float32
+ *   void f_st(dt, p, v)         VL floats rounded to dt (nearest even) and stored
+ *   void f_st2(dt, p, a, b)     2*VL floats, a then b (narrowed together)
+ *   vf   f_ldf(p), f_set1(x), f_mul, f_add, f_div
+ *   vf   f_fmadd(a, b, c)       a*b + c       f_fmsub(a, b, c)  a*b - c
+ *   vf   f_fmaddsub(a, b, c)    a*b - c in even lanes, a*b + c in odd lanes
+ *   vf   f_swap(v)              lanes 2i and 2i+1 exchanged
+ *   vf   f_dup(p)               p[0], p[0], p[1], p[1], ... (VL/2 floats)
+ *   float f_hsum(v)
+ *   void f_fp8_st4(out, y0..y3) 4*VL e4m3 codes of y (already scaled)
+ *   void f_fp8_st1(out, y)      VL codes
+ *   void f_q8_block(out, v)     one Q8_0 block (34 bytes) of v[0 .. 32/VL)
+ *   fq8s f_q8_scan4(v)          the scales of four blocks of v[0 .. 128/VL):
+ *                               their per-block steps (amax, d, 1/d, f16 of d)
+ *                               done together
+ *   void f_q8_emit4(out, v, sc) the four blocks (d and qs) with those scales
+ *   void f_q8_ld(in, v)         one Q8_0 block dequantized into v[0 .. 32/VL)
+ *   void f_copy(dst, src, n)    n bytes (a multiple of the vector size)
+ * Every helper here is inlined with constant dtype, style, output and norm
+ * arguments (the entry point's switch), so each stage's loop is the straight
+ * sequence of those primitives. */
+
+#define FA static inline __attribute__((always_inline))
+
+enum { O_F32 = PE_F32, O_F16 = PE_F16, O_BF16 = PE_BF16, O_FP8 = 3, O_Q8 = 4 };
+enum { QV = 32 / VL }; /* vectors per Q8_0 block */
+
+FA int64_t esz(int dt) { return dt == PE_F32 ? 4 : 2; }
+
+/* A row's element at channel e (dtype dt), or a Q8_0 row's block. */
+#define AT(p, e, dt) ((p) + (int64_t)(e) * esz(dt))
+
+/* x (optionally normed: (x * r) * w) of VL channels at e. */
+FA vf ld_x(int dt, const char *row, int e, int norm, vf r, const float *w) {
+  vf x = f_ld(dt, AT(row, e, dt));
+  return norm ? f_mul(f_mul(x, r), f_ldf(w + e)) : x;
+}
+
+/* Outputs of k vectors at channels e, e + VL, ...: narrowed to the dtype
+ * out, or fp8 codes (scaled by y = x * inv or x / scale first). */
+FA vf fp8_y(vf x, vf vs, int mul) { return mul ? f_mul(x, vs) : f_div(x, vs); }
+
+FA void emit(int out, char *dst, int e, const vf *o, int k, vf vs, int mul) {
+  if (out == O_FP8) {
+    uint8_t *p = (uint8_t *)dst + e;
+    int i = 0;
+    for (; i + 4 <= k; i += 4)
+      f_fp8_st4(p + i * VL, fp8_y(o[i], vs, mul), fp8_y(o[i + 1], vs, mul),
+                fp8_y(o[i + 2], vs, mul), fp8_y(o[i + 3], vs, mul));
+    for (; i < k; i++) f_fp8_st1(p + i * VL, fp8_y(o[i], vs, mul));
+  } else {
+    int i = 0;
+    for (; i + 2 <= k; i += 2) f_st2(out, AT(dst, e + i * VL, out), o[i], o[i + 1]);
+    for (; i < k; i++) f_st(out, AT(dst, e + i * VL, out), o[i]);
+  }
+}
+
+/* Output vectors per step: two for float32, four for the narrower ones. */
+FA int group(int out) { return out == O_F32 ? 2 : 4; }
+
+/* Q8_0 rows, software-pipelined one row ahead: the values of row r (in
+ * dtype sd at src, or float32 in a scratch row) scanned for their scales
+ * (whose two dependent divides are the long chain) before the qs of row
+ * r - 1 are formed from that row's values, loaded again from L1. A row is
+ * width / 128 groups of four blocks (floor_supported). */
+#define FL_Q8_GROUPS 32 /* groups of a row, at most (width 4096) */
+typedef struct q8_pipe {
+  fq8s sc[2][FL_Q8_GROUPS];
+  const char *src[2];
+  uint8_t *dst[2];
+  int64_t n; /* rows scanned */
+} q8_pipe;
+
+FA void q8_load4(int sd, const char *src, int g, vf *v) {
+  for (int k = 0; k < 4 * QV; k++) v[k] = f_ld(sd, AT(src, 128 * g + k * VL, sd));
+}
+
+FA void q8_emit_row(q8_pipe *p, int slot, int sd, int width) {
+  for (int g = 0; g < width / 128; g++) {
+    vf v[4 * QV];
+    q8_load4(sd, p->src[slot], g, v);
+    f_q8_emit4(p->dst[slot] + 136 * g, v, p->sc[slot][g]);
+  }
+}
+
+/* Row r: its scales, then row r - 1's blocks. */
+FA void q8_push(q8_pipe *p, int sd, const char *src, uint8_t *dst, int width) {
+  const int slot = (int)(p->n & 1);
+  for (int g = 0; g < width / 128; g++) {
+    vf v[4 * QV];
+    q8_load4(sd, src, g, v);
+    p->sc[slot][g] = f_q8_scan4(v);
+  }
+  p->src[slot] = src, p->dst[slot] = dst;
+  if (p->n++) q8_emit_row(p, slot ^ 1, sd, width);
+}
+
+FA void q8_finish(q8_pipe *p, int sd, int width) {
+  if (p->n) q8_emit_row(p, (int)((p->n - 1) & 1), sd, width);
+}
+
+/* The cos and sin of k vectors of pairs from pair j (NeoX) or channel j
+ * (GPT-J: each duplicated to both lanes of its pair): loaded once for all
+ * the heads of a token, which share the table row. */
+FA void cs_chunk(int style, const float *cs, int half, int j, int k, vf *c, vf *s) {
+  for (int i = 0; i < k; i++) {
+    if (style == PE_ROPE_NEOX)
+      c[i] = f_ldf(cs + j + i * VL), s[i] = f_ldf(cs + half + j + i * VL);
+    else
+      c[i] = f_dup(cs + (j + i * VL) / 2), s[i] = f_dup(cs + half + (j + i * VL) / 2);
+  }
+}
+
+/* k vectors of one head's pairs with the chunk's c, s: NeoX from pair j (x
+ * at channel j, y at half + j), GPT-J from channel j. */
+FA void rot_chunk(int sd, int out, int style, int norm, int mul, const char *src, char *dst,
+                  int half, int j, int k, const vf *c, const vf *s, const float *w, vf r, vf vs) {
+  vf xo[4], yo[4];
+  for (int i = 0; i < k; i++) {
+    const int e = j + i * VL;
+    if (style == PE_ROPE_NEOX) {
+      vf x = ld_x(sd, src, e, norm, r, w), y = ld_x(sd, src, half + e, norm, r, w);
+      xo[i] = f_fmsub(x, c[i], f_mul(y, s[i]));
+      yo[i] = f_fmadd(y, c[i], f_mul(x, s[i]));
+    } else {
+      vf v = ld_x(sd, src, e, norm, r, w);
+      xo[i] = f_fmaddsub(v, c[i], f_mul(f_swap(v), s[i]));
+    }
+  }
+  emit(out, dst, j, xo, k, vs, mul);
+  if (style == PE_ROPE_NEOX) emit(out, dst, half + j, yo, k, vs, mul);
+}
+
+/* The float32 RMSNorm scale of a row: 1 / sqrt(sum(x^2) / width + eps). */
+FA float norm_scale(int sd, const char *src, int width, float eps) {
+  vf a0 = f_set1(0.0f), a1 = f_set1(0.0f);
+  int e = 0;
+  for (; e + 2 * VL <= width; e += 2 * VL) {
+    vf x0 = f_ld(sd, AT(src, e, sd)), x1 = f_ld(sd, AT(src, e + VL, sd));
+    a0 = f_fmadd(x0, x0, a0);
+    a1 = f_fmadd(x1, x1, a1);
+  }
+  if (e < width) { /* width a multiple of VL only */
+    vf x0 = f_ld(sd, AT(src, e, sd));
+    a0 = f_fmadd(x0, x0, a0);
+  }
+  return 1.0f / sqrtf(f_hsum(f_add(a0, a1)) / (float)width + eps);
+}
+
+#define FL_HEADS 256 /* heads of a token sharing one load of a cos/sin chunk, at most */
+
+/* Rows of FL_ROT / FL_NORM_ROT, cycling through the data's rows, a token's
+ * heads (st->heads rows) at a time: its norms first, then each chunk of
+ * group(out) vectors of pairs (then single vectors; not for Q8_0, whose
+ * blocks floor_supported requires whole) with c and s loaded once for the
+ * heads, then the channels past rot (normed too, or copied where the row
+ * goes to another buffer). */
+FA void rot_rows(const floor_stage *st, floor_data *d, int64_t rows, int sd, int out, int style,
+                 int norm, int mul) {
+  const vf vs = f_set1(mul ? 1.0f / d->scale : d->scale), one = f_set1(1.0f);
+  const int rot = st->rot, width = st->width, half = rot / 2, g = group(out);
+  const int n = style == PE_ROPE_NEOX ? half : rot;
+  const int heads = st->heads < 1 ? 1 : st->heads > FL_HEADS ? FL_HEADS : st->heads;
+  float rs[FL_HEADS];
+  int i = 0;
+  if (out == O_Q8) { /* each row rotated into a float32 scratch row, then quantized */
+    vf c[4], s[4];
+    q8_pipe pipe;
+    pipe.n = 0;
+    for (int64_t n0 = 0; n0 < rows; n0++) {
+      const char *src = d->src + i * d->src_stride;
+      char *x = (char *)(d->scratch + (n0 & 1) * width);
+      for (int j = 0; j < n; j += 2 * VL) {
+        cs_chunk(style, d->cs, half, j, 2, c, s);
+        rot_chunk(sd, O_F32, style, norm, mul, src, x, half, j, 2, c, s, d->w, one, vs);
+      }
+      q8_push(&pipe, PE_F32, x, (uint8_t *)d->dst + i * d->dst_stride, width);
+      if (++i == d->n_rows) i = 0;
+    }
+    q8_finish(&pipe, PE_F32, width);
+    return;
+  }
+#define ROW(h) (d->src + (i + (h)) % d->n_rows * d->src_stride)
+#define DST(h) (st->inplace ? (char *)ROW(h) : d->dst + (i + (h)) % d->n_rows * d->dst_stride)
+  for (int64_t n0 = 0; n0 < rows; n0 += heads) {
+    const int hn = rows - n0 < heads ? (int)(rows - n0) : heads;
+    if (norm)
+      for (int h = 0; h < hn; h++) rs[h] = norm_scale(sd, ROW(h), width, d->eps);
+    vf c[4], s[4];
+    int j = 0;
+    for (; j + g * VL <= n; j += g * VL) {
+      cs_chunk(style, d->cs, half, j, g, c, s);
+      for (int h = 0; h < hn; h++)
+        rot_chunk(sd, out, style, norm, mul, ROW(h), DST(h), half, j, g, c, s, d->w,
+                  norm ? f_set1(rs[h]) : one, vs);
+    }
+    for (; j < n; j += VL) {
+      cs_chunk(style, d->cs, half, j, 1, c, s);
+      for (int h = 0; h < hn; h++)
+        rot_chunk(sd, out, style, norm, mul, ROW(h), DST(h), half, j, 1, c, s, d->w,
+                  norm ? f_set1(rs[h]) : one, vs);
+    }
+    for (int h = 0; h < hn && rot < width; h++) {
+      if (norm)
+        for (int e = rot; e < width; e += VL)
+          f_st(out, AT(DST(h), e, out), ld_x(sd, ROW(h), e, 1, f_set1(rs[h]), d->w));
+      else if (!st->inplace)
+        f_copy(AT(DST(h), rot, out), AT(ROW(h), rot, sd), (width - rot) * esz(sd));
+    }
+    i = (i + hn) % d->n_rows;
+  }
+#undef ROW
+#undef DST
+}
+
+/* FL_QUANT: width channels of src quantized (v into a quantized cache). */
+FA void quant_rows(const floor_stage *st, floor_data *d, int64_t rows, int sd, int out, int mul) {
+  const vf vs = f_set1(mul ? 1.0f / d->scale : d->scale);
+  const int g = group(out);
+  q8_pipe pipe;
+  pipe.n = 0;
+  int i = 0;
+  for (int64_t n = 0; n < rows; n++) {
+    const char *src = d->src + i * d->src_stride;
+    char *dst = d->dst + i * d->dst_stride;
+    if (out == O_Q8) {
+      q8_push(&pipe, sd, src, (uint8_t *)dst, st->width);
+    } else {
+      int e = 0;
+      for (; e + g * VL <= st->width; e += g * VL) {
+        vf o[4];
+        for (int k = 0; k < g; k++) o[k] = f_ld(sd, AT(src, e + k * VL, sd));
+        emit(out, dst, e, o, g, vs, mul);
+      }
+      for (; e < st->width; e += VL) {
+        vf o = f_ld(sd, AT(src, e, sd));
+        emit(out, dst, e, &o, 1, vs, mul);
+      }
+    }
+    if (++i == d->n_rows) i = 0;
+  }
+  if (out == O_Q8) q8_finish(&pipe, sd, st->width);
+}
+
+/* FL_SHIFT: Q8_0 rows in place: each chunk of 32 pairs' blocks (NeoX: x's
+ * block and y's; GPT-J: one block) dequantized and rotated into a float32
+ * scratch row, the row then quantized again (pipelined as above). */
+FA void shift_rows(const floor_stage *st, floor_data *d, int64_t rows, int style) {
+  const int half = st->rot / 2, n = style == PE_ROPE_NEOX ? half : st->rot;
+  q8_pipe pipe;
+  pipe.n = 0;
+  int i = 0;
+  for (int64_t n0 = 0; n0 < rows; n0++) {
+    uint8_t *row = (uint8_t *)d->src + i * d->src_stride;
+    float *x = d->scratch + (n0 & 1) * st->width;
+    for (int j = 0; j < n; j += 32) {
+      vf c[QV], s[QV], a[QV], b[QV];
+      cs_chunk(style, d->cs, half, j, QV, c, s);
+      f_q8_ld(row + j / 32 * 34, a);
+      if (style == PE_ROPE_NEOX) f_q8_ld(row + (half + j) / 32 * 34, b);
+      for (int k = 0; k < QV; k++) {
+        const int e = j + k * VL;
+        if (style == PE_ROPE_NEOX) {
+          f_st(PE_F32, x + e, f_fmsub(a[k], c[k], f_mul(b[k], s[k])));
+          f_st(PE_F32, x + half + e, f_fmadd(b[k], c[k], f_mul(a[k], s[k])));
+        } else {
+          f_st(PE_F32, x + e, f_fmaddsub(a[k], c[k], f_mul(f_swap(a[k]), s[k])));
+        }
+      }
+    }
+    q8_push(&pipe, PE_F32, (const char *)x, row, st->width);
+    if (++i == d->n_rows) i = 0;
+  }
+  q8_finish(&pipe, PE_F32, st->width);
+}
+
+#include "floor_entry.h"

@@ -1,0 +1,258 @@
+/* suite_qknorm.c - the qknorm suite (QK-norm + RoPE + K and V into the
+ * paged cache, Qwen3-8B, against the unfused sequence) and the packed QKV
+ * buffer it shares with the kvquant suite. */
+#include <inttypes.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "pe_bench.h"
+
+/* ------------------------------------------------------------------------ */
+/* qknorm: QK-norm + RoPE + K and V into the paged cache                    */
+/* ------------------------------------------------------------------------ */
+
+/* Qwen3-8B's attention (32 q / 8 kv heads x 128, NeoX, theta 1e6, per-head
+ * RMSNorm eps 1e-6) on a packed QKV buffer [B, T, (32 + 2*8) * 128] and an
+ * NHD paged cache of the same dtype. The call is pe_qk_norm_rope_store; the
+ * "x textbook loop" column ('x unfused' in the narrow table) is the unfused
+ * sequence an engine runs without it, timed interleaved: a plain C RMSNorm
+ * loop over each q and k head row (in place, float32 sum), pe_apply_rope_qk,
+ * then memcpy of each token's k and v rows into their slots. The bound
+ * streams the bytes the fused call touches once: q read and written, k and v
+ * read, their cache rows written. */
+typedef struct qkn_state {
+  pe_rope_cache *cache;
+  pe_qk_norm norm;
+  pe_kv_cache kv;
+  pe_tensor q, k, v, kc, vc;
+  float *qw, *kw;
+  void *qkv;
+  int64_t *slots, *pos;
+} qkn_state;
+
+static pe_status qkn_call(bench_case *c) {
+  qkn_state *s = c->st;
+  return pe_qk_norm_rope_store(s->cache, &s->norm, &s->q, &s->k, &s->v, &s->kv, s->slots, s->pos, 0,
+                               c->pool);
+}
+
+/* The loop's conversions: bf16 by shifts (round to nearest even; no NaN in
+ * these tensors), f16 as textbook.c converts it: the compiler's _Float16
+ * where it has the type, else the exact bit-level conversion. */
+static float qkn_load(int dt, const void *p, int64_t i) {
+  if (dt == PE_F32) return ((const float *)p)[i];
+  uint16_t h = ((const uint16_t *)p)[i];
+  uint32_t u = (uint32_t)h << 16; /* bf16 */
+  if (dt == PE_F16) {
+#if defined(__FLT16_MAX__)
+    _Float16 x;
+    memcpy(&x, &h, 2);
+    return (float)x;
+#else
+    uint32_t sign = (uint32_t)(h & 0x8000) << 16, e = (h >> 10) & 0x1f, m = h & 0x3ffu;
+    if (e == 0) return (sign ? -1.0f : 1.0f) * (float)m * 0x1p-24f;
+    u = sign | (e == 31 ? 0x7f800000u : (e + 112) << 23) | m << 13;
+#endif
+  }
+  float f;
+  memcpy(&f, &u, 4);
+  return f;
+}
+static void qkn_store(int dt, void *p, int64_t i, float f) {
+  if (dt == PE_F32) {
+    ((float *)p)[i] = f;
+    return;
+  }
+  uint32_t u;
+  memcpy(&u, &f, 4);
+  if (dt == PE_F16) {
+#if defined(__FLT16_MAX__)
+    _Float16 x = (_Float16)f;
+    memcpy((uint16_t *)p + i, &x, 2);
+#else
+    uint32_t a = u & 0x7fffffffu;
+    uint16_t h;
+    if (a > 0x7f800000u) {
+      h = 0x7e00; /* NaN */
+    } else if (a >= 0x477ff000u) {
+      h = 0x7c00; /* |f| >= 65520 rounds to Inf */
+    } else if (a < 0x38800000u) { /* below 2^-14: subnormal, an exact multiple of 2^-24 */
+      float v;
+      memcpy(&v, &a, 4);
+      h = (uint16_t)(int)rintf(v * 0x1p24f);
+    } else {
+      h = (uint16_t)((a + 0xfffu + ((a >> 13) & 1u) - 0x38000000u) >> 13);
+    }
+    ((uint16_t *)p)[i] = (uint16_t)((u >> 16 & 0x8000u) | h);
+#endif
+    return;
+  }
+  ((uint16_t *)p)[i] = (uint16_t)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16); /* RNE, no NaN here */
+}
+
+/* The plain RMSNorm of every head row of x, in place (Qwen3RMSNorm). */
+static void qkn_rmsnorm(const pe_tensor *x, const float *w, float eps) {
+  int dt = x->dtype;
+  int64_t hd = x->shape[3], es = (int64_t)dtype_size(dt);
+  for (int64_t b = 0; b < x->shape[0]; b++)
+    for (int64_t t = 0; t < x->shape[2]; t++)
+      for (int64_t h = 0; h < x->shape[1]; h++) {
+        char *row = (char *)x->data + (b * x->stride[0] + t * x->stride[2] + h * x->stride[1]) * es;
+        float ss = 0;
+        for (int64_t e = 0; e < hd; e++) {
+          float v = qkn_load(dt, row, e);
+          ss += v * v;
+        }
+        float r = 1.0f / sqrtf(ss / (float)hd + eps);
+        for (int64_t e = 0; e < hd; e++) qkn_store(dt, row, e, qkn_load(dt, row, e) * r * w[e]);
+      }
+}
+
+/* Each token's rows of x copied to its slot of cache (same dtype). */
+static void qkn_copy_rows(const pe_tensor *x, const pe_tensor *cache, const int64_t *slots) {
+  size_t es = dtype_size(x->dtype), row = (size_t)x->shape[3] * es;
+  for (int64_t b = 0; b < x->shape[0]; b++)
+    for (int64_t t = 0; t < x->shape[2]; t++) {
+      int64_t slot = slots[b * x->shape[2] + t];
+      if (slot < 0) continue;
+      const char *src = (const char *)x->data + (b * x->stride[0] + t * x->stride[2]) * (int64_t)es;
+      char *dst = (char *)cache->data + ((slot / FUSED_BLOCK) * cache->stride[0] +
+                                         (slot % FUSED_BLOCK) * cache->stride[2]) * (int64_t)es;
+      for (int64_t h = 0; h < x->shape[1]; h++)
+        memcpy(dst + h * cache->stride[1] * (int64_t)es, src + h * x->stride[1] * (int64_t)es, row);
+    }
+}
+
+static void qkn_unfused(bench_case *c) {
+  qkn_state *s = c->st;
+  qkn_rmsnorm(&s->q, s->qw, s->norm.eps);
+  qkn_rmsnorm(&s->k, s->kw, s->norm.eps);
+  pe_apply_rope_qk(s->cache, &s->q, &s->k, s->pos, 0, c->pool);
+  qkn_copy_rows(&s->k, &s->kc, s->slots);
+  qkn_copy_rows(&s->v, &s->vc, s->slots);
+}
+
+/* The setup the qknorm and kvquant suites share: a NeoX rope cache of
+ * head_dim hd and base theta covering `tokens` positions, and a packed QKV
+ * buffer [batch, tokens, (hq + 2*hkv) * hd] of dtype dt, filled, with q, k and
+ * v as [B, H, T, D] views of it. 0, or -1 after not_available(suite, ...). */
+int packed_qkv(const char *suite, int64_t hq, int64_t hkv, int64_t hd, double theta, int64_t batch,
+               int64_t tokens, int dt, pe_rope_cache **cache, void **qkv, pe_tensor *q,
+               pe_tensor *k, pe_tensor *v) {
+  pe_rope_params p;
+  pe_rope_params_init(&p);
+  p.head_dim = (int32_t)hd, p.style = PE_ROPE_NEOX, p.base = theta;
+  p.max_positions = tokens + 64 > 8192 ? tokens + 64 : 8192;
+  if (positions_used(batch, tokens) > p.max_positions)
+    p.max_positions = positions_used(batch, tokens);
+  if (pe_rope_cache_create(&p, cache) != PE_OK) {
+    not_available(suite, pe_last_error());
+    return -1;
+  }
+  int64_t row = (hq + 2 * hkv) * hd, n = batch * tokens, es = (int64_t)dtype_size(dt);
+  *qkv = xalloc((size_t)(n * row * es));
+  fill(*qkv, dt, (size_t)(n * row));
+  pe_tensor base = {*qkv, (pe_dtype)dt, {batch, hq, tokens, hd}, {tokens * row, hd, row, 1}};
+  *q = *k = *v = base;
+  k->shape[1] = v->shape[1] = hkv;
+  k->data = (char *)*qkv + hq * hd * es;
+  v->data = (char *)*qkv + (hq + hkv) * hd * es;
+  return 0;
+}
+
+static void qkn_case(int64_t batch, int64_t tokens, int dt, int threads) {
+  enum { HQ = 32, HKV = 8, HD = 128 };
+  qkn_state s;
+  memset(&s, 0, sizeof s);
+  if (packed_qkv("qknorm", HQ, HKV, HD, 1000000.0, batch, tokens, dt, &s.cache, &s.qkv, &s.q, &s.k,
+                 &s.v))
+    return;
+  int64_t row = (HQ + 2 * HKV) * HD, n = batch * tokens, es = (int64_t)dtype_size(dt);
+  int64_t blocks = (n + FUSED_BLOCK - 1) / FUSED_BLOCK + 2;
+  size_t cache_elems = (size_t)(blocks * FUSED_BLOCK * HKV * HD);
+  pe_tensor kc = {xalloc(cache_elems * (size_t)es), (pe_dtype)dt, {blocks, HKV, FUSED_BLOCK, HD},
+                  {FUSED_BLOCK * HKV * HD, HD, HKV * HD, 1}};
+  memset(kc.data, 0, cache_elems * (size_t)es);
+  s.kc = s.vc = kc;
+  s.vc.data = xalloc(cache_elems * (size_t)es);
+  memset(s.vc.data, 0, cache_elems * (size_t)es);
+  s.qw = xalloc(HD * sizeof(float));
+  s.kw = xalloc(HD * sizeof(float));
+  /* Weights of magnitude 1 (random signs): every timed call norms the same
+   * tensors again in place, and weights 1 + rand/8 multiplied the channels'
+   * ratios call after call until half the bf16 values were subnormal (4000
+   * calls), which sent the bf16 rounding to its slow exact path: a figure of
+   * the benchmark's data, not of a layer's (0.074 vs 0.11-0.13 of the bound
+   * on fresh data, Zen 4 bf16 decode). A weight's value costs nothing. */
+  for (int i = 0; i < HD; i++)
+    s.qw[i] = frand() < 0 ? -1.0f : 1.0f, s.kw[i] = frand() < 0 ? -1.0f : 1.0f;
+  pe_qk_norm_init(&s.norm);
+  s.norm.kind = PE_QK_NORM_RMS;
+  s.norm.eps = 1e-6f;
+  s.norm.q_weight = s.qw;
+  s.norm.k_weight = s.kw;
+  pe_kv_cache_init(&s.kv);
+  s.kv.k = &s.kc;
+  s.kv.v = &s.vc;
+  s.slots = xalloc((size_t)n * sizeof *s.slots);
+  s.pos = xalloc((size_t)n * sizeof *s.pos);
+  for (int64_t b = 0; b < batch; b++)
+    for (int64_t t = 0; t < tokens; t++) {
+      s.slots[b * tokens + t] = FUSED_BLOCK + b * tokens + t; /* block 0 unused */
+      s.pos[b * tokens + t] = (tokens == 1 ? 4000 + 7 * b : 0) + t;
+    }
+  bench_case c;
+  memset(&c, 0, sizeof c);
+  c.suite = "qknorm";
+  snprintf(c.name, sizeof c.name, "qwen3-8b %s %" PRId64 "x%" PRId64,
+           tokens == 1 ? "decode" : "prefill", batch, tokens);
+  c.dtype = dt;
+  c.threads = threads;
+  c.pool = pool_for(threads);
+  c.st = &s;
+  c.call = qkn_call;
+  c.textbook = qkn_unfused;
+  /* q read + written, k and v read, their cache rows written */
+  c.bytes = 2.0 * (double)(n * row * es);
+  c.probe[0] = probe_flat(c.bytes);
+  c.n_probe = 1;
+  /* q normed and rotated in place, k into its cache rows, v copied */
+  floor_add(&c, (floor_stage){.kind = FL_NORM_ROT, .src = dt, .dst = dt, .style = PE_ROPE_NEOX,
+                              .inplace = 1, .width = HD, .rot = HD, .heads = HQ, .rows = n * HQ});
+  floor_add(&c, (floor_stage){.kind = FL_NORM_ROT, .src = dt, .dst = dt, .style = PE_ROPE_NEOX,
+                              .width = HD, .rot = HD, .heads = HKV, .rows = n * HKV});
+  floor_add(&c, (floor_stage){.kind = FL_COPY, .src = dt, .dst = dt, .width = HD,
+                              .rows = n * HKV});
+  snprintf(c.shape, sizeof c.shape, "%dq/%dkv x%d neox", HQ, HKV, HD);
+  snprintf(c.note, sizeof c.note, "unfused: RMSNorm loop + pe_apply_rope_qk + copy k, v");
+  progress("[%.0fs] qknorm %s %s %d thr", (now_ns() - run_start) / 1e9, c.name, dtype_name(dt),
+           threads);
+  measure(&c);
+  free_probes(&c);
+  free(s.qkv);
+  free(s.kc.data);
+  free(s.vc.data);
+  free(s.qw);
+  free(s.kw);
+  free(s.slots);
+  free(s.pos);
+  pe_rope_cache_destroy(s.cache);
+}
+
+void suite_qknorm(void) {
+  for (int ti = 0; ti < opt.n_threads; ti++)
+    for (int d = 0; d < 2; d++) {
+      int dt = opt.dtype >= 0 ? opt.dtype : d ? PE_BF16 : PE_F32;
+      if (opt.tokens) {
+        qkn_case(opt.batch, opt.tokens, dt, opt.threads[ti]);
+      } else {
+        qkn_case(1, 1, dt, opt.threads[ti]);     /* decode, one sequence */
+        qkn_case(32, 1, dt, opt.threads[ti]);    /* decode, a batch of 32 */
+        qkn_case(1, 512, dt, opt.threads[ti]);   /* prefill */
+      }
+      if (opt.dtype >= 0) break;
+    }
+}
+

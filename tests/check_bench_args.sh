@@ -1,0 +1,147 @@
+#!/bin/sh
+# pe-bench's command line: every bad invocation below must stop before
+# measuring anything with exit status 2, nothing on stdout and exactly one
+# line on stderr that names the offending value; then a few good ones must
+# run (--model list with the published models, one quick measured case, the
+# label of an overridden shape, DeepSeek-V3's MLA rope shape, the narrow
+# table within 120 columns).
+# usage: check_bench_args.sh PE_BENCH
+bench=$1
+out=$(mktemp) err=$(mktemp)
+trap 'rm -f "$out" "$err"' EXIT
+fails=0
+fail() { echo "FAIL: $*"; fails=$((fails + 1)); }
+
+# bad NEEDLE ARG...: pe-bench ARG... exits 2, prints nothing on stdout and
+# one stderr line containing NEEDLE.
+bad() {
+  needle=$1
+  shift
+  "$bench" "$@" >"$out" 2>"$err"
+  rc=$?
+  shown="pe-bench $*"
+  if [ "$rc" -ne 2 ]; then fail "$shown: exit $rc, not 2"; return; fi
+  if [ -s "$out" ]; then fail "$shown: wrote to stdout: $(head -c 200 "$out")"; return; fi
+  lines=$(wc -l <"$err")
+  if [ "$lines" -ne 1 ]; then fail "$shown: $lines lines on stderr: $(cat "$err")"; return; fi
+  if ! grep -q -F -- "$needle" "$err"; then fail "$shown: stderr lacks '$needle': $(cat "$err")"; return; fi
+  echo "ok   $shown -> $(cat "$err")"
+}
+
+bad '--rotary-dim 7 is odd' --rotary-dim 7
+bad '--head-dim 7 is odd' --head-dim 7
+bad '--rotary-dim 256 is more than' --rotary-dim 256
+bad '--max-positions 8192 is fewer than the 100000 positions' --tokens 100000 --max-positions 8192
+bad '--max-positions 4000' --suite rope --max-positions 4000
+bad '--suite "" names no suite' --suite ""
+bad 'unknown suite "foo"' --suite rope,foo
+bad '--suite "rope,,t5" has an empty name' --suite rope,,t5
+bad '--json and --csv' --json --csv
+bad '--wide and --json' --wide --json
+bad '--dtype "fp8"' --dtype fp8
+bad '--style "alibi"' --style alibi
+bad '--layout "bsd"' --layout bsd
+bad '--isa "sse9"' --isa sse9
+bad '--model "llama9"' --model llama9
+bad '--threads expects an integer in [1, 64], got "0"' --threads 0
+bad 'got "65"' --threads 1,65
+bad '--threads "1,1" lists 1 twice' --threads 1,1
+bad '--threads "" names no thread count' --threads ""
+bad '--threads "1,,2" has an empty count' --threads 1,,2
+cpus=$(nproc)
+if [ "$cpus" -lt 64 ]; then
+  bad "--threads $((cpus + 1)): this process may run on $cpus CPU" --threads $((cpus + 1))
+fi
+bad '--reps expects an integer in [1, 100000], got "0"' --reps 0
+bad 'got "abc"' --reps abc
+bad '--warmup expects an integer in [0, 100000], got "-1"' --warmup -1
+bad '--tokens expects an integer in [1, 4194304], got "0"' --tokens 0
+bad '--batch expects an integer in [1, 4096], got "-2"' --batch -2
+bad '--heads expects an integer in [1, 4096], got "0"' --heads 0
+bad '--kv-heads expects an integer in [1, 4096], got "0"' --kv-heads 0
+bad '--max-positions expects an integer in [0, 1073741824], got "-1"' --max-positions -1
+bad '--reps given twice ("3", then "4")' --reps 3 --reps 4
+bad '--reps needs a value' --reps
+bad 'unknown option "--frobnicate"' --frobnicate
+bad 'unknown option "rope"' rope
+bad '--tokens shapes the' --suite alibi --tokens 8
+bad '--max-positions shapes the rope suite only' --suite t5 --max-positions 0
+bad '--dtype shapes the' --suite table,cutover --dtype bf16
+bad '--tokens 4096 with the learned suite' --suite learned --tokens 4096
+bad '--batch 1100 with the learned suite' --suite learned --batch 1100
+bad '--model gpt-j and --hf-config' --model gpt-j --hf-config /nonexistent.json
+bad '--head-dim 64 with --hf-config' --hf-config /nonexistent.json --head-dim 64
+bad 'needs about' --suite rope --tokens 4194304 --batch 4096
+
+# --model list: the presets, with the published numbers of the newer models.
+if "$bench" --model list >"$out" 2>"$err"; then
+  for want in 'qwen3-8b +32 +8 +128 +128 +neox +1e\+06' 'gemma-3-27b +32 +16 +128 +128 +neox +1e\+06 +linear x8' \
+              'deepseek-v3 +128 +1 +192 +64 +gptj +10000 +yarn x40' 'llama3-8b +32 +8 +128 +128 +neox +500000'; do
+    grep -q -E "^$want" "$out" || fail "--model list lacks a line matching '$want': $(cat "$out")"
+  done
+  echo "ok   pe-bench --model list"
+else
+  fail "--model list exited $?: $(cat "$err")"
+fi
+
+# A quick measured run: two rows (both layouts), numbers in every timing field.
+quick="--tokens 4 --threads 1 --reps 3 --warmup 0"
+# shellcheck disable=SC2086
+if "$bench" --suite rope $quick --csv >"$out" 2>"$err"; then
+  # fields 1-20 (suite .. speedup_vs_1_thread) are never quoted, nor the last three
+  # (shape, floor_ns_median, ratio_floor)
+  awk -F, -v want_bytes=$(( 2 * (32 + 8) * 4 * 128 * 4 )) '
+    NR == 1 { for (i = 1; i <= NF; i++) col[$i] = i; next }
+    { n++
+      want = n == 1 ? "llama3-8b 4 tok x1 bhtd" : "llama3-8b 4 tok x1 bthd"
+      if ($2 != want) { print "row " n ": case \"" $2 "\", not \"" want "\""; bad = 1 }
+      if ($(NF - 2) != "32q/8kv x128 neox") { print "row " n ": shape \"" $(NF - 2) "\""; bad = 1 }
+      if ($col["bytes"] != want_bytes) { print "row " n ": bytes " $col["bytes"]; bad = 1 }
+      split("ns_median bound_ns_median ratio_bound textbook_ns_median", f, " ")
+      for (i = 1; i <= 4; i++)
+        if (!($col[f[i]] + 0 > 0)) { print "row " n ": " f[i] " \"" $col[f[i]] "\""; bad = 1 }
+      # the compute floor (kernels for every path but NEON), counted from the end
+      if ($4 != "neon" && !($(NF - 1) > 0 && $NF > 0)) {
+        print "row " n ": floor_ns_median \"" $(NF - 1) "\", ratio_floor \"" $NF "\""; bad = 1 } }
+    END { if (n != 2) { print n " rows, not 2"; bad = 1 }; exit bad }' "$out" \
+    && echo "ok   pe-bench --suite rope $quick --csv: 2 rows measured" \
+    || fail "pe-bench --suite rope $quick --csv: $(cat "$out")"
+else
+  fail "pe-bench --suite rope $quick --csv exited $?: $(cat "$err")"
+fi
+
+# An overridden shape is "custom", with the shape it has.
+# shellcheck disable=SC2086
+if "$bench" --suite rope $quick --layout bhtd --heads 16 --csv >"$out" 2>"$err"; then
+  grep -q '^rope,custom 4 tok x1 bhtd,.*,16q/8kv x128 neox,[0-9.e+]*,[0-9.e+]*$' "$out" \
+    || fail "--heads 16 on llama3-8b: not a 'custom' row of shape 16q/8kv x128 neox: $(cat "$out")"
+  echo "ok   --heads 16: labelled custom"
+else
+  fail "--heads 16 exited $?: $(cat "$err")"
+fi
+
+# DeepSeek-V3: 128 q heads of 192 channels, 64 rotated, interleaved; one k head.
+# shellcheck disable=SC2086
+if "$bench" --suite rope $quick --layout bhtd --model deepseek-v3 --csv >"$out" 2>"$err"; then
+  grep -q '^rope,deepseek-v3 4 tok x1 bhtd,f32,[a-z0-9]*,1,[0-9]*,[0-9.]*,[0-9.]*,.*,128q/1kv x192 rot64 gptj,' "$out" \
+    || fail "--model deepseek-v3: no measured row of shape 128q/1kv x192 rot64 gptj: $(cat "$out")"
+  grep -q '^rope,deepseek-v3 4 tok x1 bhtd,f32,[a-z0-9]*,1,'"$(( (128 + 1) * 4 * 64 * 4 * 2 ))"',' "$out" \
+    || fail "--model deepseek-v3: bytes are not (128 + 1) heads x 4 tokens x 64 rotated x 4 B x 2"
+  echo "ok   --model deepseek-v3: 128q/1kv x192 rot64 gptj"
+else
+  fail "--model deepseek-v3 exited $?: $(cat "$err")"
+fi
+
+# The default table fits in 120 columns.
+# shellcheck disable=SC2086
+if "$bench" $quick --suite rope,kvquant >"$out" 2>"$err"; then
+  w=$(awk '{ if (length($0) > m) m = length($0) } END { print m + 0 }' "$out")
+  [ "$w" -le 120 ] || fail "the table is $w columns wide: $(cat "$out")"
+  grep -q '^case  *dtype  *ns/call  *x stream bound' "$out" || fail "no table in: $(cat "$out")"
+  echo "ok   the table is $w columns wide"
+else
+  fail "pe-bench $quick --suite rope,kvquant exited $?: $(cat "$err")"
+fi
+
+[ "$fails" -eq 0 ] || { echo "$fails checks failed"; exit 1; }
+echo "all pe-bench argument checks passed"
