@@ -18,7 +18,7 @@ DEF = ROOT / "src" / "config" / "models.def"
 TEMPLATE = ROOT / "docs" / "pages" / "models.md.in"
 PAGE = ROOT / "docs" / "pages" / "models.md"
 
-FIELDS = ["type", "pair", "width", "theta", "head_dim", "heads", "kv_heads", "hidden", "layers",
+FIELDS = ["type", "arch", "pair", "width", "theta", "head_dim", "heads", "kv_heads", "hidden", "layers",
           "max_pos", "layers_rule", "roles", "slice", "qk", "qk_scope", "qk_eps_key", "qk_when",
           "qk_when_default", "latent_eps", "source"]
 
@@ -28,7 +28,9 @@ PAIR = {"PAIR_GPTJ": "interleaved (GPTJ)", "PAIR_NEOX": "half-split (NEOX)",
 WIDTH = {"WIDTH_HEAD": "head_dim", "WIDTH_PRF": "int(head_dim x `partial_rotary_factor`)",
          "WIDTH_ROTARY_DIM": "`rotary_dim` (null: head_dim)",
          "WIDTH_MINIMAX_M2": "`rotary_dim` (default head_dim / 2), over any partial factor",
-         "WIDTH_MLA": "`qk_rope_head_dim`"}
+         "WIDTH_MLA": "`qk_rope_head_dim`",
+         "WIDTH_MLA_PRF": "int(`qk_rope_head_dim` x `partial_rotary_factor`)",
+         "WIDTH_V4": "int(head_dim x `partial_rotary_factor`), default `qk_rope_head_dim` (64 of 512)"}
 LAYERS = {"LAYERS_ALL": "all", "LAYERS_GEMMA3": "local: `rope_local_base_freq`; global: `rope_theta` + scaling",
           "LAYERS_PER_TYPE": "`rope_parameters` per layer type",
           "LAYERS_COHERE2": "sliding layers only", "LAYERS_LLAMA4": "`no_rope_layers`",
@@ -38,7 +40,8 @@ LAYERS = {"LAYERS_ALL": "all", "LAYERS_GEMMA3": "local: `rope_local_base_freq`; 
           "LAYERS_MIMO": "`hybrid_layer_pattern`: sliding at `swa_rope_theta`",
           "LAYERS_MINIMAX01": "`attn_type_list` 1 (0: linear attention, none)",
           "LAYERS_V4": "sliding: default at `rope_theta`; compressed: YaRN at `compress_rope_theta`",
-          "LAYERS_GRANITE_HYBRID": "attention layers if `position_embedding_type` is `rope`"}
+          "LAYERS_GRANITE_HYBRID": "attention layers if `position_embedding_type` is `rope`",
+          "LAYERS_FALCON": "all, none if `alibi` is true"}
 ROLES = {"ROLES_ATTN": "attention",
          "ROLES_DSA_V32": "attention + indexer (half-split unless `indexer_rope_interleave`)",
          "ROLES_DSA_GLM5": "attention + indexer on `indexer_types` \"full\" layers (`indexer_rope_interleave`, default interleaved)",

@@ -69,7 +69,7 @@ static pe_rope_cache *load(const char *name, int64_t max_positions, int64_t seq_
   size_t len;
   char *buf = read_fixture(name, &len);
   pe_rope_cache *c = NULL;
-  pe_status st = pe_rope_cache_create_from_hf_config(buf, len, max_positions, seq_len, &c);
+  pe_status st = pe_rope_cache_create_from_hf_config(buf, len, max_positions, seq_len, 0, &c);
   free(buf);
   if (st != PE_OK) fail_msg("%s: %s / %s", name, pe_status_string(st), pe_last_error());
   return c;
@@ -77,7 +77,9 @@ static pe_rope_cache *load(const char *name, int64_t max_positions, int64_t seq_
 
 static pe_rope_cache *load_text(const char *json, int64_t seq_len) {
   pe_rope_cache *c = NULL;
-  pe_status st = pe_rope_cache_create_from_hf_config(json, strlen(json), 0, seq_len, &c);
+  /* PE_CONFIG_GUESS: these configs test how keys are read, most without a
+   * model_type; a known model_type is not affected by the flag. */
+  pe_status st = pe_rope_cache_create_from_hf_config(json, strlen(json), 0, seq_len, PE_CONFIG_GUESS, &c);
   if (st != PE_OK) fail_msg("%s / %s\n%s", pe_status_string(st), pe_last_error(), json);
   return c;
 }
@@ -155,7 +157,7 @@ static void ref_yarn_betas(int d, double base, double s, double m0, double bf, d
 /* The error of loading a config: status and that the message holds `needle`. */
 static void expect_refused(const char *json, pe_status want, const char *needle) {
   pe_rope_cache *c = NULL;
-  pe_status st = pe_rope_cache_create_from_hf_config(json, strlen(json), 0, 0, &c);
+  pe_status st = pe_rope_cache_create_from_hf_config(json, strlen(json), 0, 0, 0, &c);
   if (st != want || !strstr(pe_last_error(), needle))
     fail_msg("%s: got %s / %s, expected %s naming \"%s\"", json, pe_status_string(st),
              pe_last_error(), pe_status_string(want), needle);
@@ -503,7 +505,7 @@ static void test_not_nul_terminated(void **state) {
   memcpy(buf, cfg, n);
   memcpy(buf + n, "garbage!", 8); /* beyond len, no NUL anywhere */
   pe_rope_cache *c = NULL;
-  assert_int_equal(pe_rope_cache_create_from_hf_config(buf, n, 0, 0, &c), PE_OK);
+  assert_int_equal(pe_rope_cache_create_from_hf_config(buf, n, 0, 0, PE_CONFIG_GUESS, &c), PE_OK);
   expect_geometry(c, 64, 64, PE_ROPE_NEOX, PE_ROPE_SCALING_NONE, 20000.0, "not NUL-terminated");
   pe_rope_cache_destroy(c);
   free(buf);
@@ -516,7 +518,7 @@ static void test_not_nul_terminated(void **state) {
 static void expect_error(const char *json, size_t len, int64_t seq_len, pe_status want,
                          const char *needle) {
   pe_rope_cache *sentinel = (pe_rope_cache *)&want, *out = sentinel;
-  pe_status st = pe_rope_cache_create_from_hf_config(json, len, 0, seq_len, &out);
+  pe_status st = pe_rope_cache_create_from_hf_config(json, len, 0, seq_len, PE_CONFIG_GUESS, &out);
   if (st != want)
     fail_msg("status %s, expected %s (%s) for\n%s", pe_status_string(st), pe_status_string(want),
              pe_last_error(), json ? json : "(null)");
@@ -601,7 +603,7 @@ static void test_errors(void **state) {
   /* Arguments. */
   expect_error(NULL, 10, 0, PE_ERR_NULL_POINTER, "json is NULL");
   expect_error("{\"head_dim\":64}", 15, -1, PE_ERR_INVALID_ARGUMENT, "seq_len -1");
-  assert_int_equal(pe_rope_cache_create_from_hf_config("{}", 2, 0, 0, NULL), PE_ERR_NULL_POINTER);
+  assert_int_equal(pe_rope_cache_create_from_hf_config("{}", 2, 0, 0, 0, NULL), PE_ERR_NULL_POINTER);
   /* A truncated real config (cut in the middle of the factor lists). */
   size_t len;
   char *buf = read_fixture("phi-3-mini-128k-instruct.json", &len);
@@ -747,16 +749,16 @@ static void test_second_rotation_refused(void **state) {
    * than a cache an engine would also apply to the indexer. */
   expect_refused("{\"model_type\":\"deepseek_v32\",\"qk_rope_head_dim\":64,\"rope_theta\":10000.0,"
                  "\"index_head_dim\":128,\"index_n_heads\":64,\"index_topk\":2048}",
-                 PE_ERR_UNSUPPORTED, "index_n_heads");
+                 PE_ERR_UNSUPPORTED, "pe_model_rope_layer_role");
   expect_refused("{\"model_type\":\"deepseek_v32\",\"qk_rope_head_dim\":64,\"rope_theta\":10000.0}",
-                 PE_ERR_UNSUPPORTED, "index_head_dim");
+                 PE_ERR_UNSUPPORTED, "indexer");
   expect_refused("{\"model_type\":\"glm_moe_dsa\",\"qk_rope_head_dim\":64,\"rope_theta\":1e6,"
-                 "\"index_topk\":2048}", PE_ERR_UNSUPPORTED, "index_topk");
+                 "\"index_topk\":2048}", PE_ERR_UNSUPPORTED, "indexer");
   expect_refused("{\"model_type\":\"deepseek_v4\",\"head_dim\":512,\"rope_theta\":10000.0}",
                  PE_ERR_UNSUPPORTED, "compressor");
   expect_refused("{\"model_type\":\"deepseek_v4\",\"head_dim\":512,\"rope_theta\":10000.0,"
-                 "\"compress_rope_theta\":160000.0}", PE_ERR_UNSUPPORTED, "compress_rope_theta");
-  /* The indexer keys on another type refuse too (a fine-tune renamed). */
+                 "\"compress_rope_theta\":160000.0}", PE_ERR_UNSUPPORTED, "compressor");
+  /* The indexer keys on a type whose class has no indexer: named, not dropped. */
   expect_refused("{\"model_type\":\"deepseek_v3\",\"qk_rope_head_dim\":64,\"rope_theta\":10000.0,"
                  "\"index_head_dim\":128}", PE_ERR_UNSUPPORTED, "index_head_dim");
 }
@@ -816,8 +818,13 @@ static void test_no_positional_encoding(void **state) {
                  "\"position_embedding_type\":\"nope\"}", PE_ERR_UNSUPPORTED, "position_embedding_type");
   expect_refused("{\"model_type\":\"granitemoehybrid\",\"head_dim\":128,\"rope_theta\":10000.0}",
                  PE_ERR_UNSUPPORTED, "position_embedding_type");
-  expect_refused("{\"model_type\":\"kimi_linear\",\"qk_rope_head_dim\":64,\"rope_theta\":10000.0,"
-                 "\"mla_use_nope\":true}", PE_ERR_UNSUPPORTED, "mla_use_nope");
+  const char *kl = "{\"model_type\":\"kimi_linear\",\"qk_rope_head_dim\":64,\"rope_theta\":10000.0,"
+                   "\"mla_use_nope\":true}";
+  pe_rope_cache *kc = NULL;
+  assert_int_equal(pe_rope_cache_create_from_hf_config(kl, strlen(kl), 0, 0, PE_CONFIG_GUESS, &kc),
+                   PE_ERR_UNSUPPORTED);
+  assert_non_null(strstr(pe_last_error(), "mla_use_nope"));
+  assert_null(kc);
   pe_rope_cache *c = load_text("{\"model_type\":\"granitemoehybrid\",\"head_dim\":128,"
                                "\"rope_theta\":10000.0,\"position_embedding_type\":\"rope\"}", 0);
   expect_geometry(c, 128, 128, PE_ROPE_NEOX, PE_ROPE_SCALING_NONE, 10000.0, "granite rope");

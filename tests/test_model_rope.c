@@ -106,15 +106,22 @@ static pe_model_rope *load_model(const char *name) {
   size_t len;
   char *buf = read_fixture(name, &len);
   pe_model_rope *m = NULL;
-  pe_status st = pe_model_rope_from_hf_config(buf, len, 0, 0, &m);
+  pe_status st = pe_model_rope_from_hf_config(buf, len, 0, 0, 0, &m);
   free(buf);
   if (st != PE_OK) fail_msg("%s: %s / %s", name, pe_status_string(st), pe_last_error());
   return m;
 }
 
+static pe_model_rope *load_text_flags(const char *json, uint32_t flags) {
+  pe_model_rope *m = NULL;
+  pe_status st = pe_model_rope_from_hf_config(json, strlen(json), 0, 0, flags, &m);
+  if (st != PE_OK) fail_msg("%s / %s for\n%s", pe_status_string(st), pe_last_error(), json);
+  return m;
+}
+
 static pe_model_rope *load_text(const char *json) {
   pe_model_rope *m = NULL;
-  pe_status st = pe_model_rope_from_hf_config(json, strlen(json), 0, 0, &m);
+  pe_status st = pe_model_rope_from_hf_config(json, strlen(json), 0, 0, 0, &m);
   if (st != PE_OK) fail_msg("%s / %s for\n%s", pe_status_string(st), pe_last_error(), json);
   return m;
 }
@@ -213,7 +220,7 @@ static void test_gemma3(void **state) {
   size_t len;
   char *buf = read_fixture("per_layer/gemma-3-4b-it.json", &len);
   pe_model_rope *m = NULL;
-  assert_int_equal(pe_model_rope_from_hf_config(buf, len, 0, 0, &m), PE_OK);
+  assert_int_equal(pe_model_rope_from_hf_config(buf, len, 0, 0, 0, &m), PE_OK);
   int32_t h = 0, kv = 0;
   assert_int_equal(pe_model_rope_heads(m, &h, &kv), PE_OK);
   assert_int_equal(h, 8); /* text_config's defaults, not the vision tower's 16 */
@@ -221,7 +228,7 @@ static void test_gemma3(void **state) {
   pe_model_rope_destroy(m);
   /* The one-cache loader refuses it by name instead of one base for all. */
   pe_rope_cache *c = (pe_rope_cache *)&len, *sentinel = c;
-  assert_int_equal(pe_rope_cache_create_from_hf_config(buf, len, 0, 0, &c), PE_ERR_UNSUPPORTED);
+  assert_int_equal(pe_rope_cache_create_from_hf_config(buf, len, 0, 0, 0, &c), PE_ERR_UNSUPPORTED);
   assert_ptr_equal(c, sentinel);
   assert_non_null(strstr(pe_last_error(), "pe_model_rope_from_hf_config"));
   free(buf);
@@ -292,7 +299,7 @@ static void test_cohere2(void **state) {
   const char *cr = "{\"model_type\":\"cohere\",\"hidden_size\":8192,\"num_attention_heads\":64,"
                    "\"num_hidden_layers\":40,\"rope_theta\":8000000.0}";
   pe_rope_cache *c = NULL;
-  assert_int_equal(pe_rope_cache_create_from_hf_config(cr, strlen(cr), 0, 0, &c), PE_OK);
+  assert_int_equal(pe_rope_cache_create_from_hf_config(cr, strlen(cr), 0, 0, 0, &c), PE_OK);
   pe_rope_params p;
   pe_rope_params_init(&p);
   assert_int_equal(pe_rope_cache_params(c, &p), PE_OK);
@@ -303,7 +310,7 @@ static void test_cohere2(void **state) {
   size_t len;
   char *buf = read_fixture("per_layer/c4ai-command-r7b-12-2024.json", &len);
   c = NULL;
-  assert_int_equal(pe_rope_cache_create_from_hf_config(buf, len, 0, 0, &c), PE_ERR_UNSUPPORTED);
+  assert_int_equal(pe_rope_cache_create_from_hf_config(buf, len, 0, 0, 0, &c), PE_ERR_UNSUPPORTED);
   assert_null(c);
   assert_non_null(strstr(pe_last_error(), "attention layers without RoPE"));
   assert_non_null(strstr(pe_last_error(), "pe_model_rope_from_hf_config"));
@@ -394,7 +401,7 @@ static void test_qwen3_next(void **state) {
   size_t len;
   char *buf = read_fixture("qwen3-next-80b-a3b-instruct.json", &len);
   pe_rope_cache *c = NULL;
-  assert_int_equal(pe_rope_cache_create_from_hf_config(buf, len, 0, 0, &c), PE_OK);
+  assert_int_equal(pe_rope_cache_create_from_hf_config(buf, len, 0, 0, 0, &c), PE_OK);
   pe_rope_params p;
   pe_rope_params_init(&p);
   assert_int_equal(pe_rope_cache_params(c, &p), PE_OK);
@@ -423,7 +430,7 @@ static void check_qwen_vl(const char *name) {
   size_t len;
   char *buf = read_fixture(name, &len);
   pe_rope_cache *c = NULL;
-  assert_int_equal(pe_rope_cache_create_from_hf_config(buf, len, 0, 0, &c), PE_OK);
+  assert_int_equal(pe_rope_cache_create_from_hf_config(buf, len, 0, 0, 0, &c), PE_OK);
   int32_t sec[3] = {0, 0, 0};
   uint32_t flags = 99;
   assert_int_equal(pe_mrope_section_from_hf_config(buf, len, sec, &flags), PE_OK);
@@ -463,13 +470,22 @@ static void test_mimo_v2(void **state) {
   const char *bad = "{\"model_type\":\"mimo_v2_flash\",\"head_dim\":192,\"num_hidden_layers\":3,"
                     "\"rope_theta\":1e7,\"swa_rope_theta\":1e4,\"hybrid_layer_pattern\":[0,1]}";
   pe_model_rope *out = NULL;
-  assert_int_equal(pe_model_rope_from_hf_config(bad, strlen(bad), 0, 0, &out), PE_ERR_PARSE);
+  assert_int_equal(pe_model_rope_from_hf_config(bad, strlen(bad), 0, 0, 0, &out), PE_ERR_PARSE);
   assert_non_null(strstr(pe_last_error(), "hybrid_layer_pattern has 2 entries"));
-  /* On a model type whose pattern libposenc has not read: refused. */
+  /* On a model type whose pattern libposenc has not read: refused, even
+   * when the caller accepts a guess (the key is named). */
   bad = "{\"model_type\":\"other_lm\",\"head_dim\":64,\"num_hidden_layers\":2,\"rope_theta\":1e4,"
         "\"hybrid_layer_pattern\":[0,1]}";
-  assert_int_equal(pe_model_rope_from_hf_config(bad, strlen(bad), 0, 0, &out), PE_ERR_UNSUPPORTED);
+  assert_int_equal(pe_model_rope_from_hf_config(bad, strlen(bad), 0, 0, 0, &out), PE_ERR_UNSUPPORTED);
+  assert_non_null(strstr(pe_last_error(), "\"other_lm\" is not in libposenc's table"));
+  assert_int_equal(pe_model_rope_from_hf_config(bad, strlen(bad), 0, 0, PE_CONFIG_GUESS, &out),
+                   PE_ERR_UNSUPPORTED);
   assert_non_null(strstr(pe_last_error(), "hybrid_layer_pattern"));
+  /* A known type whose class does not read it: named too. */
+  bad = "{\"model_type\":\"llama\",\"head_dim\":64,\"num_hidden_layers\":2,\"rope_theta\":1e4,"
+        "\"swa_rope_theta\":1e4}";
+  assert_int_equal(pe_model_rope_from_hf_config(bad, strlen(bad), 0, 0, 0, &out), PE_ERR_UNSUPPORTED);
+  assert_non_null(strstr(pe_last_error(), "swa_rope_theta"));
   assert_null(out);
 }
 
@@ -492,7 +508,8 @@ static void test_hybrid_without_rope(void **state) {
       "{\"model_type\":\"kimi_linear\",\"qk_rope_head_dim\":64,\"num_hidden_layers\":4,"
       "\"rope_theta\":10000,\"mla_use_nope\":true}"};
   for (size_t k = 0; k < sizeof cfgs / sizeof cfgs[0]; k++) {
-    m = load_text(cfgs[k]);
+    /* Kimi-Linear is not in the table: its NoPE is read under PE_CONFIG_GUESS. */
+    m = load_text_flags(cfgs[k], strstr(cfgs[k], "kimi_linear") ? PE_CONFIG_GUESS : 0);
     for (int i = 0; i < pe_model_rope_num_layers(m); i++) expect_nope(cfgs[k], m, i);
     pe_model_rope_destroy(m);
   }
@@ -504,17 +521,28 @@ static void test_hybrid_without_rope(void **state) {
 
 static void test_unknown_model_type(void **state) {
   (void)state;
-  /* No rope_theta and a model type libposenc does not know: refused, with
-   * the key named; never a silent 10000. */
+  /* A model type libposenc does not know is refused unless the caller asks
+   * for a guess, with the type named. */
+  const char *known = "{\"model_type\":\"brand_new_lm\",\"head_dim\":64,\"num_hidden_layers\":2,"
+                      "\"rope_theta\":20000.0}";
+  pe_model_rope *m = (pe_model_rope *)&known, *sentinel = m;
+  assert_int_equal(pe_model_rope_from_hf_config(known, strlen(known), 0, 0, 0, &m), PE_ERR_UNSUPPORTED);
+  assert_ptr_equal(m, sentinel);
+  assert_non_null(strstr(pe_last_error(), "\"brand_new_lm\" is not in libposenc's table"));
+  assert_non_null(strstr(pe_last_error(), "PE_CONFIG_GUESS"));
+  /* Unknown bits of flags: refused. */
+  assert_int_equal(pe_model_rope_from_hf_config(known, strlen(known), 0, 0, 2, &m),
+                   PE_ERR_INVALID_ARGUMENT);
+  assert_ptr_equal(m, sentinel);
+  /* A guess without rope_theta: refused with the key named; never a silent 10000. */
   const char *cfg = "{\"model_type\":\"brand_new_lm\",\"head_dim\":64,\"num_hidden_layers\":2}";
-  pe_model_rope *m = (pe_model_rope *)&cfg, *sentinel = m;
-  assert_int_equal(pe_model_rope_from_hf_config(cfg, strlen(cfg), 0, 0, &m), PE_ERR_PARSE);
+  assert_int_equal(pe_model_rope_from_hf_config(cfg, strlen(cfg), 0, 0, PE_CONFIG_GUESS, &m),
+                   PE_ERR_PARSE);
   assert_ptr_equal(m, sentinel);
   assert_non_null(strstr(pe_last_error(), "pe_model_rope_from_hf_config: config.json lacks rope_theta"));
   assert_non_null(strstr(pe_last_error(), "\"brand_new_lm\""));
   /* With rope_theta it loads, half-split pairing, and says it guessed. */
-  m = load_text("{\"model_type\":\"brand_new_lm\",\"head_dim\":64,\"num_hidden_layers\":2,"
-                "\"rope_theta\":20000.0}");
+  m = load_text_flags(known, PE_CONFIG_GUESS);
   assert_int_equal(pe_model_rope_pairing_guessed(m), 1);
   want w = {64, 64, PE_ROPE_NEOX, PE_ROPE_SCALING_NONE, 1, 1, {R_DEFAULT, 20000.0, 64, 1, 0, 0, 0}};
   expect_layer("guessed", m, 1, &w);
@@ -532,7 +560,7 @@ static void test_max_positions_from_config(void **state) {
   const char *cfg = "{\"model_type\":\"llama\",\"head_dim\":16,\"num_hidden_layers\":2,"
                     "\"max_position_embeddings\":48}";
   pe_model_rope *m = NULL;
-  assert_int_equal(pe_model_rope_from_hf_config(cfg, strlen(cfg), PE_MAX_POSITIONS_FROM_CONFIG, 0, &m),
+  assert_int_equal(pe_model_rope_from_hf_config(cfg, strlen(cfg), PE_MAX_POSITIONS_FROM_CONFIG, 0, 0, &m),
                    PE_OK);
   pe_rope_params p;
   pe_rope_params_init(&p);
@@ -545,17 +573,17 @@ static void test_max_positions_from_config(void **state) {
   pe_model_rope_destroy(m);
   const char *nomax = "{\"model_type\":\"llama\",\"head_dim\":16,\"num_hidden_layers\":2}";
   m = NULL;
-  assert_int_equal(pe_model_rope_from_hf_config(nomax, strlen(nomax), -1, 0, &m), PE_ERR_PARSE);
+  assert_int_equal(pe_model_rope_from_hf_config(nomax, strlen(nomax), -1, 0, 0, &m), PE_ERR_PARSE);
   assert_null(m);
   assert_non_null(strstr(pe_last_error(), "max_position_embeddings"));
-  assert_int_equal(pe_model_rope_from_hf_config(cfg, strlen(cfg), -2, 0, &m), PE_ERR_INVALID_ARGUMENT);
+  assert_int_equal(pe_model_rope_from_hf_config(cfg, strlen(cfg), -2, 0, 0, &m), PE_ERR_INVALID_ARGUMENT);
   assert_non_null(strstr(pe_last_error(), "max_positions -2"));
   /* A key the config omits takes its config class's default: transformers'
    * Gemma3TextConfig has max_position_embeddings = 131072. */
   const char *gemma = "{\"model_type\":\"gemma3_text\",\"head_dim\":16,\"num_hidden_layers\":6,"
                       "\"rope_theta\":1000000.0,\"rope_local_base_freq\":10000.0}";
   m = NULL;
-  assert_int_equal(pe_model_rope_from_hf_config(gemma, strlen(gemma), -1, 0, &m), PE_OK);
+  assert_int_equal(pe_model_rope_from_hf_config(gemma, strlen(gemma), -1, 0, 0, &m), PE_OK);
   pe_rope_params_init(&p);
   assert_int_equal(pe_rope_cache_params(pe_model_rope_layer(m, 5), &p), PE_OK);
   assert_int_equal(p.max_positions, 131072);
@@ -565,20 +593,20 @@ static void test_max_positions_from_config(void **state) {
 static void test_errors(void **state) {
   (void)state;
   pe_model_rope *m = NULL;
-  assert_int_equal(pe_model_rope_from_hf_config(NULL, 0, 0, 0, &m), PE_ERR_NULL_POINTER);
-  assert_int_equal(pe_model_rope_from_hf_config("{}", 2, 0, 0, NULL), PE_ERR_NULL_POINTER);
-  assert_int_equal(pe_model_rope_from_hf_config("{}", 2, 0, -1, &m), PE_ERR_INVALID_ARGUMENT);
+  assert_int_equal(pe_model_rope_from_hf_config(NULL, 0, 0, 0, 0, &m), PE_ERR_NULL_POINTER);
+  assert_int_equal(pe_model_rope_from_hf_config("{}", 2, 0, 0, 0, NULL), PE_ERR_NULL_POINTER);
+  assert_int_equal(pe_model_rope_from_hf_config("{}", 2, 0, -1, 0, &m), PE_ERR_INVALID_ARGUMENT);
   const char *nolayers = "{\"model_type\":\"llama\",\"head_dim\":16,\"rope_theta\":1e4}";
-  assert_int_equal(pe_model_rope_from_hf_config(nolayers, strlen(nolayers), 0, 0, &m), PE_ERR_PARSE);
+  assert_int_equal(pe_model_rope_from_hf_config(nolayers, strlen(nolayers), 0, 0, 0, &m), PE_ERR_PARSE);
   assert_non_null(strstr(pe_last_error(), "num_hidden_layers"));
   const char *badtypes = "{\"model_type\":\"llama\",\"head_dim\":16,\"rope_theta\":1e4,"
                          "\"num_hidden_layers\":3,\"layer_types\":[\"full_attention\"]}";
-  assert_int_equal(pe_model_rope_from_hf_config(badtypes, strlen(badtypes), 0, 0, &m), PE_ERR_PARSE);
+  assert_int_equal(pe_model_rope_from_hf_config(badtypes, strlen(badtypes), 0, 0, 0, &m), PE_ERR_PARSE);
   assert_non_null(strstr(pe_last_error(), "layer_types has 1 entries, num_hidden_layers is 3"));
   const char *missing = "{\"model_type\":\"gemma3_text\",\"num_hidden_layers\":2,\"layer_types\":"
                         "[\"sliding_attention\",\"full_attention\"],\"rope_parameters\":"
                         "{\"full_attention\":{\"rope_theta\":1e6}}}";
-  assert_int_equal(pe_model_rope_from_hf_config(missing, strlen(missing), 0, 0, &m), PE_ERR_PARSE);
+  assert_int_equal(pe_model_rope_from_hf_config(missing, strlen(missing), 0, 0, 0, &m), PE_ERR_PARSE);
   assert_non_null(strstr(pe_last_error(), "rope_parameters.sliding_attention"));
   assert_null(m);
   m = load_text("{\"model_type\":\"llama\",\"head_dim\":16,\"rope_theta\":1e4,\"num_hidden_layers\":3}");
