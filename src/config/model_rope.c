@@ -865,7 +865,15 @@ static pe_status model_build(const char *json, size_t len, int64_t max_positions
 
   int32_t n_built = 0;
   for (int32_t i = 0; i < (int32_t)n; i++) {
-    if ((st = resolve_layer(tr, mt, types[i], i, no_rope, &specs[i])) != PE_OK) goto done;
+    if (roles == ROLES_V4) {
+      /* V4's rotations are v4_main / v4_comp (its rope_parameters are keyed
+       * by rope, not by layer type). */
+      memset(&specs[i], 0, sizeof specs[i]);
+      specs[i].attention = 1;
+      specs[i].style_override = -1;
+    } else if ((st = resolve_layer(tr, mt, types[i], i, no_rope, &specs[i])) != PE_OK) {
+      goto done;
+    }
     if (no_pe) specs[i].nope = 1;
     if (build_no_rope && (i + 1) % interval == 0) specs[i].nope = 1;
     m->tuned[i] = (unsigned char)(tuning && specs[i].nope && specs[i].attention);
