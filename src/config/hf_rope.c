@@ -220,7 +220,11 @@ static pe_status read_lengths(hf_rope *h) {
    * rope_local_base_freq, ModernBERT global/local_rope_theta), the top-level
    * rope_theta or GPT-NeoX rotary_emb_base, then the config class's
    * default: never a guessed 10000. */
-  if ((st = pe__json_number(h->dict, h->where, "rope_theta", &theta, &found)) != PE_OK) return st;
+  if (h->base_forced > 0.0) {
+    theta = h->base_forced, found = 1;
+  } else if ((st = pe__json_number(h->dict, h->where, "rope_theta", &theta, &found)) != PE_OK) {
+    return st;
+  }
   if (!found && h->base_override > 0.0) theta = h->base_override, found = 1;
   if (!found && (st = pe__json_number(h->root, "", "rope_theta", &theta, &found)) != PE_OK) return st;
   if (!found && (st = pe__json_number(h->root, "", "rotary_emb_base", &theta, &found)) != PE_OK) return st;
@@ -433,6 +437,7 @@ pe_status pe__hf_cache_for(const cJSON *root, const char *model_type, const laye
   h.head_dim_key = lr->head_dim_key;
   h.style_override = lr->style_override;
   h.attn_default = lr->attn_default;
+  h.base_forced = lr->base_forced;
   if ((st = read_type(&h)) != PE_OK) return st;
   if ((st = read_geometry(&h)) != PE_OK) return st;
   if ((st = read_lengths(&h)) != PE_OK) return st;

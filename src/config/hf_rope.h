@@ -23,6 +23,7 @@ typedef struct hf_rope {
   int force_default;          /* 1: no scaling dict (Gemma 3 local layers) */
   int style_override;         /* >= 0: this pairing (an indexer's), else the model's */
   double attn_default;        /* > 0: YaRN's attention factor when the dict has none */
+  double base_forced;         /* > 0: the base, whatever the dict says */
 } hf_rope;
 
 /* One layer type's rope, as the per-layer loader resolved it. */
@@ -36,6 +37,7 @@ typedef struct layer_rope {
   int force_default;
   int style_override;       /* see hf_rope; -1 = none */
   double attn_default;      /* see hf_rope */
+  double base_forced;       /* see hf_rope */
   int tuned;                /* Llama 4 attn_temperature_tuning on this NoPE layer */
 } layer_rope;
 

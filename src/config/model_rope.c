@@ -287,6 +287,7 @@ static int same_layer_spec(const layer_rope *a, const layer_rope *b) {
   return a->dict == b->dict && a->base_override == b->base_override &&
          a->force_default == b->force_default && a->head_dim_key == b->head_dim_key &&
          a->style_override == b->style_override && a->attn_default == b->attn_default &&
+         a->base_forced == b->base_forced &&
          strcmp(a->where, b->where) == 0;
 }
 
@@ -599,16 +600,9 @@ static pe_status v4_specs(const cJSON *tr, layer_rope *main_lr, layer_rope *comp
     return pe__fail(PE_ERR_PARSE, "%s: rope_scaling must be an object, got %s", FN,
                     pe__json_type(comp_lr->dict));
   snprintf(comp_lr->where, sizeof comp_lr->where, rp ? "rope_parameters." : "rope_scaling.");
-  comp_lr->base_override = ctheta;
-  /* The dict's rope_theta would win over compress_rope_theta in read_lengths:
-   * DeepseekV4Config overwrites it, so a flat dict's own theta is the main
-   * one's and must not reach the compressed rope. */
-  if (comp_lr->dict && pe__json_get(comp_lr->dict, "rope_theta"))
-    return pe__fail(PE_ERR_UNSUPPORTED,
-                    "%s: %srope_theta in a DeepSeek-V4 config without compress_rope_parameters: "
-                    "DeepseekV4Config replaces it by compress_rope_theta for the compressed "
-                    "layers, which this loader does not do inside a dict; move it to rope_theta",
-                    FN, comp_lr->where);
+  /* DeepseekV4Config writes compress_rope_theta over a flat dict's own
+   * rope_theta (that one is the main rope's). */
+  comp_lr->base_forced = ctheta;
   return PE_OK;
 }
 
