@@ -95,17 +95,27 @@ def get(d, k, default=None):
     return default if v is None else v
 
 
-MLA = {"deepseek_v2", "deepseek_v3", "kimi_k2", "deepseek_v32", "glm_moe_dsa"}
+# DeepseekV3Attention and the classes built on it (rope_interleave).
+MLA = {"deepseek_v2", "deepseek_v3", "kimi_k2", "deepseek_v32", "glm_moe_dsa", "glm4_moe_lite"}
+# rotate_every_two, view_as_complex, repeat_interleave'd cos/sin on x[..., ::2] / x[..., 1::2]
 INTERLEAVED = {"gptj", "codegen", "cohere", "cohere2", "glm", "glm4", "llama4", "llama4_text",
-               "deepseek_v4"}
+               "helium", "ernie4_5", "ernie4_5_moe", "deepseek_v4"}
+# rotary classes that take int(head_dim * partial_rotary_factor) for the default rope
 APPLIES_FACTOR = {"phi", "phi3", "gpt_neox", "stablelm", "persimmon", "glm", "glm4", "glm4_moe",
-                  "qwen3_next", "qwen3_5", "qwen3_5_text", "mimo_v2", "mimo_v2_flash"}
+                  "glm4_moe_lite", "qwen3_next", "qwen3_5", "qwen3_5_text", "qwen3_5_moe",
+                  "qwen3_5_moe_text", "mimo_v2", "mimo_v2_flash"}
+# attention classes with no rotary embedding
+NO_ROPE = {"nemotron_h", "jamba"}
 # rope_theta the config class falls back to (the types of the fixtures).
 DEFAULT_THETA = {"llama": 10000.0, "mistral": 10000.0, "qwen2": 10000.0, "gptj": 10000.0,
                  "gpt_neox": 10000.0, "phi3": 10000.0, "deepseek_v3": 10000.0,
                  "kimi_k2": 10000.0, "deepseek_v32": 10000.0, "gpt_oss": 150000.0,
                  "minimax_m2": 5e6, "gemma3_text": 1e6, "gemma3": 1e6, "llama4_text": 5e5,
-                 "llama4": 5e5, "cohere2": 10000.0, "exaone4": 10000.0, "deepseek_v4": 10000.0}
+                 "llama4": 5e5, "cohere2": 10000.0, "exaone4": 10000.0, "deepseek_v4": 10000.0,
+                 "codegen": 10000.0, "cohere": 10000.0, "glm": 10000.0, "glm4": 10000.0,
+                 "deepseek_v2": 10000.0, "gemma": 10000.0, "gemma2": 10000.0, "phi": 10000.0,
+                 "phimoe": 1e6, "stablelm": 10000.0, "falcon": 10000.0, "olmo": 10000.0,
+                 "olmo3": 5e5, "granite": 10000.0, "granitemoehybrid": 10000.0}
 DEFAULT_HEAD = {"gemma3_text": 256, "gemma3": 256, "llama4_text": 128, "llama4": 128,
                 "gpt_oss": 64, "minimax_m2": 128, "deepseek_v4": 512}
 
@@ -208,7 +218,12 @@ def layer_types(mt, tr, n):
         if len(hp) != n:
             raise Raises("hybrid_layer_pattern")
         return [swa if x == 1 else full for x in hp]
-    if mt in ("qwen3_next", "qwen3_5", "qwen3_5_text"):
+    if mt == "minimax" and "attn_type_list" in tr:
+        al = tr["attn_type_list"]
+        if len(al) != n:
+            raise Raises("attn_type_list")
+        return [full if x == 1 else lin for x in al]
+    if mt in ("qwen3_next", "qwen3_5", "qwen3_5_text", "qwen3_5_moe", "qwen3_5_moe_text"):
         p = get(tr, "full_attention_interval", 4)
         return [full if (i + 1) % p == 0 else lin for i in range(n)]
     return [full] * n
@@ -230,11 +245,15 @@ def expect(cfg):
     none = (None, None, None)
     if mt == "deepseek_v4":
         return expect_v4(tr, n)
+    if mt in NO_ROPE or (mt == "granitemoehybrid" and tr.get("position_embedding_type") != "rope") \
+            or (mt == "falcon" and tr.get("alibi") is True) or tr.get("mla_use_nope") is True:
+        return [none] * n
     types = layer_types(mt, tr, n)
+    # standardize_rope_params: keyed by layer type only when every entry is one
     per_type = isinstance(rope, dict) and rope and all(isinstance(v, dict) for v in rope.values()) \
         and "rope_theta" not in rope and "rope_type" not in rope and "type" not in rope
     # Llama 4 / SmolLM3: no_rope_layers, else every no_rope_layer_interval-th layer NoPE
-    nrl = tr.get("no_rope_layers") if mt in ("llama4", "llama4_text") else None
+    nrl = tr.get("no_rope_layers") if mt in ("llama4", "llama4_text", "smollm3") else None
     out = []
     idx_full = None
     if mt == "glm_moe_dsa":
@@ -255,7 +274,7 @@ def expect(cfg):
         if mt == "exaone4" and full and tr.get("sliding_window", 4096) is not None:
             out.append(none)
             continue
-        if mt in ("llama4", "llama4_text"):
+        if mt in ("llama4", "llama4_text", "smollm3"):
             if nrl:
                 if nrl[i] == 0:
                     out.append(none)
@@ -428,4 +447,5 @@ def test_each_position_key_removed_or_altered(path):
     for key, what, c in variants(cfg):
         outcomes[(key, what)] = check(c, "%s with %s %s" % (path.name, key, what), key)
     # Something was perturbed wherever the file has a position key at all.
-    assert outcomes, path.name
+    tr = text_root(cfg)
+    assert outcomes or not any(tr.get(k) is not None for k in POSITION_KEYS), path.name

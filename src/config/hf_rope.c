@@ -62,8 +62,15 @@
 /* A v5 per-layer-type dict ({"full_attention": {...}, "sliding_attention":
  * {...}}) rather than one rope's parameters. */
 int pe__hf_is_per_layer_type(const cJSON *dict) {
-  return dict && !pe__json_get(dict, "rope_type") && !pe__json_get(dict, "type") && !pe__json_get(dict, "rope_theta") &&
-         dict->child && cJSON_IsObject(dict->child);
+  if (!dict || !dict->child || pe__json_get(dict, "rope_type") || pe__json_get(dict, "type") ||
+      pe__json_get(dict, "rope_theta"))
+    return 0;
+  /* Every entry a layer type's dict: one scalar among them (a stray
+   * "factor") makes it one rope's parameters, as standardize_rope_params
+   * reads it, not a per-layer dict with a key dropped. */
+  for (const cJSON *e = dict->child; e; e = e->next)
+    if (!cJSON_IsObject(e)) return 0;
+  return 1;
 }
 
 static pe_status read_type(hf_rope *h) {
