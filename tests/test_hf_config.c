@@ -31,6 +31,7 @@
 #include <cmocka.h>
 
 #include "posenc.h"
+#include "config_fixture.h"
 
 #define PI_D 3.14159265358979323846
 #define MAXH 512
@@ -39,31 +40,7 @@
 /* helpers                                                                */
 /* ---------------------------------------------------------------------- */
 
-static double ulp_f32(double v) {
-  v = fabs(v);
-  if (v < 0x1p-126) return 0x1p-149;
-  int e;
-  frexp(v, &e);
-  return ldexp(1.0, e - 1 - 23);
-}
 
-/* The file's bytes, exactly len of them: no NUL terminator is added, so the
- * loader must respect len (malloc'd to the size: ASan would catch a read past). */
-static char *read_fixture(const char *name, size_t *len) {
-  char path[1024];
-  snprintf(path, sizeof path, "%s/configs/%s", PE_TEST_DATA_DIR, name);
-  FILE *f = fopen(path, "rb");
-  if (!f) fail_msg("cannot open %s", path);
-  fseek(f, 0, SEEK_END);
-  long n = ftell(f);
-  fseek(f, 0, SEEK_SET);
-  char *buf = malloc((size_t)n);
-  assert_non_null(buf);
-  assert_int_equal(fread(buf, 1, (size_t)n, f), (size_t)n);
-  fclose(f);
-  *len = (size_t)n;
-  return buf;
-}
 
 static pe_rope_cache *load(const char *name, int64_t max_positions, int64_t seq_len) {
   size_t len;
@@ -121,38 +98,10 @@ static double ref_mscale(double s, double m) { return s <= 1.0 ? 1.0 : 0.1 * m *
 
 /* HF yarn (transformers' _compute_yarn_parameters), d/2 frequencies into inv. */
 static void ref_yarn(int d, double base, double s, double m0, int truncate, double *inv) {
-  double lo = d * log(m0 / (32.0 * 2.0 * PI_D)) / (2.0 * log(base));
-  double hi = d * log(m0 / (1.0 * 2.0 * PI_D)) / (2.0 * log(base));
-  if (truncate) {
-    lo = floor(lo);
-    hi = ceil(hi);
-  }
-  lo = fmax(lo, 0.0);
-  hi = fmin(hi, (double)(d - 1));
-  if (lo == hi) hi += 0.001;
-  for (int i = 0; i < d / 2; i++) {
-    double r = fmin(fmax((i - lo) / (hi - lo), 0.0), 1.0);
-    double pf = pow(base, (double)(2 * i) / d);
-    inv[i] = 1.0 / (s * pf) * r + 1.0 / pf * (1.0 - r);
-  }
+  double lo, hi;
+  ref_yarn_range(d, base, s, m0, 32.0, 1.0, truncate, inv, &lo, &hi);
 }
 
-/* The same with explicit betas (transformers: `beta or default`). */
-static void ref_yarn_betas(int d, double base, double s, double m0, double bf, double bs, double *inv,
-                           double *lo_out, double *hi_out) {
-  double lo = floor(d * log(m0 / (bf * 2.0 * PI_D)) / (2.0 * log(base)));
-  double hi = ceil(d * log(m0 / (bs * 2.0 * PI_D)) / (2.0 * log(base)));
-  lo = fmax(lo, 0.0);
-  hi = fmin(hi, (double)(d - 1));
-  if (lo == hi) hi += 0.001;
-  for (int i = 0; i < d / 2; i++) {
-    double r = fmin(fmax((i - lo) / (hi - lo), 0.0), 1.0);
-    double pf = pow(base, (double)(2 * i) / d);
-    inv[i] = 1.0 / (s * pf) * r + 1.0 / pf * (1.0 - r);
-  }
-  *lo_out = lo;
-  *hi_out = hi;
-}
 
 /* The error of loading a config: status and that the message holds `needle`. */
 static void expect_refused(const char *json, pe_status want, const char *needle) {
@@ -630,17 +579,7 @@ static void hf_f32_inv(hf_kind kind, int d, double base, double s, double m0, in
                        const double *ext, float *out) {
   int half = d / 2;
   double lo = 0, hi = 0;
-  if (kind == HF_YARN) {
-    lo = d * log(m0 / (32.0 * 2.0 * PI_D)) / (2.0 * log(base));
-    hi = d * log(m0 / (1.0 * 2.0 * PI_D)) / (2.0 * log(base));
-    if (truncate) {
-      lo = floor(lo);
-      hi = ceil(hi);
-    }
-    lo = fmax(lo, 0.0);
-    hi = fmin(hi, (double)(d - 1));
-    if (lo == hi) hi += 0.001;
-  }
+  if (kind == HF_YARN) yarn_range(d, base, m0, 32.0, 1.0, truncate, &lo, &hi);
   for (int i = 0; i < half; i++) {
     float pf = hf_pos_freq(base, i, d);
     float inv = 1.0f / pf;
@@ -702,7 +641,7 @@ static void test_kimi_k2(void **state) {
   assert_true(p.factor == 64.0 && p.original_max_positions == 4096);
   assert_true(p.beta_fast == 1.0 && p.beta_slow == 1.0);
   double ref[32], lo, hi;
-  ref_yarn_betas(64, 50000.0, 64.0, 4096.0, 1.0, 1.0, ref, &lo, &hi);
+  ref_yarn_range(64, 50000.0, 64.0, 4096.0, 1.0, 1.0, 1, ref, &lo, &hi);
   assert_true(lo == 19.0 && hi == 20.0);
   expect_inv(c, ref, 32, "kimi-k2 yarn");
   for (int i = 0; i < 32; i++) /* the step: original up to 19, divided by 64 from 20 */

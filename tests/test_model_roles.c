@@ -29,64 +29,20 @@
 #include <cmocka.h>
 
 #include "posenc.h"
+#include "config_fixture.h"
 
 #define PI_D 3.14159265358979323846
 
-static char *read_fixture(const char *name, size_t *len) {
-  char path[1024];
-  snprintf(path, sizeof path, "%s/configs/%s", PE_TEST_DATA_DIR, name);
-  FILE *f = fopen(path, "rb");
-  if (!f) fail_msg("cannot open %s", path);
-  fseek(f, 0, SEEK_END);
-  long n = ftell(f);
-  fseek(f, 0, SEEK_SET);
-  char *buf = malloc((size_t)n);
-  assert_non_null(buf);
-  assert_int_equal(fread(buf, 1, (size_t)n, f), (size_t)n);
-  fclose(f);
-  *len = (size_t)n;
-  return buf;
-}
 
-static pe_model_rope *load_model(const char *name) {
-  size_t len;
-  char *buf = read_fixture(name, &len);
-  pe_model_rope *m = NULL;
-  pe_status st = pe_model_rope_from_hf_config(buf, len, 0, 0, 0, &m);
-  free(buf);
-  if (st != PE_OK) fail_msg("%s: %s / %s", name, pe_status_string(st), pe_last_error());
-  return m;
-}
 
-static pe_model_rope *load_text(const char *json) {
-  pe_model_rope *m = NULL;
-  pe_status st = pe_model_rope_from_hf_config(json, strlen(json), 0, 0, 0, &m);
-  if (st != PE_OK) fail_msg("%s / %s for\n%s", pe_status_string(st), pe_last_error(), json);
-  return m;
-}
 
-static double ulp_f32(double v) {
-  v = fabs(v);
-  if (v < 0x1p-126) return 0x1p-149;
-  int e;
-  frexp(v, &e);
-  return ldexp(1.0, e - 1 - 23);
-}
 
 static double mscale(double s, double m) { return s <= 1.0 ? 1.0 : 0.1 * m * log(s) + 1.0; }
 
 /* transformers' _compute_yarn_parameters (truncate true), d/2 frequencies. */
 static void ref_yarn(int d, double base, double s, double m0, double bf, double bs, double *inv) {
-  double lo = floor(d * log(m0 / (bf * 2.0 * PI_D)) / (2.0 * log(base)));
-  double hi = ceil(d * log(m0 / (bs * 2.0 * PI_D)) / (2.0 * log(base)));
-  lo = fmax(lo, 0.0);
-  hi = fmin(hi, (double)(d - 1));
-  if (lo == hi) hi += 0.001;
-  for (int i = 0; i < d / 2; i++) {
-    double r = fmin(fmax((i - lo) / (hi - lo), 0.0), 1.0);
-    double pf = pow(base, (double)(2 * i) / d);
-    inv[i] = 1.0 / (s * pf) * r + 1.0 / pf * (1.0 - r);
-  }
+  double lo, hi;
+  ref_yarn_range(d, base, s, m0, bf, bs, 1, inv, &lo, &hi);
 }
 
 static void ref_default(int d, double base, double *inv) {
@@ -166,7 +122,7 @@ static void expect_qk_refused(const char *what, const pe_model_rope *m, int laye
 
 static void test_deepseek_v32(void **state) {
   (void)state;
-  pe_model_rope *m = load_model("per_layer/deepseek-v3.2.json");
+  pe_model_rope *m = model_file("per_layer/deepseek-v3.2.json");
   assert_int_equal(pe_model_rope_num_layers(m), 61);
   /* YaRN factor 40, M0 4096, betas 32 / 1, mscale = mscale_all_dim = 1:
    * attention factor 1 (the ratio), softmax factor mscale(40, 1)^2. */
@@ -204,13 +160,13 @@ static void test_deepseek_v32(void **state) {
   pe_model_rope_destroy(m);
 
   /* indexer_rope_interleave true: the indexer pairs like the MLA and shares its cache. */
-  m = load_text("{\"model_type\":\"deepseek_v32\",\"qk_rope_head_dim\":64,\"rope_theta\":10000.0,"
-                "\"num_hidden_layers\":2,\"indexer_rope_interleave\":true}");
+  m = model_text("{\"model_type\":\"deepseek_v32\",\"qk_rope_head_dim\":64,\"rope_theta\":10000.0,"
+                "\"num_hidden_layers\":2,\"indexer_rope_interleave\":true}", 0);
   assert_ptr_equal(pe_model_rope_layer_role(m, 1, PE_ROPE_ROLE_INDEXER), pe_model_rope_layer(m, 1));
   pe_model_rope_destroy(m);
   /* rope_interleave false: half-split MLA; the indexer (default) too. */
-  m = load_text("{\"model_type\":\"deepseek_v32\",\"qk_rope_head_dim\":64,\"rope_theta\":10000.0,"
-                "\"num_hidden_layers\":2,\"rope_interleave\":false}");
+  m = model_text("{\"model_type\":\"deepseek_v32\",\"qk_rope_head_dim\":64,\"rope_theta\":10000.0,"
+                "\"num_hidden_layers\":2,\"rope_interleave\":false}", 0);
   ref_default(64, 10000.0, inv);
   want neox = {64, 64, PE_ROPE_NEOX, PE_ROPE_SCALING_NONE, 10000.0, 1.0, 1.0, inv};
   expect_cache("v3.2 rope_interleave false", 0, pe_model_rope_layer(m, 0), &neox);
@@ -238,7 +194,7 @@ static int glm5_full(int i, int freq, int offset) {
 
 static void test_glm5(void **state) {
   (void)state;
-  pe_model_rope *m = load_model("per_layer/glm-moe-dsa-shape.json");
+  pe_model_rope *m = model_file("per_layer/glm-moe-dsa-shape.json");
   assert_int_equal(pe_model_rope_num_layers(m), 78);
   double inv[32];
   ref_default(64, 1e6, inv);
@@ -268,19 +224,19 @@ static void test_glm5(void **state) {
   /* indexer_types and index_topk_pattern say it directly; the default
    * (no freq / offset) runs the indexer in every layer; half-split when
    * indexer_rope_interleave is false. */
-  m = load_text("{\"model_type\":\"glm_moe_dsa\",\"qk_rope_head_dim\":64,\"rope_theta\":1e6,"
-                "\"num_hidden_layers\":3,\"indexer_types\":[\"full\",\"shared\",\"full\"]}");
+  m = model_text("{\"model_type\":\"glm_moe_dsa\",\"qk_rope_head_dim\":64,\"rope_theta\":1e6,"
+                "\"num_hidden_layers\":3,\"indexer_types\":[\"full\",\"shared\",\"full\"]}", 0);
   assert_non_null(pe_model_rope_layer_role(m, 0, PE_ROPE_ROLE_INDEXER));
   assert_null(pe_model_rope_layer_role(m, 1, PE_ROPE_ROLE_INDEXER));
   assert_non_null(pe_model_rope_layer_role(m, 2, PE_ROPE_ROLE_INDEXER));
   pe_model_rope_destroy(m);
-  m = load_text("{\"model_type\":\"glm_moe_dsa\",\"qk_rope_head_dim\":64,\"rope_theta\":1e6,"
-                "\"num_hidden_layers\":3,\"index_topk_pattern\":\"FSS\"}");
+  m = model_text("{\"model_type\":\"glm_moe_dsa\",\"qk_rope_head_dim\":64,\"rope_theta\":1e6,"
+                "\"num_hidden_layers\":3,\"index_topk_pattern\":\"FSS\"}", 0);
   assert_non_null(pe_model_rope_layer_role(m, 0, PE_ROPE_ROLE_INDEXER));
   assert_null(pe_model_rope_layer_role(m, 2, PE_ROPE_ROLE_INDEXER));
   pe_model_rope_destroy(m);
-  m = load_text("{\"model_type\":\"glm_moe_dsa\",\"qk_rope_head_dim\":64,\"rope_theta\":1e6,"
-                "\"num_hidden_layers\":3,\"indexer_rope_interleave\":false}");
+  m = model_text("{\"model_type\":\"glm_moe_dsa\",\"qk_rope_head_dim\":64,\"rope_theta\":1e6,"
+                "\"num_hidden_layers\":3,\"indexer_rope_interleave\":false}", 0);
   want half = att;
   half.style = PE_ROPE_NEOX;
   for (int l = 0; l < 3; l++)
@@ -288,11 +244,9 @@ static void test_glm5(void **state) {
                  &half);
   expect_cache("glm-5 attention", 0, pe_model_rope_layer(m, 0), &att);
   pe_model_rope_destroy(m);
-  const char *bad = "{\"model_type\":\"glm_moe_dsa\",\"qk_rope_head_dim\":64,\"rope_theta\":1e6,"
-                    "\"num_hidden_layers\":2,\"indexer_types\":[\"full\",\"sometimes\"]}";
-  pe_model_rope *out = NULL;
-  assert_int_equal(pe_model_rope_from_hf_config(bad, strlen(bad), 0, 0, 0, &out), PE_ERR_PARSE);
-  assert_non_null(strstr(pe_last_error(), "indexer_types[1]"));
+  expect_model_refused("{\"model_type\":\"glm_moe_dsa\",\"qk_rope_head_dim\":64,\"rope_theta\":1e6,"
+                       "\"num_hidden_layers\":2,\"indexer_types\":[\"full\",\"sometimes\"]}",
+                       0, PE_ERR_PARSE, "indexer_types[1]");
 }
 
 /* ---------------------------------------------------------------------- */
@@ -300,7 +254,7 @@ static void test_glm5(void **state) {
 /* ---------------------------------------------------------------------- */
 
 static void check_v4(const char *name) {
-  pe_model_rope *m = load_model(name);
+  pe_model_rope *m = model_file(name);
   assert_int_equal(pe_model_rope_num_layers(m), 43);
   /* compress_ratios [0, 0, 4, 128, 4, 128, ...] (44 entries for 43 layers:
    * DeepseekV4Config keeps the first 43). */
@@ -356,7 +310,7 @@ static void test_deepseek_v4(void **state) {
   check_v4("per_layer/deepseek-v4-flash-flat.json");
   /* Without compress_ratios: 2 heavily compressed layers, then CSA / HCA
    * alternating (DeepseekV4Config's default). */
-  pe_model_rope *m = load_text("{\"model_type\":\"deepseek_v4\",\"num_hidden_layers\":5}");
+  pe_model_rope *m = model_text("{\"model_type\":\"deepseek_v4\",\"num_hidden_layers\":5}", 0);
   static const int csa[5] = {0, 0, 0, 1, 0}; /* "compressed_sparse_attention" if i % 2, i = l - 2 */
   for (int l = 0; l < 5; l++) {
     assert_non_null(pe_model_rope_layer_role(m, l, PE_ROPE_ROLE_COMPRESSOR));
@@ -365,9 +319,9 @@ static void test_deepseek_v4(void **state) {
   pe_model_rope_destroy(m);
   /* A flat YaRN dict's own rope_theta is the main rope's: DeepseekV4Config
    * writes compress_rope_theta over it for the compressed rope. */
-  m = load_text("{\"model_type\":\"deepseek_v4\",\"num_hidden_layers\":3,\"rope_theta\":10000,"
+  m = model_text("{\"model_type\":\"deepseek_v4\",\"num_hidden_layers\":3,\"rope_theta\":10000,"
                 "\"compress_ratios\":[0,4,128],\"rope_scaling\":{\"type\":\"yarn\",\"factor\":16,"
-                "\"original_max_position_embeddings\":65536,\"rope_theta\":5}}");
+                "\"original_max_position_embeddings\":65536,\"rope_theta\":5}}", 0);
   pe_rope_params p;
   pe_rope_params_init(&p);
   assert_int_equal(pe_rope_cache_params(pe_model_rope_layer(m, 1), &p), PE_OK);
@@ -410,7 +364,7 @@ static void test_slice_views(void **state) {
   /* DeepSeek-V3.2: q [B=1, H=2, T=3, 192] with the rope part at 128; k =
    * kv_a_proj_with_mqa's rows [1, 1, 3, 576] with k_pe at 512. The views
    * data + offset, shape[3] = the cache's head_dim (64), the model's strides. */
-  pe_model_rope *m = load_model("per_layer/deepseek-v3.2.json");
+  pe_model_rope *m = model_file("per_layer/deepseek-v3.2.json");
   const pe_rope_cache *c = pe_model_rope_layer(m, 5);
   pe_rope_slice s;
   pe_rope_slice_init(&s);
@@ -444,7 +398,7 @@ static void test_slice_views(void **state) {
 
   /* DeepSeek-V4: the last 64 of 512; the output's span de-rotated with
    * PE_ROPE_INVERSE at the query's position (attention factor 1). */
-  m = load_model("per_layer/deepseek-v4-flash.json");
+  m = model_file("per_layer/deepseek-v4-flash.json");
   c = pe_model_rope_layer(m, 3);
   assert_int_equal(pe_model_rope_layer_slice(m, 3, PE_ROPE_ROLE_ATTENTION, &s), PE_OK);
   assert_true(s.flags & PE_SLICE_DEROTATE_OUTPUT);
@@ -468,8 +422,8 @@ static void test_slice_views(void **state) {
 static void test_qk_norms(void **state) {
   (void)state;
   /* Qwen3Attention: q_norm / k_norm RMS per head, eps rms_norm_eps. */
-  pe_model_rope *m = load_text("{\"model_type\":\"qwen3\",\"head_dim\":128,\"rope_theta\":1e6,"
-                               "\"num_hidden_layers\":2,\"rms_norm_eps\":1e-6}");
+  pe_model_rope *m = model_text("{\"model_type\":\"qwen3\",\"head_dim\":128,\"rope_theta\":1e6,"
+                               "\"num_hidden_layers\":2,\"rms_norm_eps\":1e-6}", 0);
   expect_qk("qwen3", m, 1, PE_ROPE_ROLE_ATTENTION, PE_QK_NORM_RMS, PE_QK_NORM_PER_HEAD, 1e-6);
   expect_slice("qwen3", m, 1, PE_ROPE_ROLE_ATTENTION, 128, 0, 128, 0, 128, 0);
   double le = -1.0;
@@ -477,56 +431,66 @@ static void test_qk_norms(void **state) {
   assert_true(le == 0.0);
   pe_model_rope_destroy(m);
   /* Without rms_norm_eps the norm's epsilon is not known: refused by name. */
-  m = load_text("{\"model_type\":\"qwen3\",\"head_dim\":128,\"rope_theta\":1e6,\"num_hidden_layers\":1}");
+  m = model_text("{\"model_type\":\"qwen3\",\"head_dim\":128,\"rope_theta\":1e6,\"num_hidden_layers\":1}", 0);
   pe_qk_norm n;
   pe_qk_norm_init(&n);
   assert_int_equal(pe_model_rope_layer_qk_norm(m, 0, PE_ROPE_ROLE_ATTENTION, &n), PE_ERR_PARSE);
   assert_non_null(strstr(pe_last_error(), "rms_norm_eps"));
   pe_model_rope_destroy(m);
   /* OLMo 2 and MiniMax-M2: over all of a token's heads. */
-  m = load_text("{\"model_type\":\"olmo2\",\"head_dim\":128,\"rope_theta\":5e5,\"num_hidden_layers\":1,"
-                "\"rms_norm_eps\":1e-6}");
+  m = model_text("{\"model_type\":\"olmo2\",\"head_dim\":128,\"rope_theta\":5e5,\"num_hidden_layers\":1,"
+                "\"rms_norm_eps\":1e-6}", 0);
   expect_qk("olmo2", m, 0, PE_ROPE_ROLE_ATTENTION, PE_QK_NORM_RMS, PE_QK_NORM_PER_TOKEN, 1e-6);
   pe_model_rope_destroy(m);
-  m = load_text("{\"model_type\":\"minimax_m2\",\"rms_norm_eps\":1e-6,\"num_hidden_layers\":1}");
+  m = model_text("{\"model_type\":\"minimax_m2\",\"rms_norm_eps\":1e-6,\"num_hidden_layers\":1}", 0);
   expect_qk("minimax-m2", m, 0, PE_ROPE_ROLE_ATTENTION, PE_QK_NORM_RMS, PE_QK_NORM_PER_TOKEN, 1e-6);
   expect_slice("minimax-m2", m, 0, PE_ROPE_ROLE_ATTENTION, 128, 0, 128, 0, 64, 0);
   pe_model_rope_destroy(m);
   /* Gemma 3: (1 + w) per head; Qwen3-Next the same, on its 64 of 256. */
-  m = load_text("{\"model_type\":\"gemma3_text\",\"num_hidden_layers\":6,\"rms_norm_eps\":1e-6}");
+  m = model_text("{\"model_type\":\"gemma3_text\",\"num_hidden_layers\":6,\"rms_norm_eps\":1e-6}", 0);
   for (int l = 0; l < 6; l++)
     expect_qk("gemma3", m, l, PE_ROPE_ROLE_ATTENTION, PE_QK_NORM_RMS_UNIT_OFFSET,
               PE_QK_NORM_PER_HEAD, 1e-6);
   pe_model_rope_destroy(m);
-  m = load_text("{\"model_type\":\"qwen3_next\",\"head_dim\":256,\"partial_rotary_factor\":0.25,"
-                "\"rope_theta\":1e7,\"num_hidden_layers\":4,\"rms_norm_eps\":1e-6}");
+  m = model_text("{\"model_type\":\"qwen3_next\",\"head_dim\":256,\"partial_rotary_factor\":0.25,"
+                "\"rope_theta\":1e7,\"num_hidden_layers\":4,\"rms_norm_eps\":1e-6}", 0);
   expect_qk("qwen3-next", m, 3, PE_ROPE_ROLE_ATTENTION, PE_QK_NORM_RMS_UNIT_OFFSET,
             PE_QK_NORM_PER_HEAD, 1e-6);
   expect_slice("qwen3-next", m, 3, PE_ROPE_ROLE_ATTENTION, 256, 0, 256, 0, 64, 0);
   expect_slice("qwen3-next linear layer", m, 0, PE_ROPE_ROLE_ATTENTION, 0, 0, 0, 0, 0, 0);
+  /* A linear-attention layer has no q / k norm of this kind (GatedDeltaNet). */
+  expect_qk("qwen3-next linear layer", m, 0, PE_ROPE_ROLE_ATTENTION, PE_QK_NORM_NONE,
+            PE_QK_NORM_PER_HEAD, 0);
+  pe_model_rope_destroy(m);
+  /* EXAONE 4: q_norm / k_norm on every layer, RoPE on the sliding ones only. */
+  m = model_text("{\"model_type\":\"exaone4\",\"head_dim\":128,\"num_hidden_layers\":4,"
+                "\"rms_norm_eps\":1e-5}", 0);
+  assert_null(pe_model_rope_layer(m, 3));
+  for (int l = 0; l < 4; l++)
+    expect_qk("exaone4", m, l, PE_ROPE_ROLE_ATTENTION, PE_QK_NORM_RMS, PE_QK_NORM_PER_HEAD, 1e-5);
   pe_model_rope_destroy(m);
   /* Llama 4: L2 on the RoPE layers only (use_qk_norm, default true). */
-  m = load_text("{\"model_type\":\"llama4_text\",\"num_hidden_layers\":4,\"rms_norm_eps\":1e-5}");
+  m = model_text("{\"model_type\":\"llama4_text\",\"num_hidden_layers\":4,\"rms_norm_eps\":1e-5}", 0);
   for (int l = 0; l < 4; l++)
     expect_qk("llama4", m, l, PE_ROPE_ROLE_ATTENTION, l == 3 ? PE_QK_NORM_NONE : PE_QK_NORM_L2,
               PE_QK_NORM_PER_HEAD, 1e-5);
   pe_model_rope_destroy(m);
-  m = load_text("{\"model_type\":\"llama4_text\",\"num_hidden_layers\":4,\"rms_norm_eps\":1e-5,"
-                "\"use_qk_norm\":false}");
+  m = model_text("{\"model_type\":\"llama4_text\",\"num_hidden_layers\":4,\"rms_norm_eps\":1e-5,"
+                "\"use_qk_norm\":false}", 0);
   expect_qk("llama4 use_qk_norm false", m, 0, PE_ROPE_ROLE_ATTENTION, PE_QK_NORM_NONE,
             PE_QK_NORM_PER_HEAD, 0);
   pe_model_rope_destroy(m);
   /* GLM-4.5: per head, only with use_qk_norm. */
-  m = load_text("{\"model_type\":\"glm4_moe\",\"head_dim\":128,\"partial_rotary_factor\":0.5,"
-                "\"rope_theta\":1e6,\"num_hidden_layers\":1,\"rms_norm_eps\":1e-5,\"use_qk_norm\":true}");
+  m = model_text("{\"model_type\":\"glm4_moe\",\"head_dim\":128,\"partial_rotary_factor\":0.5,"
+                "\"rope_theta\":1e6,\"num_hidden_layers\":1,\"rms_norm_eps\":1e-5,\"use_qk_norm\":true}", 0);
   expect_qk("glm4_moe", m, 0, PE_ROPE_ROLE_ATTENTION, PE_QK_NORM_RMS, PE_QK_NORM_PER_HEAD, 1e-5);
   pe_model_rope_destroy(m);
   /* Cohere's use_qk_norm is a LayerNorm: said, not approximated. */
-  m = load_text("{\"model_type\":\"cohere\",\"head_dim\":128,\"num_hidden_layers\":1,"
-                "\"use_qk_norm\":true,\"layer_norm_eps\":1e-5}");
+  m = model_text("{\"model_type\":\"cohere\",\"head_dim\":128,\"num_hidden_layers\":1,"
+                "\"use_qk_norm\":true,\"layer_norm_eps\":1e-5}", 0);
   expect_qk_refused("cohere", m, 0, PE_ROPE_ROLE_ATTENTION, "LayerNorm");
   pe_model_rope_destroy(m);
-  m = load_text("{\"model_type\":\"cohere\",\"head_dim\":128,\"num_hidden_layers\":1}");
+  m = model_text("{\"model_type\":\"cohere\",\"head_dim\":128,\"num_hidden_layers\":1}", 0);
   expect_qk("cohere without qk norm", m, 0, PE_ROPE_ROLE_ATTENTION, PE_QK_NORM_NONE,
             PE_QK_NORM_PER_HEAD, 0);
   pe_model_rope_destroy(m);
@@ -535,8 +499,8 @@ static void test_qk_norms(void **state) {
 static void test_architectures(void **state) {
   (void)state;
   /* No model_type: architectures[0] names the class. */
-  pe_model_rope *m = load_text("{\"architectures\":[\"DeepseekV3ForCausalLM\"],\"qk_rope_head_dim\":64,"
-                               "\"rope_theta\":10000.0,\"num_hidden_layers\":1}");
+  pe_model_rope *m = model_text("{\"architectures\":[\"DeepseekV3ForCausalLM\"],\"qk_rope_head_dim\":64,"
+                               "\"rope_theta\":10000.0,\"num_hidden_layers\":1}", 0);
   assert_int_equal(pe_model_rope_pairing_guessed(m), 0);
   pe_rope_params p;
   pe_rope_params_init(&p);
@@ -545,8 +509,8 @@ static void test_architectures(void **state) {
   expect_slice("by architecture", m, 0, PE_ROPE_ROLE_ATTENTION, 192, 128, 576, 512, 64, 0);
   pe_model_rope_destroy(m);
   /* A text_config's model_type when the top level's is not in the table. */
-  m = load_text("{\"model_type\":\"kimi_k25\",\"text_config\":{\"model_type\":\"kimi_k2\","
-                "\"qk_rope_head_dim\":64,\"rope_theta\":50000.0,\"num_hidden_layers\":1}}");
+  m = model_text("{\"model_type\":\"kimi_k25\",\"text_config\":{\"model_type\":\"kimi_k2\","
+                "\"qk_rope_head_dim\":64,\"rope_theta\":50000.0,\"num_hidden_layers\":1}}", 0);
   assert_int_equal(pe_model_rope_pairing_guessed(m), 0);
   pe_model_rope_destroy(m);
   const char *unknown = "{\"architectures\":[\"WarpDriveForCausalLM\"],\"head_dim\":64,"
@@ -560,7 +524,7 @@ static void test_architectures(void **state) {
 
 static void test_accessor_errors(void **state) {
   (void)state;
-  pe_model_rope *m = load_model("per_layer/deepseek-v3.2.json");
+  pe_model_rope *m = model_file("per_layer/deepseek-v3.2.json");
   pe_rope_slice s;
   pe_rope_slice_init(&s);
   assert_int_equal(s.struct_size, sizeof s);

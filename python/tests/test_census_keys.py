@@ -17,6 +17,7 @@ import copy
 import ctypes
 import json
 import math
+import re
 
 import pytest
 
@@ -346,19 +347,10 @@ def expect_v4(tr, n):
 
 # ---- the sweep -------------------------------------------------------------------
 
-# The top-level keys that set positions in some census model (the loader's
-# list; a key missing here would only go untested).
-POSITION_KEYS = [
-    "rope_theta", "rope_scaling", "rope_parameters", "layer_types",
-    "original_max_position_embeddings", "partial_rotary_factor", "rotary_pct", "rotary_emb_base",
-    "rotary_dim", "qk_rope_head_dim", "rope_interleave", "mla_use_nope", "indexer_rope_interleave",
-    "indexer_types", "index_topk_pattern", "index_topk_freq", "index_skip_topk_offset",
-    "index_head_dim", "index_n_heads", "index_topk", "compress_ratios", "compress_rope_theta",
-    "compress_rates", "compress_rope_parameters", "sliding_window_pattern",
-    "_sliding_window_pattern", "rope_local_base_freq", "global_rope_theta", "local_rope_theta",
-    "global_attn_every_n_layers", "no_rope_layers", "no_rope_layer_interval",
-    "full_attention_interval", "hybrid_layer_pattern", "swa_rope_theta", "attn_type_list",
-    "position_embedding_type", "alibi", "global_head_dim"]
+# The top-level keys that set positions in some census row: the PE_POSITION_KEY
+# lines of the census the loaders are built from (the list, not the rules).
+POSITION_KEYS = re.findall(r'^PE_POSITION_KEY\("([^"]+)"\)',
+                           (REPO / "src" / "config" / "models.def").read_text(), re.M)
 
 
 def altered(v):

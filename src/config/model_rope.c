@@ -35,6 +35,7 @@ struct pe_model_rope {
   pe_rope_cache **caches;    /* the distinct caches */
   int32_t *role_cache;       /* [n_layers * N_ROLES]: index into caches, -1 = no rotation */
   unsigned char *tuned;      /* [n_layers]: Llama 4 temperature tuning */
+  unsigned char *attention;  /* [n_layers]: softmax attention (not linear attention, mamba) */
   int32_t heads, kv_heads;   /* 0 = not in the config */
   int pairing_guessed;
   double floor_scale, attn_scale;
@@ -52,6 +53,7 @@ static void model_free(pe_model_rope *m) {
   pe__free(m->caches);
   pe__free(m->role_cache);
   pe__free(m->tuned);
+  pe__free(m->attention);
   pe__free(m);
 }
 
@@ -348,23 +350,6 @@ static const model_info *resolve_type(const cJSON *root, const cJSON *tr, const 
 
 /* ---- keys that set positions ------------------------------------------ */
 
-/* Every top-level key that sets positions in some census model type. A
- * config may carry one only where its model type's class reads it (or is
- * known to ignore it, as Llama ignores partial_rotary_factor for its default
- * rope): anything else is refused with the key named, never silently
- * dropped. */
-static const char *const position_keys[] = {
-    "rope_theta", "rope_scaling", "rope_parameters", "layer_types",
-    "original_max_position_embeddings", "partial_rotary_factor", "rotary_pct", "rotary_emb_base",
-    "rotary_dim", "qk_rope_head_dim", "rope_interleave", "mla_use_nope", "indexer_rope_interleave",
-    "indexer_types", "index_topk_pattern", "index_topk_freq", "index_skip_topk_offset",
-    "index_head_dim", "index_n_heads", "index_topk", "compress_ratios", "compress_rope_theta",
-    "compress_rates", "compress_rope_parameters", "sliding_window_pattern",
-    "_sliding_window_pattern", "rope_local_base_freq", "global_rope_theta", "local_rope_theta",
-    "global_attn_every_n_layers", "no_rope_layers", "no_rope_layer_interval",
-    "full_attention_interval", "hybrid_layer_pattern", "swa_rope_theta", "attn_type_list",
-    "position_embedding_type", "alibi", "global_head_dim", NULL};
-
 /* Whether model row mi (NULL: a guessed type) reads or knowingly ignores key. */
 static int key_understood(const model_info *mi, const char *key) {
   static const char *const common[] = {"rope_theta", "rope_scaling", "rope_parameters", "layer_types",
@@ -452,7 +437,9 @@ static int key_harmless(const model_info *mi, const char *key, const cJSON *v) {
 }
 
 static pe_status check_position_keys(const cJSON *tr, const model_info *mi, const char *name) {
-  for (const char *const *k = position_keys; *k; k++) {
+  /* models.def's PE_POSITION_KEY list: a config may carry one only where the
+   * row's classes read it or are known to ignore it. */
+  for (const char *const *k = pe__position_keys; *k; k++) {
     const cJSON *v = pe__json_get(tr, *k);
     if (!v || key_understood(mi, *k) || key_harmless(mi, *k, v)) continue;
     if (!mi)
@@ -568,26 +555,28 @@ static pe_status v4_specs(const cJSON *tr, layer_rope *main_lr, layer_rope *comp
     return pe__fail(PE_ERR_PARSE, "%s: rope_parameters must be an object, got %s", FN, pe__json_type(rp));
   double ctheta = 160000.0; /* DeepseekV4Config.compress_rope_theta */
   if ((st = pe__json_number(tr, "", "compress_rope_theta", &ctheta, &found)) != PE_OK) return st;
+  const cJSON *crp = pe__json_get(tr, "compress_rope_parameters");
+  const cJSON *main_d = NULL, *comp_d = NULL;
+  const char *main_w = "", *comp_w = "";
   if (mn || cp) {
     if (!cJSON_IsObject(mn) || !cJSON_IsObject(cp))
       return pe__fail(PE_ERR_PARSE, "%s: rope_parameters must hold both \"main\" and \"compress\" "
                       "objects (DeepseekV4Config's nested form)", FN);
-    main_lr->dict = mn;
-    snprintf(main_lr->where, sizeof main_lr->where, "rope_parameters.main.");
-    comp_lr->dict = cp;
-    snprintf(comp_lr->where, sizeof comp_lr->where, "rope_parameters.compress.");
-    comp_lr->base_override = ctheta;
-    return PE_OK;
-  }
-  const cJSON *crp = pe__json_get(tr, "compress_rope_parameters");
-  if (crp) {
+    main_d = mn, main_w = "rope_parameters.main.";
+    comp_d = cp, comp_w = "rope_parameters.compress.";
+  } else if (crp) {
     if (!cJSON_IsObject(crp))
       return pe__fail(PE_ERR_PARSE, "%s: compress_rope_parameters must be an object, got %s", FN,
                       pe__json_type(crp));
-    main_lr->dict = rp;
-    snprintf(main_lr->where, sizeof main_lr->where, "rope_parameters.");
-    comp_lr->dict = crp;
-    snprintf(comp_lr->where, sizeof comp_lr->where, "compress_rope_parameters.");
+    main_d = rp, main_w = "rope_parameters.";
+    comp_d = crp, comp_w = "compress_rope_parameters.";
+  }
+  if (comp_d) {
+    /* A re-save: each rope's own dict (its rope_theta wins). */
+    main_lr->dict = main_d;
+    snprintf(main_lr->where, sizeof main_lr->where, "%s", main_w);
+    comp_lr->dict = comp_d;
+    snprintf(comp_lr->where, sizeof comp_lr->where, "%s", comp_w);
     comp_lr->base_override = ctheta;
     return PE_OK;
   }
@@ -812,8 +801,9 @@ static pe_status model_build(const char *json, size_t len, int64_t max_positions
   if (m) m->caches = pe__malloc(cap * sizeof *m->caches);
   if (m) m->role_cache = pe__malloc(cap * sizeof *m->role_cache);
   if (m) m->tuned = pe__malloc((size_t)n);
+  if (m) m->attention = pe__malloc((size_t)n);
   if (!m || !types || !specs || !built || !built_cache || !glm5_full || !m->caches ||
-      !m->role_cache || !m->tuned) {
+      !m->role_cache || !m->tuned || !m->attention) {
     st = pe__fail(PE_ERR_OUT_OF_MEMORY, "%s: cannot allocate the model of %d layers", FN, (int)n);
     goto done;
   }
@@ -871,6 +861,7 @@ static pe_status model_build(const char *json, size_t len, int64_t max_positions
     if (no_pe) specs[i].nope = 1;
     if (build_no_rope && (i + 1) % interval == 0) specs[i].nope = 1;
     m->tuned[i] = (unsigned char)(tuning && specs[i].nope && specs[i].attention);
+    m->attention[i] = (unsigned char)(specs[i].attention != 0);
     if (specs[i].nope) continue;
     int32_t *rc = &m->role_cache[(size_t)i * N_ROLES];
     if (roles == ROLES_V4) {
@@ -1044,16 +1035,24 @@ PE_API void pe_rope_slice_init(pe_rope_slice *s) {
   s->struct_size = (uint32_t)sizeof *s;
 }
 
-PE_API pe_status pe_model_rope_layer_slice(const pe_model_rope *m, int32_t layer, int32_t role,
-                                           pe_rope_slice *out) {
-  static const char fn[] = "pe_model_rope_layer_slice";
+/* An accessor's arguments: the layer and role, and an out struct whose
+ * first field is its struct_size, at least `need` bytes (its init: `init`). */
+static pe_status check_out(const char *fn, const pe_model_rope *m, int32_t layer, int32_t role,
+                           const uint32_t *out_size, size_t need, const char *init) {
   pe_status st = check_layer_role(fn, m, layer, role);
   if (st != PE_OK) return st;
-  if (!out) return pe__fail(PE_ERR_NULL_POINTER, "%s: out is NULL", fn);
-  if (out->struct_size < sizeof(pe_rope_slice))
-    return pe__fail(PE_ERR_INVALID_ARGUMENT, "%s: out->struct_size %u is below sizeof(pe_rope_slice) "
-                    "%zu (call pe_rope_slice_init)", fn, (unsigned)out->struct_size,
-                    sizeof(pe_rope_slice));
+  if (!out_size) return pe__fail(PE_ERR_NULL_POINTER, "%s: out is NULL", fn);
+  if (*out_size < need)
+    return pe__fail(PE_ERR_INVALID_ARGUMENT, "%s: out->struct_size %u is below this layout's %zu "
+                    "(call %s)", fn, (unsigned)*out_size, need, init);
+  return PE_OK;
+}
+
+PE_API pe_status pe_model_rope_layer_slice(const pe_model_rope *m, int32_t layer, int32_t role,
+                                           pe_rope_slice *out) {
+  pe_status st = check_out("pe_model_rope_layer_slice", m, layer, role,
+                           out ? &out->struct_size : NULL, sizeof *out, "pe_rope_slice_init");
+  if (st != PE_OK) return st;
   pe_rope_slice s;
   memset(&s, 0, sizeof s);
   s.struct_size = (uint32_t)sizeof s;
@@ -1077,17 +1076,16 @@ PE_API pe_status pe_model_rope_layer_slice(const pe_model_rope *m, int32_t layer
 PE_API pe_status pe_model_rope_layer_qk_norm(const pe_model_rope *m, int32_t layer, int32_t role,
                                              pe_qk_norm *out) {
   static const char fn[] = "pe_model_rope_layer_qk_norm";
-  pe_status st = check_layer_role(fn, m, layer, role);
+  pe_status st = check_out(fn, m, layer, role, out ? &out->struct_size : NULL, sizeof *out,
+                           "pe_qk_norm_init");
   if (st != PE_OK) return st;
-  if (!out) return pe__fail(PE_ERR_NULL_POINTER, "%s: out is NULL", fn);
-  if (out->struct_size < sizeof(pe_qk_norm))
-    return pe__fail(PE_ERR_INVALID_ARGUMENT, "%s: out->struct_size %u is below sizeof(pe_qk_norm) "
-                    "%zu (call pe_qk_norm_init)", fn, (unsigned)out->struct_size,
-                    sizeof(pe_qk_norm));
   const role_qk *q = &m->qk[role];
   int rotates = m->role_cache[(size_t)layer * N_ROLES + (size_t)role] >= 0;
+  /* The attention's norm also runs on its layers without RoPE (EXAONE 4's
+   * global layers), except Llama 4's, which norms its RoPE layers only;
+   * never on a layer that is not softmax attention. */
   int applies = rotates || (role == PE_ROPE_ROLE_ATTENTION && !q->rope_layers_only &&
-                            q->kind != PE_QK_NORM_NONE && m->n_caches > 0);
+                            m->attention[layer]);
   if (q->refusal && rotates)
     return pe__fail(PE_ERR_UNSUPPORTED, "%s: layer %d's %s norm is %s", fn, (int)layer,
                     role == PE_ROPE_ROLE_INDEXER ? "indexer" : "QK", q->refusal);

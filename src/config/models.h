@@ -44,6 +44,10 @@ typedef struct model_info {
   const char *source;
 } model_info;
 
+/* Every top-level key that sets positions in some row (models.def's
+ * PE_POSITION_KEY list), NULL-terminated. */
+extern PE_HIDDEN const char *const pe__position_keys[];
+
 /* The row of model type `type`, or NULL. */
 PE_HIDDEN const model_info *pe__model_find(const char *type);
 /* The row whose arch prefix names architecture class `cls` (prefix + a
