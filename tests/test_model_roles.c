@@ -442,6 +442,10 @@ static void test_qk_norms(void **state) {
                 "\"rms_norm_eps\":1e-6}", 0);
   expect_qk("olmo2", m, 0, PE_ROPE_ROLE_ATTENTION, PE_QK_NORM_RMS, PE_QK_NORM_PER_TOKEN, 1e-6);
   pe_model_rope_destroy(m);
+  m = model_text("{\"model_type\":\"olmoe\",\"head_dim\":128,\"rope_theta\":1e4,\"num_hidden_layers\":1,"
+                 "\"rms_norm_eps\":1e-5}", 0);
+  expect_qk("olmoe", m, 0, PE_ROPE_ROLE_ATTENTION, PE_QK_NORM_RMS, PE_QK_NORM_PER_TOKEN, 1e-5);
+  pe_model_rope_destroy(m);
   m = model_text("{\"model_type\":\"minimax_m2\",\"rms_norm_eps\":1e-6,\"num_hidden_layers\":1}", 0);
   expect_qk("minimax-m2", m, 0, PE_ROPE_ROLE_ATTENTION, PE_QK_NORM_RMS, PE_QK_NORM_PER_TOKEN, 1e-6);
   expect_slice("minimax-m2", m, 0, PE_ROPE_ROLE_ATTENTION, 128, 0, 128, 0, 64, 0);

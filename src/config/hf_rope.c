@@ -23,17 +23,18 @@
  *   dict.attention_factor, beta_fast, beta_slow, mscale, mscale_all_dim,
  *   truncate, low_freq_factor, high_freq_factor, short_factor, long_factor
  *                                                  the fields of the same name
- *   model_type (the table `models` below)          style, and the config class's
- *                                                  defaults for omitted keys
+ *   model_type (the census, models.def)            style, rotated width, and the
+ *                                                  config class's defaults for
+ *                                                  omitted keys
  *
  * Where HF's model classes differ from modeling_rope_utils we follow the
  * model class:
- * - The default rope ("default"/no dict) is computed by each model class. Llama
- *   and the models copied from it ignore partial_rotary_factor (d = head_dim);
- *   phi, phi3 (Phi-4-mini), gpt_neox, stablelm, persimmon, glm, glm4, glm4_moe
- *   and qwen3_next
- *   apply it.
- *   Every scaled type goes through modeling_rope_utils, which applies it.
+ * - The default rope ("default"/no dict) is computed by each model class:
+ *   the census row's width rule says whether it applies
+ *   partial_rotary_factor (WIDTH_PRF: phi, phi3, gpt_neox, glm, qwen3_next,
+ *   ...), ignores it (WIDTH_HEAD: Llama and the models copied from it), or
+ *   reads rotary_dim (GPT-J, CodeGen, MiniMax-M2). Every scaled type goes
+ *   through modeling_rope_utils, which applies the factor.
  * - An odd d = int(head_dim * prf) keeps its odd exponent denominator and HF
  *   produces ceil(d/2) frequencies; the NeoX-style apply then rotates the
  *   first 2*ceil(d/2) = d+1 channels (it splits on cos.shape[-1]). We build
@@ -45,11 +46,13 @@
  *   gives the pairs past int(prf*head_dim//2) frequency 0; with prf < 1 that is
  *   not a partial rotary (the pairs are (j, j + head_dim/2)), so it is built
  *   as CUSTOM frequencies on rotary_dim = head_dim.
- * - DeepSeek-V2/V3 rotate only the qk_rope_head_dim tail of each 192-channel
- *   head: the cache's head_dim is qk_rope_head_dim, and callers pass that
- *   slice of q/k (a view through pe_tensor strides). HF de-interleaves the
- *   output of the interleaved rotation; it permutes q and k alike, so q.k is
- *   the same as with PE_ROPE_GPTJ's in-place pairs.
+ * - MLA (DeepSeek-V2/V3 and the classes built on them) rotates only the
+ *   qk_rope_head_dim tail of each head, DeepSeek-V4 the last
+ *   int(head_dim * partial_rotary_factor) channels: the cache's head_dim is
+ *   that span, and callers pass that slice of q/k (a view through pe_tensor
+ *   strides; pe_model_rope_layer_slice gives the offsets). HF
+ *   de-interleaves the output of the interleaved rotation; it permutes q and
+ *   k alike, so q.k is the same as with PE_ROPE_GPTJ's in-place pairs.
  */
 #include <inttypes.h>
 #include <math.h>
