@@ -1330,7 +1330,9 @@ PE_API pe_status pe_model_rope_layer_slice(const pe_model_rope *m, int32_t layer
  * only (call with q NULL). Norms pe_qk_norm_rope does not compute are
  * PE_ERR_UNSUPPORTED with the model's norm named, out untouched: a
  * mean-subtracting LayerNorm (Cohere use_qk_norm, Phi / StableLM /
- * Persimmon qk_layernorm, the V3.2 / GLM-5 indexer's k_norm). PE_ERR_NULL_POINTER,
+ * Persimmon qk_layernorm, the V3.2 / GLM-5 indexer's k_norm), and a norm the
+ * census has not read (Gemma 4) is PE_ERR_UNSUPPORTED too, never reported as
+ * none. PE_ERR_NULL_POINTER,
  * PE_ERR_INVALID_ARGUMENT (layer, role, struct_size). Thread-safe. */
 PE_API pe_status pe_model_rope_layer_qk_norm(const pe_model_rope *m, int32_t layer, int32_t role,
                                              pe_qk_norm *out);

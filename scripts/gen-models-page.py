@@ -52,7 +52,8 @@ SLICE = {"SLICE_HEAD_FIRST": "first rotary_dim of each head",
          "SLICE_V4": "last 64 of 512 (output de-rotated)"}
 QK = {"QK_NONE": "-", "QK_RMS": "RMS x w", "QK_RMS_UNIT": "RMS x (1 + w)", "QK_L2": "RMS, no weight",
       "QK_V4": "q: RMS no weight; k: RMS x w", "QK_LAYERNORM": "LayerNorm (not a pe_qk_norm kind)",
-      "QK_AFTER_ROPE": "RMS after the rotation (not pe_qk_norm_rope's order)"}
+      "QK_AFTER_ROPE": "RMS after the rotation (not pe_qk_norm_rope's order)",
+      "QK_UNREAD": "not read in this census (reported as unknown)"}
 SCOPE = {"QKS_HEAD": "per head", "QKS_TOKEN": "per token"}
 
 

@@ -494,6 +494,11 @@ static void test_qk_norms(void **state) {
                 "\"use_qk_norm\":true,\"layer_norm_eps\":1e-5}", 0);
   expect_qk_refused("cohere", m, 0, PE_ROPE_ROLE_ATTENTION, "LayerNorm");
   pe_model_rope_destroy(m);
+  /* A norm the census has not read is said to be unknown, never none. */
+  m = model_text("{\"model_type\":\"gemma4_text\",\"head_dim\":256,\"rope_theta\":1e6,"
+                 "\"num_hidden_layers\":1}", 0);
+  expect_qk_refused("gemma4", m, 0, PE_ROPE_ROLE_ATTENTION, "not known");
+  pe_model_rope_destroy(m);
   m = model_text("{\"model_type\":\"cohere\",\"head_dim\":128,\"num_hidden_layers\":1}", 0);
   expect_qk("cohere without qk norm", m, 0, PE_ROPE_ROLE_ATTENTION, PE_QK_NORM_NONE,
             PE_QK_NORM_PER_HEAD, 0);

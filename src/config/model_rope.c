@@ -705,6 +705,10 @@ static void fill_qk(pe_model_rope *m, const cJSON *tr, const model_info *mi) {
       case QK_AFTER_ROPE:
         a->refusal = "an RMS norm applied after the rotation, the reverse of pe_qk_norm_rope's order";
         break;
+      case QK_UNREAD:
+        a->refusal = "not known: libposenc's census has not read this model type's attention "
+                     "class for it";
+        break;
     }
     a->scope = mi->qk_scope == QKS_TOKEN ? PE_QK_NORM_PER_TOKEN : PE_QK_NORM_PER_HEAD;
     a->rope_layers_only = mi->layers_rule == LAYERS_LLAMA4 && mi->qk == QK_L2;

@@ -18,7 +18,7 @@ typedef enum model_layers {
 typedef enum model_roles { ROLES_ATTN, ROLES_DSA_V32, ROLES_DSA_GLM5, ROLES_V4 } model_roles;
 typedef enum model_slice { SLICE_HEAD_FIRST, SLICE_MLA, SLICE_V4 } model_slice;
 typedef enum model_qk {
-  QK_NONE, QK_RMS, QK_RMS_UNIT, QK_L2, QK_V4, QK_LAYERNORM, QK_AFTER_ROPE
+  QK_NONE, QK_RMS, QK_RMS_UNIT, QK_L2, QK_V4, QK_LAYERNORM, QK_AFTER_ROPE, QK_UNREAD
 } model_qk;
 typedef enum model_qk_scope { QKS_HEAD, QKS_TOKEN } model_qk_scope;
 
