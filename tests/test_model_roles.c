@@ -437,17 +437,37 @@ static void test_qk_norms(void **state) {
   assert_int_equal(pe_model_rope_layer_qk_norm(m, 0, PE_ROPE_ROLE_ATTENTION, &n), PE_ERR_PARSE);
   assert_non_null(strstr(pe_last_error(), "rms_norm_eps"));
   pe_model_rope_destroy(m);
-  /* OLMo 2 and MiniMax-M2: over all of a token's heads. */
-  m = model_text("{\"model_type\":\"olmo2\",\"head_dim\":128,\"rope_theta\":5e5,\"num_hidden_layers\":1,"
-                "\"rms_norm_eps\":1e-6}", 0);
-  expect_qk("olmo2", m, 0, PE_ROPE_ROLE_ATTENTION, PE_QK_NORM_RMS, PE_QK_NORM_PER_TOKEN, 1e-6);
-  pe_model_rope_destroy(m);
-  m = model_text("{\"model_type\":\"olmoe\",\"head_dim\":128,\"rope_theta\":1e4,\"num_hidden_layers\":1,"
-                 "\"rms_norm_eps\":1e-5}", 0);
-  expect_qk("olmoe", m, 0, PE_ROPE_ROLE_ATTENTION, PE_QK_NORM_RMS, PE_QK_NORM_PER_TOKEN, 1e-5);
-  pe_model_rope_destroy(m);
+  /* One layer's norm per model: OLMo 2, OLMoE and MiniMax-M2 over all of a
+   * token's heads; GLM-4.5 per head only with use_qk_norm; Llama 4 without
+   * use_qk_norm none. */
+  static const struct {
+    const char *json;
+    pe_qk_norm_kind kind;
+    pe_qk_norm_scope scope;
+    double eps;
+  } one[] = {
+      {"{\"model_type\":\"olmo2\",\"head_dim\":128,\"rope_theta\":5e5,\"num_hidden_layers\":1,"
+       "\"rms_norm_eps\":1e-6}", PE_QK_NORM_RMS, PE_QK_NORM_PER_TOKEN, 1e-6},
+      {"{\"model_type\":\"olmoe\",\"head_dim\":128,\"rope_theta\":1e4,\"num_hidden_layers\":1,"
+       "\"rms_norm_eps\":1e-5}", PE_QK_NORM_RMS, PE_QK_NORM_PER_TOKEN, 1e-5},
+      {"{\"model_type\":\"minimax_m2\",\"rms_norm_eps\":1e-6,\"num_hidden_layers\":1}",
+       PE_QK_NORM_RMS, PE_QK_NORM_PER_TOKEN, 1e-6},
+      {"{\"model_type\":\"glm4_moe\",\"head_dim\":128,\"partial_rotary_factor\":0.5,"
+       "\"rope_theta\":1e6,\"num_hidden_layers\":1,\"rms_norm_eps\":1e-5,\"use_qk_norm\":true}",
+       PE_QK_NORM_RMS, PE_QK_NORM_PER_HEAD, 1e-5},
+      {"{\"model_type\":\"glm4_moe\",\"head_dim\":128,\"partial_rotary_factor\":0.5,"
+       "\"rope_theta\":1e6,\"num_hidden_layers\":1,\"rms_norm_eps\":1e-5}",
+       PE_QK_NORM_NONE, PE_QK_NORM_PER_HEAD, 0},
+      {"{\"model_type\":\"llama4_text\",\"num_hidden_layers\":4,\"rms_norm_eps\":1e-5,"
+       "\"use_qk_norm\":false}", PE_QK_NORM_NONE, PE_QK_NORM_PER_HEAD, 0},
+      {"{\"model_type\":\"cohere\",\"head_dim\":128,\"num_hidden_layers\":1}",
+       PE_QK_NORM_NONE, PE_QK_NORM_PER_HEAD, 0}};
+  for (size_t k = 0; k < sizeof one / sizeof one[0]; k++) {
+    m = model_text(one[k].json, 0);
+    expect_qk(one[k].json, m, 0, PE_ROPE_ROLE_ATTENTION, one[k].kind, one[k].scope, one[k].eps);
+    pe_model_rope_destroy(m);
+  }
   m = model_text("{\"model_type\":\"minimax_m2\",\"rms_norm_eps\":1e-6,\"num_hidden_layers\":1}", 0);
-  expect_qk("minimax-m2", m, 0, PE_ROPE_ROLE_ATTENTION, PE_QK_NORM_RMS, PE_QK_NORM_PER_TOKEN, 1e-6);
   expect_slice("minimax-m2", m, 0, PE_ROPE_ROLE_ATTENTION, 128, 0, 128, 0, 64, 0);
   pe_model_rope_destroy(m);
   /* Gemma 3: (1 + w) per head; Qwen3-Next the same, on its 64 of 256. */
@@ -479,16 +499,6 @@ static void test_qk_norms(void **state) {
     expect_qk("llama4", m, l, PE_ROPE_ROLE_ATTENTION, l == 3 ? PE_QK_NORM_NONE : PE_QK_NORM_L2,
               PE_QK_NORM_PER_HEAD, 1e-5);
   pe_model_rope_destroy(m);
-  m = model_text("{\"model_type\":\"llama4_text\",\"num_hidden_layers\":4,\"rms_norm_eps\":1e-5,"
-                "\"use_qk_norm\":false}", 0);
-  expect_qk("llama4 use_qk_norm false", m, 0, PE_ROPE_ROLE_ATTENTION, PE_QK_NORM_NONE,
-            PE_QK_NORM_PER_HEAD, 0);
-  pe_model_rope_destroy(m);
-  /* GLM-4.5: per head, only with use_qk_norm. */
-  m = model_text("{\"model_type\":\"glm4_moe\",\"head_dim\":128,\"partial_rotary_factor\":0.5,"
-                "\"rope_theta\":1e6,\"num_hidden_layers\":1,\"rms_norm_eps\":1e-5,\"use_qk_norm\":true}", 0);
-  expect_qk("glm4_moe", m, 0, PE_ROPE_ROLE_ATTENTION, PE_QK_NORM_RMS, PE_QK_NORM_PER_HEAD, 1e-5);
-  pe_model_rope_destroy(m);
   /* Cohere's use_qk_norm is a LayerNorm: said, not approximated. */
   m = model_text("{\"model_type\":\"cohere\",\"head_dim\":128,\"num_hidden_layers\":1,"
                 "\"use_qk_norm\":true,\"layer_norm_eps\":1e-5}", 0);
@@ -498,10 +508,6 @@ static void test_qk_norms(void **state) {
   m = model_text("{\"model_type\":\"gemma4_text\",\"head_dim\":256,\"rope_theta\":1e6,"
                  "\"num_hidden_layers\":1}", 0);
   expect_qk_refused("gemma4", m, 0, PE_ROPE_ROLE_ATTENTION, "not known");
-  pe_model_rope_destroy(m);
-  m = model_text("{\"model_type\":\"cohere\",\"head_dim\":128,\"num_hidden_layers\":1}", 0);
-  expect_qk("cohere without qk norm", m, 0, PE_ROPE_ROLE_ATTENTION, PE_QK_NORM_NONE,
-            PE_QK_NORM_PER_HEAD, 0);
   pe_model_rope_destroy(m);
 }
 
