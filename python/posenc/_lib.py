@@ -168,7 +168,7 @@ _PROTOTYPES = {
 
 # Flags and enum values of include/posenc.h: the only copy in the binding
 # (test_basics.py checks them against the header). PE_MASK_CAUSAL and
-# PE_SINUSOIDAL_CONCAT: flag families have distinct bits (issue 13).
+# PE_SINUSOIDAL_CONCAT: flag families have distinct bits.
 PE_ROPE_INVERSE = 0x1
 PE_ROPE_MROPE_INTERLEAVED = 0x2
 PE_MASK_CAUSAL = 0x100
