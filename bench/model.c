@@ -156,7 +156,7 @@ int hf_load(void) {
     fprintf(stderr, "pe-bench: --hf-config %s: cannot read the file\n", opt.hf_config);
     return 1;
   }
-  pe_status st = pe_model_rope_from_hf_config(json, len, 0, 0, &hf_model);
+  pe_status st = pe_model_rope_from_hf_config(json, len, 0, 0, 0, &hf_model);
   free(json);
   if (st != PE_OK) {
     fprintf(stderr, "pe-bench: --hf-config %s: %s\n", opt.hf_config, pe_last_error());

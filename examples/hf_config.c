@@ -29,6 +29,7 @@ int main(int argc, char **argv) {
   pe_status st = pe_rope_cache_create_from_hf_config(json_text, json_len,
                                                      8192 /* table rows; 0 = on the fly */,
                                                      0 /* seq_len: 0 = max_position_embeddings */,
+                                                     0 /* flags: PE_CONFIG_GUESS for an unknown model_type */,
                                                      &cache);
   if (st != PE_OK) {
     fprintf(stderr, "%s: %s\n", pe_status_string(st), pe_last_error());

@@ -264,10 +264,17 @@ PE_API pe_status pe_rope_cache_create(const pe_rope_params *p, pe_rope_cache **o
  * GPT-NeoX rotary_pct and rotary_emb_base; GPT-J rotary_dim; DeepSeek
  * qk_rope_head_dim; the keys of text_config for vision-language models.
  * Pairing (style) and the defaults of omitted keys come from model_type, per
- * transformers' modeling and config classes (table in docs/pages/models.md); a
- * model_type not in that table gets NEOX (see pe_model_rope_pairing_guessed),
- * and a config without rope_theta of a type whose default libposenc has not
- * checked is PE_ERR_PARSE naming rope_theta - never a silent 10000.
+ * transformers' modeling and config classes (table in docs/pages/models.md);
+ * the model type is model_type, else text_config's model_type, else the
+ * first of architectures (e.g. "DeepseekV3ForCausalLM" -> deepseek_v3). A
+ * model type not in that table is PE_ERR_UNSUPPORTED naming it unless flags
+ * has PE_CONFIG_GUESS (then NEOX pairs, and a partial_rotary_factor or
+ * rotary_dim of the file is the rotated width: check the model's modeling
+ * file). A config without rope_theta of a type whose default libposenc has
+ * not checked is PE_ERR_PARSE naming rope_theta - never a silent 10000. A key
+ * that sets positions in some model type (docs/pages/models.md lists them)
+ * and that this model type's class is not known to read or to ignore is
+ * PE_ERR_UNSUPPORTED naming the key.
  * Models that rotate a second slice per layer (DeepSeek-V3.2 and GLM-5's
  * sparse-attention indexer, DeepSeek-V4's compressor: index_n_heads,
  * index_head_dim, index_topk, compress_* keys) are PE_ERR_UNSUPPORTED naming
@@ -280,12 +287,13 @@ PE_API pe_status pe_rope_cache_create(const pe_rope_params *p, pe_rope_cache **o
  * pe_model_rope_from_hf_config. Layers that are not softmax attention
  * (Qwen3-Next's linear attention) do not count: their one cache is returned.
  * max_positions: table rows, >= 0 (0 = on the fly); seq_len 0 =
- * max_position_embeddings. PE_ERR_PARSE for malformed JSON or missing keys,
+ * max_position_embeddings; flags: 0 or PE_CONFIG_GUESS (other bits:
+ * PE_ERR_INVALID_ARGUMENT). PE_ERR_PARSE for malformed JSON or missing keys,
  * PE_ERR_UNSUPPORTED for an unknown rope type (the key is named in
  * pe_last_error()). Thread-safe. */
 PE_API pe_status pe_rope_cache_create_from_hf_config(const char *json, size_t len,
                                                      int64_t max_positions, int64_t seq_len,
-                                                     pe_rope_cache **out);
+                                                     uint32_t flags, pe_rope_cache **out);
 
 /* Free a cache. NULL is a no-op. Not concurrently with its use. */
 PE_API void pe_rope_cache_destroy(pe_rope_cache *c);
@@ -322,7 +330,8 @@ PE_API pe_status pe_rope_cache_cos_sin(const pe_rope_cache *c, int64_t pos,
  * the wrong family is an error, never a different meaning:
  *   RoPE (PE_ROPE_*)   bits 0-7     PE_ROPE_INVERSE, PE_ROPE_MROPE_INTERLEAVED
  *   masks (PE_MASK_*)  bits 8-15    PE_MASK_CAUSAL (ALiBi, T5)
- *   sinusoidal         bits 16-23   PE_SINUSOIDAL_CONCAT */
+ *   sinusoidal         bits 16-23   PE_SINUSOIDAL_CONCAT
+ *   config loaders     bits 24-31   PE_CONFIG_GUESS */
 
 /* Rotate by -angle instead of +angle: undoes pe_apply_rope_qk up to the
  * attention factor squared, which is applied again (use pe_rope_shift_k to
@@ -1145,6 +1154,13 @@ PE_API pe_status pe_mla_cache_read(const pe_mla *mla, const pe_tensor *cache,
  * position up to the config's max_position_embeddings. */
 #define PE_MAX_POSITIONS_FROM_CONFIG (-1)
 
+/* Config loaders (pe_rope_cache_create_from_hf_config,
+ * pe_model_rope_from_hf_config): load a model type that is not in libposenc's
+ * table, guessing what its classes do (half-split pairs; a
+ * partial_rotary_factor or rotary_dim of the file as the rotated width). Without
+ * it such a config is PE_ERR_UNSUPPORTED naming its model_type. */
+#define PE_CONFIG_GUESS 0x1000000u
+
 /* The RoPE of every layer of a model, from its config.json. Immutable after
  * creation: any number of threads may use one model and its caches
  * concurrently, as long as none destroys it. */
@@ -1171,8 +1187,12 @@ typedef struct pe_model_rope pe_model_rope;
  *   have no RoPE (NULL) - and no attention to rotate;
  * - MiMo-V2: hybrid_layer_pattern (1 = sliding, at swa_rope_theta);
  *   MiniMax-01: attn_type_list (0 = linear attention, NULL);
- * - Nemotron-H, Jamba, Granite-4.0-H, Kimi-Linear: NULL for every layer
- *   (their attention applies no positional encoding);
+ * - Nemotron-H, Jamba, Granite-4.0-H, Kimi-Linear, Falcon with alibi: NULL
+ *   for every layer (their attention applies no positional encoding);
+ * - MLA (DeepSeek-V2/V3, Kimi-K2, GLM-4.7-Flash): the qk_rope_head_dim slice;
+ *   DeepSeek-V3.2 and GLM-5 also an indexer rotation, DeepSeek-V4 a
+ *   compressor and an indexer (pe_model_rope_layer_role), each with where its
+ *   channels sit (pe_model_rope_layer_slice);
  * - gpt-oss: layer_types, one cache for every layer;
  * - vision-language configs: the keys of text_config when the top level has
  *   none (Gemma 3 4b+, Llama 4, Qwen3-VL); Qwen2-VL's "type": "mrope" is
@@ -1188,15 +1208,19 @@ typedef struct pe_model_rope pe_model_rope;
  *   10485760 for Llama-4-Scout: 5 GiB of table per cache).
  * seq_len: context for dynamic/longrope frequencies, >= 0 (0 =
  *   max_position_embeddings).
+ * flags: 0 or PE_CONFIG_GUESS.
  * out: receives the model; untouched on error.
  * Errors: PE_ERR_NULL_POINTER (json, out), PE_ERR_INVALID_ARGUMENT
  * (max_positions, seq_len), PE_ERR_PARSE (malformed JSON, a missing key -
  * num_hidden_layers, rope_theta of a model type whose default is not known,
  * layer_types of the wrong length -: the message names it),
- * PE_ERR_UNSUPPORTED (unknown rope type), PE_ERR_OUT_OF_MEMORY, and the
+ * PE_ERR_UNSUPPORTED (unknown rope type; a model type not in the table
+ * without PE_CONFIG_GUESS; a position key the model type's class is not known
+ * to read or ignore - the message names it), PE_ERR_OUT_OF_MEMORY, and the
  * errors of pe_rope_cache_create. Thread-safe. */
 PE_API pe_status pe_model_rope_from_hf_config(const char *json, size_t len, int64_t max_positions,
-                                              int64_t seq_len, pe_model_rope **out);
+                                              int64_t seq_len, uint32_t flags,
+                                              pe_model_rope **out);
 
 /* The number of layers (num_hidden_layers, or the config class's default);
  * -1 for NULL. Thread-safe. */
@@ -1208,6 +1232,116 @@ PE_API int32_t pe_model_rope_num_layers(const pe_model_rope *m);
  * reason in pe_last_error(), for m NULL or layer outside
  * [0, num_layers). Thread-safe. */
 PE_API const pe_rope_cache *pe_model_rope_layer(const pe_model_rope *m, int32_t layer);
+
+/* The rotations of one layer. Values fixed. */
+typedef enum pe_rope_role {
+  PE_ROPE_ROLE_ATTENTION = 0,  /* the attention's q and k (pe_model_rope_layer) */
+  PE_ROPE_ROLE_INDEXER = 1,    /* the sparse-attention indexer's q and k
+                                  (DeepSeek-V3.2, GLM-5, DeepSeek-V4's CSA layers) */
+  PE_ROPE_ROLE_COMPRESSOR = 2  /* DeepSeek-V4's compressed KV entries (CSA and
+                                  HCA layers; no query) */
+} pe_rope_role;
+
+/* The cache role `role` of layer `layer` rotates with, owned by m, or NULL
+ * when the layer has no such rotation (a model without an indexer, a GLM-5
+ * layer whose indexer_types entry is "shared", a sliding DeepSeek-V4 layer's
+ * compressor; pe_last_error() is not touched). Also NULL, with the reason in
+ * pe_last_error(), for m NULL, layer outside [0, num_layers) or an unknown
+ * role. Layers and roles whose parameters are equal share one cache (a
+ * DeepSeek-V3.2 layer's indexer and attention do not: their pairings differ;
+ * DeepSeek-V4's compressor and indexer do). role PE_ROPE_ROLE_ATTENTION is
+ * pe_model_rope_layer. Thread-safe. */
+PE_API const pe_rope_cache *pe_model_rope_layer_role(const pe_model_rope *m, int32_t layer,
+                                                     int32_t role);
+
+/* Where a rotation's channels sit in the tensors the model computes. A q
+ * head has q_head_dim channels and the rotated ones are [q_offset, q_offset
+ * + span); a k row has k_head_dim channels, rotated [k_offset, k_offset +
+ * span), span being the cache's head_dim (pe_rope_cache_params). The rotation
+ * itself covers rotary_dim channels from the start of that span (the cache's
+ * rotary_dim; equal to the span except for a partial rotary, which rotates
+ * the first rotary_dim channels of the head and leaves the rest).
+ * So the view to pass pe_apply_rope_qk & co is: data = head + offset
+ * elements, shape[3] = the cache's head_dim, the head and token strides of
+ * the model's tensor. Size-prefixed: call pe_rope_slice_init(), then
+ * pe_model_rope_layer_slice(). */
+typedef struct pe_rope_slice {
+  uint32_t struct_size;    /* sizeof(pe_rope_slice), set by init */
+  int32_t q_head_dim;      /* channels of a q head (0: the role rotates no query) */
+  int32_t q_offset;        /* first channel of the span in a q head */
+  int32_t k_head_dim;      /* channels of a k row as the model computes it */
+  int32_t k_offset;        /* first channel of the span in a k row */
+  int32_t rotary_dim;      /* channels rotated (0: the layer has no such rotation) */
+  uint32_t flags;          /* PE_SLICE_DEROTATE_OUTPUT */
+} pe_rope_slice;
+
+/* The model de-rotates the attention output's span at the query position
+ * (DeepSeek-V4: k = v, so v's span carried the keys' rotation): apply the
+ * layer's cache with PE_ROPE_INVERSE to the output heads' span (the same view
+ * as q's) before the output projection. */
+#define PE_SLICE_DEROTATE_OUTPUT 1u
+
+/* struct_size = sizeof(pe_rope_slice), every other field 0. */
+PE_API void pe_rope_slice_init(pe_rope_slice *s);
+
+/* Where role `role` of layer `layer` rotates (see pe_rope_slice). For a
+ * layer without that rotation every field but struct_size is 0. The views,
+ * model by model (q: [.., heads, tokens, q_head_dim], k as the model
+ * computes its row):
+ * - Llama, Qwen, Mistral, Gemma 3 (GQA, q_norm / k_norm first where the
+ *   model has them): q_head_dim = k_head_dim = head_dim, offsets 0: the whole
+ *   head; rotary_dim < head_dim for a partial rotary (Qwen3-Next: 64 of 256,
+ *   MiMo-V2: 64 of 192; the rest passes through).
+ * - Gemma 4's proportional layers: the whole head_dim (512) is the span and
+ *   rotary_dim; the pairs past int(partial_rotary_factor * head_dim / 2) have
+ *   frequency 0 and come out unchanged.
+ * - DeepSeek-V3 MLA (Kimi-K2, GLM-4.7-Flash alike): q head = qk_nope_head_dim
+ *   + qk_rope_head_dim (128 + 64 = 192), q_offset 128; k row = the output of
+ *   kv_a_proj_with_mqa, kv_lora_rank + qk_rope_head_dim (512 + 64 = 576),
+ *   k_offset 512 (k_pe, one head shared by all heads: kv heads 1). The cache
+ *   rotates all 64 channels, pairs (2i, 2i+1) in place; transformers
+ *   de-interleaves them (even channels first, then odd) in q and k alike, so
+ *   q.k is the same (docs/pages/serving.md).
+ * - DeepSeek-V3.2 / GLM-5 indexer: q head index_head_dim (128) of
+ *   index_n_heads heads, offset 0; k row index_head_dim, offset 0 (one k per
+ *   token); 64 channels, pairs as indexer_rope_interleave says (V3.2:
+ *   half-split, unlike its MLA; GLM-5: interleaved).
+ * - DeepSeek-V4 attention: q head 512, k (the shared kv row) 512, offsets
+ *   448: the LAST 64 channels, interleaved; flags PE_SLICE_DEROTATE_OUTPUT.
+ *   Compressor: no query; k = a compressed entry (512), offset 448, at
+ *   position window * compress_rate (the first token of its window).
+ *   Indexer: q head index_head_dim (128), offset 64; k = the indexer's
+ *   compressed entry (128), offset 64, at its window's first position.
+ * PE_ERR_NULL_POINTER (m, out), PE_ERR_INVALID_ARGUMENT (layer, role,
+ * out->struct_size below this first layout: nothing written). Thread-safe. */
+PE_API pe_status pe_model_rope_layer_slice(const pe_model_rope *m, int32_t layer, int32_t role,
+                                           pe_rope_slice *out);
+
+/* The QK-norm role `role` of layer `layer` applies before its rotation, as
+ * a pe_qk_norm: kind, scope and eps from the config (rms_norm_eps or the
+ * model's key, its class default when absent), weights NULL (the caller's;
+ * out->struct_size must be set, pe_qk_norm_init). PE_QK_NORM_NONE for a
+ * layer or role without one. Kinds per model: Qwen3 / Qwen3-VL / EXAONE 4 /
+ * GLM-4.5 (use_qk_norm) RMS per head; Gemma 3 and Qwen3-Next / Qwen3.5 RMS
+ * with (1 + w) per head; Gemma 3n RMS per head (no offset); OLMo 2 / 3 and
+ * MiniMax-M2 RMS per token over all heads; Llama 4 (use_qk_norm) L2 on its
+ * RoPE layers only; DeepSeek-V4 attention RMS per head (q has no weight:
+ * pass a q_weight of ones; k's weight is kv_norm's), its compressor RMS on k
+ * only (call with q NULL). Norms pe_qk_norm_rope does not compute are
+ * PE_ERR_UNSUPPORTED with the model's norm named, out untouched: a
+ * mean-subtracting LayerNorm (Cohere use_qk_norm, Phi / StableLM /
+ * Persimmon qk_layernorm, the V3.2 / GLM-5 indexer's k_norm), and a norm the
+ * census has not read (Gemma 4) is PE_ERR_UNSUPPORTED too, never reported as
+ * none. PE_ERR_NULL_POINTER,
+ * PE_ERR_INVALID_ARGUMENT (layer, role, struct_size). Thread-safe. */
+PE_API pe_status pe_model_rope_layer_qk_norm(const pe_model_rope *m, int32_t layer, int32_t role,
+                                             pe_qk_norm *out);
+
+/* Multi-head latent attention: *latent_eps = the epsilon of the RMS norm
+ * of the kv latent (kv_a_layernorm; transformers builds it with its
+ * RMSNorm's default 1e-6, not rms_norm_eps) and 0 for a model without a
+ * latent. PE_ERR_NULL_POINTER. Thread-safe. */
+PE_API pe_status pe_model_rope_latent_norm_eps(const pe_model_rope *m, double *latent_eps);
 
 /* 1 when the config's model_type is not in libposenc's table
  * (docs/pages/models.md) and the pairing was guessed (PE_ROPE_NEOX, the half-split

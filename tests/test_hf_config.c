@@ -31,6 +31,7 @@
 #include <cmocka.h>
 
 #include "posenc.h"
+#include "config_fixture.h"
 
 #define PI_D 3.14159265358979323846
 #define MAXH 512
@@ -39,37 +40,13 @@
 /* helpers                                                                */
 /* ---------------------------------------------------------------------- */
 
-static double ulp_f32(double v) {
-  v = fabs(v);
-  if (v < 0x1p-126) return 0x1p-149;
-  int e;
-  frexp(v, &e);
-  return ldexp(1.0, e - 1 - 23);
-}
 
-/* The file's bytes, exactly len of them: no NUL terminator is added, so the
- * loader must respect len (malloc'd to the size: ASan would catch a read past). */
-static char *read_fixture(const char *name, size_t *len) {
-  char path[1024];
-  snprintf(path, sizeof path, "%s/configs/%s", PE_TEST_DATA_DIR, name);
-  FILE *f = fopen(path, "rb");
-  if (!f) fail_msg("cannot open %s", path);
-  fseek(f, 0, SEEK_END);
-  long n = ftell(f);
-  fseek(f, 0, SEEK_SET);
-  char *buf = malloc((size_t)n);
-  assert_non_null(buf);
-  assert_int_equal(fread(buf, 1, (size_t)n, f), (size_t)n);
-  fclose(f);
-  *len = (size_t)n;
-  return buf;
-}
 
 static pe_rope_cache *load(const char *name, int64_t max_positions, int64_t seq_len) {
   size_t len;
   char *buf = read_fixture(name, &len);
   pe_rope_cache *c = NULL;
-  pe_status st = pe_rope_cache_create_from_hf_config(buf, len, max_positions, seq_len, &c);
+  pe_status st = pe_rope_cache_create_from_hf_config(buf, len, max_positions, seq_len, 0, &c);
   free(buf);
   if (st != PE_OK) fail_msg("%s: %s / %s", name, pe_status_string(st), pe_last_error());
   return c;
@@ -77,7 +54,9 @@ static pe_rope_cache *load(const char *name, int64_t max_positions, int64_t seq_
 
 static pe_rope_cache *load_text(const char *json, int64_t seq_len) {
   pe_rope_cache *c = NULL;
-  pe_status st = pe_rope_cache_create_from_hf_config(json, strlen(json), 0, seq_len, &c);
+  /* PE_CONFIG_GUESS: these configs test how keys are read, most without a
+   * model_type; a known model_type is not affected by the flag. */
+  pe_status st = pe_rope_cache_create_from_hf_config(json, strlen(json), 0, seq_len, PE_CONFIG_GUESS, &c);
   if (st != PE_OK) fail_msg("%s / %s\n%s", pe_status_string(st), pe_last_error(), json);
   return c;
 }
@@ -119,43 +98,15 @@ static double ref_mscale(double s, double m) { return s <= 1.0 ? 1.0 : 0.1 * m *
 
 /* HF yarn (transformers' _compute_yarn_parameters), d/2 frequencies into inv. */
 static void ref_yarn(int d, double base, double s, double m0, int truncate, double *inv) {
-  double lo = d * log(m0 / (32.0 * 2.0 * PI_D)) / (2.0 * log(base));
-  double hi = d * log(m0 / (1.0 * 2.0 * PI_D)) / (2.0 * log(base));
-  if (truncate) {
-    lo = floor(lo);
-    hi = ceil(hi);
-  }
-  lo = fmax(lo, 0.0);
-  hi = fmin(hi, (double)(d - 1));
-  if (lo == hi) hi += 0.001;
-  for (int i = 0; i < d / 2; i++) {
-    double r = fmin(fmax((i - lo) / (hi - lo), 0.0), 1.0);
-    double pf = pow(base, (double)(2 * i) / d);
-    inv[i] = 1.0 / (s * pf) * r + 1.0 / pf * (1.0 - r);
-  }
+  double lo, hi;
+  ref_yarn_range(d, base, s, m0, 32.0, 1.0, truncate, inv, &lo, &hi);
 }
 
-/* The same with explicit betas (transformers: `beta or default`). */
-static void ref_yarn_betas(int d, double base, double s, double m0, double bf, double bs, double *inv,
-                           double *lo_out, double *hi_out) {
-  double lo = floor(d * log(m0 / (bf * 2.0 * PI_D)) / (2.0 * log(base)));
-  double hi = ceil(d * log(m0 / (bs * 2.0 * PI_D)) / (2.0 * log(base)));
-  lo = fmax(lo, 0.0);
-  hi = fmin(hi, (double)(d - 1));
-  if (lo == hi) hi += 0.001;
-  for (int i = 0; i < d / 2; i++) {
-    double r = fmin(fmax((i - lo) / (hi - lo), 0.0), 1.0);
-    double pf = pow(base, (double)(2 * i) / d);
-    inv[i] = 1.0 / (s * pf) * r + 1.0 / pf * (1.0 - r);
-  }
-  *lo_out = lo;
-  *hi_out = hi;
-}
 
 /* The error of loading a config: status and that the message holds `needle`. */
 static void expect_refused(const char *json, pe_status want, const char *needle) {
   pe_rope_cache *c = NULL;
-  pe_status st = pe_rope_cache_create_from_hf_config(json, strlen(json), 0, 0, &c);
+  pe_status st = pe_rope_cache_create_from_hf_config(json, strlen(json), 0, 0, 0, &c);
   if (st != want || !strstr(pe_last_error(), needle))
     fail_msg("%s: got %s / %s, expected %s naming \"%s\"", json, pe_status_string(st),
              pe_last_error(), pe_status_string(want), needle);
@@ -503,7 +454,7 @@ static void test_not_nul_terminated(void **state) {
   memcpy(buf, cfg, n);
   memcpy(buf + n, "garbage!", 8); /* beyond len, no NUL anywhere */
   pe_rope_cache *c = NULL;
-  assert_int_equal(pe_rope_cache_create_from_hf_config(buf, n, 0, 0, &c), PE_OK);
+  assert_int_equal(pe_rope_cache_create_from_hf_config(buf, n, 0, 0, PE_CONFIG_GUESS, &c), PE_OK);
   expect_geometry(c, 64, 64, PE_ROPE_NEOX, PE_ROPE_SCALING_NONE, 20000.0, "not NUL-terminated");
   pe_rope_cache_destroy(c);
   free(buf);
@@ -516,7 +467,7 @@ static void test_not_nul_terminated(void **state) {
 static void expect_error(const char *json, size_t len, int64_t seq_len, pe_status want,
                          const char *needle) {
   pe_rope_cache *sentinel = (pe_rope_cache *)&want, *out = sentinel;
-  pe_status st = pe_rope_cache_create_from_hf_config(json, len, 0, seq_len, &out);
+  pe_status st = pe_rope_cache_create_from_hf_config(json, len, 0, seq_len, PE_CONFIG_GUESS, &out);
   if (st != want)
     fail_msg("status %s, expected %s (%s) for\n%s", pe_status_string(st), pe_status_string(want),
              pe_last_error(), json ? json : "(null)");
@@ -601,7 +552,7 @@ static void test_errors(void **state) {
   /* Arguments. */
   expect_error(NULL, 10, 0, PE_ERR_NULL_POINTER, "json is NULL");
   expect_error("{\"head_dim\":64}", 15, -1, PE_ERR_INVALID_ARGUMENT, "seq_len -1");
-  assert_int_equal(pe_rope_cache_create_from_hf_config("{}", 2, 0, 0, NULL), PE_ERR_NULL_POINTER);
+  assert_int_equal(pe_rope_cache_create_from_hf_config("{}", 2, 0, 0, 0, NULL), PE_ERR_NULL_POINTER);
   /* A truncated real config (cut in the middle of the factor lists). */
   size_t len;
   char *buf = read_fixture("phi-3-mini-128k-instruct.json", &len);
@@ -628,17 +579,7 @@ static void hf_f32_inv(hf_kind kind, int d, double base, double s, double m0, in
                        const double *ext, float *out) {
   int half = d / 2;
   double lo = 0, hi = 0;
-  if (kind == HF_YARN) {
-    lo = d * log(m0 / (32.0 * 2.0 * PI_D)) / (2.0 * log(base));
-    hi = d * log(m0 / (1.0 * 2.0 * PI_D)) / (2.0 * log(base));
-    if (truncate) {
-      lo = floor(lo);
-      hi = ceil(hi);
-    }
-    lo = fmax(lo, 0.0);
-    hi = fmin(hi, (double)(d - 1));
-    if (lo == hi) hi += 0.001;
-  }
+  if (kind == HF_YARN) yarn_range(d, base, m0, 32.0, 1.0, truncate, &lo, &hi);
   for (int i = 0; i < half; i++) {
     float pf = hf_pos_freq(base, i, d);
     float inv = 1.0f / pf;
@@ -700,7 +641,7 @@ static void test_kimi_k2(void **state) {
   assert_true(p.factor == 64.0 && p.original_max_positions == 4096);
   assert_true(p.beta_fast == 1.0 && p.beta_slow == 1.0);
   double ref[32], lo, hi;
-  ref_yarn_betas(64, 50000.0, 64.0, 4096.0, 1.0, 1.0, ref, &lo, &hi);
+  ref_yarn_range(64, 50000.0, 64.0, 4096.0, 1.0, 1.0, 1, ref, &lo, &hi);
   assert_true(lo == 19.0 && hi == 20.0);
   expect_inv(c, ref, 32, "kimi-k2 yarn");
   for (int i = 0; i < 32; i++) /* the step: original up to 19, divided by 64 from 20 */
@@ -747,16 +688,16 @@ static void test_second_rotation_refused(void **state) {
    * than a cache an engine would also apply to the indexer. */
   expect_refused("{\"model_type\":\"deepseek_v32\",\"qk_rope_head_dim\":64,\"rope_theta\":10000.0,"
                  "\"index_head_dim\":128,\"index_n_heads\":64,\"index_topk\":2048}",
-                 PE_ERR_UNSUPPORTED, "index_n_heads");
+                 PE_ERR_UNSUPPORTED, "pe_model_rope_layer_role");
   expect_refused("{\"model_type\":\"deepseek_v32\",\"qk_rope_head_dim\":64,\"rope_theta\":10000.0}",
-                 PE_ERR_UNSUPPORTED, "index_head_dim");
+                 PE_ERR_UNSUPPORTED, "indexer");
   expect_refused("{\"model_type\":\"glm_moe_dsa\",\"qk_rope_head_dim\":64,\"rope_theta\":1e6,"
-                 "\"index_topk\":2048}", PE_ERR_UNSUPPORTED, "index_topk");
+                 "\"index_topk\":2048}", PE_ERR_UNSUPPORTED, "indexer");
   expect_refused("{\"model_type\":\"deepseek_v4\",\"head_dim\":512,\"rope_theta\":10000.0}",
                  PE_ERR_UNSUPPORTED, "compressor");
   expect_refused("{\"model_type\":\"deepseek_v4\",\"head_dim\":512,\"rope_theta\":10000.0,"
-                 "\"compress_rope_theta\":160000.0}", PE_ERR_UNSUPPORTED, "compress_rope_theta");
-  /* The indexer keys on another type refuse too (a fine-tune renamed). */
+                 "\"compress_rope_theta\":160000.0}", PE_ERR_UNSUPPORTED, "compressor");
+  /* The indexer keys on a type whose class has no indexer: named, not dropped. */
   expect_refused("{\"model_type\":\"deepseek_v3\",\"qk_rope_head_dim\":64,\"rope_theta\":10000.0,"
                  "\"index_head_dim\":128}", PE_ERR_UNSUPPORTED, "index_head_dim");
 }
@@ -816,8 +757,13 @@ static void test_no_positional_encoding(void **state) {
                  "\"position_embedding_type\":\"nope\"}", PE_ERR_UNSUPPORTED, "position_embedding_type");
   expect_refused("{\"model_type\":\"granitemoehybrid\",\"head_dim\":128,\"rope_theta\":10000.0}",
                  PE_ERR_UNSUPPORTED, "position_embedding_type");
-  expect_refused("{\"model_type\":\"kimi_linear\",\"qk_rope_head_dim\":64,\"rope_theta\":10000.0,"
-                 "\"mla_use_nope\":true}", PE_ERR_UNSUPPORTED, "mla_use_nope");
+  const char *kl = "{\"model_type\":\"kimi_linear\",\"qk_rope_head_dim\":64,\"rope_theta\":10000.0,"
+                   "\"mla_use_nope\":true}";
+  pe_rope_cache *kc = NULL;
+  assert_int_equal(pe_rope_cache_create_from_hf_config(kl, strlen(kl), 0, 0, PE_CONFIG_GUESS, &kc),
+                   PE_ERR_UNSUPPORTED);
+  assert_non_null(strstr(pe_last_error(), "mla_use_nope"));
+  assert_null(kc);
   pe_rope_cache *c = load_text("{\"model_type\":\"granitemoehybrid\",\"head_dim\":128,"
                                "\"rope_theta\":10000.0,\"position_embedding_type\":\"rope\"}", 0);
   expect_geometry(c, 128, 128, PE_ROPE_NEOX, PE_ROPE_SCALING_NONE, 10000.0, "granite rope");

@@ -151,7 +151,7 @@ typedef struct hf_case {
 
 static pe_status hf_create(void *ctx, void **out) {
   hf_case *h = ctx;
-  return pe_rope_cache_create_from_hf_config(h->json, strlen(h->json), h->max_positions, 0,
+  return pe_rope_cache_create_from_hf_config(h->json, strlen(h->json), h->max_positions, 0, 0,
                                              (pe_rope_cache **)out);
 }
 

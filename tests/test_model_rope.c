@@ -25,6 +25,7 @@
 #include <cmocka.h>
 
 #include "posenc.h"
+#include "config_fixture.h"
 
 #define PI_D 3.14159265358979323846
 #define MAXH 512
@@ -74,50 +75,14 @@ static double ref_inv(const ref_rope *r, int i) {
   return NAN;
 }
 
-static double ulp_f32(double v) {
-  v = fabs(v);
-  if (v < 0x1p-126) return 0x1p-149;
-  int e;
-  frexp(v, &e);
-  return ldexp(1.0, e - 1 - 23);
-}
 
 /* ---------------------------------------------------------------------- */
 /* loading                                                                */
 /* ---------------------------------------------------------------------- */
 
-static char *read_fixture(const char *name, size_t *len) {
-  char path[1024];
-  snprintf(path, sizeof path, "%s/configs/%s", PE_TEST_DATA_DIR, name);
-  FILE *f = fopen(path, "rb");
-  if (!f) fail_msg("cannot open %s", path);
-  fseek(f, 0, SEEK_END);
-  long n = ftell(f);
-  fseek(f, 0, SEEK_SET);
-  char *buf = malloc((size_t)n);
-  assert_non_null(buf);
-  assert_int_equal(fread(buf, 1, (size_t)n, f), (size_t)n);
-  fclose(f);
-  *len = (size_t)n;
-  return buf;
-}
 
-static pe_model_rope *load_model(const char *name) {
-  size_t len;
-  char *buf = read_fixture(name, &len);
-  pe_model_rope *m = NULL;
-  pe_status st = pe_model_rope_from_hf_config(buf, len, 0, 0, &m);
-  free(buf);
-  if (st != PE_OK) fail_msg("%s: %s / %s", name, pe_status_string(st), pe_last_error());
-  return m;
-}
 
-static pe_model_rope *load_text(const char *json) {
-  pe_model_rope *m = NULL;
-  pe_status st = pe_model_rope_from_hf_config(json, strlen(json), 0, 0, &m);
-  if (st != PE_OK) fail_msg("%s / %s for\n%s", pe_status_string(st), pe_last_error(), json);
-  return m;
-}
+
 
 /* What transformers gives one layer. */
 typedef struct want {
@@ -185,7 +150,7 @@ static int distinct_caches(const pe_model_rope *m) {
  * == 0 (6); globals take rope_theta and rope_scaling, locals the default rope
  * at rope_local_base_freq. */
 static void check_gemma3(const char *name, int layers, int head_dim, int scaled) {
-  pe_model_rope *m = load_model(name);
+  pe_model_rope *m = model_file(name);
   assert_int_equal(pe_model_rope_num_layers(m), layers);
   assert_int_equal(pe_model_rope_pairing_guessed(m), 0);
   want local = {head_dim, head_dim, PE_ROPE_NEOX, PE_ROPE_SCALING_NONE, 1.0, 1.0,
@@ -213,7 +178,7 @@ static void test_gemma3(void **state) {
   size_t len;
   char *buf = read_fixture("per_layer/gemma-3-4b-it.json", &len);
   pe_model_rope *m = NULL;
-  assert_int_equal(pe_model_rope_from_hf_config(buf, len, 0, 0, &m), PE_OK);
+  assert_int_equal(pe_model_rope_from_hf_config(buf, len, 0, 0, 0, &m), PE_OK);
   int32_t h = 0, kv = 0;
   assert_int_equal(pe_model_rope_heads(m, &h, &kv), PE_OK);
   assert_int_equal(h, 8); /* text_config's defaults, not the vision tower's 16 */
@@ -221,7 +186,7 @@ static void test_gemma3(void **state) {
   pe_model_rope_destroy(m);
   /* The one-cache loader refuses it by name instead of one base for all. */
   pe_rope_cache *c = (pe_rope_cache *)&len, *sentinel = c;
-  assert_int_equal(pe_rope_cache_create_from_hf_config(buf, len, 0, 0, &c), PE_ERR_UNSUPPORTED);
+  assert_int_equal(pe_rope_cache_create_from_hf_config(buf, len, 0, 0, 0, &c), PE_ERR_UNSUPPORTED);
   assert_ptr_equal(c, sentinel);
   assert_non_null(strstr(pe_last_error(), "pe_model_rope_from_hf_config"));
   free(buf);
@@ -230,7 +195,7 @@ static void test_gemma3(void **state) {
 static void test_gemma3n(void **state) {
   (void)state;
   /* layer_types as shipped: full every 5th layer (i = 4, 9, ...). */
-  pe_model_rope *m = load_model("per_layer/gemma-3n-e4b-it.json");
+  pe_model_rope *m = model_file("per_layer/gemma-3n-e4b-it.json");
   assert_int_equal(pe_model_rope_num_layers(m), 35);
   want local = {256, 256, PE_ROPE_NEOX, PE_ROPE_SCALING_NONE, 1, 1, {R_DEFAULT, 10000.0, 256, 1, 0, 0, 0}};
   want global = {256, 256, PE_ROPE_NEOX, PE_ROPE_SCALING_NONE, 1, 1, {R_DEFAULT, 1e6, 256, 1, 0, 0, 0}};
@@ -242,12 +207,12 @@ static void test_gemma3n(void **state) {
 /* transformers v5 rope_parameters keyed by layer type, with layer_types. */
 static void test_v5_per_layer_type(void **state) {
   (void)state;
-  pe_model_rope *m = load_text(
+  pe_model_rope *m = model_text(
       "{\"model_type\":\"gemma3_text\",\"head_dim\":64,\"num_hidden_layers\":4,"
       "\"layer_types\":[\"sliding_attention\",\"full_attention\",\"sliding_attention\","
       "\"full_attention\"],\"rope_parameters\":{\"full_attention\":{\"rope_type\":\"linear\","
       "\"factor\":4.0,\"rope_theta\":500000.0},\"sliding_attention\":{\"rope_type\":\"default\","
-      "\"rope_theta\":10000.0}}}");
+      "\"rope_theta\":10000.0}}}", 0);
   want sl = {64, 64, PE_ROPE_NEOX, PE_ROPE_SCALING_NONE, 1, 1, {R_DEFAULT, 10000.0, 64, 1, 0, 0, 0}};
   want fu = {64, 64, PE_ROPE_NEOX, PE_ROPE_SCALING_LINEAR, 4, 1, {R_LINEAR, 500000.0, 64, 4, 0, 0, 0}};
   for (int i = 0; i < 4; i++) expect_layer("v5", m, i, i % 2 ? &fu : &sl);
@@ -261,7 +226,7 @@ static void test_v5_per_layer_type(void **state) {
 static void test_modernbert(void **state) {
   (void)state;
   /* ModernBertConfig: global iff i % global_attn_every_n_layers == 0 (3). */
-  pe_model_rope *m = load_model("per_layer/modernbert-base.json");
+  pe_model_rope *m = model_file("per_layer/modernbert-base.json");
   assert_int_equal(pe_model_rope_num_layers(m), 22);
   want local = {64, 64, PE_ROPE_NEOX, PE_ROPE_SCALING_NONE, 1, 1, {R_DEFAULT, 10000.0, 64, 1, 0, 0, 0}};
   want global = {64, 64, PE_ROPE_NEOX, PE_ROPE_SCALING_NONE, 1, 1, {R_DEFAULT, 160000.0, 64, 1, 0, 0, 0}};
@@ -274,7 +239,7 @@ static void test_cohere2(void **state) {
   (void)state;
   /* Cohere2Attention rotates only on sliding layers (sliding iff
    * (i+1) % 4 != 0), interleaved pairs (rotate_half on x[..., ::2]). */
-  pe_model_rope *m = load_model("per_layer/c4ai-command-r7b-12-2024.json");
+  pe_model_rope *m = model_file("per_layer/c4ai-command-r7b-12-2024.json");
   assert_int_equal(pe_model_rope_num_layers(m), 32);
   want w = {128, 128, PE_ROPE_GPTJ, PE_ROPE_SCALING_NONE, 1, 1, {R_DEFAULT, 50000.0, 128, 1, 0, 0, 0}};
   for (int i = 0; i < 32; i++) {
@@ -292,7 +257,7 @@ static void test_cohere2(void **state) {
   const char *cr = "{\"model_type\":\"cohere\",\"hidden_size\":8192,\"num_attention_heads\":64,"
                    "\"num_hidden_layers\":40,\"rope_theta\":8000000.0}";
   pe_rope_cache *c = NULL;
-  assert_int_equal(pe_rope_cache_create_from_hf_config(cr, strlen(cr), 0, 0, &c), PE_OK);
+  assert_int_equal(pe_rope_cache_create_from_hf_config(cr, strlen(cr), 0, 0, 0, &c), PE_OK);
   pe_rope_params p;
   pe_rope_params_init(&p);
   assert_int_equal(pe_rope_cache_params(c, &p), PE_OK);
@@ -303,7 +268,7 @@ static void test_cohere2(void **state) {
   size_t len;
   char *buf = read_fixture("per_layer/c4ai-command-r7b-12-2024.json", &len);
   c = NULL;
-  assert_int_equal(pe_rope_cache_create_from_hf_config(buf, len, 0, 0, &c), PE_ERR_UNSUPPORTED);
+  assert_int_equal(pe_rope_cache_create_from_hf_config(buf, len, 0, 0, 0, &c), PE_ERR_UNSUPPORTED);
   assert_null(c);
   assert_non_null(strstr(pe_last_error(), "attention layers without RoPE"));
   assert_non_null(strstr(pe_last_error(), "pe_model_rope_from_hf_config"));
@@ -314,7 +279,7 @@ static void test_llama4(void **state) {
   (void)state;
   /* no_rope_layers[i] == 1: RoPE (Llama4TextAttention.use_rope); llama3 with
    * low_freq_factor == high_freq_factor == 1: no band. */
-  pe_model_rope *m = load_model("per_layer/llama-4-scout-17b-16e-instruct.json");
+  pe_model_rope *m = model_file("per_layer/llama-4-scout-17b-16e-instruct.json");
   assert_int_equal(pe_model_rope_num_layers(m), 48);
   want w = {128, 128, PE_ROPE_GPTJ, PE_ROPE_SCALING_LLAMA3, 16, 1,
             {R_LLAMA3, 500000.0, 128, 16.0, 8192.0, 1.0, 1.0}};
@@ -336,8 +301,8 @@ static void test_llama4(void **state) {
   assert_int_equal(kv, 8);
   pe_model_rope_destroy(m);
   /* An empty no_rope_layers means every 4th layer (no_rope_layer_interval). */
-  m = load_text("{\"model_type\":\"llama4_text\",\"num_hidden_layers\":8,\"no_rope_layers\":[],"
-                "\"attn_temperature_tuning\":false,\"rope_theta\":500000.0}");
+  m = model_text("{\"model_type\":\"llama4_text\",\"num_hidden_layers\":8,\"no_rope_layers\":[],"
+                "\"attn_temperature_tuning\":false,\"rope_theta\":500000.0}", 0);
   want d = {128, 128, PE_ROPE_GPTJ, PE_ROPE_SCALING_NONE, 1, 1, {R_DEFAULT, 500000.0, 128, 1, 0, 0, 0}};
   for (int i = 0; i < 8; i++) {
     if ((i + 1) % 4) expect_layer("llama4 interval", m, i, &d);
@@ -352,7 +317,7 @@ static void test_llama4(void **state) {
 static void test_exaone4(void **state) {
   (void)state;
   /* Exaone4Attention: rope iff sliding_window is None or the layer slides. */
-  pe_model_rope *m = load_model("per_layer/exaone-4.0-32b.json");
+  pe_model_rope *m = model_file("per_layer/exaone-4.0-32b.json");
   assert_int_equal(pe_model_rope_num_layers(m), 64);
   want w = {128, 128, PE_ROPE_NEOX, PE_ROPE_SCALING_LLAMA3, 16, 1,
             {R_LLAMA3, 1e6, 128, 16.0, 8192.0, 1.0, 4.0}};
@@ -362,15 +327,15 @@ static void test_exaone4(void **state) {
   }
   pe_model_rope_destroy(m);
   /* sliding_window null (EXAONE-4.0-1.2B style): every layer rotates. */
-  m = load_text("{\"model_type\":\"exaone4\",\"num_hidden_layers\":4,\"head_dim\":64,"
+  m = model_text("{\"model_type\":\"exaone4\",\"num_hidden_layers\":4,\"head_dim\":64,"
                 "\"sliding_window\":null,\"layer_types\":[\"full_attention\",\"full_attention\","
-                "\"full_attention\",\"full_attention\"],\"rope_theta\":1000000}");
+                "\"full_attention\",\"full_attention\"],\"rope_theta\":1000000}", 0);
   want d = {64, 64, PE_ROPE_NEOX, PE_ROPE_SCALING_NONE, 1, 1, {R_DEFAULT, 1e6, 64, 1, 0, 0, 0}};
   for (int i = 0; i < 4; i++) expect_layer("exaone4 global rope", m, i, &d);
   pe_model_rope_destroy(m);
   /* A pattern string: L local, G global, the last layer global. */
-  m = load_text("{\"model_type\":\"exaone4\",\"num_hidden_layers\":6,\"head_dim\":64,"
-                "\"sliding_window\":4096,\"sliding_window_pattern\":\"LLG\",\"rope_theta\":1000000}");
+  m = model_text("{\"model_type\":\"exaone4\",\"num_hidden_layers\":6,\"head_dim\":64,"
+                "\"sliding_window\":4096,\"sliding_window_pattern\":\"LLG\",\"rope_theta\":1000000}", 0);
   for (int i = 0; i < 6; i++) {
     if (i == 2 || i == 5) expect_nope("exaone4 LLG", m, i);
     else expect_layer("exaone4 LLG", m, i, &d);
@@ -382,7 +347,7 @@ static void test_qwen3_next(void **state) {
   (void)state;
   /* Qwen3NextConfig layer_types: full attention iff (i+1) % 4 == 0, the
    * rest linear attention (no RoPE); partial_rotary_factor 0.25 of 256. */
-  pe_model_rope *m = load_model("qwen3-next-80b-a3b-instruct.json");
+  pe_model_rope *m = model_file("qwen3-next-80b-a3b-instruct.json");
   assert_int_equal(pe_model_rope_num_layers(m), 48);
   want w = {256, 64, PE_ROPE_NEOX, PE_ROPE_SCALING_NONE, 1, 1, {R_DEFAULT, 1e7, 64, 1, 0, 0, 0}};
   for (int i = 0; i < 48; i++) {
@@ -394,7 +359,7 @@ static void test_qwen3_next(void **state) {
   size_t len;
   char *buf = read_fixture("qwen3-next-80b-a3b-instruct.json", &len);
   pe_rope_cache *c = NULL;
-  assert_int_equal(pe_rope_cache_create_from_hf_config(buf, len, 0, 0, &c), PE_OK);
+  assert_int_equal(pe_rope_cache_create_from_hf_config(buf, len, 0, 0, 0, &c), PE_OK);
   pe_rope_params p;
   pe_rope_params_init(&p);
   assert_int_equal(pe_rope_cache_params(c, &p), PE_OK);
@@ -405,7 +370,7 @@ static void test_qwen3_next(void **state) {
 
 static void test_gpt_oss(void **state) {
   (void)state;
-  pe_model_rope *m = load_model("gpt-oss-20b.json");
+  pe_model_rope *m = model_file("gpt-oss-20b.json");
   assert_int_equal(pe_model_rope_num_layers(m), 24);
   want w = {64, 64, PE_ROPE_NEOX, PE_ROPE_SCALING_YARN, 32, 0.1 * log(32.0) + 1.0,
             {R_YARN_NOTRUNC, 150000.0, 64, 32.0, 4096.0, 0, 0}};
@@ -415,7 +380,7 @@ static void test_gpt_oss(void **state) {
 }
 
 static void check_qwen_vl(const char *name) {
-  pe_model_rope *m = load_model(name);
+  pe_model_rope *m = model_file(name);
   assert_int_equal(pe_model_rope_num_layers(m), 28);
   want w = {128, 128, PE_ROPE_NEOX, PE_ROPE_SCALING_NONE, 1, 1, {R_DEFAULT, 1e6, 128, 1, 0, 0, 0}};
   for (int i = 0; i < 28; i++) expect_layer(name, m, i, &w);
@@ -423,7 +388,7 @@ static void check_qwen_vl(const char *name) {
   size_t len;
   char *buf = read_fixture(name, &len);
   pe_rope_cache *c = NULL;
-  assert_int_equal(pe_rope_cache_create_from_hf_config(buf, len, 0, 0, &c), PE_OK);
+  assert_int_equal(pe_rope_cache_create_from_hf_config(buf, len, 0, 0, 0, &c), PE_OK);
   int32_t sec[3] = {0, 0, 0};
   uint32_t flags = 99;
   assert_int_equal(pe_mrope_section_from_hf_config(buf, len, sec, &flags), PE_OK);
@@ -447,7 +412,7 @@ static void test_mimo_v2(void **state) {
   /* MiMo-V2 (hybrid_layer_pattern: 0 full attention, 1 sliding window):
    * full layers default rope at rope_theta, sliding ones at swa_rope_theta;
    * both rotate int(192 * 0.334) = 64 channels, half-split. */
-  pe_model_rope *m = load_model("per_layer/mimo-v2.6-flash.json");
+  pe_model_rope *m = model_file("per_layer/mimo-v2.6-flash.json");
   assert_int_equal(pe_model_rope_num_layers(m), 48);
   assert_int_equal(pe_model_rope_pairing_guessed(m), 0);
   want full = {192, 64, PE_ROPE_NEOX, PE_ROPE_SCALING_NONE, 1, 1, {R_DEFAULT, 1e7, 64, 1, 0, 0, 0}};
@@ -460,24 +425,26 @@ static void test_mimo_v2(void **state) {
   assert_int_equal(distinct_caches(m), 2);
   pe_model_rope_destroy(m);
   /* A pattern of the wrong length is named. */
-  const char *bad = "{\"model_type\":\"mimo_v2_flash\",\"head_dim\":192,\"num_hidden_layers\":3,"
-                    "\"rope_theta\":1e7,\"swa_rope_theta\":1e4,\"hybrid_layer_pattern\":[0,1]}";
-  pe_model_rope *out = NULL;
-  assert_int_equal(pe_model_rope_from_hf_config(bad, strlen(bad), 0, 0, &out), PE_ERR_PARSE);
-  assert_non_null(strstr(pe_last_error(), "hybrid_layer_pattern has 2 entries"));
-  /* On a model type whose pattern libposenc has not read: refused. */
-  bad = "{\"model_type\":\"other_lm\",\"head_dim\":64,\"num_hidden_layers\":2,\"rope_theta\":1e4,"
-        "\"hybrid_layer_pattern\":[0,1]}";
-  assert_int_equal(pe_model_rope_from_hf_config(bad, strlen(bad), 0, 0, &out), PE_ERR_UNSUPPORTED);
-  assert_non_null(strstr(pe_last_error(), "hybrid_layer_pattern"));
-  assert_null(out);
+  expect_model_refused("{\"model_type\":\"mimo_v2_flash\",\"head_dim\":192,\"num_hidden_layers\":3,"
+                       "\"rope_theta\":1e7,\"swa_rope_theta\":1e4,\"hybrid_layer_pattern\":[0,1]}",
+                       0, PE_ERR_PARSE, "hybrid_layer_pattern has 2 entries");
+  /* On a model type whose pattern libposenc has not read: refused, even
+   * when the caller accepts a guess (the key is named). */
+  const char *other = "{\"model_type\":\"other_lm\",\"head_dim\":64,\"num_hidden_layers\":2,"
+                      "\"rope_theta\":1e4,\"hybrid_layer_pattern\":[0,1]}";
+  expect_model_refused(other, 0, PE_ERR_UNSUPPORTED, "\"other_lm\" is not in libposenc's table");
+  expect_model_refused(other, PE_CONFIG_GUESS, PE_ERR_UNSUPPORTED, "hybrid_layer_pattern");
+  /* A known type whose class does not read it: named too. */
+  expect_model_refused("{\"model_type\":\"llama\",\"head_dim\":64,\"num_hidden_layers\":2,"
+                       "\"rope_theta\":1e4,\"swa_rope_theta\":1e4}",
+                       0, PE_ERR_UNSUPPORTED, "swa_rope_theta");
 }
 
 static void test_hybrid_without_rope(void **state) {
   (void)state;
   /* MiniMax-01's attn_type_list: 0 = lightning (linear) attention, no RoPE. */
-  pe_model_rope *m = load_text("{\"model_type\":\"minimax\",\"head_dim\":128,\"num_hidden_layers\":4,"
-                               "\"rope_theta\":10000000,\"attn_type_list\":[0,0,0,1]}");
+  pe_model_rope *m = model_text("{\"model_type\":\"minimax\",\"head_dim\":128,\"num_hidden_layers\":4,"
+                               "\"rope_theta\":10000000,\"attn_type_list\":[0,0,0,1]}", 0);
   for (int i = 0; i < 3; i++) expect_nope("minimax attn_type_list", m, i);
   want w = {128, 128, PE_ROPE_NEOX, PE_ROPE_SCALING_NONE, 1, 1, {R_DEFAULT, 1e7, 128, 1, 0, 0, 0}};
   expect_layer("minimax attn_type_list", m, 3, &w);
@@ -492,7 +459,8 @@ static void test_hybrid_without_rope(void **state) {
       "{\"model_type\":\"kimi_linear\",\"qk_rope_head_dim\":64,\"num_hidden_layers\":4,"
       "\"rope_theta\":10000,\"mla_use_nope\":true}"};
   for (size_t k = 0; k < sizeof cfgs / sizeof cfgs[0]; k++) {
-    m = load_text(cfgs[k]);
+    /* Kimi-Linear is not in the table: its NoPE is read under PE_CONFIG_GUESS. */
+    m = model_text(cfgs[k], strstr(cfgs[k], "kimi_linear") ? PE_CONFIG_GUESS : 0);
     for (int i = 0; i < pe_model_rope_num_layers(m); i++) expect_nope(cfgs[k], m, i);
     pe_model_rope_destroy(m);
   }
@@ -504,23 +472,34 @@ static void test_hybrid_without_rope(void **state) {
 
 static void test_unknown_model_type(void **state) {
   (void)state;
-  /* No rope_theta and a model type libposenc does not know: refused, with
-   * the key named; never a silent 10000. */
+  /* A model type libposenc does not know is refused unless the caller asks
+   * for a guess, with the type named. */
+  const char *known = "{\"model_type\":\"brand_new_lm\",\"head_dim\":64,\"num_hidden_layers\":2,"
+                      "\"rope_theta\":20000.0}";
+  pe_model_rope *m = (pe_model_rope *)&known, *sentinel = m;
+  assert_int_equal(pe_model_rope_from_hf_config(known, strlen(known), 0, 0, 0, &m), PE_ERR_UNSUPPORTED);
+  assert_ptr_equal(m, sentinel);
+  assert_non_null(strstr(pe_last_error(), "\"brand_new_lm\" is not in libposenc's table"));
+  assert_non_null(strstr(pe_last_error(), "PE_CONFIG_GUESS"));
+  /* Unknown bits of flags: refused. */
+  assert_int_equal(pe_model_rope_from_hf_config(known, strlen(known), 0, 0, 2, &m),
+                   PE_ERR_INVALID_ARGUMENT);
+  assert_ptr_equal(m, sentinel);
+  /* A guess without rope_theta: refused with the key named; never a silent 10000. */
   const char *cfg = "{\"model_type\":\"brand_new_lm\",\"head_dim\":64,\"num_hidden_layers\":2}";
-  pe_model_rope *m = (pe_model_rope *)&cfg, *sentinel = m;
-  assert_int_equal(pe_model_rope_from_hf_config(cfg, strlen(cfg), 0, 0, &m), PE_ERR_PARSE);
+  assert_int_equal(pe_model_rope_from_hf_config(cfg, strlen(cfg), 0, 0, PE_CONFIG_GUESS, &m),
+                   PE_ERR_PARSE);
   assert_ptr_equal(m, sentinel);
   assert_non_null(strstr(pe_last_error(), "pe_model_rope_from_hf_config: config.json lacks rope_theta"));
   assert_non_null(strstr(pe_last_error(), "\"brand_new_lm\""));
   /* With rope_theta it loads, half-split pairing, and says it guessed. */
-  m = load_text("{\"model_type\":\"brand_new_lm\",\"head_dim\":64,\"num_hidden_layers\":2,"
-                "\"rope_theta\":20000.0}");
+  m = model_text(known, PE_CONFIG_GUESS);
   assert_int_equal(pe_model_rope_pairing_guessed(m), 1);
   want w = {64, 64, PE_ROPE_NEOX, PE_ROPE_SCALING_NONE, 1, 1, {R_DEFAULT, 20000.0, 64, 1, 0, 0, 0}};
   expect_layer("guessed", m, 1, &w);
   pe_model_rope_destroy(m);
   /* A known model type's class default applies (Llama4TextConfig 500000). */
-  m = load_text("{\"model_type\":\"llama4_text\",\"num_hidden_layers\":1}");
+  m = model_text("{\"model_type\":\"llama4_text\",\"num_hidden_layers\":1}", 0);
   assert_int_equal(pe_model_rope_pairing_guessed(m), 0);
   want l4 = {128, 128, PE_ROPE_GPTJ, PE_ROPE_SCALING_NONE, 1, 1, {R_DEFAULT, 500000.0, 128, 1, 0, 0, 0}};
   expect_layer("llama4 defaults", m, 0, &l4);
@@ -532,7 +511,7 @@ static void test_max_positions_from_config(void **state) {
   const char *cfg = "{\"model_type\":\"llama\",\"head_dim\":16,\"num_hidden_layers\":2,"
                     "\"max_position_embeddings\":48}";
   pe_model_rope *m = NULL;
-  assert_int_equal(pe_model_rope_from_hf_config(cfg, strlen(cfg), PE_MAX_POSITIONS_FROM_CONFIG, 0, &m),
+  assert_int_equal(pe_model_rope_from_hf_config(cfg, strlen(cfg), PE_MAX_POSITIONS_FROM_CONFIG, 0, 0, &m),
                    PE_OK);
   pe_rope_params p;
   pe_rope_params_init(&p);
@@ -545,17 +524,17 @@ static void test_max_positions_from_config(void **state) {
   pe_model_rope_destroy(m);
   const char *nomax = "{\"model_type\":\"llama\",\"head_dim\":16,\"num_hidden_layers\":2}";
   m = NULL;
-  assert_int_equal(pe_model_rope_from_hf_config(nomax, strlen(nomax), -1, 0, &m), PE_ERR_PARSE);
+  assert_int_equal(pe_model_rope_from_hf_config(nomax, strlen(nomax), -1, 0, 0, &m), PE_ERR_PARSE);
   assert_null(m);
   assert_non_null(strstr(pe_last_error(), "max_position_embeddings"));
-  assert_int_equal(pe_model_rope_from_hf_config(cfg, strlen(cfg), -2, 0, &m), PE_ERR_INVALID_ARGUMENT);
+  assert_int_equal(pe_model_rope_from_hf_config(cfg, strlen(cfg), -2, 0, 0, &m), PE_ERR_INVALID_ARGUMENT);
   assert_non_null(strstr(pe_last_error(), "max_positions -2"));
   /* A key the config omits takes its config class's default: transformers'
    * Gemma3TextConfig has max_position_embeddings = 131072. */
   const char *gemma = "{\"model_type\":\"gemma3_text\",\"head_dim\":16,\"num_hidden_layers\":6,"
                       "\"rope_theta\":1000000.0,\"rope_local_base_freq\":10000.0}";
   m = NULL;
-  assert_int_equal(pe_model_rope_from_hf_config(gemma, strlen(gemma), -1, 0, &m), PE_OK);
+  assert_int_equal(pe_model_rope_from_hf_config(gemma, strlen(gemma), -1, 0, 0, &m), PE_OK);
   pe_rope_params_init(&p);
   assert_int_equal(pe_rope_cache_params(pe_model_rope_layer(m, 5), &p), PE_OK);
   assert_int_equal(p.max_positions, 131072);
@@ -565,23 +544,23 @@ static void test_max_positions_from_config(void **state) {
 static void test_errors(void **state) {
   (void)state;
   pe_model_rope *m = NULL;
-  assert_int_equal(pe_model_rope_from_hf_config(NULL, 0, 0, 0, &m), PE_ERR_NULL_POINTER);
-  assert_int_equal(pe_model_rope_from_hf_config("{}", 2, 0, 0, NULL), PE_ERR_NULL_POINTER);
-  assert_int_equal(pe_model_rope_from_hf_config("{}", 2, 0, -1, &m), PE_ERR_INVALID_ARGUMENT);
+  assert_int_equal(pe_model_rope_from_hf_config(NULL, 0, 0, 0, 0, &m), PE_ERR_NULL_POINTER);
+  assert_int_equal(pe_model_rope_from_hf_config("{}", 2, 0, 0, 0, NULL), PE_ERR_NULL_POINTER);
+  assert_int_equal(pe_model_rope_from_hf_config("{}", 2, 0, -1, 0, &m), PE_ERR_INVALID_ARGUMENT);
   const char *nolayers = "{\"model_type\":\"llama\",\"head_dim\":16,\"rope_theta\":1e4}";
-  assert_int_equal(pe_model_rope_from_hf_config(nolayers, strlen(nolayers), 0, 0, &m), PE_ERR_PARSE);
+  assert_int_equal(pe_model_rope_from_hf_config(nolayers, strlen(nolayers), 0, 0, 0, &m), PE_ERR_PARSE);
   assert_non_null(strstr(pe_last_error(), "num_hidden_layers"));
   const char *badtypes = "{\"model_type\":\"llama\",\"head_dim\":16,\"rope_theta\":1e4,"
                          "\"num_hidden_layers\":3,\"layer_types\":[\"full_attention\"]}";
-  assert_int_equal(pe_model_rope_from_hf_config(badtypes, strlen(badtypes), 0, 0, &m), PE_ERR_PARSE);
+  assert_int_equal(pe_model_rope_from_hf_config(badtypes, strlen(badtypes), 0, 0, 0, &m), PE_ERR_PARSE);
   assert_non_null(strstr(pe_last_error(), "layer_types has 1 entries, num_hidden_layers is 3"));
   const char *missing = "{\"model_type\":\"gemma3_text\",\"num_hidden_layers\":2,\"layer_types\":"
                         "[\"sliding_attention\",\"full_attention\"],\"rope_parameters\":"
                         "{\"full_attention\":{\"rope_theta\":1e6}}}";
-  assert_int_equal(pe_model_rope_from_hf_config(missing, strlen(missing), 0, 0, &m), PE_ERR_PARSE);
+  assert_int_equal(pe_model_rope_from_hf_config(missing, strlen(missing), 0, 0, 0, &m), PE_ERR_PARSE);
   assert_non_null(strstr(pe_last_error(), "rope_parameters.sliding_attention"));
   assert_null(m);
-  m = load_text("{\"model_type\":\"llama\",\"head_dim\":16,\"rope_theta\":1e4,\"num_hidden_layers\":3}");
+  m = model_text("{\"model_type\":\"llama\",\"head_dim\":16,\"rope_theta\":1e4,\"num_hidden_layers\":3}", 0);
   assert_int_equal(pe_model_rope_num_layers(m), 3);
   assert_null(pe_model_rope_layer(m, 3));
   assert_non_null(strstr(pe_last_error(), "layer 3 is outside [0, 3)"));
@@ -685,12 +664,12 @@ static void test_proportional_gemma4(void **state) {
   pe_rope_cache_destroy(c);
 
   /* The same from a Gemma-4 config (v5 rope_parameters per layer type). */
-  pe_model_rope *m = load_text(
+  pe_model_rope *m = model_text(
       "{\"model_type\":\"gemma4_text\",\"head_dim\":256,\"num_hidden_layers\":2,"
       "\"layer_types\":[\"sliding_attention\",\"full_attention\"],\"rope_parameters\":{"
       "\"full_attention\":{\"rope_type\":\"proportional\",\"partial_rotary_factor\":0.25,"
       "\"rope_theta\":1000000.0,\"factor\":2.0},\"sliding_attention\":{\"rope_type\":\"default\","
-      "\"rope_theta\":10000.0}}}");
+      "\"rope_theta\":10000.0}}}", 0);
   const pe_rope_cache *g = pe_model_rope_layer(m, 1);
   assert_non_null(g);
   assert_int_equal(pe_rope_cache_inv_freq(g, f), PE_OK);
@@ -704,11 +683,11 @@ static void test_proportional_gemma4(void **state) {
   /* Gemma 4's global layers use global_head_dim (Gemma4 rotary embedding's
    * head_dim_key): 512 channels, int(0.25 * 512 // 2) = 64 rotated angles of
    * B^(-2j/512). */
-  m = load_text("{\"model_type\":\"gemma4_text\",\"head_dim\":256,\"global_head_dim\":512,"
+  m = model_text("{\"model_type\":\"gemma4_text\",\"head_dim\":256,\"global_head_dim\":512,"
                 "\"num_hidden_layers\":2,\"layer_types\":[\"sliding_attention\",\"full_attention\"],"
                 "\"rope_parameters\":{\"full_attention\":{\"rope_type\":\"proportional\","
                 "\"partial_rotary_factor\":0.25,\"rope_theta\":1000000.0},\"sliding_attention\":{"
-                "\"rope_type\":\"default\",\"rope_theta\":10000.0}}}");
+                "\"rope_type\":\"default\",\"rope_theta\":10000.0}}}", 0);
   expect_layer("gemma4 sliding", m, 0, &sl);
   g = pe_model_rope_layer(m, 1);
   assert_non_null(g);

@@ -481,7 +481,7 @@ static void test_mrope_cache_from_hf_config(void **state) {
   const double base[2] = {1000000.0, 5000000.0};
   for (int i = 0; i < 2; i++) {
     pe_rope_cache *c = NULL;
-    assert_int_equal(pe_rope_cache_create_from_hf_config(cfg[i], strlen(cfg[i]), 512, 0, &c), PE_OK);
+    assert_int_equal(pe_rope_cache_create_from_hf_config(cfg[i], strlen(cfg[i]), 512, 0, 0, &c), PE_OK);
     pe_rope_params p;
     pe_rope_params_init(&p);
     assert_int_equal(pe_rope_cache_params(c, &p), PE_OK);

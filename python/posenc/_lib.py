@@ -128,7 +128,7 @@ _PROTOTYPES = {
     "pe_rope_params_init": (None, [ctypes.POINTER(RopeParams)]),
     "pe_rope_cache_create": (_st, [ctypes.POINTER(RopeParams), ctypes.POINTER(_p)]),
     "pe_rope_cache_create_from_hf_config": (_st, [ctypes.c_char_p, ctypes.c_size_t, _i64, _i64,
-                                                  ctypes.POINTER(_p)]),
+                                                  _u32, ctypes.POINTER(_p)]),
     "pe_rope_cache_destroy": (None, [_p]),
     "pe_rope_cache_params": (_st, [_p, ctypes.POINTER(RopeParams)]),
     "pe_rope_cache_inv_freq": (_st, [_p, _p]),
@@ -155,7 +155,7 @@ _PROTOTYPES = {
     "pe_apply_rope_qk_multi": (_st, [_p, _i32, _p, _T, _T, _p, _u32, _p]),
     "pe_mrope_section_from_hf_config": (_st, [ctypes.c_char_p, ctypes.c_size_t, _p,
                                               ctypes.POINTER(_u32)]),
-    "pe_model_rope_from_hf_config": (_st, [ctypes.c_char_p, ctypes.c_size_t, _i64, _i64,
+    "pe_model_rope_from_hf_config": (_st, [ctypes.c_char_p, ctypes.c_size_t, _i64, _i64, _u32,
                                            ctypes.POINTER(_p)]),
     "pe_model_rope_num_layers": (_i32, [_p]),
     "pe_model_rope_layer": (_p, [_p, _i32]),
@@ -168,11 +168,12 @@ _PROTOTYPES = {
 
 # Flags and enum values of include/posenc.h: the only copy in the binding
 # (test_basics.py checks them against the header). PE_MASK_CAUSAL and
-# PE_SINUSOIDAL_CONCAT: flag families have distinct bits (issue 13).
+# PE_SINUSOIDAL_CONCAT: flag families have distinct bits.
 PE_ROPE_INVERSE = 0x1
 PE_ROPE_MROPE_INTERLEAVED = 0x2
 PE_MASK_CAUSAL = 0x100
 PE_SINUSOIDAL_CONCAT = 0x10000
+PE_CONFIG_GUESS = 0x1000000
 PE_F32, PE_F16, PE_BF16 = 0, 1, 2
 PE_MAX_POSITIONS_FROM_CONFIG = -1
 

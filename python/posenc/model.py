@@ -79,15 +79,15 @@ class ModelRope:
     pe_model_rope_from_hf_config in include/posenc.h.
     """
 
-    def __init__(self, config, max_positions=None, seq_len=0):
+    def __init__(self, config, max_positions=None, seq_len=0, guess=False):
         """See from_hf_config."""
         text = _lib.config_text(config)
         mp = _lib.PE_MAX_POSITIONS_FROM_CONFIG if max_positions is None else \
             int_arg(max_positions, "max_positions", *INT64)
         sl = int_arg(seq_len or 0, "seq_len", *INT64)
         handle = ctypes.c_void_p()
-        _lib.check(_lib.fn("pe_model_rope_from_hf_config")(text, len(text), mp, sl,
-                                                           ctypes.byref(handle)))
+        _lib.check(_lib.fn("pe_model_rope_from_hf_config")(
+            text, len(text), mp, sl, _lib.PE_CONFIG_GUESS if guess else 0, ctypes.byref(handle)))
         model = _ModelHandle()
         model._set_handle(handle)
         self._model = model
@@ -112,7 +112,7 @@ class ModelRope:
         self._heads = Heads(h.value, kv.value)
 
     @classmethod
-    def from_hf_config(cls, config, max_positions=None, seq_len=0):
+    def from_hf_config(cls, config, max_positions=None, seq_len=0, guess=False):
         """Every layer's RoPE from a HuggingFace config.json.
 
         config: a path to config.json (or to a model directory holding one), a
@@ -128,7 +128,7 @@ class ModelRope:
         A config the library cannot use raises PosencError with its message
         (which names the key and the values).
         """
-        return cls(config, max_positions=max_positions, seq_len=seq_len)
+        return cls(config, max_positions=max_positions, seq_len=seq_len, guess=guess)
 
     # ---- layers ----
 

@@ -192,7 +192,7 @@ class RopeCache(_lib.Handle):
             text = json.dumps(rope_config(hd, rd, st, base, d, m)).encode()
             try:
                 _lib.check(_lib.fn("pe_rope_cache_create_from_hf_config")(
-                    text, len(text), mp, sl or 0, ctypes.byref(handle)))
+                    text, len(text), mp, sl or 0, 0, ctypes.byref(handle)))
             except _lib.PosencError as e:
                 raise type(e)(e.status, "RopeCache(rope_scaling=%s): %s"
                               % (json.dumps(d), e.message)) from None
@@ -236,7 +236,7 @@ class RopeCache(_lib.Handle):
         return self
 
     @classmethod
-    def from_hf_config(cls, config, max_positions=8192, seq_len=0):
+    def from_hf_config(cls, config, max_positions=8192, seq_len=0, guess=False):
         """A cache from a HuggingFace config.json, as transformers derives it
         (the library's loader, pe_rope_cache_create_from_hf_config).
 
@@ -247,12 +247,16 @@ class RopeCache(_lib.Handle):
         A model whose layers differ (Gemma 2/3, ModernBERT, Cohere2, Llama 4,
         EXAONE 4, ...) is refused with PosencError(UNSUPPORTED) naming the C
         per-layer loader: load it with posenc.ModelRope.from_hf_config.
+        guess: load a model_type that is not in the library's table
+        (PE_CONFIG_GUESS: half-split pairs, the file's partial factor); without
+        it such a config is refused naming its model_type.
         """
         text = _lib.config_text(config)
         handle = ctypes.c_void_p()
         _lib.check(_lib.fn("pe_rope_cache_create_from_hf_config")(
             text, len(text), int_arg(max_positions, "max_positions", *INT64),
-            int_arg(seq_len or 0, "seq_len", *INT64), ctypes.byref(handle)))
+            int_arg(seq_len or 0, "seq_len", *INT64), _lib.PE_CONFIG_GUESS if guess else 0,
+            ctypes.byref(handle)))
         self = cls.__new__(cls)
         self._init_from_handle(handle)
         return self

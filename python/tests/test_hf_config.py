@@ -118,11 +118,21 @@ def test_errors():
         posenc.RopeCache.from_hf_config('{"hidden_size": 4096,', max_positions=8)
     assert e.value.status == posenc.Status.ERR_PARSE
     with pytest.raises(posenc.PosencError) as e:
-        posenc.RopeCache.from_hf_config({"hidden_size": 64, "num_attention_heads": 2,
+        posenc.RopeCache.from_hf_config({"model_type": "llama", "hidden_size": 64,
+                                         "num_attention_heads": 2,
                                          "max_position_embeddings": 128,
                                          "rope_scaling": {"rope_type": "warp-drive"}})
     assert e.value.status == posenc.Status.ERR_UNSUPPORTED
     assert "warp-drive" in e.value.message or "rope_type" in e.value.message
+    # a model_type the library does not know: refused unless guess=True
+    with pytest.raises(posenc.PosencError) as e:
+        posenc.RopeCache.from_hf_config({"model_type": "brand_new_lm", "head_dim": 64,
+                                         "rope_theta": 1e4})
+    assert e.value.status == posenc.Status.ERR_UNSUPPORTED
+    assert "brand_new_lm" in e.value.message and "PE_CONFIG_GUESS" in e.value.message
+    c = posenc.RopeCache.from_hf_config({"model_type": "brand_new_lm", "head_dim": 64,
+                                         "rope_theta": 1e4}, guess=True)
+    assert c.params["head_dim"] == 64
     with pytest.raises(TypeError):
         posenc.RopeCache.from_hf_config(42)
     with pytest.raises(FileNotFoundError):

@@ -380,9 +380,9 @@ def test_header_constant_matches():
 
 def test_broken_configs_raise_the_librarys_message():
     cases = [
-        # unknown model type without rope_theta: never a silent 10000
+        # unknown model type: refused unless the caller asks for a guess
         ({"model_type": "brand_new_lm", "head_dim": 64, "num_hidden_layers": 2},
-         posenc.Status.ERR_PARSE, ["lacks rope_theta", "brand_new_lm"]),
+         posenc.Status.ERR_UNSUPPORTED, ["brand_new_lm", "PE_CONFIG_GUESS"]),
         ('{"model_type": "llama", "head_dim": 16,', posenc.Status.ERR_PARSE,
          ["pe_model_rope_from_hf_config"]),
         ({"model_type": "llama", "head_dim": 16, "rope_theta": 1e4},
@@ -409,9 +409,15 @@ def test_broken_configs_raise_the_librarys_message():
 
 
 def test_unknown_model_type_says_it_guessed():
+    # a guess without rope_theta: never a silent 10000
+    with pytest.raises(posenc.PosencError) as e:
+        posenc.ModelRope.from_hf_config({"model_type": "brand_new_lm", "head_dim": 64,
+                                         "num_hidden_layers": 2}, max_positions=0, guess=True)
+    assert e.value.status == posenc.Status.ERR_PARSE
+    assert "lacks rope_theta" in e.value.message and "brand_new_lm" in e.value.message
     m = posenc.ModelRope.from_hf_config({"model_type": "brand_new_lm", "head_dim": 64,
                                          "num_hidden_layers": 2, "rope_theta": 20000.0},
-                                        max_positions=0)
+                                        max_positions=0, guess=True)
     assert m.pairing_guessed is True
     assert "pairing guessed" in repr(m).splitlines()[0]
     expect_cache("guessed", m.layer(1), head_dim=64, inv=inv_default(20000.0, 64),

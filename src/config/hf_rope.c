@@ -23,17 +23,18 @@
  *   dict.attention_factor, beta_fast, beta_slow, mscale, mscale_all_dim,
  *   truncate, low_freq_factor, high_freq_factor, short_factor, long_factor
  *                                                  the fields of the same name
- *   model_type (the table `models` below)          style, and the config class's
- *                                                  defaults for omitted keys
+ *   model_type (the census, models.def)            style, rotated width, and the
+ *                                                  config class's defaults for
+ *                                                  omitted keys
  *
  * Where HF's model classes differ from modeling_rope_utils we follow the
  * model class:
- * - The default rope ("default"/no dict) is computed by each model class. Llama
- *   and the models copied from it ignore partial_rotary_factor (d = head_dim);
- *   phi, phi3 (Phi-4-mini), gpt_neox, stablelm, persimmon, glm, glm4, glm4_moe
- *   and qwen3_next
- *   apply it.
- *   Every scaled type goes through modeling_rope_utils, which applies it.
+ * - The default rope ("default"/no dict) is computed by each model class:
+ *   the census row's width rule says whether it applies
+ *   partial_rotary_factor (WIDTH_PRF: phi, phi3, gpt_neox, glm, qwen3_next,
+ *   ...), ignores it (WIDTH_HEAD: Llama and the models copied from it), or
+ *   reads rotary_dim (GPT-J, CodeGen, MiniMax-M2). Every scaled type goes
+ *   through modeling_rope_utils, which applies the factor.
  * - An odd d = int(head_dim * prf) keeps its odd exponent denominator and HF
  *   produces ceil(d/2) frequencies; the NeoX-style apply then rotates the
  *   first 2*ceil(d/2) = d+1 channels (it splits on cos.shape[-1]). We build
@@ -45,11 +46,13 @@
  *   gives the pairs past int(prf*head_dim//2) frequency 0; with prf < 1 that is
  *   not a partial rotary (the pairs are (j, j + head_dim/2)), so it is built
  *   as CUSTOM frequencies on rotary_dim = head_dim.
- * - DeepSeek-V2/V3 rotate only the qk_rope_head_dim tail of each 192-channel
- *   head: the cache's head_dim is qk_rope_head_dim, and callers pass that
- *   slice of q/k (a view through pe_tensor strides). HF de-interleaves the
- *   output of the interleaved rotation; it permutes q and k alike, so q.k is
- *   the same as with PE_ROPE_GPTJ's in-place pairs.
+ * - MLA (DeepSeek-V2/V3 and the classes built on them) rotates only the
+ *   qk_rope_head_dim tail of each head, DeepSeek-V4 the last
+ *   int(head_dim * partial_rotary_factor) channels: the cache's head_dim is
+ *   that span, and callers pass that slice of q/k (a view through pe_tensor
+ *   strides; pe_model_rope_layer_slice gives the offsets). HF
+ *   de-interleaves the output of the interleaved rotation; it permutes q and
+ *   k alike, so q.k is the same as with PE_ROPE_GPTJ's in-place pairs.
  */
 #include <inttypes.h>
 #include <math.h>
@@ -59,17 +62,18 @@
 #include "config/hf_rope.h"
 
 
-static int is_model(const hf_rope *h, const char *const *names) {
-  for (; *names; names++)
-    if (strcmp(h->model_type, *names) == 0) return 1;
-  return 0;
-}
-
 /* A v5 per-layer-type dict ({"full_attention": {...}, "sliding_attention":
  * {...}}) rather than one rope's parameters. */
 int pe__hf_is_per_layer_type(const cJSON *dict) {
-  return dict && !pe__json_get(dict, "rope_type") && !pe__json_get(dict, "type") && !pe__json_get(dict, "rope_theta") &&
-         dict->child && cJSON_IsObject(dict->child);
+  if (!dict || !dict->child || pe__json_get(dict, "rope_type") || pe__json_get(dict, "type") ||
+      pe__json_get(dict, "rope_theta"))
+    return 0;
+  /* Every entry a layer type's dict: one scalar among them (a stray
+   * "factor") makes it one rope's parameters, as standardize_rope_params
+   * reads it, not a per-layer dict with a key dropped. */
+  for (const cJSON *e = dict->child; e; e = e->next)
+    if (!cJSON_IsObject(e)) return 0;
+  return 1;
 }
 
 static pe_status read_type(hf_rope *h) {
@@ -111,9 +115,18 @@ static pe_status read_geometry(hf_rope *h) {
   int64_t v = 0;
   const model_info *mi = h->info;
   const char *hdk = h->head_dim_key ? h->head_dim_key : "head_dim";
-  /* DeepSeek: the rotated part of a head is qk_rope_head_dim (its config
-   * class sets head_dim to it). */
-  if ((st = pe__json_count(h->root, "", "qk_rope_head_dim", &v, &found)) != PE_OK) return st;
+  /* The class's width rule; a model type not in the table (loaded with
+   * PE_CONFIG_GUESS) takes the file's keys at their word. */
+  int guess = mi == NULL;
+  model_width w = mi ? mi->width : WIDTH_PRF;
+  found = 0;
+  if (w == WIDTH_MLA || w == WIDTH_MLA_PRF || (guess && pe__json_get(h->root, "qk_rope_head_dim"))) {
+    /* MLA: the rotated part of a head is qk_rope_head_dim (its config class
+     * sets head_dim to it). */
+    if ((st = pe__json_count(h->root, "", "qk_rope_head_dim", &v, &found)) != PE_OK) return st;
+    if ((st = pe__json_need(found, "", "qk_rope_head_dim", "the rotated part of an MLA head")) != PE_OK)
+      return st;
+  }
   if (!found) {
     /* HF: `config.head_dim or hidden // heads`, so head_dim 0 falls back too. */
     double hd = 0.0;
@@ -150,20 +163,28 @@ static pe_status read_geometry(hf_rope *h) {
   if (!found && (st = pe__json_number(h->root, pw = "", pk, &h->prf, &found)) != PE_OK) return st;
   if (!found && (st = pe__json_number(h->root, pw = "", pk = "rotary_pct", &h->prf, &found)) != PE_OK)
     return st;
+  if (!found && w == WIDTH_V4) {
+    /* DeepseekV4Config: qk_rope_head_dim / head_dim, default 64 / 512. */
+    int64_t r = 64;
+    if ((st = pe__json_count(h->root, "", "qk_rope_head_dim", &r, &found)) != PE_OK) return st;
+    h->prf = found ? (double)r / (double)h->head_dim : 64.0 / 512.0;
+    pw = "";
+    pk = found ? "qk_rope_head_dim" : "partial_rotary_factor";
+  }
   if (!(h->prf > 0.0 && h->prf <= 1.0))
     return pe__fail(PE_ERR_PARSE, "%s: %s%s %g must be in (0, 1]", FN, pw, pk, h->prf);
 
-  static const char *const applies_prf[] = {"phi", "phi3", "gpt_neox", "stablelm", "persimmon", "glm",
-                                            "glm4", "glm4_moe", "glm4_moe_lite", "qwen3_next",
-                                            "qwen3_5", "qwen3_5_text", "qwen3_5_moe",
-                                            "qwen3_5_moe_text", "mimo_v2_flash", "mimo_v2", NULL};
-  static const char *const gptj_family[] = {"gptj", "codegen", NULL};
   int64_t rd = h->head_dim;
-  if (is_model(h, gptj_family)) {
-    /* GPT-J and CodeGen: rotary_dim channels (null = all). */
+  int scaled = h->scaling != PE_ROPE_SCALING_NONE;
+  if (h->scaling == PE_ROPE_SCALING_PROPORTIONAL) {
+    /* HF: rope_angles = int(prf * head_dim // 2) rotate, on head_dim pairs. */
+    rd = 2 * (int64_t)floor(h->prf * h->head_dim / 2.0);
+  } else if (w == WIDTH_ROTARY_DIM || (guess && pe__json_get(h->root, "rotary_dim"))) {
+    /* GPT-J and CodeGen: rotary_dim channels (null = all); a model type
+     * libposenc does not know: a rotary_dim key is taken as the width. */
     if ((st = pe__json_count(h->root, "", "rotary_dim", &rd, &found)) != PE_OK) return st;
     if (!found) rd = h->head_dim;
-  } else if (strcmp(h->model_type, "minimax_m2") == 0) {
+  } else if (w == WIDTH_MINIMAX_M2) {
     /* MiniMaxM2Config.convert_rope_params_to_dict: partial_rotary_factor =
      * rotary_dim (default head_dim // 2) / head_dim, overwriting any
      * partial_rotary_factor of the file; the rotary embedding then takes
@@ -172,16 +193,9 @@ static pe_status read_geometry(hf_rope *h) {
     if ((st = pe__json_count(h->root, "", "rotary_dim", &r, &found)) != PE_OK) return st;
     h->prf = (double)r / (double)h->head_dim;
     rd = (int64_t)(h->head_dim * h->prf);
-  } else if (!h->info && pe__json_get(h->root, "rotary_dim")) {
-    /* A model type libposenc does not know (the pairing is a guess too):
-     * a rotary_dim key is taken as the rotated width. */
-    if ((st = pe__json_count(h->root, "", "rotary_dim", &rd, &found)) != PE_OK) return st;
-  } else if (h->scaling == PE_ROPE_SCALING_PROPORTIONAL) {
-    /* HF: rope_angles = int(prf * head_dim // 2) rotate, on head_dim pairs. */
-    rd = 2 * (int64_t)floor(h->prf * h->head_dim / 2.0);
-  } else if (h->scaling != PE_ROPE_SCALING_NONE || is_model(h, applies_prf) || !h->info) {
-    /* Python int(): truncation. An unknown model type: a partial factor in
-     * the file is taken to apply (the classes that ignore it are known). */
+  } else if (w == WIDTH_PRF || w == WIDTH_MLA_PRF || w == WIDTH_V4 || scaled) {
+    /* Python int(): truncation. Every scaled type goes through
+     * modeling_rope_utils, which applies the factor. */
     rd = (int64_t)(h->head_dim * h->prf);
   }
   if (rd < 2 || rd > h->head_dim)
@@ -190,16 +204,21 @@ static pe_status read_geometry(hf_rope *h) {
                     "head_dim]",
                     FN, rd, (int)h->head_dim, h->prf);
   h->d = (int32_t)rd;
+  /* DeepSeek-V4 rotates the LAST d channels of its head: the cache spans
+   * exactly those (the slice's offset places the view). */
+  if (w == WIDTH_V4) h->head_dim = h->d;
 
   h->style = mi ? mi->style : PE_ROPE_NEOX;
   /* DeepseekV3Attention and the MLA classes built on it: rope_interleave
    * (default true) picks the interleaved apply; false is rotate_half. */
-  static const char *const deepseek[] = {"deepseek_v2", "deepseek_v3", "kimi_k2", "deepseek_v32",
-                                         "glm_moe_dsa", "glm4_moe_lite", NULL};
-  if (is_model(h, deepseek)) {
+  if (mi && mi->pair == PAIR_MLA) {
     const cJSON *ri = pe__json_get(h->root, "rope_interleave");
+    if (ri && !cJSON_IsBool(ri))
+      return pe__fail(PE_ERR_PARSE, "%s: rope_interleave must be true or false, got %s", FN,
+                      pe__json_type(ri));
     h->style = (ri && cJSON_IsFalse(ri)) ? PE_ROPE_NEOX : PE_ROPE_GPTJ;
   }
+  if (h->style_override >= 0) h->style = (pe_rope_style)h->style_override;
   return PE_OK;
 }
 
@@ -211,7 +230,11 @@ static pe_status read_lengths(hf_rope *h) {
    * rope_local_base_freq, ModernBERT global/local_rope_theta), the top-level
    * rope_theta or GPT-NeoX rotary_emb_base, then the config class's
    * default: never a guessed 10000. */
-  if ((st = pe__json_number(h->dict, h->where, "rope_theta", &theta, &found)) != PE_OK) return st;
+  if (h->base_forced > 0.0) {
+    theta = h->base_forced, found = 1;
+  } else if ((st = pe__json_number(h->dict, h->where, "rope_theta", &theta, &found)) != PE_OK) {
+    return st;
+  }
   if (!found && h->base_override > 0.0) theta = h->base_override, found = 1;
   if (!found && (st = pe__json_number(h->root, "", "rope_theta", &theta, &found)) != PE_OK) return st;
   if (!found && (st = pe__json_number(h->root, "", "rotary_emb_base", &theta, &found)) != PE_OK) return st;
@@ -326,6 +349,7 @@ static pe_status fill_scaling(const hf_rope *h, int64_t seq_len, pe_rope_params 
       p->original_max_positions = h->m0;
       if ((st = factor_or_ratio(h, &p->factor)) != PE_OK) return st;
       if ((st = dict_optional(h, "attention_factor", &p->attention_factor)) != PE_OK) return st;
+      if (p->attention_factor == 0.0 && h->attn_default > 0.0) p->attention_factor = h->attn_default;
       if ((st = dict_optional(h, "beta_fast", &p->beta_fast)) != PE_OK) return st;
       if ((st = dict_optional(h, "beta_slow", &p->beta_slow)) != PE_OK) return st;
       if ((st = dict_optional(h, "mscale", &p->mscale)) != PE_OK) return st;
@@ -421,6 +445,9 @@ pe_status pe__hf_cache_for(const cJSON *root, const char *model_type, const laye
   snprintf(h.where, sizeof h.where, "%s", lr->where);
   h.base_override = lr->base_override;
   h.head_dim_key = lr->head_dim_key;
+  h.style_override = lr->style_override;
+  h.attn_default = lr->attn_default;
+  h.base_forced = lr->base_forced;
   if ((st = read_type(&h)) != PE_OK) return st;
   if ((st = read_geometry(&h)) != PE_OK) return st;
   if ((st = read_lengths(&h)) != PE_OK) return st;

@@ -21,6 +21,9 @@ typedef struct hf_rope {
   double base_override;       /* > 0: the base unless the dict has rope_theta */
   const char *head_dim_key;   /* NULL = "head_dim" (Gemma-4 global layers: global_head_dim) */
   int force_default;          /* 1: no scaling dict (Gemma 3 local layers) */
+  int style_override;         /* >= 0: this pairing (an indexer's), else the model's */
+  double attn_default;        /* > 0: YaRN's attention factor when the dict has none */
+  double base_forced;         /* > 0: the base, whatever the dict says */
 } hf_rope;
 
 /* One layer type's rope, as the per-layer loader resolved it. */
@@ -32,6 +35,9 @@ typedef struct layer_rope {
   double base_override;     /* see hf_rope */
   const char *head_dim_key;
   int force_default;
+  int style_override;       /* see hf_rope; -1 = none */
+  double attn_default;      /* see hf_rope */
+  double base_forced;       /* see hf_rope */
   int tuned;                /* Llama 4 attn_temperature_tuning on this NoPE layer */
 } layer_rope;
 

@@ -16,22 +16,44 @@
 /* More layers than any published model (the largest have ~128). */
 #define PE_MAX_LAYERS 4096
 
+/* The roles a layer may rotate (pe_rope_role). */
+#define N_ROLES 3
+
+/* How one role's QK-norm reads (model-wide; per layer only Llama 4's
+ * RoPE-layers-only rule). refusal: why pe_qk_norm cannot express it. */
+typedef struct role_qk {
+  pe_qk_norm_kind kind;
+  pe_qk_norm_scope scope;
+  double eps;
+  int rope_layers_only;
+  const char *refusal;
+  char eps_missing[64];     /* the eps key the config lacks ("" = none) */
+} role_qk;
+
 struct pe_model_rope {
   int32_t n_layers, n_caches;
   pe_rope_cache **caches;    /* the distinct caches */
-  int32_t *layer_cache;      /* [n_layers]: index into caches, -1 = no RoPE */
+  int32_t *role_cache;       /* [n_layers * N_ROLES]: index into caches, -1 = no rotation */
   unsigned char *tuned;      /* [n_layers]: Llama 4 temperature tuning */
+  unsigned char *attention;  /* [n_layers]: softmax attention (not linear attention, mamba) */
   int32_t heads, kv_heads;   /* 0 = not in the config */
   int pairing_guessed;
   double floor_scale, attn_scale;
+  /* Where each role's channels sit (q_head_dim, q_offset, k_head_dim,
+   * k_offset) and its slice flags; the rotary_dim is the layer's cache's. */
+  int32_t slice[N_ROLES][4];
+  uint32_t slice_flags[N_ROLES];
+  role_qk qk[N_ROLES];
+  double latent_eps;
 };
 
 static void model_free(pe_model_rope *m) {
   if (!m) return;
   for (int32_t i = 0; m->caches && i < m->n_caches; i++) pe_rope_cache_destroy(m->caches[i]);
   pe__free(m->caches);
-  pe__free(m->layer_cache);
+  pe__free(m->role_cache);
   pe__free(m->tuned);
+  pe__free(m->attention);
   pe__free(m);
 }
 
@@ -98,10 +120,37 @@ static pe_status layer_types(const cJSON *root, const char *mt, int32_t n, const
   static const char *const gemma3[] = {"gemma3_text", "gemma3", "gemma3n_text", "gemma3n", NULL};
   static const char *const qwen_hybrid[] = {"qwen3_next", "qwen3_5", "qwen3_5_text", "qwen3_5_moe",
                                             "qwen3_5_moe_text", NULL};
+  static const char SWA[] = "sliding_attention", CSA[] = "compressed_sparse_attention",
+                    HCA[] = "heavily_compressed_attention";
   pe_status st;
   int64_t every = 0;
   const char *which = NULL;
   for (int32_t i = 0; i < n; i++) types[i] = FULL;
+  if (strcmp(mt, "deepseek_v4") == 0) {
+    /* DeepseekV4Config: the legacy per-layer compress_ratios (0 sliding, 4
+     * CSA, 128 HCA; the list may be longer than the layers: cut to them),
+     * else 2 HCA layers then CSA / HCA alternating. */
+    const cJSON *cr = pe__json_get(root, "compress_ratios");
+    if (cr) {
+      if (!cJSON_IsArray(cr))
+        return pe__fail(PE_ERR_PARSE, "%s: compress_ratios must be an array, got %s", FN,
+                        pe__json_type(cr));
+      if (cJSON_GetArraySize(cr) < n)
+        return pe__fail(PE_ERR_PARSE, "%s: compress_ratios has %d entries, num_hidden_layers is %d",
+                        FN, cJSON_GetArraySize(cr), (int)n);
+      for (int32_t i = 0; i < n; i++) {
+        const cJSON *e = cJSON_GetArrayItem(cr, i);
+        double r = cJSON_IsNumber(e) ? e->valuedouble : -1.0;
+        if (r != 0.0 && r != 4.0 && r != 128.0)
+          return pe__fail(PE_ERR_PARSE, "%s: compress_ratios[%d] must be 0, 4 or 128 (the ratios "
+                          "DeepseekV4Config maps to layer types)", FN, (int)i);
+        types[i] = r == 0.0 ? SWA : r == 4.0 ? CSA : HCA;
+      }
+    } else {
+      for (int32_t i = 0; i < n; i++) types[i] = i < 2 ? HCA : ((i - 2) % 2 ? CSA : HCA);
+    }
+    return PE_OK;
+  }
   if (pe__str_in(mt, gemma3) || strcmp(mt, "cohere2") == 0) {
     /* Gemma3TextConfig: sliding_window_pattern (6), v5 _sliding_window_pattern;
      * Cohere2Config: sliding_window_pattern (4). Sliding iff (i+1) % p != 0. */
@@ -164,6 +213,7 @@ static pe_status resolve_layer(const cJSON *root, const char *mt, const char *ty
   pe_status st;
   int found;
   memset(lr, 0, sizeof *lr);
+  lr->style_override = -1;
   lr->attention = !no_attention(type);
   if (!lr->attention) {
     lr->nope = 1;
@@ -238,6 +288,8 @@ static pe_status resolve_layer(const cJSON *root, const char *mt, const char *ty
 static int same_layer_spec(const layer_rope *a, const layer_rope *b) {
   return a->dict == b->dict && a->base_override == b->base_override &&
          a->force_default == b->force_default && a->head_dim_key == b->head_dim_key &&
+         a->style_override == b->style_override && a->attn_default == b->attn_default &&
+         a->base_forced == b->base_forced &&
          strcmp(a->where, b->where) == 0;
 }
 
@@ -262,75 +314,454 @@ static int same_cache(const pe_rope_cache *a, const pe_rope_cache *b) {
   return 1;
 }
 
-/* Architectures whose attention applies no positional encoding although
- * their config may carry rope_theta: every layer is NULL. */
-static int attention_has_no_rope(const cJSON *root, const char *mt) {
-  /* NemotronHAttention, JambaAttention: no rotary embedding at all. */
-  static const char *const none[] = {"nemotron_h", "jamba", NULL};
-  if (pe__str_in(mt, none)) return 1;
-  /* GraniteMoeHybridModel builds its rotary embedding only for
-   * position_embedding_type "rope" (the config class's default is None;
-   * Granite-4.0-H ships "nope"). */
-  if (strcmp(mt, "granitemoehybrid") == 0) {
-    const cJSON *pe = pe__json_get(root, "position_embedding_type");
+/* ---- which model type ------------------------------------------------- */
+
+/* The census row of the config: the text model's model_type, the top
+ * level's, text_config's, then the class named by architectures[0] (text
+ * model's, then top level's). *name: the type for messages (the first
+ * model_type found, else the architecture). NULL row: not in the table. */
+static const model_info *resolve_type(const cJSON *root, const cJSON *tr, const char **name) {
+  const cJSON *cands[3] = {tr, root, pe__json_get(root, "text_config")};
+  *name = NULL;
+  for (int i = 0; i < 3; i++) {
+    const cJSON *mt = cJSON_IsObject(cands[i]) ? pe__json_get(cands[i], "model_type") : NULL;
+    if (!(mt && cJSON_IsString(mt) && mt->valuestring[0])) continue;
+    if (!*name) *name = mt->valuestring;
+    const model_info *mi = pe__model_find(mt->valuestring);
+    if (mi) {
+      *name = mi->type;
+      return mi;
+    }
+  }
+  for (int i = 0; i < 2; i++) {
+    const cJSON *ar = pe__json_get(cands[i], "architectures");
+    const cJSON *a0 = cJSON_IsArray(ar) ? cJSON_GetArrayItem(ar, 0) : NULL;
+    if (!(a0 && cJSON_IsString(a0))) continue;
+    if (!*name) *name = a0->valuestring;
+    const model_info *mi = pe__model_find_arch(a0->valuestring);
+    if (mi) {
+      *name = mi->type;
+      return mi;
+    }
+  }
+  if (!*name) *name = "";
+  return NULL;
+}
+
+/* ---- keys that set positions ------------------------------------------ */
+
+/* Whether model row mi (NULL: a guessed type) reads or knowingly ignores key. */
+static int key_understood(const model_info *mi, const char *key) {
+  static const char *const common[] = {"rope_theta", "rope_scaling", "rope_parameters", "layer_types",
+                                       "original_max_position_embeddings",
+                                       "partial_rotary_factor", NULL};
+  if (pe__str_in(key, common)) return 1;
+  if (!mi) {
+    /* A guess reads the generic keys only. */
+    static const char *const generic[] = {"rotary_dim", "rotary_pct", "qk_rope_head_dim", "mla_use_nope",
+                                          NULL};
+    return pe__str_in(key, generic);
+  }
+  static const char *const dsa[] = {"index_head_dim", "index_n_heads", "index_topk",
+                                    "indexer_rope_interleave", NULL};
+  static const char *const glm5[] = {"indexer_types", "index_topk_pattern", "index_topk_freq",
+                                     "index_skip_topk_offset", NULL};
+  static const char *const v4[] = {"qk_rope_head_dim", "index_head_dim", "index_n_heads",
+                                   "index_topk", "compress_ratios", "compress_rope_theta",
+                                   "compress_rates", "compress_rope_parameters", NULL};
+  static const char *const mla[] = {"qk_rope_head_dim", "rope_interleave", "mla_use_nope", NULL};
+  switch (mi->width) {
+    case WIDTH_ROTARY_DIM:
+    case WIDTH_MINIMAX_M2:
+      if (strcmp(key, "rotary_dim") == 0) return 1;
+      break;
+    case WIDTH_MLA:
+    case WIDTH_MLA_PRF:
+      if (pe__str_in(key, mla)) return 1;
+      break;
+    default:
+      break;
+  }
+  if (strcmp(mi->type, "gpt_neox") == 0 && (strcmp(key, "rotary_pct") == 0 ||
+                                            strcmp(key, "rotary_emb_base") == 0))
+    return 1;
+  if ((mi->roles == ROLES_DSA_V32 || mi->roles == ROLES_DSA_GLM5) && pe__str_in(key, dsa)) return 1;
+  if (mi->roles == ROLES_DSA_GLM5 && pe__str_in(key, glm5)) return 1;
+  if (mi->roles == ROLES_V4 && pe__str_in(key, v4)) return 1;
+  switch (mi->layers_rule) {
+    case LAYERS_GEMMA3:
+      return strcmp(key, "sliding_window_pattern") == 0 ||
+             strcmp(key, "_sliding_window_pattern") == 0 || strcmp(key, "rope_local_base_freq") == 0;
+    case LAYERS_COHERE2:
+    case LAYERS_EXAONE4:
+      return strcmp(key, "sliding_window_pattern") == 0;
+    case LAYERS_MODERNBERT:
+      return strcmp(key, "global_rope_theta") == 0 || strcmp(key, "local_rope_theta") == 0 ||
+             strcmp(key, "global_attn_every_n_layers") == 0;
+    case LAYERS_LLAMA4:
+      return strcmp(key, "no_rope_layers") == 0 || strcmp(key, "no_rope_layer_interval") == 0;
+    case LAYERS_QWEN_HYBRID:
+      return strcmp(key, "full_attention_interval") == 0;
+    case LAYERS_MIMO:
+      return strcmp(key, "hybrid_layer_pattern") == 0 || strcmp(key, "swa_rope_theta") == 0;
+    case LAYERS_MINIMAX01:
+      return strcmp(key, "attn_type_list") == 0;
+    case LAYERS_PER_TYPE:
+      return strcmp(key, "global_head_dim") == 0;
+    case LAYERS_GRANITE_HYBRID:
+      return strcmp(key, "position_embedding_type") == 0;
+    case LAYERS_FALCON:
+      return strcmp(key, "alibi") == 0;
+    default:
+      return 0;
+  }
+}
+
+/* A value that says what the class does anyway: a full rotary fraction,
+ * alibi / mla_use_nope false, Cohere's own name for its interleaved rope; and
+ * keys a class is known to carry without reading (ModernBERT's BERT-era
+ * position_embedding_type: ModernBertConfig has no such attribute, every
+ * layer rotates). */
+static int key_harmless(const model_info *mi, const char *key, const cJSON *v) {
+  if ((strcmp(key, "rotary_pct") == 0 || strcmp(key, "partial_rotary_factor") == 0) &&
+      cJSON_IsNumber(v) && v->valuedouble == 1.0)
+    return 1;
+  if ((strcmp(key, "alibi") == 0 || strcmp(key, "mla_use_nope") == 0) && cJSON_IsFalse(v)) return 1;
+  if (!mi) return 0;
+  if (strcmp(key, "position_embedding_type") == 0) {
+    if (strcmp(mi->type, "modernbert") == 0) return 1;
+    if (mi->pair == PAIR_GPTJ && cJSON_IsString(v) && strcmp(v->valuestring, "rope_gptj") == 0)
+      return 1;
+  }
+  return 0;
+}
+
+static pe_status check_position_keys(const cJSON *tr, const model_info *mi, const char *name) {
+  /* models.def's PE_POSITION_KEY list: a config may carry one only where the
+   * row's classes read it or are known to ignore it. */
+  for (const char *const *k = pe__position_keys; *k; k++) {
+    const cJSON *v = pe__json_get(tr, *k);
+    if (!v || key_understood(mi, *k) || key_harmless(mi, *k, v)) continue;
+    if (!mi)
+      return pe__fail(PE_ERR_UNSUPPORTED,
+                      "%s: config.json has %s, which sets positions in some model types, and its "
+                      "model_type \"%s\" is not in libposenc's table (docs/pages/models.md): even "
+                      "a guess cannot say how its class reads %s", FN, *k, name, *k);
+    return pe__fail(PE_ERR_UNSUPPORTED,
+                    "%s: config.json has %s, which model_type \"%s\"'s classes (%s) are not known "
+                    "to read: libposenc will not drop a key that may set positions; remove it if "
+                    "the model does not use it", FN, *k, name, mi->source);
+  }
+  return PE_OK;
+}
+
+/* The attention applies no positional encoding, whatever rope_theta says. */
+static int attention_has_no_rope(const cJSON *tr, const model_info *mi) {
+  if (mi && mi->pair == PAIR_NONE) return 1; /* NemotronHAttention, JambaAttention */
+  if (mi && mi->layers_rule == LAYERS_GRANITE_HYBRID) {
+    /* GraniteMoeHybridModel builds its rotary embedding only for
+     * position_embedding_type "rope" (the config class's default is None;
+     * Granite-4.0-H ships "nope"). */
+    const cJSON *pe = pe__json_get(tr, "position_embedding_type");
     return !(pe && cJSON_IsString(pe) && strcmp(pe->valuestring, "rope") == 0);
   }
-  /* Kimi-Linear's MLA layers: mla_use_nope. */
-  const cJSON *nope = pe__json_get(root, "mla_use_nope");
+  /* FalconAttention: alibi replaces the rotary embedding. */
+  if (mi && mi->layers_rule == LAYERS_FALCON) return pe__json_flag(tr, "alibi", 0);
+  /* MLA without its rope part (Kimi-Linear): mla_use_nope. */
+  const cJSON *nope = pe__json_get(tr, "mla_use_nope");
   return nope && cJSON_IsTrue(nope);
 }
 
-/* A config whose layers rotate something this loader cannot describe: a
- * second rotation per layer (the sparse-attention indexer of DeepSeek-V3.2
- * and GLM-5, DeepSeek-V4's compressor). Refused with the key, so an engine
- * never applies the attention's cache to the other rotation. */
-static pe_status unexpressible(const cJSON *root, const char *mt) {
-  static const char *const indexer_keys[] = {"index_n_heads", "index_head_dim", "index_topk", NULL};
-  static const char *const v4_keys[] = {"compress_ratios", "compress_rope_theta", "compress_rates",
-                                        "compress_rope_parameters", NULL};
-  const char *v4 = strcmp(mt, "deepseek_v4") == 0 ? "model_type" : NULL;
-  for (const char *const *k = v4_keys; *k && !v4; k++)
-    if (pe__json_get(root, *k)) v4 = *k;
-  if (v4)
-    return pe__fail(PE_ERR_UNSUPPORTED,
-                    "%s: model_type \"%s\" (%s): DeepSeek-V4's layers rotate a compressor beside "
-                    "the attention (GPT-J pairs on the last 64 channels of a 512-channel head, "
-                    "YaRN at compress_rope_theta on the compressed layers) and de-rotate the "
-                    "attention output, which this loader cannot describe yet", FN, mt, v4);
-  for (const char *const *k = indexer_keys; *k; k++)
-    if (pe__json_get(root, *k))
-      return pe__fail(PE_ERR_UNSUPPORTED,
-                      "%s: model_type \"%s\" has %s: its sparse-attention indexer rotates a "
-                      "second slice per layer (the first qk_rope_head_dim channels of "
-                      "index_head_dim, paired as indexer_rope_interleave says) that this loader "
-                      "cannot describe yet; the attention's cache must not be used for it", FN, mt,
-                      *k);
-  static const char *const dsa[] = {"deepseek_v32", "glm_moe_dsa", NULL};
-  if (pe__str_in(mt, dsa))
-    return pe__fail(PE_ERR_UNSUPPORTED,
-                    "%s: model_type \"%s\" rotates a sparse-attention indexer (index_head_dim, "
-                    "default 128) beside its attention, which this loader cannot describe yet",
-                    FN, mt);
+/* ---- roles: indexers and compressors ----------------------------------- */
+
+/* indexer_rope_interleave (default per model type) as a style. */
+static pe_status indexer_style(const cJSON *tr, int dflt_interleave, int *style) {
+  const cJSON *v = pe__json_get(tr, "indexer_rope_interleave");
+  if (v && !cJSON_IsBool(v))
+    return pe__fail(PE_ERR_PARSE, "%s: indexer_rope_interleave must be true or false, got %s", FN,
+                    pe__json_type(v));
+  int il = v ? cJSON_IsTrue(v) : dflt_interleave;
+  *style = il ? PE_ROPE_GPTJ : PE_ROPE_NEOX;
   return PE_OK;
+}
+
+/* GlmMoeDsaConfig.__post_init__: which layers run their indexer ("full")
+ * and which reuse the previous top-k ("shared"): indexer_types, else
+ * index_topk_pattern ("FS..." or a list), else full iff max(i - offset + 1,
+ * 0) % freq == 0 (index_topk_freq 1, index_skip_topk_offset 2). */
+static pe_status glm5_indexer_layers(const cJSON *tr, int32_t n, unsigned char *full) {
+  pe_status st;
+  int found;
+  const cJSON *it = pe__json_get(tr, "indexer_types");
+  const char *key = "indexer_types";
+  if (!it) it = pe__json_get(tr, key = "index_topk_pattern");
+  if (it && cJSON_IsString(it)) {
+    if ((int)strlen(it->valuestring) < n)
+      return pe__fail(PE_ERR_PARSE, "%s: %s \"%s\" has fewer than %d letters", FN, key,
+                      it->valuestring, (int)n);
+    for (int32_t i = 0; i < n; i++) {
+      char c = it->valuestring[i];
+      if (c != 'F' && c != 'S')
+        return pe__fail(PE_ERR_PARSE, "%s: %s must be made of F and S, got '%c'", FN, key, c);
+      full[i] = c == 'F';
+    }
+    return PE_OK;
+  }
+  if (it) {
+    if (!cJSON_IsArray(it) || cJSON_GetArraySize(it) < n)
+      return pe__fail(PE_ERR_PARSE, "%s: %s must be an array of %d \"full\" / \"shared\"", FN, key,
+                      (int)n);
+    for (int32_t i = 0; i < n; i++) {
+      const cJSON *e = cJSON_GetArrayItem(it, i);
+      if (!cJSON_IsString(e) ||
+          (strcmp(e->valuestring, "full") != 0 && strcmp(e->valuestring, "shared") != 0))
+        return pe__fail(PE_ERR_PARSE, "%s: %s[%d] must be \"full\" or \"shared\"", FN, key, (int)i);
+      full[i] = strcmp(e->valuestring, "full") == 0;
+    }
+    return PE_OK;
+  }
+  int64_t freq = 1, offset = 2;
+  double f = 1.0;
+  if ((st = pe__json_number(tr, "", "index_topk_freq", &f, &found)) != PE_OK) return st;
+  freq = f >= 1.0 ? (int64_t)f : 1;
+  double o = 2.0;
+  if ((st = pe__json_number(tr, "", "index_skip_topk_offset", &o, &found)) != PE_OK) return st;
+  offset = (int64_t)o;
+  for (int32_t i = 0; i < n; i++) {
+    int64_t t = (int64_t)i - offset + 1;
+    full[i] = (t > 0 ? t : 0) % freq == 0;
+  }
+  return PE_OK;
+}
+
+/* DeepseekV4Config's two rotations: "main" (sliding layers: default rope at
+ * rope_theta) and "compress" (compressed layers, their compressor and
+ * indexer: the YaRN dict at compress_rope_theta, attention factor 1 unless
+ * the dict says). Three forms: rope_parameters {"main", "compress"} (a
+ * re-save by the transformers that nests them), rope_parameters +
+ * compress_rope_parameters (flat re-saves), or DeepSeek's official
+ * rope_theta, compress_rope_theta and rope_scaling. */
+static pe_status v4_specs(const cJSON *tr, layer_rope *main_lr, layer_rope *comp_lr) {
+  pe_status st;
+  int found;
+  memset(main_lr, 0, sizeof *main_lr);
+  memset(comp_lr, 0, sizeof *comp_lr);
+  main_lr->style_override = comp_lr->style_override = -1;
+  main_lr->attention = comp_lr->attention = 1;
+  comp_lr->attn_default = 1.0;
+  const cJSON *rp = pe__json_get(tr, "rope_parameters");
+  const cJSON *mn = rp ? pe__json_get(rp, "main") : NULL, *cp = rp ? pe__json_get(rp, "compress") : NULL;
+  if (rp && !cJSON_IsObject(rp))
+    return pe__fail(PE_ERR_PARSE, "%s: rope_parameters must be an object, got %s", FN, pe__json_type(rp));
+  double ctheta = 160000.0; /* DeepseekV4Config.compress_rope_theta */
+  if ((st = pe__json_number(tr, "", "compress_rope_theta", &ctheta, &found)) != PE_OK) return st;
+  const cJSON *crp = pe__json_get(tr, "compress_rope_parameters");
+  const cJSON *main_d = NULL, *comp_d = NULL;
+  const char *main_w = "", *comp_w = "";
+  if (mn || cp) {
+    if (!cJSON_IsObject(mn) || !cJSON_IsObject(cp))
+      return pe__fail(PE_ERR_PARSE, "%s: rope_parameters must hold both \"main\" and \"compress\" "
+                      "objects (DeepseekV4Config's nested form)", FN);
+    main_d = mn, main_w = "rope_parameters.main.";
+    comp_d = cp, comp_w = "rope_parameters.compress.";
+  } else if (crp) {
+    if (!cJSON_IsObject(crp))
+      return pe__fail(PE_ERR_PARSE, "%s: compress_rope_parameters must be an object, got %s", FN,
+                      pe__json_type(crp));
+    main_d = rp, main_w = "rope_parameters.";
+    comp_d = crp, comp_w = "compress_rope_parameters.";
+  }
+  if (comp_d) {
+    /* A re-save: each rope's own dict (its rope_theta wins). */
+    main_lr->dict = main_d;
+    snprintf(main_lr->where, sizeof main_lr->where, "%s", main_w);
+    comp_lr->dict = comp_d;
+    snprintf(comp_lr->where, sizeof comp_lr->where, "%s", comp_w);
+    comp_lr->base_override = ctheta;
+    return PE_OK;
+  }
+  /* Official: the main rope is the default one at rope_theta; the YaRN
+   * dict (rope_scaling, or a flat rope_parameters) is the compressed one's. */
+  main_lr->force_default = 1;
+  snprintf(main_lr->where, sizeof main_lr->where, "rope_scaling.");
+  comp_lr->dict = rp ? rp : pe__json_get(tr, "rope_scaling");
+  if (comp_lr->dict && !cJSON_IsObject(comp_lr->dict))
+    return pe__fail(PE_ERR_PARSE, "%s: rope_scaling must be an object, got %s", FN,
+                    pe__json_type(comp_lr->dict));
+  snprintf(comp_lr->where, sizeof comp_lr->where, rp ? "rope_parameters." : "rope_scaling.");
+  /* DeepseekV4Config writes compress_rope_theta over a flat dict's own
+   * rope_theta (that one is the main rope's). */
+  comp_lr->base_forced = ctheta;
+  return PE_OK;
+}
+
+/* ---- the model --------------------------------------------------------- */
+
+/* One (layer, role) rotation to build. */
+typedef struct role_spec {
+  int32_t layer, role;
+  layer_rope lr;
+} role_spec;
+
+/* The index of spec's cache in m->caches, building it (or finding an equal
+ * one) once per distinct spec. built[k] holds the spec cache k came from. */
+static pe_status cache_of(pe_model_rope *m, const cJSON *tr, const char *mt, const layer_rope *lr,
+                          layer_rope *built, int32_t *n_built, int32_t *built_cache,
+                          int64_t max_positions, int64_t seq_len, int32_t *out) {
+  for (int32_t j = 0; j < *n_built; j++)
+    if (same_layer_spec(lr, &built[j])) {
+      *out = built_cache[j];
+      return PE_OK;
+    }
+  pe_rope_cache *c = NULL;
+  pe_status st = pe__hf_cache_for(tr, mt, lr, max_positions, seq_len, &c);
+  if (st != PE_OK) return st;
+  int32_t k;
+  for (k = 0; k < m->n_caches; k++)
+    if (same_cache(c, m->caches[k])) break;
+  if (k < m->n_caches)
+    pe_rope_cache_destroy(c);
+  else
+    m->caches[m->n_caches++] = c;
+  built[*n_built] = *lr;
+  built_cache[(*n_built)++] = k;
+  *out = k;
+  return PE_OK;
+}
+
+/* A count key with the class default dflt. */
+static pe_status count_or(const cJSON *tr, const char *key, int64_t dflt, int64_t *out) {
+  int found;
+  pe_status st = pe__json_count(tr, "", key, out, &found);
+  if (st == PE_OK && !found) *out = dflt;
+  return st;
+}
+
+/* Where each role's channels sit (pe_rope_slice without rotary_dim). */
+static pe_status fill_slices(pe_model_rope *m, const cJSON *tr, const model_info *mi) {
+  pe_status st;
+  int64_t nope = 128, rope = 64, latent = 512, ihd = 128, hd = 512;
+  if (!mi || mi->slice == SLICE_HEAD_FIRST) return PE_OK; /* from the cache at query time */
+  if (mi->slice == SLICE_MLA) {
+    /* DeepseekV3Config: qk_nope_head_dim 128, kv_lora_rank 512;
+     * GlmMoeDsaConfig / Glm4MoeLiteConfig: 192, 512; index_head_dim 128. */
+    int glm = strcmp(mi->type, "glm_moe_dsa") == 0 || strcmp(mi->type, "glm4_moe_lite") == 0;
+    if ((st = count_or(tr, "qk_nope_head_dim", glm ? 192 : 128, &nope)) != PE_OK) return st;
+    if ((st = count_or(tr, "qk_rope_head_dim", 64, &rope)) != PE_OK) return st;
+    if ((st = count_or(tr, "kv_lora_rank", 512, &latent)) != PE_OK) return st;
+    if ((st = count_or(tr, "index_head_dim", 128, &ihd)) != PE_OK) return st;
+    if (nope + rope > PE_MAX_HEAD_DIM || latent + rope > PE_MAX_HEAD_DIM || ihd < rope ||
+        ihd > PE_MAX_HEAD_DIM)
+      return pe__fail(PE_ERR_PARSE, "%s: qk_nope_head_dim %" PRId64 ", kv_lora_rank %" PRId64
+                      ", index_head_dim %" PRId64 " with qk_rope_head_dim %" PRId64
+                      " do not make heads of at most %d channels holding the rope part", FN, nope,
+                      latent, ihd, rope, PE_MAX_HEAD_DIM);
+    int32_t *a = m->slice[PE_ROPE_ROLE_ATTENTION], *x = m->slice[PE_ROPE_ROLE_INDEXER];
+    a[0] = (int32_t)(nope + rope), a[1] = (int32_t)nope, a[2] = (int32_t)(latent + rope), a[3] = (int32_t)latent;
+    x[0] = (int32_t)ihd, x[1] = 0, x[2] = (int32_t)ihd, x[3] = 0;
+    return PE_OK;
+  }
+  /* DeepSeek-V4: the last span channels of head_dim (512) and of
+   * index_head_dim (128); the span is the caches' head_dim. */
+  if ((st = count_or(tr, "head_dim", mi->head_dim, &hd)) != PE_OK) return st;
+  if ((st = count_or(tr, "index_head_dim", 128, &ihd)) != PE_OK) return st;
+  int32_t span = 0;
+  for (int32_t i = 0; i < m->n_layers * N_ROLES && !span; i++)
+    if (m->role_cache[i] >= 0) span = m->caches[m->role_cache[i]]->p.head_dim;
+  if (ihd < span || ihd > PE_MAX_HEAD_DIM)
+    return pe__fail(PE_ERR_PARSE, "%s: index_head_dim %" PRId64 " cannot hold the %d rotated "
+                    "channels", FN, ihd, (int)span);
+  int32_t *a = m->slice[PE_ROPE_ROLE_ATTENTION], *x = m->slice[PE_ROPE_ROLE_INDEXER],
+          *c = m->slice[PE_ROPE_ROLE_COMPRESSOR];
+  a[0] = a[2] = (int32_t)hd, a[1] = a[3] = (int32_t)hd - span;
+  x[0] = x[2] = (int32_t)ihd, x[1] = x[3] = (int32_t)ihd - span;
+  c[0] = c[1] = 0, c[2] = (int32_t)hd, c[3] = (int32_t)hd - span;
+  m->slice_flags[PE_ROPE_ROLE_ATTENTION] = PE_SLICE_DEROTATE_OUTPUT;
+  return PE_OK;
+}
+
+/* The QK-norm of each role. */
+static void fill_qk(pe_model_rope *m, const cJSON *tr, const model_info *mi) {
+  for (int r = 0; r < N_ROLES; r++) {
+    m->qk[r].kind = PE_QK_NORM_NONE;
+    m->qk[r].scope = PE_QK_NORM_PER_HEAD;
+    m->qk[r].eps = 1e-6;
+  }
+  if (!mi) return;
+  role_qk *a = &m->qk[PE_ROPE_ROLE_ATTENTION];
+  const char *eps_key = mi->qk_eps_key;
+  int on = mi->qk_when ? pe__json_flag(tr, mi->qk_when, mi->qk_when_default) : 1;
+  if (on) {
+    switch (mi->qk) {
+      case QK_NONE: break;
+      case QK_RMS: a->kind = PE_QK_NORM_RMS; break;
+      case QK_RMS_UNIT: a->kind = PE_QK_NORM_RMS_UNIT_OFFSET; break;
+      case QK_L2: a->kind = PE_QK_NORM_L2; break;
+      case QK_V4: a->kind = PE_QK_NORM_RMS; break;
+      case QK_LAYERNORM:
+        a->refusal = "a LayerNorm of q and k per head (mean subtracted), which pe_qk_norm does not "
+                     "compute";
+        break;
+      case QK_AFTER_ROPE:
+        a->refusal = "an RMS norm applied after the rotation, the reverse of pe_qk_norm_rope's order";
+        break;
+      case QK_UNREAD:
+        a->refusal = "not known: libposenc's census has not read this model type's attention "
+                     "class for it";
+        break;
+    }
+    a->scope = mi->qk_scope == QKS_TOKEN ? PE_QK_NORM_PER_TOKEN : PE_QK_NORM_PER_HEAD;
+    a->rope_layers_only = mi->layers_rule == LAYERS_LLAMA4 && mi->qk == QK_L2;
+  }
+  if (mi->roles == ROLES_DSA_V32 || mi->roles == ROLES_DSA_GLM5)
+    m->qk[PE_ROPE_ROLE_INDEXER].refusal =
+        "the indexer's k_norm, a LayerNorm (mean subtracted, with bias, eps 1e-6), which "
+        "pe_qk_norm does not compute; its q has none";
+  if (mi->roles == ROLES_V4) {
+    /* The compressors' kv_norm: RMS with weight over the entry (no query). */
+    m->qk[PE_ROPE_ROLE_COMPRESSOR].kind = PE_QK_NORM_RMS;
+    m->qk[PE_ROPE_ROLE_INDEXER].kind = PE_QK_NORM_RMS;
+    eps_key = "rms_norm_eps";
+  }
+  for (int r = 0; r < N_ROLES; r++) {
+    if (m->qk[r].kind == PE_QK_NORM_NONE || !eps_key) continue;
+    double e = 0.0;
+    int found = 0;
+    if (pe__json_number(tr, "", eps_key, &e, &found) != PE_OK || !found || !(e >= 0.0))
+      snprintf(m->qk[r].eps_missing, sizeof m->qk[r].eps_missing, "%s", eps_key);
+    else
+      m->qk[r].eps = e;
+  }
 }
 
 /* Build the model. single: called for pe_rope_cache_create_from_hf_config
  * (a missing num_hidden_layers is then one layer). */
 static pe_status model_build(const char *json, size_t len, int64_t max_positions, int64_t seq_len,
-                             int single, pe_model_rope **out) {
+                             uint32_t flags, int single, pe_model_rope **out) {
   pe_status st;
   cJSON *root = NULL;
   pe_model_rope *m = NULL;
   const char **types = NULL;
-  layer_rope *specs = NULL;
+  layer_rope *specs = NULL, *built = NULL;
+  int32_t *built_cache = NULL;
+  unsigned char *glm5_full = NULL;
   if ((st = pe__json_parse(json, len, &root)) != PE_OK) return st;
+  const char *dummy;
+  const cJSON *tr = pe__json_text_root(root, &dummy);
   const char *mt;
-  const cJSON *tr = pe__json_text_root(root, &mt);
-  const model_info *mi = pe__model_find(mt);
+  const model_info *mi = resolve_type(root, tr, &mt);
   int found;
   int64_t n = 0;
-  if ((st = unexpressible(tr, mt)) != PE_OK) goto done;
-  int no_pe = attention_has_no_rope(tr, mt);
+  if (!mi && !(flags & PE_CONFIG_GUESS)) {
+    st = pe__fail(PE_ERR_UNSUPPORTED,
+                  "%s: model_type \"%s\" is not in libposenc's table (docs/pages/models.md), so its "
+                  "pairing, rotated width and layer layout are not known: pass PE_CONFIG_GUESS to "
+                  "load it with half-split pairs and the file's partial_rotary_factor / rotary_dim, "
+                  "after checking its modeling code", FN, mt);
+    goto done;
+  }
+  if ((st = check_position_keys(tr, mi, mt)) != PE_OK) goto done;
+  int no_pe = attention_has_no_rope(tr, mi);
   if ((st = pe__json_count(tr, "", "num_hidden_layers", &n, &found)) != PE_OK) goto done;
   if (!found && (st = pe__json_count(tr, "", "n_layer", &n, &found)) != PE_OK) goto done;
   if (!found && (st = pe__json_count(tr, "", "num_layers", &n, &found)) != PE_OK) goto done;
@@ -344,7 +775,7 @@ static pe_status model_build(const char *json, size_t len, int64_t max_positions
   }
   /* Llama 4 / SmolLM3: no_rope_layers (empty = every no_rope_layer_interval-th layer NoPE). */
   const cJSON *no_rope = pe__json_get(tr, "no_rope_layers");
-  static const char *const nope_interval[] = {"llama4_text", "llama4", "smollm3", NULL};
+  int llama4_rule = mi && mi->layers_rule == LAYERS_LLAMA4;
   int build_no_rope = 0;
   int64_t interval = 4;
   if (no_rope && (!cJSON_IsArray(no_rope))) {
@@ -357,25 +788,33 @@ static pe_status model_build(const char *json, size_t len, int64_t max_positions
                   cJSON_GetArraySize(no_rope), (int)n);
     goto done;
   }
-  if (!no_rope && pe__str_in(mt, nope_interval)) {
+  if (!no_rope && llama4_rule) {
     build_no_rope = 1;
     if ((st = pe__json_count(tr, "", "no_rope_layer_interval", &interval, &found)) != PE_OK) goto done;
     if (!found) interval = 4;
   }
 
+  size_t cap = (size_t)n * N_ROLES;
   m = pe__malloc(sizeof *m);
   types = pe__malloc((size_t)n * sizeof *types);
   specs = pe__malloc((size_t)n * sizeof *specs);
+  built = pe__malloc(cap * sizeof *built);
+  built_cache = pe__malloc(cap * sizeof *built_cache);
+  glm5_full = pe__malloc((size_t)n);
   if (m) memset(m, 0, sizeof *m);
-  if (m) m->caches = pe__malloc((size_t)n * sizeof *m->caches);
-  if (m) m->layer_cache = pe__malloc((size_t)n * sizeof *m->layer_cache);
+  if (m) m->caches = pe__malloc(cap * sizeof *m->caches);
+  if (m) m->role_cache = pe__malloc(cap * sizeof *m->role_cache);
   if (m) m->tuned = pe__malloc((size_t)n);
-  if (!m || !types || !specs || !m->caches || !m->layer_cache || !m->tuned) {
+  if (m) m->attention = pe__malloc((size_t)n);
+  if (!m || !types || !specs || !built || !built_cache || !glm5_full || !m->caches ||
+      !m->role_cache || !m->tuned || !m->attention) {
     st = pe__fail(PE_ERR_OUT_OF_MEMORY, "%s: cannot allocate the model of %d layers", FN, (int)n);
     goto done;
   }
+  for (size_t i = 0; i < cap; i++) m->role_cache[i] = -1;
   m->n_layers = (int32_t)n;
   m->pairing_guessed = mi == NULL;
+  m->latent_eps = mi ? mi->latent_eps : 0.0;
   int64_t v;
   if ((st = pe__json_count(tr, "", "num_attention_heads", &v, &found)) != PE_OK) goto done;
   if (!found && (st = pe__json_count(tr, "", "n_head", &v, &found)) != PE_OK) goto done;
@@ -385,7 +824,7 @@ static pe_status model_build(const char *json, size_t len, int64_t max_positions
   if (!found && mi && mi->kv_heads > 0) v = mi->kv_heads, found = 1;
   m->kv_heads = found && v <= INT32_MAX ? (int32_t)v : m->heads;
   /* Llama 4: attn_temperature_tuning (Llama4TextConfig default true), floor_scale 8192, attn_scale 0.1. */
-  int tuning = pe__str_in(mt, nope_interval) && strncmp(mt, "llama4", 6) == 0 &&
+  int tuning = llama4_rule && strncmp(mt, "llama4", 6) == 0 &&
                pe__json_flag(tr, "attn_temperature_tuning", 1);
   m->floor_scale = 8192.0;
   m->attn_scale = 0.1;
@@ -400,41 +839,90 @@ static pe_status model_build(const char *json, size_t len, int64_t max_positions
     }
   }
   if ((st = layer_types(tr, mt, (int32_t)n, types)) != PE_OK) goto done;
+
+  /* The roles beside the attention. */
+  model_roles roles = mi ? mi->roles : ROLES_ATTN;
+  int idx_style = -1;
+  if (roles == ROLES_DSA_V32 && (st = indexer_style(tr, 0, &idx_style)) != PE_OK) goto done;
+  if (roles == ROLES_DSA_GLM5) {
+    if ((st = indexer_style(tr, 1, &idx_style)) != PE_OK) goto done;
+    if ((st = glm5_indexer_layers(tr, (int32_t)n, glm5_full)) != PE_OK) goto done;
+  }
+  layer_rope v4_main, v4_comp;
+  if (roles == ROLES_V4 && (st = v4_specs(tr, &v4_main, &v4_comp)) != PE_OK) goto done;
+
+  int32_t n_built = 0;
   for (int32_t i = 0; i < (int32_t)n; i++) {
-    const cJSON *nr = no_rope;
-    if ((st = resolve_layer(tr, mt, types[i], i, nr, &specs[i])) != PE_OK) goto done;
+    if (roles == ROLES_V4) {
+      /* V4's rotations are v4_main / v4_comp (its rope_parameters are keyed
+       * by rope, not by layer type). */
+      memset(&specs[i], 0, sizeof specs[i]);
+      specs[i].attention = 1;
+      specs[i].style_override = -1;
+    } else if ((st = resolve_layer(tr, mt, types[i], i, no_rope, &specs[i])) != PE_OK) {
+      goto done;
+    }
     if (no_pe) specs[i].nope = 1;
     if (build_no_rope && (i + 1) % interval == 0) specs[i].nope = 1;
     m->tuned[i] = (unsigned char)(tuning && specs[i].nope && specs[i].attention);
-    m->layer_cache[i] = -1;
+    m->attention[i] = (unsigned char)(specs[i].attention != 0);
     if (specs[i].nope) continue;
-    int32_t j;
-    for (j = 0; j < i; j++)
-      if (!specs[j].nope && same_layer_spec(&specs[i], &specs[j])) break;
-    if (j < i) {
-      m->layer_cache[i] = m->layer_cache[j];
+    int32_t *rc = &m->role_cache[(size_t)i * N_ROLES];
+    if (roles == ROLES_V4) {
+      int sliding = strcmp(types[i], "sliding_attention") == 0;
+      int csa = strcmp(types[i], "compressed_sparse_attention") == 0;
+      if (!sliding && !csa && strcmp(types[i], "heavily_compressed_attention") != 0) {
+        st = pe__fail(PE_ERR_PARSE, "%s: layer_types[%d] \"%s\" is not a DeepSeek-V4 layer type "
+                      "(sliding_attention, compressed_sparse_attention, "
+                      "heavily_compressed_attention)", FN, (int)i, types[i]);
+        goto done;
+      }
+      const layer_rope *att = sliding ? &v4_main : &v4_comp;
+      if ((st = cache_of(m, tr, mt, att, built, &n_built, built_cache, max_positions, seq_len,
+                         &rc[PE_ROPE_ROLE_ATTENTION])) != PE_OK)
+        goto done;
+      if (!sliding && (st = cache_of(m, tr, mt, &v4_comp, built, &n_built, built_cache,
+                                     max_positions, seq_len, &rc[PE_ROPE_ROLE_COMPRESSOR])) != PE_OK)
+        goto done;
+      if (csa && (st = cache_of(m, tr, mt, &v4_comp, built, &n_built, built_cache, max_positions,
+                                seq_len, &rc[PE_ROPE_ROLE_INDEXER])) != PE_OK)
+        goto done;
       continue;
     }
-    pe_rope_cache *c = NULL;
-    if ((st = pe__hf_cache_for(tr, mt, &specs[i], max_positions, seq_len, &c)) != PE_OK) goto done;
-    int32_t k;
-    for (k = 0; k < m->n_caches; k++)
-      if (same_cache(c, m->caches[k])) break;
-    if (k < m->n_caches) {
-      pe_rope_cache_destroy(c);
-    } else {
-      m->caches[m->n_caches++] = c;
+    if ((st = cache_of(m, tr, mt, &specs[i], built, &n_built, built_cache, max_positions, seq_len,
+                       &rc[PE_ROPE_ROLE_ATTENTION])) != PE_OK)
+      goto done;
+    if (roles == ROLES_DSA_V32 || (roles == ROLES_DSA_GLM5 && glm5_full[i])) {
+      /* The indexer rotates with the attention's cos/sin (same rope
+       * parameters), paired as indexer_rope_interleave says. */
+      layer_rope x = specs[i];
+      x.style_override = idx_style;
+      if ((st = cache_of(m, tr, mt, &x, built, &n_built, built_cache, max_positions, seq_len,
+                         &rc[PE_ROPE_ROLE_INDEXER])) != PE_OK)
+        goto done;
     }
-    m->layer_cache[i] = k;
   }
+  if ((st = fill_slices(m, tr, mi)) != PE_OK) goto done;
+  fill_qk(m, tr, mi);
   if (single) {
     if (no_pe) {
       st = pe__fail(PE_ERR_UNSUPPORTED,
                     "%s: model_type \"%s\": its attention applies no positional encoding (no "
                     "rotary embedding in transformers' attention class%s), so there is no cache "
                     "to build", FN, mt,
-                    strcmp(mt, "granitemoehybrid") == 0 ? ": position_embedding_type is not \"rope\""
+                    mi && mi->layers_rule == LAYERS_GRANITE_HYBRID
+                        ? ": position_embedding_type is not \"rope\""
+                    : mi && mi->layers_rule == LAYERS_FALCON ? ": alibi is true"
                     : pe__json_get(tr, "mla_use_nope") ? ": mla_use_nope" : "");
+      goto done;
+    }
+    if (roles != ROLES_ATTN) {
+      st = pe__fail(PE_ERR_UNSUPPORTED,
+                    "%s: model_type \"%s\" rotates %s beside its attention in each layer: one "
+                    "cache cannot represent it; use pe_model_rope_from_hf_config and "
+                    "pe_model_rope_layer_role / pe_model_rope_layer_slice", FN, mt,
+                    roles == ROLES_V4 ? "a compressor and an indexer (index_head_dim)"
+                                      : "a sparse-attention indexer (index_head_dim)");
       goto done;
     }
     int nope_attention = 0;
@@ -458,13 +946,23 @@ done:
   model_free(m);
   pe__free(types);
   pe__free(specs);
+  pe__free(built);
+  pe__free(built_cache);
+  pe__free(glm5_full);
   cJSON_Delete(root);
   return st;
 }
 
+static pe_status check_flags(uint32_t flags) {
+  if (flags & ~(uint32_t)PE_CONFIG_GUESS)
+    return pe__fail(PE_ERR_INVALID_ARGUMENT, "%s: flags 0x%x has bits other than PE_CONFIG_GUESS "
+                    "(0x%x)", FN, (unsigned)flags, (unsigned)PE_CONFIG_GUESS);
+  return PE_OK;
+}
+
 PE_API pe_status pe_rope_cache_create_from_hf_config(const char *json, size_t len,
                                                      int64_t max_positions, int64_t seq_len,
-                                                     pe_rope_cache **out) {
+                                                     uint32_t flags, pe_rope_cache **out) {
   pe__hf_fn = "pe_rope_cache_create_from_hf_config";
   if (!json) return pe__fail(PE_ERR_NULL_POINTER, "%s: json is NULL", FN);
   if (!out) return pe__fail(PE_ERR_NULL_POINTER, "%s: out is NULL", FN);
@@ -474,8 +972,10 @@ PE_API pe_status pe_rope_cache_create_from_hf_config(const char *json, size_t le
   if (max_positions < 0 || max_positions > PE_MAX_POSITION)
     return pe__fail(PE_ERR_INVALID_ARGUMENT, "%s: max_positions %" PRId64 " must be in [0, 2^53]",
                     FN, max_positions);
+  pe_status st = check_flags(flags);
+  if (st != PE_OK) return st;
   pe_model_rope *m = NULL;
-  pe_status st = model_build(json, len, max_positions, seq_len, 1, &m);
+  st = model_build(json, len, max_positions, seq_len, flags, 1, &m);
   if (st != PE_OK) return st;
   /* Exactly one cache: hand it over. */
   *out = m->caches[0];
@@ -485,37 +985,133 @@ PE_API pe_status pe_rope_cache_create_from_hf_config(const char *json, size_t le
 }
 
 PE_API pe_status pe_model_rope_from_hf_config(const char *json, size_t len, int64_t max_positions,
-                                              int64_t seq_len, pe_model_rope **out) {
+                                              int64_t seq_len, uint32_t flags,
+                                              pe_model_rope **out) {
   pe__hf_fn = "pe_model_rope_from_hf_config";
-  if (!json) return pe__fail(PE_ERR_NULL_POINTER, "%s: json is NULL", FN);
-  if (!out) return pe__fail(PE_ERR_NULL_POINTER, "%s: out is NULL", FN);
-  if (seq_len < 0)
-    return pe__fail(PE_ERR_INVALID_ARGUMENT, "%s: seq_len %" PRId64 " must be >= 0 (0 = "
-                    "max_position_embeddings)", FN, seq_len);
-  if ((max_positions < 0 && max_positions != PE_MAX_POSITIONS_FROM_CONFIG) ||
-      max_positions > PE_MAX_POSITION)
-    return pe__fail(PE_ERR_INVALID_ARGUMENT,
-                    "%s: max_positions %" PRId64 " must be in [0, 2^53] or "
-                    "PE_MAX_POSITIONS_FROM_CONFIG (-1)", FN, max_positions);
-  pe_status st = model_build(json, len, max_positions, seq_len, 0, out);
+  pe_status st = PE_OK;
+  if (!json) st = pe__fail(PE_ERR_NULL_POINTER, "%s: json is NULL", FN);
+  else if (!out) st = pe__fail(PE_ERR_NULL_POINTER, "%s: out is NULL", FN);
+  else if (seq_len < 0)
+    st = pe__fail(PE_ERR_INVALID_ARGUMENT, "%s: seq_len %" PRId64 " must be >= 0 (0 = "
+                  "max_position_embeddings)", FN, seq_len);
+  else if ((max_positions < 0 && max_positions != PE_MAX_POSITIONS_FROM_CONFIG) ||
+           max_positions > PE_MAX_POSITION)
+    st = pe__fail(PE_ERR_INVALID_ARGUMENT,
+                  "%s: max_positions %" PRId64 " must be in [0, 2^53] or "
+                  "PE_MAX_POSITIONS_FROM_CONFIG (-1)", FN, max_positions);
+  else if ((st = check_flags(flags)) == PE_OK)
+    st = model_build(json, len, max_positions, seq_len, flags, 0, out);
   pe__hf_fn = "pe_rope_cache_create_from_hf_config";
   return st;
 }
 
 PE_API int32_t pe_model_rope_num_layers(const pe_model_rope *m) { return m ? m->n_layers : -1; }
 
-PE_API const pe_rope_cache *pe_model_rope_layer(const pe_model_rope *m, int32_t layer) {
-  if (!m) {
-    pe__fail(PE_ERR_NULL_POINTER, "pe_model_rope_layer: model is NULL");
-    return NULL;
-  }
-  if (layer < 0 || layer >= m->n_layers) {
-    pe__fail(PE_ERR_INVALID_ARGUMENT, "pe_model_rope_layer: layer %d is outside [0, %d)", (int)layer,
-             (int)m->n_layers);
-    return NULL;
-  }
-  int32_t k = m->layer_cache[layer];
+/* m non-NULL, layer and role in range; else the reason in pe_last_error(). */
+static pe_status check_layer_role(const char *fn, const pe_model_rope *m, int32_t layer,
+                                  int32_t role) {
+  if (!m) return pe__fail(PE_ERR_NULL_POINTER, "%s: model is NULL", fn);
+  if (layer < 0 || layer >= m->n_layers)
+    return pe__fail(PE_ERR_INVALID_ARGUMENT, "%s: layer %d is outside [0, %d)", fn, (int)layer,
+                    (int)m->n_layers);
+  if (role < 0 || role >= N_ROLES)
+    return pe__fail(PE_ERR_INVALID_ARGUMENT, "%s: role %d is not a pe_rope_role (0 attention, 1 "
+                    "indexer, 2 compressor)", fn, (int)role);
+  return PE_OK;
+}
+
+PE_API const pe_rope_cache *pe_model_rope_layer_role(const pe_model_rope *m, int32_t layer,
+                                                     int32_t role) {
+  if (check_layer_role("pe_model_rope_layer_role", m, layer, role) != PE_OK) return NULL;
+  int32_t k = m->role_cache[(size_t)layer * N_ROLES + (size_t)role];
   return k < 0 ? NULL : m->caches[k];
+}
+
+PE_API const pe_rope_cache *pe_model_rope_layer(const pe_model_rope *m, int32_t layer) {
+  if (check_layer_role("pe_model_rope_layer", m, layer, PE_ROPE_ROLE_ATTENTION) != PE_OK) return NULL;
+  int32_t k = m->role_cache[(size_t)layer * N_ROLES];
+  return k < 0 ? NULL : m->caches[k];
+}
+
+PE_API void pe_rope_slice_init(pe_rope_slice *s) {
+  if (!s) return;
+  memset(s, 0, sizeof *s);
+  s->struct_size = (uint32_t)sizeof *s;
+}
+
+/* An accessor's arguments: the layer and role, and an out struct whose
+ * first field is its struct_size, at least `need` bytes (its init: `init`). */
+static pe_status check_out(const char *fn, const pe_model_rope *m, int32_t layer, int32_t role,
+                           const uint32_t *out_size, size_t need, const char *init) {
+  pe_status st = check_layer_role(fn, m, layer, role);
+  if (st != PE_OK) return st;
+  if (!out_size) return pe__fail(PE_ERR_NULL_POINTER, "%s: out is NULL", fn);
+  if (*out_size < need)
+    return pe__fail(PE_ERR_INVALID_ARGUMENT, "%s: out->struct_size %u is below this layout's %zu "
+                    "(call %s)", fn, (unsigned)*out_size, need, init);
+  return PE_OK;
+}
+
+PE_API pe_status pe_model_rope_layer_slice(const pe_model_rope *m, int32_t layer, int32_t role,
+                                           pe_rope_slice *out) {
+  pe_status st = check_out("pe_model_rope_layer_slice", m, layer, role,
+                           out ? &out->struct_size : NULL, sizeof *out, "pe_rope_slice_init");
+  if (st != PE_OK) return st;
+  pe_rope_slice s;
+  memset(&s, 0, sizeof s);
+  s.struct_size = (uint32_t)sizeof s;
+  int32_t k = m->role_cache[(size_t)layer * N_ROLES + (size_t)role];
+  if (k >= 0) {
+    const pe_rope_params *p = &m->caches[k]->p;
+    const int32_t *sl = m->slice[role];
+    if (sl[2] == 0) {
+      /* The head is the span: offsets 0. */
+      s.q_head_dim = s.k_head_dim = p->head_dim;
+    } else {
+      s.q_head_dim = sl[0], s.q_offset = sl[1], s.k_head_dim = sl[2], s.k_offset = sl[3];
+    }
+    s.rotary_dim = p->rotary_dim;
+    s.flags = m->slice_flags[role];
+  }
+  memcpy(out, &s, sizeof s);
+  return PE_OK;
+}
+
+PE_API pe_status pe_model_rope_layer_qk_norm(const pe_model_rope *m, int32_t layer, int32_t role,
+                                             pe_qk_norm *out) {
+  static const char fn[] = "pe_model_rope_layer_qk_norm";
+  pe_status st = check_out(fn, m, layer, role, out ? &out->struct_size : NULL, sizeof *out,
+                           "pe_qk_norm_init");
+  if (st != PE_OK) return st;
+  const role_qk *q = &m->qk[role];
+  int rotates = m->role_cache[(size_t)layer * N_ROLES + (size_t)role] >= 0;
+  /* The attention's norm also runs on its layers without RoPE (EXAONE 4's
+   * global layers), except Llama 4's, which norms its RoPE layers only;
+   * never on a layer that is not softmax attention. */
+  int applies = rotates || (role == PE_ROPE_ROLE_ATTENTION && !q->rope_layers_only &&
+                            m->attention[layer]);
+  if (q->refusal && rotates)
+    return pe__fail(PE_ERR_UNSUPPORTED, "%s: layer %d's %s norm is %s", fn, (int)layer,
+                    role == PE_ROPE_ROLE_INDEXER ? "indexer" : "QK", q->refusal);
+  pe_qk_norm n;
+  pe_qk_norm_init(&n);
+  if (applies && q->kind != PE_QK_NORM_NONE) {
+    if (q->eps_missing[0])
+      return pe__fail(PE_ERR_PARSE, "%s: config.json lacks %s, the epsilon of layer %d's QK-norm",
+                      fn, q->eps_missing, (int)layer);
+    n.kind = q->kind;
+    n.scope = q->scope;
+    n.eps = (float)q->eps;
+  }
+  memcpy(out, &n, sizeof n);
+  return PE_OK;
+}
+
+PE_API pe_status pe_model_rope_latent_norm_eps(const pe_model_rope *m, double *latent_eps) {
+  if (!m) return pe__fail(PE_ERR_NULL_POINTER, "pe_model_rope_latent_norm_eps: model is NULL");
+  if (!latent_eps) return pe__fail(PE_ERR_NULL_POINTER, "pe_model_rope_latent_norm_eps: latent_eps is NULL");
+  *latent_eps = m->latent_eps;
+  return PE_OK;
 }
 
 PE_API int32_t pe_model_rope_pairing_guessed(const pe_model_rope *m) {

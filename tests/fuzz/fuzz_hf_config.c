@@ -21,7 +21,7 @@ static void fuzz_model(const char *json, size_t len, int64_t max_positions, int6
   pe_model_rope *m = sentinel;
   fz_set_sentinel();
   pe_status st = pe_model_rope_from_hf_config(json, len, max_positions > 0 ? max_positions : 0,
-                                              seq_len, &m);
+                                              seq_len, 0, &m);
   if (st != PE_OK) {
     fz_check_error_message("pe_model_rope_from_hf_config", st);
     if (m != sentinel) fz_die("pe_model_rope_from_hf_config", "failed but changed *out");
@@ -58,7 +58,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   pe_rope_cache *const sentinel = (pe_rope_cache *)(uintptr_t)0x5151;
   pe_rope_cache *c = sentinel;
   fz_set_sentinel();
-  pe_status st = pe_rope_cache_create_from_hf_config(json, len, max_positions, seq_len, &c);
+  pe_status st = pe_rope_cache_create_from_hf_config(json, len, max_positions, seq_len, 0, &c);
   int must_fail = max_positions < 0 || max_positions > ((int64_t)1 << 53) || seq_len < 0;
   if (st != PE_OK) {
     fz_check_error_message("pe_rope_cache_create_from_hf_config", st);
