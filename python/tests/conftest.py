@@ -1,7 +1,10 @@
 """Shared helpers for the posenc binding tests.
 
-Run from the repository root:
+Run from the repository root (make test-python):
   POSENC_LIBRARY=build/libposenc.so PYTHONPATH=python python3 -m pytest -q python/tests
+or, against an installed package, from an unpacked sdist (whose libposenc/
+holds the header and the test configs), from any other directory:
+  python -m pytest -q posenc-X.Y.Z/tests
 """
 import os
 import pathlib
@@ -17,7 +20,13 @@ import pytest
 
 import posenc  # noqa: F401  (the package under test, loaded once)
 
-REPO = pathlib.Path(__file__).resolve().parents[2]
+HERE = pathlib.Path(__file__).resolve().parent
+#: The repository (tests in its python/tests), or the C sources an sdist
+#: carries (its libposenc/): include/posenc.h and tests/data/configs.
+REPO = next((p for p in (HERE.parents[1], HERE.parent / "libposenc")
+             if (p / "include" / "posenc.h").is_file()), HERE.parents[1])
+#: The directory of the posenc package under test (the tree's, or the installed one).
+PACKAGE = pathlib.Path(posenc.__file__).resolve().parent
 
 
 @pytest.fixture

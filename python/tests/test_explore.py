@@ -17,9 +17,9 @@ import pytest
 import posenc
 from posenc.tools import explore
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-PYDIR = os.path.dirname(HERE)
-REPO = os.path.dirname(PYDIR)
+from conftest import REPO, PACKAGE
+
+PYDIR = str(PACKAGE.parent)   # what PYTHONPATH needs for the posenc under test
 FIXTURES = sorted(glob.glob(os.path.join(REPO, "tests", "data", "configs", "*.json")))
 
 # One float32 ulp relative to the value (2^-23): the tolerance for "equal"

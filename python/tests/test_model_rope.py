@@ -351,11 +351,13 @@ def test_every_input_form(tmp_path):
         posenc.ModelRope.from_hf_config(3.5)
 
 
-def test_max_positions_default_is_the_configs():
+def test_max_positions_default_and_from_config():
     cfg = {"model_type": "llama", "head_dim": 16, "num_hidden_layers": 2, "rope_theta": 1e4,
            "max_position_embeddings": 48}
-    assert _lib.PE_MAX_POSITIONS_FROM_CONFIG == -1
-    for m in (posenc.ModelRope.from_hf_config(cfg),
+    assert _lib.PE_MAX_POSITIONS_FROM_CONFIG == -1 == posenc.MAX_POSITIONS_FROM_CONFIG
+    # The binding's one default (the C library's), not the config's 48.
+    assert posenc.ModelRope.from_hf_config(cfg).layer(0).max_positions == 4096
+    for m in (posenc.ModelRope.from_hf_config(cfg, max_positions=posenc.MAX_POSITIONS_FROM_CONFIG),
               posenc.ModelRope.from_hf_config(cfg, max_positions=-1)):
         assert m.layer(0).max_positions == 48
         m.layer(1).cos_sin(47)
@@ -365,7 +367,7 @@ def test_max_positions_default_is_the_configs():
     assert posenc.ModelRope.from_hf_config(cfg, max_positions=8).layer(0).max_positions == 8
     del cfg["max_position_embeddings"]
     with pytest.raises(posenc.PosencError) as e:
-        posenc.ModelRope.from_hf_config(cfg)
+        posenc.ModelRope.from_hf_config(cfg, max_positions=posenc.MAX_POSITIONS_FROM_CONFIG)
     assert e.value.status == posenc.Status.ERR_PARSE
     assert "max_position_embeddings" in e.value.message
     assert posenc.ModelRope.from_hf_config(cfg, max_positions=0).layer(0).max_positions == 0

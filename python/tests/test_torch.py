@@ -320,7 +320,9 @@ def test_drop_in_from_a_config_object_and_a_file(tmp_path):
     b = pt.RotaryEmbedding(tmp_path, max_positions=16)
     assert torch.equal(a.inv_freq, b.inv_freq)
     assert a.cache.max_positions == 16
-    assert pt.RotaryEmbedding(cfg).cache.max_positions == cfg["max_position_embeddings"]
+    assert pt.RotaryEmbedding(cfg).cache.max_positions == posenc.DEFAULT_MAX_POSITIONS
+    assert pt.RotaryEmbedding(cfg, max_positions=posenc.MAX_POSITIONS_FROM_CONFIG) \
+        .cache.max_positions == cfg["max_position_embeddings"]
     with pytest.raises(TypeError):
         pt.apply_rotary_pos_emb(torch.zeros(1, 1, 1, 128), None, None, "not a rotary")
 
