@@ -67,5 +67,6 @@ def bind():
         "mrope_positions": _arrays.mrope_positions, "int32_vector": _arrays.int32_vector,
         "float_vector": _arrays.float_vector, "float_table": _arrays.float_table,
         "weight": _arrays.norm_weight, "handle_of": _arrays.handle_of,
-        "requested": _arrays._requested, "fn": _lib.fn, "layout_error": _arrays.layout_of,
+        "requested": _arrays._requested, "missing": _lib.missing,
+        "layout_error": _arrays.layout_of,
     })

@@ -247,14 +247,20 @@ def has_symbol(name):
     return hasattr(lib, name)
 
 
+def missing(name):
+    """The PosencError(UNSUPPORTED) for a C function the loaded library
+    does not export (an older library)."""
+    return PosencError(Status.ERR_UNSUPPORTED,
+                       "%s: not exported by %s (version %s): a newer libposenc is needed"
+                       % (name, library_path(), version()))
+
+
 def fn(name):
     """The declared C function, or PosencError(UNSUPPORTED) if the loaded
     library predates it."""
     f = getattr(lib, name, None)
     if f is None:
-        raise PosencError(Status.ERR_UNSUPPORTED,
-                          "%s: not exported by %s (version %s): a newer libposenc is needed"
-                          % (name, library_path(), version()))
+        raise missing(name)
     return f
 
 

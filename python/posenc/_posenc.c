@@ -82,20 +82,23 @@ static struct {
 static struct {
   PyObject *ndarray, *RopeCache, *ThreadPool, *PosencError, *BusyError;
   PyObject *tensor, *int64_grid, *mrope_positions, *int32_vector, *float_vector,
-      *float_table, *weight, *handle_of, *requested, *fn, *layout_error;
+      *float_table, *weight, *handle_of, *requested, *missing, *layout_error;
 } G;
 
 static PyObject *S_ptr, *S_requires_grad, *S_is_neg, *S_t, *S_dlpack, *S_torch, *S_ndim;
 
 /* ---- errors --------------------------------------------------------------- */
 
+/* A function the loaded library does not export: posenc._lib.missing's
+ * PosencError(UNSUPPORTED). */
 static int need(void *f, const char *name) {
   if (f)
     return 0;
-  PyObject *r = PyObject_CallFunction(G.fn, "s", name); /* raises PosencError(UNSUPPORTED) */
-  Py_XDECREF(r);
-  if (!PyErr_Occurred())
-    PyErr_Format(PyExc_RuntimeError, "posenc: %s is not bound", name);
+  PyObject *e = PyObject_CallFunction(G.missing, "s", name);
+  if (e) {
+    PyErr_SetObject((PyObject *)Py_TYPE(e), e);
+    Py_DECREF(e);
+  }
   return -1;
 }
 
@@ -646,31 +649,40 @@ static int vector(PyObject *obj, PyObject *helper, PyObject *helper_args, int it
 
 /* ---- running ----------------------------------------------------------------- */
 
-static int64_t now_ns(void) {
+/* timed(): how many calls, and the clock read around them - the calling
+ * thread's CPU time (what the calls cost whatever else the machine runs;
+ * they run on this thread) or the monotonic wall clock. NULL: one call. */
+typedef struct {
+  long reps;
+  clockid_t clock;
+} timing;
+
+static int64_t now_ns(clockid_t clock) {
   struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
+  clock_gettime(clock, &ts);
   return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
 }
 
 /* Run CALL (an expression yielding pe_status) with the GIL released, once
- * (reps 0) or reps times (the result is then the elapsed nanoseconds). */
+ * (tm NULL: the result is None) or tm->reps times (the result is the
+ * nanoseconds they took). */
 #define RUN(CALL)                                                               \
   do {                                                                          \
     pe_status st_ = PE_OK;                                                      \
     int64_t t0_ = 0, t1_ = 0;                                                   \
     Py_BEGIN_ALLOW_THREADS                                                      \
-    if (reps <= 0) {                                                            \
+    if (!tm) {                                                                  \
       st_ = (CALL);                                                             \
     } else {                                                                    \
-      t0_ = now_ns();                                                           \
-      for (long r_ = 0; r_ < reps && st_ == PE_OK; r_++)                        \
+      t0_ = now_ns(tm->clock);                                                  \
+      for (long r_ = 0; r_ < tm->reps && st_ == PE_OK; r_++)                    \
         st_ = (CALL);                                                           \
-      t1_ = now_ns();                                                           \
+      t1_ = now_ns(tm->clock);                                                  \
     }                                                                           \
     Py_END_ALLOW_THREADS                                                        \
     if (st_ != PE_OK)                                                           \
       result = raise_status(st_);                                               \
-    else if (reps > 0)                                                          \
+    else if (tm)                                                                \
       result = PyLong_FromLongLong(t1_ - t0_);                                  \
     else                                                                        \
       result = Py_NewRef(Py_None);                                              \
@@ -755,7 +767,7 @@ static int resolve_layout(int layout, targ *q, targ *k, PyObject *qo, PyObject *
 /* ---- entry points ------------------------------------------------------------ */
 
 /* apply_rope_qk(cache, q, k, positions, flags, pool, dtype, layout) */
-static PyObject *do_apply_rope_qk(PyObject *const *args, Py_ssize_t nargs, long reps) {
+static PyObject *do_apply_rope_qk(PyObject *const *args, Py_ssize_t nargs, const timing *tm) {
   NARGS(8);
   if (need(F.pe_apply_rope_qk, "pe_apply_rope_qk"))
     return NULL;
@@ -791,7 +803,7 @@ out_q:
 }
 
 /* rope_shift_k(cache, k, deltas, pool, dtype) */
-static PyObject *do_rope_shift_k(PyObject *const *args, Py_ssize_t nargs, long reps) {
+static PyObject *do_rope_shift_k(PyObject *const *args, Py_ssize_t nargs, const timing *tm) {
   NARGS(5);
   if (need(F.pe_rope_shift_k, "pe_rope_shift_k"))
     return NULL;
@@ -814,7 +826,7 @@ static PyObject *do_rope_shift_k(PyObject *const *args, Py_ssize_t nargs, long r
 }
 
 /* rope_rerotate_k(from, to, k, positions, pool, dtype) */
-static PyObject *do_rope_rerotate_k(PyObject *const *args, Py_ssize_t nargs, long reps) {
+static PyObject *do_rope_rerotate_k(PyObject *const *args, Py_ssize_t nargs, const timing *tm) {
   NARGS(6);
   if (need(F.pe_rope_rerotate_k, "pe_rope_rerotate_k"))
     return NULL;
@@ -838,7 +850,7 @@ static PyObject *do_rope_rerotate_k(PyObject *const *args, Py_ssize_t nargs, lon
 }
 
 /* apply_mrope_qk(cache, q, k, positions, s0, s1, s2, flags, pool, dtype) */
-static PyObject *do_apply_mrope_qk(PyObject *const *args, Py_ssize_t nargs, long reps) {
+static PyObject *do_apply_mrope_qk(PyObject *const *args, Py_ssize_t nargs, const timing *tm) {
   NARGS(10);
   if (need(F.pe_apply_mrope_qk, "pe_apply_mrope_qk"))
     return NULL;
@@ -871,7 +883,7 @@ static PyObject *do_apply_mrope_qk(PyObject *const *args, Py_ssize_t nargs, long
 }
 
 /* apply_rope_qk_multi(caches, cache_index, q, k, positions, flags, pool, dtype) */
-static PyObject *do_apply_rope_qk_multi(PyObject *const *args, Py_ssize_t nargs, long reps) {
+static PyObject *do_apply_rope_qk_multi(PyObject *const *args, Py_ssize_t nargs, const timing *tm) {
   NARGS(8);
   if (need(F.pe_apply_rope_qk_multi, "pe_apply_rope_qk_multi"))
     return NULL;
@@ -925,7 +937,7 @@ out_caches:
 
 /* apply_rope_qk_store(cache, q, k, k_cache, slot_mapping, positions, flags, pool,
  *                     dtype, cache_dtype) */
-static PyObject *do_apply_rope_qk_store(PyObject *const *args, Py_ssize_t nargs, long reps) {
+static PyObject *do_apply_rope_qk_store(PyObject *const *args, Py_ssize_t nargs, const timing *tm) {
   NARGS(10);
   if (need(F.pe_apply_rope_qk_store, "pe_apply_rope_qk_store"))
     return NULL;
@@ -985,7 +997,7 @@ static int norm_weights(pe_qk_norm *norm, PyObject *qw, PyObject *kw, const targ
 
 /* qk_norm_rope(cache, q, k, kind, scope, eps, q_weight, k_weight, positions,
  *              flags, pool, dtype) */
-static PyObject *do_qk_norm_rope(PyObject *const *args, Py_ssize_t nargs, long reps) {
+static PyObject *do_qk_norm_rope(PyObject *const *args, Py_ssize_t nargs, const timing *tm) {
   NARGS(12);
   if (need(F.pe_qk_norm_rope, "pe_qk_norm_rope") || need(F.pe_qk_norm_init, "pe_qk_norm_init"))
     return NULL;
@@ -1029,7 +1041,7 @@ out_q:
 /* qk_norm_rope_store(cache, q, k, v, k_cache, v_cache, slot_mapping, kind, scope,
  *   eps, q_weight, k_weight, positions, flags, pool, dtype, cache_dtype,
  *   v_cache_dtype) */
-static PyObject *do_qk_norm_rope_store(PyObject *const *args, Py_ssize_t nargs, long reps) {
+static PyObject *do_qk_norm_rope_store(PyObject *const *args, Py_ssize_t nargs, const timing *tm) {
   NARGS(18);
   if (need(F.pe_qk_norm_rope_store, "pe_qk_norm_rope_store") ||
       need(F.pe_qk_norm_init, "pe_qk_norm_init") || need(F.pe_kv_cache_init, "pe_kv_cache_init"))
@@ -1085,7 +1097,7 @@ out_q:
 }
 
 /* alibi_add_bias(scores, slopes, q_positions, flags, pool, dtype) */
-static PyObject *do_alibi_add_bias(PyObject *const *args, Py_ssize_t nargs, long reps) {
+static PyObject *do_alibi_add_bias(PyObject *const *args, Py_ssize_t nargs, const timing *tm) {
   NARGS(6);
   if (need(F.pe_alibi_add_bias, "pe_alibi_add_bias"))
     return NULL;
@@ -1113,7 +1125,7 @@ static PyObject *do_alibi_add_bias(PyObject *const *args, Py_ssize_t nargs, long
 
 /* t5_add_bias(scores, table, bidirectional, num_buckets, max_distance, q_positions,
  *             flags, pool, dtype); num_buckets None = the table's rows */
-static PyObject *do_t5_add_bias(PyObject *const *args, Py_ssize_t nargs, long reps) {
+static PyObject *do_t5_add_bias(PyObject *const *args, Py_ssize_t nargs, const timing *tm) {
   NARGS(9);
   if (need(F.pe_t5_add_bias, "pe_t5_add_bias"))
     return NULL;
@@ -1147,7 +1159,7 @@ static PyObject *do_t5_add_bias(PyObject *const *args, Py_ssize_t nargs, long re
 }
 
 /* sinusoidal_add(x, positions, base, flags, pool, dtype) */
-static PyObject *do_sinusoidal_add(PyObject *const *args, Py_ssize_t nargs, long reps) {
+static PyObject *do_sinusoidal_add(PyObject *const *args, Py_ssize_t nargs, const timing *tm) {
   NARGS(6);
   if (need(F.pe_sinusoidal_add, "pe_sinusoidal_add"))
     return NULL;
@@ -1172,7 +1184,7 @@ static PyObject *do_sinusoidal_add(PyObject *const *args, Py_ssize_t nargs, long
 }
 
 /* learned_add(x, table, positions, pool, dtype, table_dtype) */
-static PyObject *do_learned_add(PyObject *const *args, Py_ssize_t nargs, long reps) {
+static PyObject *do_learned_add(PyObject *const *args, Py_ssize_t nargs, const timing *tm) {
   NARGS(6);
   if (need(F.pe_learned_add, "pe_learned_add"))
     return NULL;
@@ -1204,7 +1216,7 @@ static PyObject *do_learned_add(PyObject *const *args, Py_ssize_t nargs, long re
 /* The version of the posenc.h this module was compiled with. */
 #define HEADER_VERSION STR(PE_VERSION_MAJOR) "." STR(PE_VERSION_MINOR) "." STR(PE_VERSION_PATCH)
 
-typedef PyObject *(*entry_fn)(PyObject *const *, Py_ssize_t, long);
+typedef PyObject *(*entry_fn)(PyObject *const *, Py_ssize_t, const timing *);
 
 #define ENTRIES(X)                                                              \
   X(apply_rope_qk) X(rope_shift_k) X(rope_rerotate_k) X(apply_mrope_qk)          \
@@ -1215,7 +1227,7 @@ typedef PyObject *(*entry_fn)(PyObject *const *, Py_ssize_t, long);
 #define X(name)                                                                 \
   static PyObject *py_##name(PyObject *self, PyObject *const *args, Py_ssize_t nargs) { \
     (void)self;                                                                 \
-    return do_##name(args, nargs, 0);                                           \
+    return do_##name(args, nargs, NULL);                                        \
   }
 ENTRIES(X)
 #undef X
@@ -1226,14 +1238,24 @@ static const struct { const char *name; entry_fn fn; } entries[] = {
 #undef X
 };
 
+/* timed([clock,] name, reps, *args): clock "cpu" (the default) or "wall". */
 static PyObject *py_timed(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
   (void)self;
+  timing tm = {0, CLOCK_THREAD_CPUTIME_ID};
+  if (nargs >= 1 && PyUnicode_Check(args[0]) &&
+      (!PyUnicode_CompareWithASCIIString(args[0], "wall") ||
+       !PyUnicode_CompareWithASCIIString(args[0], "cpu"))) {
+    if (!PyUnicode_CompareWithASCIIString(args[0], "wall"))
+      tm.clock = CLOCK_MONOTONIC;
+    args++;
+    nargs--;
+  }
   if (nargs < 2 || !PyUnicode_Check(args[0])) {
-    PyErr_SetString(PyExc_TypeError, "timed(name, reps, *args)");
+    PyErr_SetString(PyExc_TypeError, "timed([clock,] name, reps, *args)");
     return NULL;
   }
-  long reps = PyLong_AsLong(args[1]);
-  if (reps < 1) {
+  tm.reps = PyLong_AsLong(args[1]);
+  if (tm.reps < 1) {
     if (!PyErr_Occurred())
       PyErr_SetString(PyExc_ValueError, "timed: reps must be >= 1");
     return NULL;
@@ -1241,7 +1263,7 @@ static PyObject *py_timed(PyObject *self, PyObject *const *args, Py_ssize_t narg
   const char *name = PyUnicode_AsUTF8(args[0]);
   for (size_t i = 0; name && i < sizeof entries / sizeof entries[0]; i++)
     if (!strcmp(name, entries[i].name))
-      return entries[i].fn(args + 2, nargs - 2, reps);
+      return entries[i].fn(args + 2, nargs - 2, &tm);
   if (name)
     PyErr_Format(PyExc_ValueError, "timed: no entry point %s", name);
   return NULL;
@@ -1270,7 +1292,7 @@ static PyObject *py_bind(PyObject *self, PyObject *const *args, Py_ssize_t nargs
       {"int32_vector", &G.int32_vector}, {"float_vector", &G.float_vector},
       {"float_table", &G.float_table}, {"weight", &G.weight},
       {"handle_of", &G.handle_of},
-      {"requested", &G.requested},     {"fn", &G.fn},
+      {"requested", &G.requested},     {"missing", &G.missing},
       {"layout_error", &G.layout_error},
   };
   for (size_t i = 0; i < sizeof objs / sizeof objs[0]; i++) {
@@ -1292,8 +1314,9 @@ static PyMethodDef methods[] = {
     ENTRIES(X)
 #undef X
     {"timed", (PyCFunction)(void (*)(void))py_timed, METH_FASTCALL,
-     "timed(name, reps, *args): run entry point `name` reps times on the same descriptors "
-     "(the GIL released); the nanoseconds the C calls took."},
+     "timed([clock,] name, reps, *args): run entry point `name` reps times on the same "
+     "descriptors (the GIL released); the nanoseconds they took on clock 'cpu' (this "
+     "thread's CPU time, the default) or 'wall'."},
     {"_bind", (PyCFunction)(void (*)(void))py_bind, METH_FASTCALL, NULL},
     {NULL, NULL, 0, NULL},
 };

@@ -361,3 +361,81 @@ def test_every_in_place_function_takes_tensors(gen):
     posenc.t5_add_bias_(s, torch.randn(32, 2, generator=gen))
     with pytest.raises(ValueError, match="share elements"):
         posenc.learned_add_(table[None, :3], table)
+
+
+# ---- the layout: stated by unsqueeze_dim, or told by the shapes -------------------
+
+def _bthd_reference(x, positions):
+    """RoPE of a [B, T, H, D] tensor in float64 (head_dim 16, base 1e4)."""
+    xt = x.double().numpy().transpose(0, 2, 1, 3)
+    return rope_reference(xt, default_inv_freq(1e4, 16), positions).transpose(0, 2, 1, 3)
+
+
+def test_layout_told_by_the_shapes_is_used(gen):
+    cache = posenc.RopeCache(head_dim=16, max_positions=64)
+    B, T, Hq, Hk = 2, 5, 4, 2
+    pos = torch.arange(7, 7 + T).expand(B, T)
+    for hk, positions in ((Hk, None), (Hk, pos), (Hq, pos), (Hq, pos[:1]), (Hq, pos[0])):
+        # GQA: only [B, T, H, D] makes q and k agree; MHA: positions of T != H tokens
+        q = torch.randn(B, T, Hq, 16, generator=gen)
+        k = torch.randn(B, T, hk, 16, generator=gen)
+        at = pos.numpy() if positions is not None else np.arange(T)[None].repeat(B, 0)
+        want_q, want_k = (_bthd_reference(x, at) for x in (q, k))
+        pt.apply_rotary_pos_emb(q, k, positions, cache)
+        np.testing.assert_allclose(q.double().numpy(), want_q, atol=2e-6)
+        np.testing.assert_allclose(k.double().numpy(), want_k, atol=2e-6)
+    # [B, H, T, D] likewise, and positions given as a list
+    q = torch.randn(B, Hq, T, 16, generator=gen)
+    k = torch.randn(B, Hk, T, 16, generator=gen)
+    want = rope_reference(q.double().numpy(), default_inv_freq(1e4, 16), pos.numpy())
+    pt.apply_rotary_pos_emb(q, k, pos.tolist(), cache)
+    np.testing.assert_allclose(q.double().numpy(), want, atol=2e-6)
+
+
+def test_layout_the_shapes_cannot_tell_is_refused(gen):
+    cache = posenc.RopeCache(head_dim=16, max_positions=64)
+    mha = torch.randn(2, 5, 4, 16, generator=gen)            # q and k alike: MHA
+    square = torch.randn(2, 4, 4, 16, generator=gen)         # as many tokens as heads
+    for q, k, positions in ((mha, mha.clone(), None), (mha, None, None),
+                            (square, square.clone(), torch.arange(4)),
+                            (square, None, [[0, 1, 2, 3]] * 2)):
+        e = unchanged_after(ValueError, lambda: pt.apply_rotary_pos_emb(q, k, positions, cache),
+                            *[x for x in (q, k) if x is not None])
+        assert "cannot tell the layout" in str(e)
+        assert "unsqueeze_dim=1" in str(e) and "unsqueeze_dim=2" in str(e)
+        # stated, the same call runs
+        pt.apply_rotary_pos_emb(q, k, positions, cache, unsqueeze_dim=2)
+    with pytest.raises(ValueError, match="unsqueeze_dim must be"):
+        pt.apply_rotary_pos_emb(mha, None, None, cache, unsqueeze_dim=3)
+
+
+def test_a_stated_layout_that_does_not_fit_names_the_other(gen):
+    cache = posenc.RopeCache(head_dim=16, max_positions=64)
+    q = torch.randn(2, 5, 4, 16, generator=gen)              # [B, T, H, D], GQA
+    k = torch.randn(2, 5, 2, 16, generator=gen)
+    e = unchanged_after(ValueError, lambda: pt.apply_rotary_pos_emb(q, k, None, cache,
+                                                                     unsqueeze_dim=1), q, k)
+    assert "q (2, 5, 4, 16) and k (2, 5, 2, 16) differ in batch or tokens as [batch, heads, " \
+           "tokens, head_dim]; they look like [batch, tokens, heads, head_dim]: pass " \
+           "unsqueeze_dim=2" in str(e)
+    qt, kt = q.transpose(1, 2), k.transpose(1, 2)            # [B, H, T, D]
+    e = unchanged_after(ValueError, lambda: pt.apply_rotary_pos_emb(qt, kt, None, cache,
+                                                                     unsqueeze_dim=2), q, k)
+    assert "look like [batch, heads, tokens, head_dim]: pass unsqueeze_dim=1" in str(e)
+    # the numpy-shaped call says how to pass its layout
+    e = unchanged_after(ValueError, lambda: cache.apply_(q, k), q, k)
+    assert "look like [batch, tokens, heads, head_dim]" in str(e) and "transpose(1, 2)" in str(e)
+
+
+def test_lazily_negated_views_are_refused(gen):
+    # Their memory holds -x: read or written as it is, the result would be wrong.
+    cache = posenc.RopeCache(head_dim=16, max_positions=64)
+    x = torch.randn(1, 1, 3, 16, generator=gen)
+    neg = torch._neg_view(x)
+    assert neg.is_neg() and neg.data_ptr() == x.data_ptr()
+    e = unchanged_after(ValueError, lambda: cache.apply_(neg), x)
+    assert "neg view" in str(e)
+    kv = torch.zeros(4, 1, 16)
+    e = unchanged_after(ValueError, lambda: posenc.apply_rope_qk_store_(
+        cache, neg, kv, slot_mapping=[0, 1, 2]), x, kv)
+    assert "neg view" in str(e)
