@@ -25,11 +25,11 @@
  * The library is not linked: posenc._lib loads it (its search order,
  * POSENC_LIBRARY first) and hands this module the address of each function
  * (_bind), so both always use the same copy. A function the loaded library
- * does not export is left NULL and reported by posenc._lib.fn when called.
+ * does not export is left NULL and reported by posenc._lib.missing when called.
  *
- * Each entry point returns None; with a repetition count (timed()), it runs
- * the C call that many times on the same descriptors and returns the
- * nanoseconds it took: what posenc.bench compares a Python call with.
+ * Each entry point returns None; timed() runs one with a repetition count:
+ * the C call that many times on the same descriptors, returning the
+ * nanoseconds it took - what posenc.bench compares a Python call with.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -59,7 +59,7 @@ typedef struct DLManagedTensor {
   void (*deleter)(struct DLManagedTensor *self);
 } DLManagedTensor;
 
-enum { DL_INT = 0, DL_UINT = 1, DL_FLOAT = 2, DL_BFLOAT = 4, DL_CPU = 1 };
+enum { DL_UINT = 1, DL_FLOAT = 2, DL_BFLOAT = 4, DL_CPU = 1 };
 
 /* ---- the library's functions, set by _bind ------------------------------- */
 
@@ -85,7 +85,7 @@ static struct {
       *float_table, *weight, *handle_of, *requested, *missing, *layout_error;
 } G;
 
-static PyObject *S_ptr, *S_requires_grad, *S_is_neg, *S_t, *S_dlpack, *S_torch, *S_ndim;
+static PyObject *S_ptr, *S_t, *S_dlpack, *S_torch;
 
 /* ---- errors --------------------------------------------------------------- */
 
@@ -122,7 +122,7 @@ static int handle(PyObject *obj, PyObject *cls, const char *name, int optional, 
   *out = NULL;
   if (obj == Py_None && optional)
     return 0;
-  if (cls && PyObject_TypeCheck(obj, (PyTypeObject *)cls)) {
+  if (PyObject_TypeCheck(obj, (PyTypeObject *)cls)) {
     PyObject *p = PyObject_GetAttr(obj, S_ptr);
     if (!p)
       return -1;
@@ -133,7 +133,7 @@ static int handle(PyObject *obj, PyObject *cls, const char *name, int optional, 
     }
     Py_DECREF(p);
   }
-  PyObject *r = PyObject_CallFunction(G.handle_of, "OOs", obj, cls ? cls : Py_None, name);
+  PyObject *r = PyObject_CallFunction(G.handle_of, "OOs", obj, cls, name);
   Py_XDECREF(r);
   if (!PyErr_Occurred())
     PyErr_Format(PyExc_TypeError, "%s: not a usable posenc object", name);
@@ -166,6 +166,8 @@ static void targ_release(targ *a) {
   a->src = SRC_NONE;
 }
 
+static const pe_tensor *P(const targ *a) { return a->src == SRC_NONE ? NULL : &a->t; }
+
 /* The requested dtype (None -> -1) through posenc._arrays._requested. */
 static int requested(PyObject *dtype, int *out) {
   *out = -1;
@@ -179,59 +181,54 @@ static int requested(PyObject *dtype, int *out) {
   return PyErr_Occurred() ? -1 : 0;
 }
 
-/* Shape and element strides of ndim dims (byte strides bs) into
- * shape/stride as the binding always read them: a dimension of extent 1 is
- * never stepped over, so its stride is free; the last must be contiguous.
- * 0 on success, 1 when the Python helper must decide. */
-static int elem_strides(int ndim, const Py_ssize_t *shape, const Py_ssize_t *bs, int size,
-                        int64_t *sh, int64_t *st) {
-  for (int i = 0; i < ndim; i++) {
-    sh[i] = shape[i];
-    if (shape[i] == 1) {
-      st[i] = i == ndim - 1 ? 1 : (bs[i] % size == 0 ? bs[i] / size : 0);
-      continue;
-    }
-    if (bs[i] % size)
-      return 1;
-    st[i] = bs[i] / size;
-  }
-  return st[ndim - 1] == 1 ? 0 : 1;
-}
-
-/* [ndim dims] -> the 4-D descriptor, per map. 0, or 1 (not this map's). */
-static int map4(int map, int ndim, const int64_t *sh, const int64_t *st, pe_tensor *t) {
+/* The descriptor of ndim dims of `size`-byte elements at data, byte strides
+ * bs, as the binding always read them (a dimension of extent 1 is never
+ * stepped over, so its stride is free; the last must be contiguous; the
+ * data aligned to the element), mapped to 4-D. 0, or 1 when the Python
+ * helper must decide. */
+static int describe(targ *a, void *data, int dt, int ndim, const Py_ssize_t *shape,
+                    const Py_ssize_t *bs, int size, int map) {
   static const int8_t order[4][4] = {
       {0, 1, 2, 3},   /* 4-D */
       {-1, 1, 0, 2},  /* slots: [S, H, D] -> [1, H, S, D] */
       {0, -1, 1, 2},  /* rows: [B, T, D] -> [B, 1, T, D] */
       {-1, -1, 0, 1}, /* table: [L, D] -> [1, 1, L, D] */
   };
-  int want = map == MAP_SLOTS || map == MAP_ROWS ? 3 : map == MAP_TABLE ? 2 : 4;
-  if (ndim != 4 && ndim != want)
+  int fewer = map == MAP_SLOTS || map == MAP_ROWS ? 3 : map == MAP_TABLE ? 2 : 4;
+  if ((ndim != 4 && ndim != fewer) || (uintptr_t)data % (uintptr_t)size)
+    return 1;
+  int64_t st[4];
+  for (int i = 0; i < ndim; i++) {
+    if (shape[i] == 1)
+      st[i] = i == ndim - 1 ? 1 : (bs[i] % size == 0 ? bs[i] / size : 0);
+    else if (bs[i] % size)
+      return 1;
+    else
+      st[i] = bs[i] / size;
+  }
+  if (st[ndim - 1] != 1)
     return 1;
   const int8_t *o = order[ndim == 4 ? 0 : map];
   for (int i = 0; i < 4; i++) {
-    t->shape[i] = o[i] < 0 ? 1 : sh[o[i]];
-    t->stride[i] = o[i] < 0 ? 0 : st[o[i]];
+    a->t.shape[i] = o[i] < 0 ? 1 : shape[o[i]];
+    a->t.stride[i] = o[i] < 0 ? 0 : st[o[i]];
   }
+  a->t.data = data;
+  a->t.dtype = (pe_dtype)dt;
   return 0;
 }
 
-static int pe_of_format(const char *f, Py_ssize_t itemsize, int want) {
+/* A buffer's format without its native byte-order prefix, or NULL when it
+ * names another byte order (every target of this module is little-endian). */
+static const char *native_format(const char *f) {
+  if (!f)
+    return "B";
   if (f[0] == '@' || f[0] == '=' || f[0] == '<')
-    f++; /* native little-endian: every target of this module */
-  if (f[1] != '\0')
-    return -1;
-  if (f[0] == 'f' && itemsize == 4)
-    return PE_F32;
-  if (f[0] == 'e' && itemsize == 2)
-    return PE_F16;
-  if (f[0] == 'H' && itemsize == 2 && want == PE_BF16)
-    return PE_BF16;
-  return -1;
+    return f + 1;
+  return f[0] == '>' || f[0] == '!' ? NULL : f;
 }
 
-/* numpy through the buffer protocol. 0 ok, 1 for the helper, -1 error. */
+/* numpy through the buffer protocol. 0 ok, 1 for the helper. */
 static int from_buffer(PyObject *obj, int want, int writable, int map, targ *a) {
   int flags = PyBUF_RECORDS_RO | (writable ? PyBUF_WRITABLE : 0);
   if (PyObject_GetBuffer(obj, &a->buf, flags) < 0) {
@@ -240,21 +237,22 @@ static int from_buffer(PyObject *obj, int want, int writable, int map, targ *a) 
   }
   a->src = SRC_BUFFER;
   Py_buffer *b = &a->buf;
-  int dt = b->format ? pe_of_format(b->format, b->itemsize, want) : -1;
-  int64_t sh[4], st[4];
-  if (dt < 0 || (want >= 0 && want != dt) || b->ndim < 2 || b->ndim > 4 ||
-      (uintptr_t)b->buf % (uintptr_t)b->itemsize ||
-      elem_strides(b->ndim, b->shape, b->strides, (int)b->itemsize, sh, st) ||
-      map4(map, b->ndim, sh, st, &a->t)) {
+  const char *f = native_format(b->format);
+  int dt = !f || f[1] ? -1
+           : f[0] == 'f' && b->itemsize == 4                    ? PE_F32
+           : f[0] == 'e' && b->itemsize == 2                    ? PE_F16
+           : f[0] == 'H' && b->itemsize == 2 && want == PE_BF16 ? PE_BF16
+                                                                : -1;
+  if (dt < 0 || (want >= 0 && want != dt) ||
+      describe(a, b->buf, dt, b->ndim, b->shape, b->strides, (int)b->itemsize, map)) {
     targ_release(a);
     return 1;
   }
-  a->t.data = b->buf;
-  a->t.dtype = (pe_dtype)dt;
   return 0;
 }
 
-/* A DLPack capsule (kept in a->ref until the call is over). */
+/* A DLPack capsule (kept in a->ref until the call is over). 0 ok, 1 for
+ * the helper. */
 static int from_capsule(PyObject *cap, int want, int map, targ *a) {
   DLManagedTensor *m = PyCapsule_GetPointer(cap, "dltensor");
   if (!m) {
@@ -265,31 +263,25 @@ static int from_capsule(PyObject *cap, int want, int map, targ *a) {
   a->ref = cap;
   a->src = SRC_CAPSULE;
   const DLTensor *d = &m->dl_tensor;
-  int dt = -1, size = d->dtype.bits / 8;
-  if (d->dtype.lanes == 1) {
-    if (d->dtype.code == DL_FLOAT && d->dtype.bits == 32)
-      dt = PE_F32;
-    else if (d->dtype.code == DL_FLOAT && d->dtype.bits == 16)
-      dt = PE_F16;
-    else if ((d->dtype.code == DL_BFLOAT ||
-              (d->dtype.code == DL_UINT && want == PE_BF16)) && d->dtype.bits == 16)
-      dt = PE_BF16;
-  }
-  char *data = (char *)d->data + d->byte_offset;
-  if (dt < 0 || (want >= 0 && want != dt) || d->device.device_type != DL_CPU || d->ndim < 2 ||
-      d->ndim > 4 || (uintptr_t)data % (uintptr_t)size)
-    goto helper;
+  DLDataType t = d->dtype;
+  int dt = t.lanes != 1 ? -1
+           : t.code == DL_FLOAT && t.bits == 32 ? PE_F32
+           : t.code == DL_FLOAT && t.bits == 16 ? PE_F16
+           : (t.code == DL_BFLOAT || (t.code == DL_UINT && want == PE_BF16)) && t.bits == 16
+               ? PE_BF16
+               : -1;
+  int size = t.bits / 8;
   Py_ssize_t shape[4], bs[4];
+  if (dt < 0 || (want >= 0 && want != dt) || d->device.device_type != DL_CPU || d->ndim < 1 ||
+      d->ndim > 4)
+    goto helper;
   for (int i = d->ndim - 1, run = size; i >= 0; i--) {
     shape[i] = (Py_ssize_t)d->shape[i];
     bs[i] = d->strides ? (Py_ssize_t)(d->strides[i] * size) : run;
     run *= (int)d->shape[i];
   }
-  int64_t sh[4], st[4];
-  if (elem_strides(d->ndim, shape, bs, size, sh, st) || map4(map, d->ndim, sh, st, &a->t))
+  if (describe(a, (char *)d->data + d->byte_offset, dt, d->ndim, shape, bs, size, map))
     goto helper;
-  a->t.data = data;
-  a->t.dtype = (pe_dtype)dt;
   return 0;
 helper:
   targ_release(a);
@@ -297,9 +289,9 @@ helper:
 }
 
 /* torch.Tensor's accessors, called on a tensor without the attribute
- * lookup and bound method each would cost (a few hundred ns a tensor
- * instead of DLPack's ~1 us in torch 1.13, whose to_dlpack makes a new
- * view), and the dtypes compared by identity. */
+ * lookup and bound method each would cost (about 0.5 us a tensor in all,
+ * where torch 1.13's DLPack export, which makes a new view, takes ~1 us),
+ * and the dtypes compared by identity. */
 static struct {
   PyObject *type;
   PyObject *data_ptr, *stride, *is_neg;              /* method descriptors */
@@ -310,8 +302,7 @@ static struct {
 static PyObject *torch_tensor_type(void) {
   if (T.type)
     return T.type;
-  PyObject *mods = PyImport_GetModuleDict();
-  PyObject *torch = PyDict_GetItemWithError(mods, S_torch);
+  PyObject *torch = PyDict_GetItemWithError(PyImport_GetModuleDict(), S_torch);
   if (!torch || torch == Py_None) /* not imported (or blocked): no tensor can exist */
     return NULL;
   PyObject *tt = PyObject_GetAttrString(torch, "Tensor");
@@ -337,6 +328,11 @@ static PyObject *torch_tensor_type(void) {
   return tt;
 }
 
+static int is_torch(PyObject *obj) {
+  PyObject *tt = torch_tensor_type();
+  return tt && PyObject_TypeCheck(obj, (PyTypeObject *)tt);
+}
+
 static PyObject *t_get(PyObject *descr, PyObject *obj) {
   return Py_TYPE(descr)->tp_descr_get(descr, obj, (PyObject *)Py_TYPE(obj));
 }
@@ -357,10 +353,10 @@ static int t_true(PyObject *v) {
   return r < 0 ? (PyErr_Clear(), -1) : r;
 }
 
-/* A torch tensor's data, dtype (by identity), shape and strides (in
- * elements) of at most 4 dims, on the CPU. 0 ok, 1 not this path. */
+/* A CPU tensor's data, dtype (borrowed: compared by identity), shape and
+ * element strides, at most 4 dims. 0 ok, 1 not this path. */
 static int torch_layout(PyObject *obj, void **data, PyObject **dtype, int *ndim,
-                        Py_ssize_t *shape, int64_t *stride) {
+                        Py_ssize_t *shape, Py_ssize_t *stride) {
   if (t_true(t_get(T.is_cpu, obj)) != 1)
     return 1;
   PyObject *dt = t_get(T.dtype, obj);
@@ -371,7 +367,7 @@ static int torch_layout(PyObject *obj, void **data, PyObject **dtype, int *ndim,
     *ndim = (int)PyTuple_GET_SIZE(sh);
     for (int i = 0; i < *ndim; i++) {
       shape[i] = PyLong_AsSsize_t(PyTuple_GET_ITEM(sh, i));
-      stride[i] = PyLong_AsLongLong(PyTuple_GET_ITEM(st, i));
+      stride[i] = PyLong_AsSsize_t(PyTuple_GET_ITEM(st, i));
     }
     *data = PyLong_AsVoidPtr(dp);
     *dtype = dt;
@@ -380,78 +376,69 @@ static int torch_layout(PyObject *obj, void **data, PyObject **dtype, int *ndim,
   Py_XDECREF(sh);
   Py_XDECREF(st);
   Py_XDECREF(dp);
-  Py_XDECREF(dt); /* compared by identity only: the dtypes live in torch */
+  Py_XDECREF(dt); /* the dtypes live in torch */
   PyErr_Clear();
   return r;
 }
 
-/* A torch tensor, read through its accessors, refused (to the helper) when
- * it requires grad and is written, or is a lazily negated view. */
+/* A torch tensor, refused (to the helper) when it requires grad and is
+ * written, or is a lazily negated view (its memory holds -x). */
 static int from_torch(PyObject *obj, int want, int writable, int map, targ *a) {
-  if ((writable && t_true(t_get(T.requires_grad, obj)) != 0) || t_true(t_call(T.is_neg, obj)) != 0)
-    return 1;
   void *data;
   PyObject *dtype;
   int ndim;
   Py_ssize_t shape[4], bs[4];
-  int64_t st[4], sh[4], est[4];
-  if (torch_layout(obj, &data, &dtype, &ndim, shape, st))
+  if ((writable && t_true(t_get(T.requires_grad, obj)) != 0) ||
+      t_true(t_call(T.is_neg, obj)) != 0 || torch_layout(obj, &data, &dtype, &ndim, shape, bs))
     return 1;
   int dt = dtype == T.f32 ? PE_F32 : dtype == T.f16 ? PE_F16 : dtype == T.bf16 ? PE_BF16 : -1;
   int size = dt == PE_F32 ? 4 : 2;
-  if (dt < 0 || (want >= 0 && want != dt) || ndim < 2 || (uintptr_t)data % (uintptr_t)size)
+  if (dt < 0 || (want >= 0 && want != dt))
     return 1;
   for (int i = 0; i < ndim; i++)
-    bs[i] = (Py_ssize_t)(st[i] * size);
-  if (elem_strides(ndim, shape, bs, size, sh, est) || map4(map, ndim, sh, est, &a->t))
+    bs[i] *= size;
+  if (describe(a, data, dt, ndim, shape, bs, size, map))
     return 1;
-  a->t.data = data;
-  a->t.dtype = (pe_dtype)dt;
   a->src = SRC_TORCH;
   return 0;
 }
 
 /* The Python helper's View: its pe_tensor (a ctypes Structure, read through
  * its buffer) is the descriptor. The helper raises for what is refused. */
-static int from_helper(PyObject *helper, PyObject *obj, const char *name, int writable,
-                       int map, PyObject *dtype, targ *a) {
-  PyObject *v = PyObject_CallFunction(helper, "OsOii", obj, name, dtype, writable, map);
+static int from_helper(PyObject *obj, const char *name, int writable, int map, PyObject *dtype,
+                       targ *a) {
+  PyObject *v = PyObject_CallFunction(G.tensor, "OsOii", obj, name, dtype, writable, map);
   if (!v)
     return -1;
+  a->ref = v;
+  a->src = SRC_VIEW;
   PyObject *t = PyObject_GetAttr(v, S_t);
   Py_buffer b;
   if (!t || PyObject_GetBuffer(t, &b, PyBUF_SIMPLE) < 0) {
     Py_XDECREF(t);
-    Py_DECREF(v);
     return -1;
   }
-  if (b.len != (Py_ssize_t)sizeof(pe_tensor)) {
-    PyBuffer_Release(&b);
-    Py_DECREF(t);
-    Py_DECREF(v);
-    PyErr_SetString(PyExc_RuntimeError, "posenc: the Tensor struct does not match pe_tensor");
-    return -1;
-  }
-  memcpy(&a->t, b.buf, sizeof(pe_tensor));
+  int ok = b.len == (Py_ssize_t)sizeof(pe_tensor);
+  if (ok)
+    memcpy(&a->t, b.buf, sizeof(pe_tensor));
   PyBuffer_Release(&b);
   Py_DECREF(t);
-  a->ref = v;
-  a->src = SRC_VIEW;
-  return 0;
+  if (!ok)
+    PyErr_SetString(PyExc_RuntimeError, "posenc: the Tensor struct does not match pe_tensor");
+  return ok ? 0 : -1;
 }
 
 /* obj (None -> no tensor when optional) as a descriptor. */
 static int tensor(PyObject *obj, const char *name, PyObject *dtype, int want, int writable,
                   int map, int optional, targ *a) {
-  memset(a, 0, sizeof *a);
+  a->src = SRC_NONE;
+  a->ref = NULL;
   if (obj == Py_None && optional)
     return 0;
   int r = 1;
-  PyTypeObject *tp = Py_TYPE(obj);
-  PyObject *tt;
-  if (tp == (PyTypeObject *)G.ndarray)
+  if (Py_TYPE(obj) == (PyTypeObject *)G.ndarray)
     r = from_buffer(obj, want, writable, map, a);
-  else if ((tt = torch_tensor_type()) && PyObject_TypeCheck(obj, (PyTypeObject *)tt))
+  else if (is_torch(obj))
     r = from_torch(obj, want, writable, map, a);
   else if (!PyObject_TypeCheck(obj, (PyTypeObject *)G.ndarray) &&
            PyObject_HasAttr(obj, S_dlpack)) {
@@ -461,12 +448,10 @@ static int tensor(PyObject *obj, const char *name, PyObject *dtype, int want, in
     else
       PyErr_Clear();
   }
-  if (r <= 0)
-    return r;
-  return from_helper(G.tensor, obj, name, writable, map, dtype, a);
+  return r <= 0 ? r : from_helper(obj, name, writable, map, dtype, a);
 }
 
-/* ---- integer arrays -------------------------------------------------------- */
+/* ---- integer and float arrays ----------------------------------------------- */
 
 typedef struct {
   const void *p;
@@ -486,44 +471,37 @@ static void iarg_release(iarg *g) {
   g->src = SRC_NONE;
 }
 
-/* A C-contiguous array of itemsize-byte signed integers (numpy, or torch
- * int64): its shape, or -1 when obj is not one (0 = taken, the caller keeps
- * g). */
-static int int_buffer(PyObject *obj, int itemsize, iarg *g, int *ndim, Py_ssize_t **shape) {
-  PyTypeObject *tp = Py_TYPE(obj);
-  if (tp == (PyTypeObject *)G.ndarray) {
+/* A C-contiguous numpy array of one format character (int64: 'l' or 'q')
+ * and itemsize, or a C-contiguous torch int64 tensor: 0 and its shape, or 1
+ * when obj is not one. */
+static int c_array(PyObject *obj, const char *formats, int itemsize, iarg *g, int *ndim,
+                   Py_ssize_t **shape) {
+  if (Py_TYPE(obj) == (PyTypeObject *)G.ndarray) {
     if (PyObject_GetBuffer(obj, &g->buf, PyBUF_FORMAT | PyBUF_C_CONTIGUOUS) < 0) {
       PyErr_Clear();
-      return -1;
+      return 1;
     }
     g->src = SRC_BUFFER;
-    const char *f = g->buf.format;
-    if (f[0] == '@' || f[0] == '=' || f[0] == '<')
-      f++;
-    int ok = g->buf.itemsize == itemsize && f[1] == '\0' &&
-             (itemsize == 8 ? (f[0] == 'l' || f[0] == 'q') : (f[0] == 'i' || f[0] == 'l'));
-    if (!ok) {
+    const char *f = native_format(g->buf.format);
+    if (!f || f[1] || !strchr(formats, f[0]) || g->buf.itemsize != itemsize) {
       iarg_release(g);
-      return -1;
+      return 1;
     }
     g->p = g->buf.buf;
     *ndim = g->buf.ndim;
     *shape = g->buf.shape;
     return 0;
   }
-  PyObject *tt = torch_tensor_type();
-  if (!tt || !PyObject_TypeCheck(obj, (PyTypeObject *)tt))
-    return -1;
   void *data;
   PyObject *dtype;
-  int64_t st[4];
-  if (itemsize != 8 || torch_layout(obj, &data, &dtype, ndim, g->shape, st) || dtype != T.i64 ||
-      *ndim > 3)
-    return -1;
-  for (int i = *ndim - 1, run = 1; i >= 0; i--) { /* C-contiguous */
+  Py_ssize_t st[4];
+  if (itemsize != 8 || !is_torch(obj) || torch_layout(obj, &data, &dtype, ndim, g->shape, st) ||
+      dtype != T.i64)
+    return 1;
+  for (Py_ssize_t i = *ndim - 1, run = 1; i >= 0; i--) {
     if (g->shape[i] != 1 && st[i] != run)
-      return -1;
-    run *= (int)g->shape[i];
+      return 1;
+    run *= g->shape[i];
   }
   g->src = SRC_TORCH;
   g->p = data;
@@ -531,123 +509,92 @@ static int int_buffer(PyObject *obj, int itemsize, iarg *g, int *ndim, Py_ssize_
   return 0;
 }
 
-/* int64 [axes][batch][tokens] from None, an int64 array of that shape or
- * (axes 0) of [1, tokens] / [tokens], or one integer (scalar_ok);
- * everything else through the helper (which also raises the errors). */
-static int grid(PyObject *obj, const char *name, int64_t batch, int64_t tokens, int axes,
-                int scalar_ok, iarg *g) {
-  memset(g, 0, sizeof *g);
-  if (obj == Py_None)
-    return 0;
-  int64_t n = batch * tokens;
-  if (scalar_ok && PyLong_CheckExact(obj)) {
-    int overflow;
-    long long v = PyLong_AsLongLongAndOverflow(obj, &overflow);
-    if (!overflow && !PyErr_Occurred()) {
-      int64_t *p = PyMem_Malloc(sizeof(int64_t) * (size_t)(n > 0 ? n : 1));
-      if (!p)
-        return PyErr_NoMemory(), -1;
-      for (int64_t i = 0; i < n; i++)
-        p[i] = v;
-      g->owned = p;
-      g->p = p;
-      return 0;
-    }
-    PyErr_Clear();
-  }
-  int ndim;
-  Py_ssize_t *shape;
-  if (int_buffer(obj, 8, g, &ndim, &shape) == 0) {
-    int full = axes ? ndim == 3 && shape[0] == axes && shape[1] == batch && shape[2] == tokens
-                    : ndim == 2 && shape[0] == batch && shape[1] == tokens;
-    int row = !axes && ((ndim == 2 && shape[0] == 1 && shape[1] == tokens) ||
-                        (ndim == 1 && shape[0] == tokens));
-    if (full || (row && batch == 1))
-      return 0;
-    if (row) { /* the same positions in every batch row */
-      int64_t *p = PyMem_Malloc(sizeof(int64_t) * (size_t)(n > 0 ? n : 1));
-      if (!p) {
-        iarg_release(g);
-        return PyErr_NoMemory(), -1;
-      }
-      for (int64_t b = 0; b < batch; b++)
-        memcpy(p + b * tokens, g->p, sizeof(int64_t) * (size_t)tokens);
-      iarg_release(g);
-      g->owned = p;
-      g->p = p;
-      return 0;
-    }
-    iarg_release(g);
-  }
-  PyObject *a = axes ? PyObject_CallFunction(G.mrope_positions, "OLL", obj, (long long)batch,
-                                             (long long)tokens)
-                     : PyObject_CallFunction(G.int64_grid, "OLLsi", obj, (long long)batch,
-                                             (long long)tokens, name, scalar_ok);
+/* The array a Python helper returned (a new reference, or NULL: raised),
+ * held in g. */
+static int from_helper_array(PyObject *a, iarg *g) {
   if (!a)
     return -1;
   if (a == Py_None) {
     Py_DECREF(a);
     return 0;
   }
-  if (PyObject_GetBuffer(a, &g->buf, PyBUF_C_CONTIGUOUS) < 0) {
-    Py_DECREF(a);
-    return -1;
-  }
-  g->src = SRC_BUFFER;
   g->ref = a;
+  if (PyObject_GetBuffer(a, &g->buf, PyBUF_C_CONTIGUOUS) < 0)
+    return -1;
+  g->src = SRC_BUFFER;
   g->p = g->buf.buf;
   return 0;
 }
 
-/* A contiguous vector of n values of one C type from a matching array, or
- * through a helper (float_vector / int32_vector / float_table). */
-static int vector(PyObject *obj, PyObject *helper, PyObject *helper_args, int itemsize,
-                  char fmt, Py_ssize_t n0, Py_ssize_t n1, iarg *g) {
-  memset(g, 0, sizeof *g);
+/* int64 [axes][batch][tokens] (axes 0: [batch][tokens]) from None, an int64
+ * array of that shape or (axes 0) of [1, tokens] / [tokens], or one integer
+ * (scalar_ok); everything else through posenc._arrays.int64_grid /
+ * mrope_positions (which also raise the errors). */
+static int grid(PyObject *obj, const char *name, int64_t batch, int64_t tokens, int axes,
+                int scalar_ok, iarg *g) {
   if (obj == Py_None)
     return 0;
-  if (Py_TYPE(obj) == (PyTypeObject *)G.ndarray &&
-      PyObject_GetBuffer(obj, &g->buf, PyBUF_FORMAT | PyBUF_C_CONTIGUOUS) == 0) {
-    g->src = SRC_BUFFER;
-    const char *f = g->buf.format;
-    if (f[0] == '@' || f[0] == '=' || f[0] == '<')
-      f++;
-    Py_ssize_t *s = g->buf.shape;
-    int ok = g->buf.itemsize == itemsize && f[0] == fmt && f[1] == '\0' &&
-             (n1 < 0 ? g->buf.ndim == 1 && s[0] == n0
-                     : g->buf.ndim == 2 && (n0 < 0 || s[0] == n0) && s[1] == n1);
-    if (ok) {
-      g->p = g->buf.buf;
+  int64_t n = batch * tokens;
+  long long v = 0;
+  int ndim, overflow = 1, row = 0;
+  Py_ssize_t *shape;
+  if (scalar_ok && PyLong_CheckExact(obj))
+    v = PyLong_AsLongLongAndOverflow(obj, &overflow);
+  if (!overflow && !PyErr_Occurred()) {
+    row = 2; /* every token the same */
+  } else if (PyErr_Clear(), c_array(obj, "lq", 8, g, &ndim, &shape) == 0) {
+    if (axes ? ndim == 3 && shape[0] == axes && shape[1] == batch && shape[2] == tokens
+             : ndim == 2 && shape[0] == batch && shape[1] == tokens)
       return 0;
-    }
+    row = !axes && ((ndim == 2 && shape[0] == 1 && shape[1] == tokens) ||
+                    (ndim == 1 && shape[0] == tokens));
+    if (row && batch == 1)
+      return 0;
+  }
+  if (row) { /* the same positions in every batch row, or one value */
+    int64_t *p = PyMem_Malloc(sizeof(int64_t) * (size_t)(n > 0 ? n : 1));
+    if (!p)
+      return PyErr_NoMemory(), -1;
+    for (int64_t i = 0; i < n; i++)
+      p[i] = row == 2 ? v : ((const int64_t *)g->p)[i % tokens];
     iarg_release(g);
+    g->owned = p;
+    g->p = p;
+    return 0;
   }
-  PyErr_Clear();
-  PyObject *args = PyTuple_New(1 + PyTuple_GET_SIZE(helper_args));
-  if (!args)
-    return -1;
-  Py_INCREF(obj);
-  PyTuple_SET_ITEM(args, 0, obj);
-  for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(helper_args); i++) {
-    PyObject *x = PyTuple_GET_ITEM(helper_args, i);
-    Py_INCREF(x);
-    PyTuple_SET_ITEM(args, i + 1, x);
-  }
-  PyObject *a = PyObject_Call(helper, args, NULL);
-  Py_DECREF(args);
-  if (!a)
-    return -1;
-  if (PyObject_GetBuffer(a, &g->buf, PyBUF_C_CONTIGUOUS) < 0) {
-    Py_DECREF(a);
-    return -1;
-  }
-  g->src = SRC_BUFFER;
-  g->ref = a;
-  g->p = g->buf.buf;
-  return 0;
+  iarg_release(g);
+  return from_helper_array(
+      axes ? PyObject_CallFunction(G.mrope_positions, "OLL", obj, (long long)batch,
+                                   (long long)tokens)
+           : PyObject_CallFunction(G.int64_grid, "OLLsi", obj, (long long)batch,
+                                   (long long)tokens, name, scalar_ok),
+      g);
 }
 
-/* ---- running ----------------------------------------------------------------- */
+/* A C-contiguous numpy array of format fmt ('f' float32, 'i' int32) and
+ * shape [n0] (n1 < 0) or [n0 (any when < 0), n1], or what helper(obj,
+ * *helper_args) returns for anything else; None is NULL when none_ok. */
+static int vector(PyObject *obj, PyObject *helper, PyObject *helper_args, char fmt,
+                  Py_ssize_t n0, Py_ssize_t n1, int none_ok, iarg *g) {
+  if (obj == Py_None && none_ok)
+    return 0;
+  int ndim;
+  Py_ssize_t *s;
+  char formats[2] = {fmt, 0};
+  if (Py_TYPE(obj) == (PyTypeObject *)G.ndarray && c_array(obj, formats, 4, g, &ndim, &s) == 0) {
+    if (n1 < 0 ? ndim == 1 && s[0] == n0 : ndim == 2 && (n0 < 0 || s[0] == n0) && s[1] == n1)
+      return 0;
+    iarg_release(g);
+  }
+  PyObject *head = helper_args ? PyTuple_Pack(1, obj) : NULL;
+  PyObject *args = head ? PySequence_Concat(head, helper_args) : NULL;
+  PyObject *a = args ? PyObject_Call(helper, args, NULL) : NULL;
+  Py_XDECREF(head);
+  Py_XDECREF(args);
+  return from_helper_array(a, g);
+}
+
+/* ---- one call's arguments ---------------------------------------------------- */
 
 /* timed(): how many calls, and the clock read around them - the calling
  * thread's CPU time (what the calls cost whatever else the machine runs;
@@ -657,47 +604,153 @@ typedef struct {
   clockid_t clock;
 } timing;
 
+/* What one call has taken (released together by end()); once an argument
+ * fails (an exception set), the later ones are not read and the C call
+ * does not run. */
+typedef struct {
+  targ t[6];
+  iarg g[6];
+  int nt, ng, failed;
+  void *pool;
+  const timing *tm;
+  PyObject *result;
+} frame;
+
+enum { OPTIONAL = 1, WRITTEN = 2 };
+
+static int begin(frame *f, const char *fname, void *fn, Py_ssize_t nargs, Py_ssize_t n,
+                 PyObject *pool, const timing *tm) {
+  f->nt = f->ng = f->failed = 0;
+  f->result = NULL;
+  f->tm = tm;
+  if (nargs != n) {
+    PyErr_Format(PyExc_TypeError, "%s takes %zd arguments (%zd given)", fname + 3, n, nargs);
+    return -1;
+  }
+  return need(fn, fname) || handle(pool, G.ThreadPool, "pool", 1, &f->pool) ? -1 : 0;
+}
+
+static PyObject *end(frame *f) {
+  for (int i = 0; i < f->nt; i++)
+    targ_release(&f->t[i]);
+  for (int i = 0; i < f->ng; i++)
+    iarg_release(&f->g[i]);
+  return f->result;
+}
+
+static int fail_if(frame *f, int bad) {
+  f->failed |= bad != 0;
+  return f->failed;
+}
+
+static void *arg_cache(frame *f, PyObject *obj, const char *name) {
+  void *c = NULL;
+  if (!f->failed)
+    fail_if(f, handle(obj, G.RopeCache, name, 0, &c));
+  return c;
+}
+
+static targ *arg_tensor(frame *f, PyObject *obj, const char *name, PyObject *dtype, int flags,
+                        int map) {
+  targ *a = &f->t[f->nt++];
+  a->src = SRC_NONE;
+  a->ref = NULL;
+  int want;
+  if (!f->failed)
+    fail_if(f, requested(dtype, &want) || tensor(obj, name, dtype, want, flags & WRITTEN, map,
+                                                 flags & OPTIONAL, a));
+  return a;
+}
+
+static iarg *new_iarg(frame *f) {
+  iarg *g = &f->g[f->ng++];
+  g->p = NULL;
+  g->src = SRC_NONE;
+  g->ref = NULL;
+  g->owned = NULL;
+  return g;
+}
+
+/* positions ([axes][batch][tokens] int64) for x's batch and tokens; NULL
+ * when x is not given (the library reports that). */
+static const int64_t *arg_grid(frame *f, PyObject *obj, const char *name, const targ *x,
+                               int axes, int scalar_ok) {
+  iarg *g = new_iarg(f);
+  if (!f->failed && x->src != SRC_NONE)
+    fail_if(f, grid(obj, name, x->t.shape[0], x->t.shape[2], axes, scalar_ok, g));
+  return g->p;
+}
+
+/* A vector through vector(), None for NULL; helper_args is a new reference
+ * (or NULL: an exception is set). */
+static iarg *arg_vector(frame *f, PyObject *obj, PyObject *helper, PyObject *helper_args,
+                        char fmt, Py_ssize_t n0, Py_ssize_t n1) {
+  iarg *g = new_iarg(f);
+  if (!f->failed)
+    fail_if(f, vector(obj, helper, helper_args, fmt, n0, n1, helper != G.float_table, g));
+  Py_XDECREF(helper_args);
+  return g;
+}
+
+static long arg_long(frame *f, PyObject *obj) {
+  long v = f->failed ? 0 : PyLong_AsLong(obj);
+  fail_if(f, PyErr_Occurred() != NULL);
+  return v;
+}
+
+static double arg_double(frame *f, PyObject *obj) {
+  double v = f->failed ? 0 : PyFloat_AsDouble(obj);
+  fail_if(f, PyErr_Occurred() != NULL);
+  return v;
+}
+
 static int64_t now_ns(clockid_t clock) {
   struct timespec ts;
   clock_gettime(clock, &ts);
   return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
 }
 
-/* Run CALL (an expression yielding pe_status) with the GIL released, once
- * (tm NULL: the result is None) or tm->reps times (the result is the
- * nanoseconds they took). */
-#define RUN(CALL)                                                               \
+/* Run CALL (an expression yielding pe_status, of values read before: it
+ * runs without the GIL) with the GIL released, once
+ * (f->tm NULL: the result is None) or f->tm->reps times (the result is the
+ * nanoseconds they took), unless an argument failed. */
+#define RUN(f, CALL)                                                            \
   do {                                                                          \
+    const timing *tm_ = (f)->tm;                                                \
     pe_status st_ = PE_OK;                                                      \
     int64_t t0_ = 0, t1_ = 0;                                                   \
+    if ((f)->failed)                                                            \
+      break;                                                                    \
     Py_BEGIN_ALLOW_THREADS                                                      \
-    if (!tm) {                                                                  \
+    if (!tm_) {                                                                 \
       st_ = (CALL);                                                             \
     } else {                                                                    \
-      t0_ = now_ns(tm->clock);                                                  \
-      for (long r_ = 0; r_ < tm->reps && st_ == PE_OK; r_++)                    \
+      t0_ = now_ns(tm_->clock);                                                 \
+      for (long r_ = 0; r_ < tm_->reps && st_ == PE_OK; r_++)                   \
         st_ = (CALL);                                                           \
-      t1_ = now_ns(tm->clock);                                                  \
+      t1_ = now_ns(tm_->clock);                                                 \
     }                                                                           \
     Py_END_ALLOW_THREADS                                                        \
-    if (st_ != PE_OK)                                                           \
-      result = raise_status(st_);                                               \
-    else if (tm)                                                                \
-      result = PyLong_FromLongLong(t1_ - t0_);                                  \
-    else                                                                        \
-      result = Py_NewRef(Py_None);                                              \
+    (f)->result = st_ != PE_OK ? raise_status(st_)                              \
+                  : tm_       ? PyLong_FromLongLong(t1_ - t0_)                   \
+                              : Py_NewRef(Py_None);                              \
   } while (0)
 
-#define NARGS(n)                                                                \
-  if (nargs != (n)) {                                                           \
-    PyErr_Format(PyExc_TypeError, "%s takes %d arguments (%zd given)", __func__ + 3, (n), \
-                 nargs);                                                        \
-    return NULL;                                                                \
-  }
+/* ---- the layout of q and k ----------------------------------------------------- */
 
-static uint32_t u32(PyObject *o) { return (uint32_t)PyLong_AsUnsignedLong(o); }
+/* The extent of the last dimension of int64 positions of 1 or 2 dims
+ * (numpy or torch), or -1. */
+static long long last_extent(PyObject *positions) {
+  Py_ssize_t *shape;
+  int ndim;
+  iarg g = {0};
+  if (positions == Py_None || c_array(positions, "lq", 8, &g, &ndim, &shape))
+    return -1;
+  long long n = ndim == 1 || ndim == 2 ? (long long)shape[ndim - 1] : -1;
+  iarg_release(&g);
+  return n;
+}
 
-/* q and k swapped to [B, H, T, D] from [B, T, H, D] (layout 1). */
 static void swap12(pe_tensor *t) {
   int64_t s = t->shape[1], st = t->stride[1];
   t->shape[1] = t->shape[2];
@@ -706,39 +759,19 @@ static void swap12(pe_tensor *t) {
   t->stride[2] = st;
 }
 
-static const pe_tensor *P(const targ *a) { return a->src == SRC_NONE ? NULL : &a->t; }
-
-/* batch and tokens of the first given of q and k. */
-static void bt_of(const targ *q, const targ *k, int64_t *batch, int64_t *tokens) {
-  const targ *a = q->src != SRC_NONE ? q : k;
-  *batch = a->src != SRC_NONE ? a->t.shape[0] : 0;
-  *tokens = a->src != SRC_NONE ? a->t.shape[2] : 0;
-}
-
-/* The extent of the last dimension of an int array (numpy or torch), or -1
- * when it is not one of 1 or 2 dimensions. */
-static long long last_extent(PyObject *positions) {
-  Py_ssize_t *shape;
-  int ndim;
-  iarg g = {0};
-  if (int_buffer(positions, 8, &g, &ndim, &shape) < 0)
-    return -1;
-  long long n = ndim == 1 || ndim == 2 ? (long long)shape[ndim - 1] : -1;
-  iarg_release(&g);
-  return n;
-}
-
-/* The layout of q/k: 0 [B, H, T, D], 1 [B, T, H, D], -1 told from the
- * shapes: the one under which q and k agree in batch and tokens and the
- * int64 positions ([B, T], [1, T] or [T]) have that many tokens. When the
- * shapes cannot tell (both fit, or neither), posenc._arrays.layout_of
- * decides (positions of other types) or raises. */
-static int resolve_layout(int layout, targ *q, targ *k, PyObject *qo, PyObject *ko,
-                          PyObject *positions) {
+/* q and k as [B, H, T, D] from layout 0 ([B, H, T, D]), 1 ([B, T, H, D]) or
+ * -1 (told by the shapes: the one under which q and k agree in batch and
+ * tokens and int64 positions of [B, T], [1, T] or [T] have that many
+ * tokens; when they cannot tell - both fit, neither does, or positions of
+ * another kind - posenc._arrays.layout_of decides or raises). */
+static void arg_layout(frame *f, long layout, targ *q, targ *k, PyObject *qo, PyObject *ko,
+                       PyObject *positions) {
+  if (f->failed || (q->src == SRC_NONE && k->src == SRC_NONE))
+    return;
   if (layout < 0) {
     const pe_tensor *a = q->src != SRC_NONE ? &q->t : &k->t;
     const pe_tensor *b = q->src != SRC_NONE && k->src != SRC_NONE ? &k->t : NULL;
-    long long t = positions == Py_None ? -1 : last_extent(positions);
+    long long t = last_extent(positions);
     int fits[2];
     for (int l = 0; l < 2; l++) {
       int64_t tokens = a->shape[2 - l];
@@ -749,10 +782,10 @@ static int resolve_layout(int layout, targ *q, targ *k, PyObject *qo, PyObject *
       layout = fits[1];
     else {
       PyObject *r = PyObject_CallFunction(G.layout_error, "OOO", qo, ko, positions);
-      layout = r ? (int)PyLong_AsLong(r) : -1;
+      layout = r ? PyLong_AsLong(r) : -1;
       Py_XDECREF(r);
-      if (layout < 0)
-        return -1;
+      if (fail_if(f, layout < 0))
+        return;
     }
   }
   if (layout == 1) {
@@ -761,452 +794,242 @@ static int resolve_layout(int layout, targ *q, targ *k, PyObject *qo, PyObject *
     if (k->src != SRC_NONE)
       swap12(&k->t);
   }
-  return 0;
 }
+
+/* The first given of q and k. */
+static const targ *first(const targ *q, const targ *k) { return q->src != SRC_NONE ? q : k; }
 
 /* ---- entry points ------------------------------------------------------------ */
 
 /* apply_rope_qk(cache, q, k, positions, flags, pool, dtype, layout) */
-static PyObject *do_apply_rope_qk(PyObject *const *args, Py_ssize_t nargs, const timing *tm) {
-  NARGS(8);
-  if (need(F.pe_apply_rope_qk, "pe_apply_rope_qk"))
+static PyObject *do_apply_rope_qk(PyObject *const *a, Py_ssize_t n, const timing *tm) {
+  frame f;
+  if (begin(&f, "pe_apply_rope_qk", F.pe_apply_rope_qk, n, 8, a[5], tm))
     return NULL;
-  void *c, *pool;
-  int want;
-  long layout = PyLong_AsLong(args[7]);
-  if (handle(args[0], G.RopeCache, "cache", 0, &c) || handle(args[5], G.ThreadPool, "pool", 1, &pool) ||
-      requested(args[6], &want))
-    return NULL;
-  PyObject *result = NULL;
-  targ q, k;
-  iarg pos = {0};
-  int64_t batch, tokens;
-  if (tensor(args[1], "q", args[6], want, 1, MAP_4D, 1, &q))
-    return NULL;
-  if (tensor(args[2], "k", args[6], want, 1, MAP_4D, 1, &k))
-    goto out_q;
-  if ((q.src != SRC_NONE || k.src != SRC_NONE) &&
-      resolve_layout((int)layout, &q, &k, args[1], args[2], args[3]))
-    goto out;
-  bt_of(&q, &k, &batch, &tokens);
-  if ((q.src != SRC_NONE || k.src != SRC_NONE) &&
-      grid(args[3], "positions", batch, tokens, 0, 0, &pos))
-    goto out;
-  uint32_t flags = u32(args[4]);
-  RUN(F.pe_apply_rope_qk(c, P(&q), P(&k), pos.p, flags, pool));
-  iarg_release(&pos);
-out:
-  targ_release(&k);
-out_q:
-  targ_release(&q);
-  return result;
+  void *c = arg_cache(&f, a[0], "cache");
+  targ *q = arg_tensor(&f, a[1], "q", a[6], OPTIONAL | WRITTEN, MAP_4D);
+  targ *k = arg_tensor(&f, a[2], "k", a[6], OPTIONAL | WRITTEN, MAP_4D);
+  arg_layout(&f, arg_long(&f, a[7]), q, k, a[1], a[2], a[3]);
+  const int64_t *pos = arg_grid(&f, a[3], "positions", first(q, k), 0, 0);
+  uint32_t flags = (uint32_t)arg_long(&f, a[4]);
+  RUN(&f, F.pe_apply_rope_qk(c, P(q), P(k), pos, flags, f.pool));
+  return end(&f);
 }
 
 /* rope_shift_k(cache, k, deltas, pool, dtype) */
-static PyObject *do_rope_shift_k(PyObject *const *args, Py_ssize_t nargs, const timing *tm) {
-  NARGS(5);
-  if (need(F.pe_rope_shift_k, "pe_rope_shift_k"))
+static PyObject *do_rope_shift_k(PyObject *const *a, Py_ssize_t n, const timing *tm) {
+  frame f;
+  if (begin(&f, "pe_rope_shift_k", F.pe_rope_shift_k, n, 5, a[3], tm))
     return NULL;
-  void *c, *pool;
-  int want;
-  if (handle(args[0], G.RopeCache, "cache", 0, &c) || handle(args[3], G.ThreadPool, "pool", 1, &pool) ||
-      requested(args[4], &want))
-    return NULL;
-  PyObject *result = NULL;
-  targ k;
-  iarg d;
-  if (tensor(args[1], "k", args[4], want, 1, MAP_4D, 0, &k))
-    return NULL;
-  if (grid(args[2], "deltas", k.t.shape[0], k.t.shape[2], 0, 1, &d) == 0) {
-    RUN(F.pe_rope_shift_k(c, &k.t, (const int64_t *)d.p, pool));
-    iarg_release(&d);
-  }
-  targ_release(&k);
-  return result;
+  void *c = arg_cache(&f, a[0], "cache");
+  targ *k = arg_tensor(&f, a[1], "k", a[4], WRITTEN, MAP_4D);
+  const int64_t *d = arg_grid(&f, a[2], "deltas", k, 0, 1);
+  RUN(&f, F.pe_rope_shift_k(c, &k->t, d, f.pool));
+  return end(&f);
 }
 
 /* rope_rerotate_k(from, to, k, positions, pool, dtype) */
-static PyObject *do_rope_rerotate_k(PyObject *const *args, Py_ssize_t nargs, const timing *tm) {
-  NARGS(6);
-  if (need(F.pe_rope_rerotate_k, "pe_rope_rerotate_k"))
+static PyObject *do_rope_rerotate_k(PyObject *const *a, Py_ssize_t n, const timing *tm) {
+  frame f;
+  if (begin(&f, "pe_rope_rerotate_k", F.pe_rope_rerotate_k, n, 6, a[4], tm))
     return NULL;
-  void *from, *to, *pool;
-  int want;
-  if (handle(args[0], G.RopeCache, "from_cache", 0, &from) ||
-      handle(args[1], G.RopeCache, "to_cache", 0, &to) ||
-      handle(args[4], G.ThreadPool, "pool", 1, &pool) || requested(args[5], &want))
-    return NULL;
-  PyObject *result = NULL;
-  targ k;
-  iarg pos;
-  if (tensor(args[2], "k", args[5], want, 1, MAP_4D, 0, &k))
-    return NULL;
-  if (grid(args[3], "positions", k.t.shape[0], k.t.shape[2], 0, 0, &pos) == 0) {
-    RUN(F.pe_rope_rerotate_k(from, to, &k.t, (const int64_t *)pos.p, pool));
-    iarg_release(&pos);
-  }
-  targ_release(&k);
-  return result;
+  void *from = arg_cache(&f, a[0], "from_cache"), *to = arg_cache(&f, a[1], "to_cache");
+  targ *k = arg_tensor(&f, a[2], "k", a[5], WRITTEN, MAP_4D);
+  const int64_t *pos = arg_grid(&f, a[3], "positions", k, 0, 0);
+  RUN(&f, F.pe_rope_rerotate_k(from, to, &k->t, pos, f.pool));
+  return end(&f);
 }
 
 /* apply_mrope_qk(cache, q, k, positions, s0, s1, s2, flags, pool, dtype) */
-static PyObject *do_apply_mrope_qk(PyObject *const *args, Py_ssize_t nargs, const timing *tm) {
-  NARGS(10);
-  if (need(F.pe_apply_mrope_qk, "pe_apply_mrope_qk"))
+static PyObject *do_apply_mrope_qk(PyObject *const *a, Py_ssize_t n, const timing *tm) {
+  frame f;
+  if (begin(&f, "pe_apply_mrope_qk", F.pe_apply_mrope_qk, n, 10, a[8], tm))
     return NULL;
-  void *c, *pool;
-  int want;
-  int32_t sec[3];
-  for (int i = 0; i < 3; i++)
-    sec[i] = (int32_t)PyLong_AsLong(args[4 + i]);
-  if (PyErr_Occurred() || handle(args[0], G.RopeCache, "cache", 0, &c) ||
-      handle(args[8], G.ThreadPool, "pool", 1, &pool) || requested(args[9], &want))
-    return NULL;
-  PyObject *result = NULL;
-  targ q, k;
-  iarg pos = {0};
-  int64_t batch, tokens;
-  if (tensor(args[1], "q", args[9], want, 1, MAP_4D, 1, &q))
-    return NULL;
-  if (tensor(args[2], "k", args[9], want, 1, MAP_4D, 1, &k) == 0) {
-    bt_of(&q, &k, &batch, &tokens);
-    if ((q.src == SRC_NONE && k.src == SRC_NONE) ||
-        grid(args[3], "positions", batch, tokens, 3, 0, &pos) == 0) {
-      uint32_t flags = u32(args[7]);
-      RUN(F.pe_apply_mrope_qk(c, P(&q), P(&k), pos.p, sec, flags, pool));
-      iarg_release(&pos);
-    }
-    targ_release(&k);
-  }
-  targ_release(&q);
-  return result;
+  int32_t sec[3] = {(int32_t)arg_long(&f, a[4]), (int32_t)arg_long(&f, a[5]),
+                    (int32_t)arg_long(&f, a[6])};
+  void *c = arg_cache(&f, a[0], "cache");
+  targ *q = arg_tensor(&f, a[1], "q", a[9], OPTIONAL | WRITTEN, MAP_4D);
+  targ *k = arg_tensor(&f, a[2], "k", a[9], OPTIONAL | WRITTEN, MAP_4D);
+  const int64_t *pos = arg_grid(&f, a[3], "positions", first(q, k), 3, 0);
+  uint32_t flags = (uint32_t)arg_long(&f, a[7]);
+  RUN(&f, F.pe_apply_mrope_qk(c, P(q), P(k), pos, sec, flags, f.pool));
+  return end(&f);
 }
 
 /* apply_rope_qk_multi(caches, cache_index, q, k, positions, flags, pool, dtype) */
-static PyObject *do_apply_rope_qk_multi(PyObject *const *args, Py_ssize_t nargs, const timing *tm) {
-  NARGS(8);
-  if (need(F.pe_apply_rope_qk_multi, "pe_apply_rope_qk_multi"))
+static PyObject *do_apply_rope_qk_multi(PyObject *const *a, Py_ssize_t n, const timing *tm) {
+  frame f;
+  if (begin(&f, "pe_apply_rope_qk_multi", F.pe_apply_rope_qk_multi, n, 8, a[6], tm))
     return NULL;
-  void *pool;
-  int want;
-  if (handle(args[6], G.ThreadPool, "pool", 1, &pool) || requested(args[7], &want))
-    return NULL;
-  PyObject *seq = PySequence_Fast(args[0], "caches must be a sequence of posenc.RopeCache");
+  PyObject *seq = PySequence_Fast(a[0], "caches must be a sequence of posenc.RopeCache");
   if (!seq)
     return NULL;
-  Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
-  const pe_rope_cache **caches = PyMem_Calloc((size_t)(n > 0 ? n : 1), sizeof *caches);
-  PyObject *result = NULL;
-  if (!caches) {
-    Py_DECREF(seq);
-    return PyErr_NoMemory();
-  }
-  for (Py_ssize_t i = 0; i < n; i++) {
+  Py_ssize_t nc = PySequence_Fast_GET_SIZE(seq);
+  const pe_rope_cache **caches = PyMem_Calloc((size_t)(nc > 0 ? nc : 1), sizeof *caches);
+  if (fail_if(&f, !caches))
+    PyErr_NoMemory();
+  for (Py_ssize_t i = 0; i < nc && !f.failed; i++) {
     char name[32];
     snprintf(name, sizeof name, "caches[%zd]", i);
-    if (handle(PySequence_Fast_GET_ITEM(seq, i), G.RopeCache, name, 0, (void **)&caches[i]))
-      goto out_caches;
+    caches[i] = arg_cache(&f, PySequence_Fast_GET_ITEM(seq, i), name);
   }
-  targ q, k;
-  iarg pos = {0}, idx = {0};
-  int64_t batch, tokens;
-  if (tensor(args[2], "q", args[7], want, 1, MAP_4D, 1, &q))
-    goto out_caches;
-  if (tensor(args[3], "k", args[7], want, 1, MAP_4D, 1, &k))
-    goto out_q;
-  bt_of(&q, &k, &batch, &tokens);
-  PyObject *iargs = Py_BuildValue("(Lis)", (long long)batch, (int)n, "cache_index");
-  int bad = !iargs || vector(args[1], G.int32_vector, iargs, 4, 'i', batch, -1, &idx);
-  Py_XDECREF(iargs);
-  if (!bad && ((q.src == SRC_NONE && k.src == SRC_NONE) ||
-               grid(args[4], "positions", batch, tokens, 0, 0, &pos) == 0)) {
-    uint32_t flags = u32(args[5]);
-    RUN(F.pe_apply_rope_qk_multi((const pe_rope_cache *const *)caches, (int32_t)n,
-                                 (const int32_t *)idx.p, P(&q), P(&k), pos.p, flags, pool));
-    iarg_release(&pos);
-  }
-  iarg_release(&idx);
-  targ_release(&k);
-out_q:
-  targ_release(&q);
-out_caches:
+  targ *q = arg_tensor(&f, a[2], "q", a[7], OPTIONAL | WRITTEN, MAP_4D);
+  targ *k = arg_tensor(&f, a[3], "k", a[7], OPTIONAL | WRITTEN, MAP_4D);
+  int64_t batch = f.failed || first(q, k)->src == SRC_NONE ? 0 : first(q, k)->t.shape[0];
+  iarg *idx = arg_vector(&f, a[1], G.int32_vector,
+                         Py_BuildValue("(Lns)", (long long)batch, nc, "cache_index"), 'i',
+                         batch, -1);
+  const int64_t *pos = arg_grid(&f, a[4], "positions", first(q, k), 0, 0);
+  uint32_t flags = (uint32_t)arg_long(&f, a[5]);
+  RUN(&f, F.pe_apply_rope_qk_multi(caches, (int32_t)nc, idx->p, P(q), P(k), pos, flags,
+                                   f.pool));
   PyMem_Free(caches);
   Py_DECREF(seq);
-  return result;
+  return end(&f);
 }
 
 /* apply_rope_qk_store(cache, q, k, k_cache, slot_mapping, positions, flags, pool,
  *                     dtype, cache_dtype) */
-static PyObject *do_apply_rope_qk_store(PyObject *const *args, Py_ssize_t nargs, const timing *tm) {
-  NARGS(10);
-  if (need(F.pe_apply_rope_qk_store, "pe_apply_rope_qk_store"))
+static PyObject *do_apply_rope_qk_store(PyObject *const *a, Py_ssize_t n, const timing *tm) {
+  frame f;
+  if (begin(&f, "pe_apply_rope_qk_store", F.pe_apply_rope_qk_store, n, 10, a[7], tm))
     return NULL;
-  void *c, *pool;
-  int want, want_c;
-  if (handle(args[0], G.RopeCache, "cache", 0, &c) || handle(args[7], G.ThreadPool, "pool", 1, &pool) ||
-      requested(args[8], &want) || requested(args[9], &want_c))
-    return NULL;
-  PyObject *result = NULL;
-  targ q, k, kc;
-  iarg slots = {0}, pos = {0};
-  if (tensor(args[1], "q", args[8], want, 1, MAP_4D, 1, &q))
-    return NULL;
-  if (tensor(args[2], "k", args[8], want, 0, MAP_4D, 0, &k))
-    goto out_q;
-  if (tensor(args[3], "k_cache", args[9], want_c, 1, MAP_SLOTS, 0, &kc))
-    goto out_k;
-  if (grid(args[4], "slot_mapping", k.t.shape[0], k.t.shape[2], 0, 0, &slots) == 0 &&
-      grid(args[5], "positions", k.t.shape[0], k.t.shape[2], 0, 0, &pos) == 0) {
-    uint32_t flags = u32(args[6]);
-    RUN(F.pe_apply_rope_qk_store(c, P(&q), &k.t, &kc.t, slots.p, pos.p, flags, pool));
-  }
-  iarg_release(&pos);
-  iarg_release(&slots);
-  targ_release(&kc);
-out_k:
-  targ_release(&k);
-out_q:
-  targ_release(&q);
-  return result;
+  void *c = arg_cache(&f, a[0], "cache");
+  targ *q = arg_tensor(&f, a[1], "q", a[8], OPTIONAL | WRITTEN, MAP_4D);
+  targ *k = arg_tensor(&f, a[2], "k", a[8], 0, MAP_4D);
+  targ *kc = arg_tensor(&f, a[3], "k_cache", a[9], WRITTEN, MAP_SLOTS);
+  const int64_t *slots = arg_grid(&f, a[4], "slot_mapping", k, 0, 0);
+  const int64_t *pos = arg_grid(&f, a[5], "positions", k, 0, 0);
+  uint32_t flags = (uint32_t)arg_long(&f, a[6]);
+  RUN(&f, F.pe_apply_rope_qk_store(c, P(q), &k->t, &kc->t, slots, pos, flags, f.pool));
+  return end(&f);
 }
 
-/* A norm weight: float32 [n], else posenc._arrays.norm_weight, which
- * converts or raises. */
-static int weight(PyObject *w, const char *name, int64_t n, int per_token, iarg *g) {
-  PyObject *a = Py_BuildValue("(sLi)", name, (long long)n, per_token);
-  if (!a)
-    return -1;
-  int r = vector(w, G.weight, a, 4, 'f', n, -1, g);
-  Py_DECREF(a);
-  return r;
-}
-
-static int norm_weights(pe_qk_norm *norm, PyObject *qw, PyObject *kw, const targ *q,
-                        const targ *k, iarg *gq, iarg *gk) {
-  int64_t hd = (q->src != SRC_NONE ? q : k)->t.shape[3];
+/* The norm of qk_norm_rope(_store) from (kind, scope, eps, q_weight,
+ * k_weight): each weight a float32 [n] array (head_dim, or heads * head_dim
+ * per token), else posenc._arrays.norm_weight, which converts or raises. */
+static void arg_norm(frame *f, pe_qk_norm *norm, PyObject *const *a, const targ *q,
+                     const targ *k) {
+  F.pe_qk_norm_init(norm);
+  norm->kind = (pe_qk_norm_kind)arg_long(f, a[0]);
+  norm->scope = (pe_qk_norm_scope)arg_long(f, a[1]);
+  norm->eps = (float)arg_double(f, a[2]);
+  const targ *x = first(q, k);
+  if (f->failed || x->src == SRC_NONE)
+    return;
   int per_token = norm->scope == PE_QK_NORM_PER_TOKEN;
-  int64_t nq = q->src != SRC_NONE ? hd * (per_token ? q->t.shape[1] : 1) : 0;
-  int64_t nk = k->src != SRC_NONE ? hd * (per_token ? k->t.shape[1] : 1) : 0;
-  memset(gk, 0, sizeof *gk);
-  if (weight(qw, "q_weight", nq, per_token, gq) || weight(kw, "k_weight", nk, per_token, gk))
-    return -1;
-  norm->q_weight = gq->p;
-  norm->k_weight = gk->p;
-  return 0;
+  const targ *xs[2] = {q, k};
+  const float **w[2] = {&norm->q_weight, &norm->k_weight};
+  for (int i = 0; i < 2; i++) {
+    Py_ssize_t size = xs[i]->src == SRC_NONE ? 0
+                      : (Py_ssize_t)(x->t.shape[3] * (per_token ? xs[i]->t.shape[1] : 1));
+    const char *name = i ? "k_weight" : "q_weight";
+    *w[i] = arg_vector(f, a[3 + i], G.weight, Py_BuildValue("(sni)", name, size, per_token), 'f',
+                       size, -1)->p;
+  }
 }
 
 /* qk_norm_rope(cache, q, k, kind, scope, eps, q_weight, k_weight, positions,
  *              flags, pool, dtype) */
-static PyObject *do_qk_norm_rope(PyObject *const *args, Py_ssize_t nargs, const timing *tm) {
-  NARGS(12);
-  if (need(F.pe_qk_norm_rope, "pe_qk_norm_rope") || need(F.pe_qk_norm_init, "pe_qk_norm_init"))
+static PyObject *do_qk_norm_rope(PyObject *const *a, Py_ssize_t n, const timing *tm) {
+  frame f;
+  if (begin(&f, "pe_qk_norm_rope", F.pe_qk_norm_rope, n, 12, a[10], tm) ||
+      need(F.pe_qk_norm_init, "pe_qk_norm_init"))
     return NULL;
-  void *c, *pool;
-  int want;
+  void *c = arg_cache(&f, a[0], "cache");
+  targ *q = arg_tensor(&f, a[1], "q", a[11], OPTIONAL | WRITTEN, MAP_4D);
+  targ *k = arg_tensor(&f, a[2], "k", a[11], OPTIONAL | WRITTEN, MAP_4D);
   pe_qk_norm norm;
-  F.pe_qk_norm_init(&norm);
-  norm.kind = (pe_qk_norm_kind)PyLong_AsLong(args[3]);
-  norm.scope = (pe_qk_norm_scope)PyLong_AsLong(args[4]);
-  norm.eps = (float)PyFloat_AsDouble(args[5]);
-  if (PyErr_Occurred() || handle(args[0], G.RopeCache, "cache", 0, &c) ||
-      handle(args[10], G.ThreadPool, "pool", 1, &pool) || requested(args[11], &want))
-    return NULL;
-  PyObject *result = NULL;
-  targ q, k;
-  iarg pos = {0}, wq = {0}, wk = {0};
-  int64_t batch, tokens;
-  if (tensor(args[1], "q", args[11], want, 1, MAP_4D, 1, &q))
-    return NULL;
-  if (tensor(args[2], "k", args[11], want, 1, MAP_4D, 1, &k))
-    goto out_q;
-  bt_of(&q, &k, &batch, &tokens);
-  if ((q.src != SRC_NONE || k.src != SRC_NONE) &&
-      norm_weights(&norm, args[6], args[7], &q, &k, &wq, &wk))
-    goto out;
-  if ((q.src == SRC_NONE && k.src == SRC_NONE) ||
-      grid(args[8], "positions", batch, tokens, 0, 0, &pos) == 0) {
-    uint32_t flags = u32(args[9]);
-    RUN(F.pe_qk_norm_rope(c, &norm, P(&q), P(&k), pos.p, flags, pool));
-  }
-out:
-  iarg_release(&pos);
-  iarg_release(&wq);
-  iarg_release(&wk);
-  targ_release(&k);
-out_q:
-  targ_release(&q);
-  return result;
+  arg_norm(&f, &norm, a + 3, q, k);
+  const int64_t *pos = arg_grid(&f, a[8], "positions", first(q, k), 0, 0);
+  uint32_t flags = (uint32_t)arg_long(&f, a[9]);
+  RUN(&f, F.pe_qk_norm_rope(c, &norm, P(q), P(k), pos, flags, f.pool));
+  return end(&f);
 }
 
 /* qk_norm_rope_store(cache, q, k, v, k_cache, v_cache, slot_mapping, kind, scope,
  *   eps, q_weight, k_weight, positions, flags, pool, dtype, cache_dtype,
  *   v_cache_dtype) */
-static PyObject *do_qk_norm_rope_store(PyObject *const *args, Py_ssize_t nargs, const timing *tm) {
-  NARGS(18);
-  if (need(F.pe_qk_norm_rope_store, "pe_qk_norm_rope_store") ||
+static PyObject *do_qk_norm_rope_store(PyObject *const *a, Py_ssize_t n, const timing *tm) {
+  frame f;
+  if (begin(&f, "pe_qk_norm_rope_store", F.pe_qk_norm_rope_store, n, 18, a[14], tm) ||
       need(F.pe_qk_norm_init, "pe_qk_norm_init") || need(F.pe_kv_cache_init, "pe_kv_cache_init"))
     return NULL;
-  void *c, *pool;
-  int want, want_c, want_v;
+  void *c = arg_cache(&f, a[0], "cache");
+  targ *q = arg_tensor(&f, a[1], "q", a[15], OPTIONAL | WRITTEN, MAP_4D);
+  targ *k = arg_tensor(&f, a[2], "k", a[15], 0, MAP_4D);
+  targ *v = arg_tensor(&f, a[3], "v", a[15], OPTIONAL, MAP_4D);
+  pe_kv_cache kv;
+  F.pe_kv_cache_init(&kv);
+  kv.k = &arg_tensor(&f, a[4], "k_cache", a[16], WRITTEN, MAP_4D)->t;
+  kv.v = P(arg_tensor(&f, a[5], "v_cache", a[17], OPTIONAL | WRITTEN, MAP_4D));
   pe_qk_norm norm;
-  F.pe_qk_norm_init(&norm);
-  norm.kind = (pe_qk_norm_kind)PyLong_AsLong(args[7]);
-  norm.scope = (pe_qk_norm_scope)PyLong_AsLong(args[8]);
-  norm.eps = (float)PyFloat_AsDouble(args[9]);
-  if (PyErr_Occurred() || handle(args[0], G.RopeCache, "cache", 0, &c) ||
-      handle(args[14], G.ThreadPool, "pool", 1, &pool) || requested(args[15], &want) ||
-      requested(args[16], &want_c) || requested(args[17], &want_v))
-    return NULL;
-  PyObject *result = NULL;
-  targ q, k, v, kc, vc;
-  iarg slots = {0}, pos = {0}, wq = {0}, wk = {0};
-  memset(&v, 0, sizeof v);
-  memset(&kc, 0, sizeof kc);
-  memset(&vc, 0, sizeof vc);
-  if (tensor(args[1], "q", args[15], want, 1, MAP_4D, 1, &q))
-    return NULL;
-  if (tensor(args[2], "k", args[15], want, 0, MAP_4D, 0, &k))
-    goto out_q;
-  if (tensor(args[3], "v", args[15], want, 0, MAP_4D, 1, &v) ||
-      tensor(args[4], "k_cache", args[16], want_c, 1, MAP_4D, 0, &kc) ||
-      tensor(args[5], "v_cache", args[17], want_v, 1, MAP_4D, 1, &vc) ||
-      norm_weights(&norm, args[10], args[11], &q, &k, &wq, &wk))
-    goto out;
-  if (grid(args[6], "slot_mapping", k.t.shape[0], k.t.shape[2], 0, 0, &slots) == 0 &&
-      grid(args[12], "positions", k.t.shape[0], k.t.shape[2], 0, 0, &pos) == 0) {
-    pe_kv_cache kv;
-    F.pe_kv_cache_init(&kv);
-    kv.k = &kc.t;
-    kv.v = P(&vc);
-    uint32_t flags = u32(args[13]);
-    RUN(F.pe_qk_norm_rope_store(c, &norm, P(&q), &k.t, P(&v), &kv, slots.p, pos.p, flags,
-                                pool));
-  }
-out:
-  iarg_release(&pos);
-  iarg_release(&slots);
-  iarg_release(&wq);
-  iarg_release(&wk);
-  targ_release(&vc);
-  targ_release(&kc);
-  targ_release(&v);
-  targ_release(&k);
-out_q:
-  targ_release(&q);
-  return result;
+  arg_norm(&f, &norm, a + 7, q, k);
+  const int64_t *slots = arg_grid(&f, a[6], "slot_mapping", k, 0, 0);
+  const int64_t *pos = arg_grid(&f, a[12], "positions", k, 0, 0);
+  uint32_t flags = (uint32_t)arg_long(&f, a[13]);
+  RUN(&f, F.pe_qk_norm_rope_store(c, &norm, P(q), &k->t, P(v), &kv, slots, pos, flags, f.pool));
+  return end(&f);
 }
 
 /* alibi_add_bias(scores, slopes, q_positions, flags, pool, dtype) */
-static PyObject *do_alibi_add_bias(PyObject *const *args, Py_ssize_t nargs, const timing *tm) {
-  NARGS(6);
-  if (need(F.pe_alibi_add_bias, "pe_alibi_add_bias"))
+static PyObject *do_alibi_add_bias(PyObject *const *a, Py_ssize_t n, const timing *tm) {
+  frame f;
+  if (begin(&f, "pe_alibi_add_bias", F.pe_alibi_add_bias, n, 6, a[4], tm))
     return NULL;
-  void *pool;
-  int want;
-  if (handle(args[4], G.ThreadPool, "pool", 1, &pool) || requested(args[5], &want))
-    return NULL;
-  PyObject *result = NULL;
-  targ s;
-  iarg slopes = {0}, qp = {0};
-  if (tensor(args[0], "scores", args[5], want, 1, MAP_4D, 0, &s))
-    return NULL;
-  PyObject *va = Py_BuildValue("(Ls)", (long long)s.t.shape[1], "slopes");
-  if (va && vector(args[1], G.float_vector, va, 4, 'f', s.t.shape[1], -1, &slopes) == 0 &&
-      grid(args[2], "q_positions", s.t.shape[0], s.t.shape[2], 0, 0, &qp) == 0) {
-    uint32_t flags = u32(args[3]);
-    RUN(F.pe_alibi_add_bias(&s.t, slopes.p, qp.p, flags, pool));
-  }
-  Py_XDECREF(va);
-  iarg_release(&qp);
-  iarg_release(&slopes);
-  targ_release(&s);
-  return result;
+  targ *s = arg_tensor(&f, a[0], "scores", a[5], WRITTEN, MAP_4D);
+  Py_ssize_t heads = f.failed ? 0 : (Py_ssize_t)s->t.shape[1];
+  iarg *slopes = arg_vector(&f, a[1], G.float_vector, Py_BuildValue("(ns)", heads, "slopes"),
+                            'f', heads, -1);
+  const int64_t *qp = arg_grid(&f, a[2], "q_positions", s, 0, 0);
+  uint32_t flags = (uint32_t)arg_long(&f, a[3]);
+  RUN(&f, F.pe_alibi_add_bias(&s->t, slopes->p, qp, flags, f.pool));
+  return end(&f);
 }
 
 /* t5_add_bias(scores, table, bidirectional, num_buckets, max_distance, q_positions,
  *             flags, pool, dtype); num_buckets None = the table's rows */
-static PyObject *do_t5_add_bias(PyObject *const *args, Py_ssize_t nargs, const timing *tm) {
-  NARGS(9);
-  if (need(F.pe_t5_add_bias, "pe_t5_add_bias"))
+static PyObject *do_t5_add_bias(PyObject *const *a, Py_ssize_t n, const timing *tm) {
+  frame f;
+  if (begin(&f, "pe_t5_add_bias", F.pe_t5_add_bias, n, 9, a[7], tm))
     return NULL;
-  void *pool;
-  int want;
-  int bidir = PyObject_IsTrue(args[2]);
-  long maxd = PyLong_AsLong(args[4]);
-  Py_ssize_t nb = args[3] == Py_None ? -1 : PyLong_AsSsize_t(args[3]);
-  if (bidir < 0 || PyErr_Occurred() || handle(args[7], G.ThreadPool, "pool", 1, &pool) ||
-      requested(args[8], &want))
-    return NULL;
-  PyObject *result = NULL;
-  targ s;
-  iarg tab = {0}, qp = {0};
-  if (tensor(args[0], "scores", args[8], want, 1, MAP_4D, 0, &s))
-    return NULL;
-  /* [num_buckets, heads] float32 (any rows when num_buckets is not given),
-   * else posenc._arrays.float_table, which converts or raises */
-  PyObject *ta = Py_BuildValue("(OL)", args[3], (long long)s.t.shape[1]);
-  if (ta && vector(args[1], G.float_table, ta, 4, 'f', nb, s.t.shape[1], &tab) == 0 &&
-      grid(args[5], "q_positions", s.t.shape[0], s.t.shape[2], 0, 0, &qp) == 0) {
-    int32_t buckets = (int32_t)tab.buf.shape[0];
-    uint32_t flags = u32(args[6]);
-    RUN(F.pe_t5_add_bias(&s.t, tab.p, bidir, buckets, (int32_t)maxd, qp.p, flags, pool));
-  }
-  Py_XDECREF(ta);
-  iarg_release(&qp);
-  iarg_release(&tab);
-  targ_release(&s);
-  return result;
+  targ *s = arg_tensor(&f, a[0], "scores", a[8], WRITTEN, MAP_4D);
+  Py_ssize_t heads = f.failed ? 0 : (Py_ssize_t)s->t.shape[1];
+  /* [num_buckets, heads] float32, else posenc._arrays.float_table */
+  iarg *tab = arg_vector(&f, a[1], G.float_table, Py_BuildValue("(On)", a[3], heads), 'f',
+                         a[3] == Py_None ? -1 : arg_long(&f, a[3]), heads);
+  const int64_t *qp = arg_grid(&f, a[5], "q_positions", s, 0, 0);
+  int bidir = (int)arg_long(&f, a[2]);
+  int32_t buckets = f.failed ? 0 : (int32_t)tab->buf.shape[0];
+  int32_t max_distance = (int32_t)arg_long(&f, a[4]);
+  uint32_t flags = (uint32_t)arg_long(&f, a[6]);
+  RUN(&f, F.pe_t5_add_bias(&s->t, tab->p, bidir, buckets, max_distance, qp, flags, f.pool));
+  return end(&f);
 }
 
 /* sinusoidal_add(x, positions, base, flags, pool, dtype) */
-static PyObject *do_sinusoidal_add(PyObject *const *args, Py_ssize_t nargs, const timing *tm) {
-  NARGS(6);
-  if (need(F.pe_sinusoidal_add, "pe_sinusoidal_add"))
+static PyObject *do_sinusoidal_add(PyObject *const *a, Py_ssize_t n, const timing *tm) {
+  frame f;
+  if (begin(&f, "pe_sinusoidal_add", F.pe_sinusoidal_add, n, 6, a[4], tm))
     return NULL;
-  void *pool;
-  int want;
-  double base = PyFloat_AsDouble(args[2]);
-  if (PyErr_Occurred() || handle(args[4], G.ThreadPool, "pool", 1, &pool) ||
-      requested(args[5], &want))
-    return NULL;
-  PyObject *result = NULL;
-  targ x;
-  iarg pos;
-  if (tensor(args[0], "x", args[5], want, 1, MAP_ROWS, 0, &x))
-    return NULL;
-  if (grid(args[1], "positions", x.t.shape[0], x.t.shape[2], 0, 0, &pos) == 0) {
-    uint32_t flags = u32(args[3]);
-    RUN(F.pe_sinusoidal_add(&x.t, pos.p, base, flags, pool));
-    iarg_release(&pos);
-  }
-  targ_release(&x);
-  return result;
+  targ *x = arg_tensor(&f, a[0], "x", a[5], WRITTEN, MAP_ROWS);
+  const int64_t *pos = arg_grid(&f, a[1], "positions", x, 0, 0);
+  double base = arg_double(&f, a[2]);
+  uint32_t flags = (uint32_t)arg_long(&f, a[3]);
+  RUN(&f, F.pe_sinusoidal_add(&x->t, pos, base, flags, f.pool));
+  return end(&f);
 }
 
 /* learned_add(x, table, positions, pool, dtype, table_dtype) */
-static PyObject *do_learned_add(PyObject *const *args, Py_ssize_t nargs, const timing *tm) {
-  NARGS(6);
-  if (need(F.pe_learned_add, "pe_learned_add"))
+static PyObject *do_learned_add(PyObject *const *a, Py_ssize_t n, const timing *tm) {
+  frame f;
+  if (begin(&f, "pe_learned_add", F.pe_learned_add, n, 6, a[3], tm))
     return NULL;
-  void *pool;
-  int want, want_t;
-  if (handle(args[3], G.ThreadPool, "pool", 1, &pool) || requested(args[4], &want) ||
-      requested(args[5], &want_t))
-    return NULL;
-  PyObject *result = NULL;
-  targ x, t;
-  iarg pos;
-  if (tensor(args[0], "x", args[4], want, 1, MAP_ROWS, 0, &x))
-    return NULL;
-  if (tensor(args[1], "table", args[5], want_t, 0, MAP_TABLE, 0, &t) == 0) {
-    if (grid(args[2], "positions", x.t.shape[0], x.t.shape[2], 0, 0, &pos) == 0) {
-      RUN(F.pe_learned_add(&x.t, &t.t, pos.p, pool));
-      iarg_release(&pos);
-    }
-    targ_release(&t);
-  }
-  targ_release(&x);
-  return result;
+  targ *x = arg_tensor(&f, a[0], "x", a[4], WRITTEN, MAP_ROWS);
+  targ *t = arg_tensor(&f, a[1], "table", a[5], 0, MAP_TABLE);
+  const int64_t *pos = arg_grid(&f, a[2], "positions", x, 0, 0);
+  RUN(&f, F.pe_learned_add(&x->t, &t->t, pos, f.pool));
+  return end(&f);
 }
 
 /* ---- the module ---------------------------------------------------------------- */
@@ -1291,9 +1114,8 @@ static PyObject *py_bind(PyObject *self, PyObject *const *args, Py_ssize_t nargs
       {"int64_grid", &G.int64_grid},   {"mrope_positions", &G.mrope_positions},
       {"int32_vector", &G.int32_vector}, {"float_vector", &G.float_vector},
       {"float_table", &G.float_table}, {"weight", &G.weight},
-      {"handle_of", &G.handle_of},
-      {"requested", &G.requested},     {"missing", &G.missing},
-      {"layout_error", &G.layout_error},
+      {"handle_of", &G.handle_of},     {"requested", &G.requested},
+      {"missing", &G.missing},         {"layout_error", &G.layout_error},
   };
   for (size_t i = 0; i < sizeof objs / sizeof objs[0]; i++) {
     PyObject *o = PyDict_GetItemString(args[1], objs[i].key);
@@ -1329,9 +1151,7 @@ static struct PyModuleDef module = {
 
 PyMODINIT_FUNC PyInit__posenc(void) {
   struct { PyObject **s; const char *v; } names[] = {
-      {&S_ptr, "_ptr"},   {&S_requires_grad, "requires_grad"}, {&S_is_neg, "is_neg"},
-      {&S_t, "t"},        {&S_dlpack, "__dlpack__"},           {&S_torch, "torch"},
-      {&S_ndim, "ndim"},
+      {&S_ptr, "_ptr"}, {&S_t, "t"}, {&S_dlpack, "__dlpack__"}, {&S_torch, "torch"},
   };
   for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
     if (!*names[i].s && !(*names[i].s = PyUnicode_InternFromString(names[i].v)))
