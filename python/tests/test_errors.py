@@ -125,7 +125,7 @@ def test_packed_qkv_views_are_not_overlap(cache, rng):
 
 
 def test_uint64_position_beyond_int64_is_named(cache, qk):
-    # issue 20: 2**63 was converted to a negative int64 before the check
+    # 2**63 must not become a negative int64 before the check
     q, _ = qk
     big = np.full((2, 3), 2**63, dtype=np.uint64)
     err = unchanged_after(ValueError, lambda: cache.apply_(q, positions=big), q)

@@ -22,7 +22,7 @@ import pytest
 
 import posenc
 from posenc import _lib
-from conftest import REPO, rope_reference
+from conftest import REPO, rope_reference, yarn_inv_freq
 
 CONFIGS = REPO / "tests" / "data" / "configs"
 PER_LAYER = CONFIGS / "per_layer"
@@ -53,21 +53,6 @@ def inv_llama3(base, dim, factor, low, high, m0):
             s = (m0 / wl - low) / (high - low)
             out[i] = (1 - s) * f / factor + s * f
     return out
-
-
-def inv_yarn(base, dim, factor, m0, beta_fast=32.0, beta_slow=1.0, truncate=True):
-    def corr_dim(rot):
-        return dim * math.log(m0 / (rot * 2 * math.pi)) / (2 * math.log(base))
-    low, high = corr_dim(beta_fast), corr_dim(beta_slow)
-    if truncate:
-        low, high = math.floor(low), math.ceil(high)
-    low, high = max(low, 0), min(high, dim - 1)
-    if low == high:
-        high += 0.001
-    ramp = np.clip((np.arange(dim // 2, dtype=np.float64) - low) / (high - low), 0, 1)
-    extrap = 1 - ramp
-    pos = base ** (np.arange(0, dim, 2, dtype=np.float64) / dim)
-    return (1 / (factor * pos)) * (1 - extrap) + (1 / pos) * extrap
 
 
 def f32_ulp(v):
@@ -298,7 +283,7 @@ def test_qwen3_next_linear_attention_has_no_rope():
 def test_gpt_oss_one_yarn_cache():
     m = posenc.ModelRope.from_hf_config(CONFIGS / "gpt-oss-20b.json", max_positions=0)
     assert len(m) == 24 and m.nope_layers == ()
-    inv = inv_yarn(150000.0, 64, 32.0, 4096.0, truncate=False)
+    inv = yarn_inv_freq(150000.0, 64, 32.0, 4096.0, truncate=False)
     for i in range(24):
         expect_cache("gpt-oss %d" % i, m.layer(i), head_dim=64, scaling="yarn", factor=32.0,
                      attention=0.1 * math.log(32.0) + 1.0, inv=inv, base=150000.0)

@@ -1,8 +1,8 @@
 """torch tensors in place (no copy) and the transformers drop-in posenc.torch.
 
-The reference is a transcription, written here, of transformers'
-modeling_rope_utils (_compute_default_rope_parameters,
-_compute_llama3_parameters, _compute_yarn_parameters) and modeling_llama
+The reference is a transcription of transformers' modeling_rope_utils
+(_compute_default_rope_parameters, _compute_llama3_parameters,
+_compute_yarn_parameters, whose ramp is conftest's yarn_inv_freq) and modeling_llama
 (LlamaRotaryEmbedding.forward, rotate_half, apply_rotary_pos_emb), evaluated
 in float64 (the exact numbers) and in bfloat16 (what transformers computes
 for a bf16 model: cos/sin cast to bf16, products and sum in bf16).
@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 import posenc
-from conftest import rope_reference, default_inv_freq
+from conftest import rope_reference, default_inv_freq, yarn_inv_freq
 
 torch = pytest.importorskip("torch")
 import posenc.torch as pt  # noqa: E402
@@ -53,20 +53,9 @@ def hf_inv_freq(cfg):
             ms, msa = rs.get("mscale"), rs.get("mscale_all_dim")
             attn = get_mscale(factor, ms) / get_mscale(factor, msa) if ms and msa else \
                 get_mscale(factor)
-        beta_fast, beta_slow = rs.get("beta_fast") or 32, rs.get("beta_slow") or 1
-
-        def corr_dim(rot):
-            return (dim * math.log(m0 / (rot * 2 * math.pi))) / (2 * math.log(base))
-        low, high = corr_dim(beta_fast), corr_dim(beta_slow)
-        if rs.get("truncate", True):
-            low, high = math.floor(low), math.ceil(high)
-        low, high = max(low, 0), min(high, dim - 1)
-        if low == high:
-            high += 0.001
-        ramp = np.clip((np.arange(dim // 2, dtype=np.float64) - low) / (high - low), 0, 1)
-        extrap = 1 - ramp
-        pos_freqs = base ** (np.arange(0, dim, 2, dtype=np.float64) / dim)
-        return (1 / (factor * pos_freqs)) * (1 - extrap) + (1 / pos_freqs) * extrap, float(attn)
+        inv = yarn_inv_freq(base, dim, factor, m0, rs.get("beta_fast") or 32,
+                            rs.get("beta_slow") or 1, rs.get("truncate", True))
+        return inv, float(attn)
     raise AssertionError(rtype)
 
 
