@@ -411,6 +411,9 @@ def config_max_position_embeddings(text):
 
 # ---- table rows --------------------------------------------------------------------
 
+import textwrap as _textwrap
+
+
 def _library_default_max_positions():
     p = RopeParams()
     lib.pe_rope_params_init(ctypes.byref(p))
@@ -430,15 +433,17 @@ DEFAULT_MAX_POSITIONS = _library_default_max_positions()
 #: config's max_position_embeddings (the C API's PE_MAX_POSITIONS_FROM_CONFIG).
 MAX_POSITIONS_FROM_CONFIG = PE_MAX_POSITIONS_FROM_CONFIG
 
-#: The sentence every max_positions parameter's docstring uses.
-MAX_POSITIONS_DOC = (
+#: The sentence every max_positions parameter's docstring uses (wrapped
+#: for a class docstring's indentation).
+MAX_POSITIONS_DOC = _textwrap.fill(
     "rows of the cos/sin table: None = DEFAULT_MAX_POSITIONS (%d, the C "
-    "library's default: rotary_dim * 4 bytes a row, %d KiB at rotary_dim 128); "
+    "library's default: rotary_dim * 4 bytes a row, %g MiB at rotary_dim 128); "
     "0 = no table (cos/sin computed per token, any position, a little slower); "
     "posenc.MAX_POSITIONS_FROM_CONFIG = the config's max_position_embeddings "
     "(Llama-3.1: 131072 rows, 64 MiB). Set it to the longest context you serve: "
     "a position past the table raises PosencError(ERR_POSITION_OUT_OF_RANGE), "
-    "nothing written." % (DEFAULT_MAX_POSITIONS, DEFAULT_MAX_POSITIONS * 128 * 4 // 1024))
+    "nothing written." % (DEFAULT_MAX_POSITIONS, DEFAULT_MAX_POSITIONS * 128 * 4 / 2**20),
+    width=76, initial_indent="    max_positions: ", subsequent_indent="    ").lstrip()
 
 
 def max_positions_arg(max_positions, config_text=None):

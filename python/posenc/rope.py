@@ -108,7 +108,7 @@ def rope_config(head_dim, rotary_dim, style, rope_theta, rope_scaling, max_posit
 
 
 class RopeCache(_lib.Handle):
-    """A RoPE frequency set and cos/sin table (pe_rope_cache).
+    __doc__ = """A RoPE frequency set and cos/sin table (pe_rope_cache).
 
     RopeCache(head_dim=128, rotary_dim=None, style="neox", rope_theta=10000.0,
               max_positions=None, rope_scaling=None)
@@ -126,7 +126,7 @@ class RopeCache(_lib.Handle):
     "ntk", "factor": s} (static NTK-aware) and {"rope_type": "custom",
     "inv_freq": rotary_dim/2 frequencies}.
 
-    max_positions: %s
+    %s
 
     max_position_embeddings: the model's M (config.json's
     max_position_embeddings), used where transformers derives a value from

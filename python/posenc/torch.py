@@ -45,12 +45,12 @@ __all__ = ["RotaryEmbedding", "apply_rotary_pos_emb"]
 
 
 class RotaryEmbedding(torch.nn.Module):
-    """The rotary embedding of a model, from its config: a transformers
+    __doc__ = """The rotary embedding of a model, from its config: a transformers
     PretrainedConfig, a config.json path or model directory, a dict or JSON
     text - read by the library's loader (pe_rope_cache_create_from_hf_config),
     the same as posenc.RopeCache.from_hf_config.
 
-    max_positions: %s
+    %s
     seq_len: the context the frequencies serve (dynamic, longrope); 0 =
     max_position_embeddings.
 
