@@ -37,14 +37,20 @@ BLOCK = 16
 
 
 def _cpu_name():
+    """The CPU's model name, with its family and model numbers on x86
+    (a virtual machine may show only "AMD EPYC")."""
+    info = {}
     try:
         with open("/proc/cpuinfo") as f:
             for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
+                key, _, value = line.partition(":")
+                info.setdefault(key.strip(), value.strip())
     except OSError:
         pass
-    return platform.processor() or platform.machine()
+    name = info.get("model name") or platform.processor() or platform.machine()
+    if "cpu family" in info and "model" in info:
+        name += " (family %s model %s)" % (info["cpu family"], info["model"])
+    return name
 
 
 class Arrays:

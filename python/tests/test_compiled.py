@@ -109,3 +109,24 @@ def test_a_function_the_library_lacks_is_named(monkeypatch, rng):
         _ext.bind()
     posenc.learned_add_(x, np.ones((4, 4), np.float32))
     assert (x == 1).all()
+
+
+def _torch_importable():
+    try:
+        import torch  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def test_bench_prints_every_row(capsys):
+    from posenc import bench
+    have_torch = _torch_importable()
+    assert bench.main(["--reps", "3", "--rounds", "1", "--case", "decode"]) == 0
+    rows = [line.split() for line in capsys.readouterr().out.splitlines()
+            if line.startswith("decode")]
+    # f32 and bf16; numpy's 3 calls, torch's 4
+    assert len(rows) == 2 * (3 + (4 if have_torch else 0))
+    for row in rows:
+        c, p, over = (float(x) for x in row[4:7])
+        assert c > 0 and p > 0 and over == pytest.approx(p - c, abs=0.011)

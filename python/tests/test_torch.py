@@ -428,3 +428,59 @@ def test_lazily_negated_views_are_refused(gen):
     e = unchanged_after(ValueError, lambda: posenc.apply_rope_qk_store_(
         cache, neg, kv, slot_mapping=[0, 1, 2]), x, kv)
     assert "neg view" in str(e)
+
+
+# ---- torch.ops.posenc (TorchScript) --------------------------------------------------
+
+class ScriptedRope(torch.nn.Module):
+    """What a TorchScript model keeps: the cache's op id, an int."""
+
+    def __init__(self, cache_id: int):
+        super().__init__()
+        self.cache_id = cache_id
+
+    def forward(self, q: torch.Tensor, k: torch.Tensor, positions: torch.Tensor):
+        torch.ops.posenc.rope_(q, k, positions, self.cache_id, 2)
+        return q, k
+
+
+def test_operators_equal_the_python_calls_and_script(gen):
+    cache = posenc.RopeCache(head_dim=16, max_positions=64)
+    q = torch.randn(2, 3, 4, 16, generator=gen)              # [B, T, H, D]
+    k = torch.randn(2, 3, 2, 16, generator=gen)
+    pos = torch.randint(0, 64, (2, 3), generator=gen)
+    want_q, want_k = q.clone(), k.clone()
+    pt.apply_rotary_pos_emb(want_q, want_k, pos, cache, unsqueeze_dim=2)
+    for run in (lambda a, b: torch.ops.posenc.rope_(a, b, pos, pt.op_id(cache), 2),
+                lambda a, b: torch.ops.posenc.rope_(a, b, pos, pt.op_id(cache)),   # told
+                lambda a, b: torch.jit.script(ScriptedRope(pt.op_id(cache)))(a, b, pos)):
+        a, b = q.clone(), k.clone()
+        run(a, b)
+        assert torch.equal(a, want_q) and torch.equal(b, want_k)
+    # the store
+    kv, want_kv = torch.zeros(8, 2, 16), torch.zeros(8, 2, 16)
+    slots = torch.tensor([[5, 0, 2], [1, 3, 4]])
+    kt = k.transpose(1, 2)
+    posenc.apply_rope_qk_store_(cache, kt, want_kv, slots, positions=pos)
+    torch.ops.posenc.rope_store_(None, kt, kv, slots, pos, pt.op_id(cache))
+    assert torch.equal(kv, want_kv) and kv.abs().sum() > 0
+    rotary = pt.RotaryEmbedding(CONFIGS["llama3"], max_positions=8)
+    assert rotary.op_id == pt.op_id(rotary.cache) != pt.op_id(cache)
+
+
+def test_operator_with_a_freed_cache_is_refused(gen):
+    cache = posenc.RopeCache(head_dim=16, max_positions=64)
+    n = pt.op_id(cache)
+    assert pt.op_id(cache) == n                               # one number per cache
+    q = torch.randn(1, 2, 3, 16, generator=gen)
+    e = unchanged_after(posenc.PosencError, lambda: torch.ops.posenc.rope_(     # errors pass
+        q, None, torch.tensor([1, 2, 64]), n, 1), q)
+    assert e.status == posenc.Status.ERR_POSITION_OUT_OF_RANGE
+    cache.close()
+    with pytest.raises(ValueError, match="no live cache has op id %d" % n):
+        torch.ops.posenc.rope_(q, None, None, n, 1)
+    other = posenc.RopeCache(head_dim=16, max_positions=64)
+    del cache
+    assert pt.op_id(other) != n                               # numbers are not reused
+    with pytest.raises(TypeError):
+        pt.op_id("a cache")
