@@ -82,7 +82,8 @@ install: build
 	 elif [ "$$(id -u)" = 0 ]; then ldconfig && echo "make: install ok - ldconfig run"; \
 	 else echo "make: install ok - not root: run ldconfig for a system prefix (README 'Install')"; fi
 
-install-check: build
+# (python: the binding check runs examples/rope_numpy.py on a copy of python/posenc)
+install-check: build python
 	@scripts/check-install.sh $(BUILD)
 
 # The Python package on its own: sdist and wheel (CMake building the library

@@ -19,9 +19,10 @@ POSENC_LIBPOSENC):
                    the dynamic loader at import, which checks its version;
   <path>           carry this already built libposenc.so.0 (a `make build`
                    output), without CMake.
-An sdist holds python/ (the package, its tests, this backend) and the C
-sources CMake needs (libposenc/: CMakeLists.txt, include/, src/, cmake/,
-LICENSE) and the config files the tests read (libposenc/tests/data/configs).
+An sdist holds python/ (the package, its tests, this backend) and, in
+libposenc/, the C sources CMake needs (CMakeLists.txt, include/, src/,
+cmake/, LICENSE) and what the tests read (tests/data/configs,
+docs/explore.md).
 
 From a source checkout, `python3 python/build_backend/posenc_build.py
 --inplace` compiles posenc/_posenc for that python3 next to the sources (what
@@ -44,9 +45,11 @@ import zipfile
 
 NAME = "posenc"
 PY_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))   # python/ or the sdist
-#: What of the repository an sdist carries (under libposenc/), for CMake and the tests.
-C_SOURCES = ("CMakeLists.txt", "LICENSE", "include", "src", "cmake",
-             os.path.join("tests", "data", "configs"))
+#: What of the repository an sdist carries (under libposenc/): what CMake
+#: builds the library from, and what the package's tests read (the configs,
+#: the decision table of docs/explore.md).
+REPO_FILES = ("CMakeLists.txt", "LICENSE", "include", "src", "cmake",
+              os.path.join("tests", "data", "configs"), os.path.join("docs", "explore.md"))
 _SKIP_DIRS = {"__pycache__", ".git", "build", ".pytest_cache"}
 
 
@@ -307,7 +310,7 @@ def build_sdist(sdist_directory, config_settings=None):
     entries = [(os.path.join(PY_DIR, f), f) for f in ("pyproject.toml", "README.md")]
     for top in (NAME, "tests", "build_backend"):
         entries += [(p, rel) for p, rel in _walk(PY_DIR, top)]
-    for rel in C_SOURCES:
+    for rel in REPO_FILES:
         entries += [(p, os.path.join("libposenc", r)) for p, r in _walk(root, rel)]
     sdist = base + ".tar.gz"
     os.makedirs(sdist_directory, exist_ok=True)
