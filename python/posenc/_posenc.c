@@ -168,11 +168,23 @@ static void targ_release(targ *a) {
 
 static const pe_tensor *P(const targ *a) { return a->src == SRC_NONE ? NULL : &a->t; }
 
-/* The requested dtype (None -> -1) through posenc._arrays._requested. */
+/* The requested dtype (None -> -1): the lower-case names here, everything
+ * else (numpy and torch dtypes, other spellings, errors) through
+ * posenc._arrays._requested. */
 static int requested(PyObject *dtype, int *out) {
+  static const struct { const char *name; int dt; } names[] = {
+      {"bf16", PE_BF16}, {"bfloat16", PE_BF16}, {"f32", PE_F32},   {"float32", PE_F32},
+      {"f16", PE_F16},   {"float16", PE_F16},   {"half", PE_F16},
+  };
   *out = -1;
   if (dtype == Py_None)
     return 0;
+  if (PyUnicode_Check(dtype))
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
+      if (!PyUnicode_CompareWithASCIIString(dtype, names[i].name)) {
+        *out = names[i].dt;
+        return 0;
+      }
   PyObject *r = PyObject_CallOneArg(G.requested, dtype);
   if (!r)
     return -1;

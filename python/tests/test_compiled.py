@@ -82,7 +82,10 @@ def test_the_gil_is_released_during_the_kernel():
         t.start()
         try:
             for _ in range(200):
-                cache.apply_(x, positions=pos, pool=pool)
+                try:
+                    cache.apply_(x, positions=pos, pool=pool)
+                except posenc.BusyError:     # the other thread's call holds the pool
+                    pass
                 if busy:
                     break
             else:
@@ -130,3 +133,22 @@ def test_bench_prints_every_row(capsys):
     for row in rows:
         c, p, over = (float(x) for x in row[4:7])
         assert c > 0 and p > 0 and over == pytest.approx(p - c, abs=0.011)
+
+
+def test_dtype_names_read_in_c_mean_what_the_binding_says():
+    # posenc._posenc reads the lower-case dtype names itself; each must
+    # accept exactly the arrays posenc._arrays maps it to.
+    from posenc._arrays import _DTYPE_NAMES
+    cache = posenc.RopeCache(head_dim=16, max_positions=8)
+    ones = {_lib.PE_F32: np.ones(16, np.float32), _lib.PE_F16: np.ones(16, np.float16),
+            _lib.PE_BF16: np.full(16, 0x3F80, np.uint16)}      # bfloat16 bits of 1.0
+    for name, pe in _DTYPE_NAMES.items():
+        for kind, row in ones.items():
+            x = np.tile(row, (1, 1, 2, 1))
+            if kind == pe:
+                cache.apply_(x, dtype=name)
+                assert not np.array_equal(x[0, 0, 1], row), name   # position 1 rotated
+            else:
+                with pytest.raises(TypeError):
+                    cache.apply_(x, dtype=name)
+                assert np.array_equal(x[0, 0, 1], row)
