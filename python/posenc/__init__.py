@@ -41,6 +41,17 @@ posenc.tools holds what is built on the binding: the figures
 (python -m posenc.tools.explore) and the encoding picker
 (python -m posenc.tools.pick).
 """
+import sys as _sys
+
+try:
+    import numpy as _numpy  # noqa: F401  (every module of the binding needs it)
+except ImportError as _e:
+    raise ImportError(
+        "posenc needs numpy, which this Python (%s) cannot import (%s): install it (Debian: "
+        "apt-get install python3-numpy, then, in a venv, a .pth file naming "
+        "/usr/lib/python3/dist-packages - README, section Python; or pip install numpy)"
+        % (_sys.executable, _e)) from None
+
 from ._lib import (PosencError, BusyError, Status, library_path, has_symbol as _has_symbol,
                    DEFAULT_MAX_POSITIONS, MAX_POSITIONS_FROM_CONFIG)
 from . import _lib, _ext

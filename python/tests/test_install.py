@@ -122,3 +122,22 @@ def test_wheel_installs_into_a_clean_venv_and_stands_alone(tmp_path, built):
     assert version == header_version()
     assert lib == os.path.join(site, "posenc", "libposenc.so.0")   # its own copy
     assert pkg == os.path.join(site, "posenc", "__init__.py")
+
+
+@pytest.mark.parametrize("tools,missing", [((), "no C compiler found"),
+                                           (("cc", "as", "ld"), "cmake is not installed")])
+def test_a_missing_tool_is_named(tmp_path, tools, missing):
+    # PATH holds this Python and the tools given, nothing else
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    for tool in tools:
+        os.symlink(shutil.which(tool), bin_dir / tool)
+    code = ("import sys; sys.path.insert(0, 'build_backend'); import posenc_build; "
+            "posenc_build.build_wheel(sys.argv[1])")
+    env = {k: v for k, v in os.environ.items() if k not in ("CC", "POSENC_LIBPOSENC")}
+    env["PATH"] = str(bin_dir)
+    r = subprocess.run([sys.executable, "-c", code, str(tmp_path / "dist")], cwd=str(HERE.parent),
+                       env=env, capture_output=True, text=True)
+    assert r.returncode != 0
+    assert "posenc build: " + missing in r.stderr
+    assert not (tmp_path / "dist").exists() or not os.listdir(tmp_path / "dist")

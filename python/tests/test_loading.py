@@ -115,6 +115,14 @@ def _lib_major():
     return int(posenc.version().split(".")[0])
 
 
+def test_missing_numpy_says_so():
+    r = subprocess.run([sys.executable, "-c", "import sys; sys.modules['numpy'] = None; "
+                        "import posenc"], env=dict(os.environ, PYTHONPATH=str(PACKAGE.parent)),
+                       capture_output=True, text=True)
+    assert r.returncode != 0
+    assert "posenc needs numpy" in r.stderr and "python3-numpy" in r.stderr
+
+
 NO_TORCH = """
 import sys
 sys.modules["torch"] = None          # import torch raises ImportError
