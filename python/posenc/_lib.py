@@ -229,7 +229,8 @@ def _load():
         ("next to the posenc package, the source checkout's build/ (%s), %s through the "
          "dynamic loader, find_library('posenc')" % (source_checkout() or "none", _SONAME))
     raise ImportError("posenc: cannot load libposenc (tried %s):\n%s\n"
-                      "Build it (make build), or set POSENC_LIBRARY to the path of libposenc.so.%d."
+                      "Build it (make build), install it (make install; ldconfig), or set "
+                      "POSENC_LIBRARY to the path of libposenc.so.%d."
                       % (where, "\n".join(errors), SONAME_MAJOR))
 
 
