@@ -626,6 +626,8 @@ typedef struct {
   void *pool;
   const timing *tm;
   PyObject *result;
+  PyObject *held; /* a reference end() drops (the caches' sequence) */
+  void *mem;      /* memory end() frees (the caches' handles) */
 } frame;
 
 enum { OPTIONAL = 1, WRITTEN = 2 };
@@ -633,7 +635,8 @@ enum { OPTIONAL = 1, WRITTEN = 2 };
 static int begin(frame *f, const char *fname, void *fn, Py_ssize_t nargs, Py_ssize_t n,
                  PyObject *pool, const timing *tm) {
   f->nt = f->ng = f->failed = 0;
-  f->result = NULL;
+  f->result = f->held = NULL;
+  f->mem = NULL;
   f->tm = tm;
   if (nargs != n) {
     PyErr_Format(PyExc_TypeError, "%s takes %zd arguments (%zd given)", fname + 3, n, nargs);
@@ -647,6 +650,8 @@ static PyObject *end(frame *f) {
     targ_release(&f->t[i]);
   for (int i = 0; i < f->ng; i++)
     iarg_release(&f->g[i]);
+  Py_XDECREF(f->held);
+  PyMem_Free(f->mem);
   return f->result;
 }
 
@@ -748,6 +753,21 @@ static int64_t now_ns(clockid_t clock) {
                               : Py_NewRef(Py_None);                              \
   } while (0)
 
+/* An entry point's first and last statements: BEGIN declares its frame f
+ * (the library function fn, n arguments a[], the pool in a[pool]) or returns
+ * NULL; FINISH runs the call (RUN) and returns its result, every argument
+ * released. */
+#define BEGIN(fn, n, pool)                                                      \
+  frame f;                                                                      \
+  if (begin(&f, #fn, F.fn, nargs, (n), a[pool], tm))                            \
+  return NULL
+
+#define FINISH(CALL)                                                            \
+  do {                                                                          \
+    RUN(&f, CALL);                                                              \
+    return end(&f);                                                             \
+  } while (0)
+
 /* ---- the layout of q and k ----------------------------------------------------- */
 
 /* The extent of the last dimension of int64 positions of 1 or 2 dims
@@ -814,49 +834,38 @@ static const targ *first(const targ *q, const targ *k) { return q->src != SRC_NO
 /* ---- entry points ------------------------------------------------------------ */
 
 /* apply_rope_qk(cache, q, k, positions, flags, pool, dtype, layout) */
-static PyObject *do_apply_rope_qk(PyObject *const *a, Py_ssize_t n, const timing *tm) {
-  frame f;
-  if (begin(&f, "pe_apply_rope_qk", F.pe_apply_rope_qk, n, 8, a[5], tm))
-    return NULL;
+static PyObject *do_apply_rope_qk(PyObject *const *a, Py_ssize_t nargs, const timing *tm) {
+  BEGIN(pe_apply_rope_qk, 8, 5);
   void *c = arg_cache(&f, a[0], "cache");
   targ *q = arg_tensor(&f, a[1], "q", a[6], OPTIONAL | WRITTEN, MAP_4D);
   targ *k = arg_tensor(&f, a[2], "k", a[6], OPTIONAL | WRITTEN, MAP_4D);
   arg_layout(&f, arg_long(&f, a[7]), q, k, a[1], a[2], a[3]);
   const int64_t *pos = arg_grid(&f, a[3], "positions", first(q, k), 0, 0);
   uint32_t flags = (uint32_t)arg_long(&f, a[4]);
-  RUN(&f, F.pe_apply_rope_qk(c, P(q), P(k), pos, flags, f.pool));
-  return end(&f);
+  FINISH(F.pe_apply_rope_qk(c, P(q), P(k), pos, flags, f.pool));
 }
 
 /* rope_shift_k(cache, k, deltas, pool, dtype) */
-static PyObject *do_rope_shift_k(PyObject *const *a, Py_ssize_t n, const timing *tm) {
-  frame f;
-  if (begin(&f, "pe_rope_shift_k", F.pe_rope_shift_k, n, 5, a[3], tm))
-    return NULL;
+static PyObject *do_rope_shift_k(PyObject *const *a, Py_ssize_t nargs, const timing *tm) {
+  BEGIN(pe_rope_shift_k, 5, 3);
   void *c = arg_cache(&f, a[0], "cache");
   targ *k = arg_tensor(&f, a[1], "k", a[4], WRITTEN, MAP_4D);
   const int64_t *d = arg_grid(&f, a[2], "deltas", k, 0, 1);
-  RUN(&f, F.pe_rope_shift_k(c, &k->t, d, f.pool));
-  return end(&f);
+  FINISH(F.pe_rope_shift_k(c, &k->t, d, f.pool));
 }
 
 /* rope_rerotate_k(from, to, k, positions, pool, dtype) */
-static PyObject *do_rope_rerotate_k(PyObject *const *a, Py_ssize_t n, const timing *tm) {
-  frame f;
-  if (begin(&f, "pe_rope_rerotate_k", F.pe_rope_rerotate_k, n, 6, a[4], tm))
-    return NULL;
+static PyObject *do_rope_rerotate_k(PyObject *const *a, Py_ssize_t nargs, const timing *tm) {
+  BEGIN(pe_rope_rerotate_k, 6, 4);
   void *from = arg_cache(&f, a[0], "from_cache"), *to = arg_cache(&f, a[1], "to_cache");
   targ *k = arg_tensor(&f, a[2], "k", a[5], WRITTEN, MAP_4D);
   const int64_t *pos = arg_grid(&f, a[3], "positions", k, 0, 0);
-  RUN(&f, F.pe_rope_rerotate_k(from, to, &k->t, pos, f.pool));
-  return end(&f);
+  FINISH(F.pe_rope_rerotate_k(from, to, &k->t, pos, f.pool));
 }
 
 /* apply_mrope_qk(cache, q, k, positions, s0, s1, s2, flags, pool, dtype) */
-static PyObject *do_apply_mrope_qk(PyObject *const *a, Py_ssize_t n, const timing *tm) {
-  frame f;
-  if (begin(&f, "pe_apply_mrope_qk", F.pe_apply_mrope_qk, n, 10, a[8], tm))
-    return NULL;
+static PyObject *do_apply_mrope_qk(PyObject *const *a, Py_ssize_t nargs, const timing *tm) {
+  BEGIN(pe_apply_mrope_qk, 10, 8);
   int32_t sec[3] = {(int32_t)arg_long(&f, a[4]), (int32_t)arg_long(&f, a[5]),
                     (int32_t)arg_long(&f, a[6])};
   void *c = arg_cache(&f, a[0], "cache");
@@ -864,20 +873,17 @@ static PyObject *do_apply_mrope_qk(PyObject *const *a, Py_ssize_t n, const timin
   targ *k = arg_tensor(&f, a[2], "k", a[9], OPTIONAL | WRITTEN, MAP_4D);
   const int64_t *pos = arg_grid(&f, a[3], "positions", first(q, k), 3, 0);
   uint32_t flags = (uint32_t)arg_long(&f, a[7]);
-  RUN(&f, F.pe_apply_mrope_qk(c, P(q), P(k), pos, sec, flags, f.pool));
-  return end(&f);
+  FINISH(F.pe_apply_mrope_qk(c, P(q), P(k), pos, sec, flags, f.pool));
 }
 
 /* apply_rope_qk_multi(caches, cache_index, q, k, positions, flags, pool, dtype) */
-static PyObject *do_apply_rope_qk_multi(PyObject *const *a, Py_ssize_t n, const timing *tm) {
-  frame f;
-  if (begin(&f, "pe_apply_rope_qk_multi", F.pe_apply_rope_qk_multi, n, 8, a[6], tm))
-    return NULL;
-  PyObject *seq = PySequence_Fast(a[0], "caches must be a sequence of posenc.RopeCache");
+static PyObject *do_apply_rope_qk_multi(PyObject *const *a, Py_ssize_t nargs, const timing *tm) {
+  BEGIN(pe_apply_rope_qk_multi, 8, 6);
+  PyObject *seq = f.held = PySequence_Fast(a[0], "caches must be a sequence of posenc.RopeCache");
   if (!seq)
     return NULL;
   Py_ssize_t nc = PySequence_Fast_GET_SIZE(seq);
-  const pe_rope_cache **caches = PyMem_Calloc((size_t)(nc > 0 ? nc : 1), sizeof *caches);
+  const pe_rope_cache **caches = f.mem = PyMem_Calloc((size_t)(nc > 0 ? nc : 1), sizeof *caches);
   if (fail_if(&f, !caches))
     PyErr_NoMemory();
   for (Py_ssize_t i = 0; i < nc && !f.failed; i++) {
@@ -893,19 +899,14 @@ static PyObject *do_apply_rope_qk_multi(PyObject *const *a, Py_ssize_t n, const 
                          batch, -1);
   const int64_t *pos = arg_grid(&f, a[4], "positions", first(q, k), 0, 0);
   uint32_t flags = (uint32_t)arg_long(&f, a[5]);
-  RUN(&f, F.pe_apply_rope_qk_multi(caches, (int32_t)nc, idx->p, P(q), P(k), pos, flags,
+  FINISH(F.pe_apply_rope_qk_multi(caches, (int32_t)nc, idx->p, P(q), P(k), pos, flags,
                                    f.pool));
-  PyMem_Free(caches);
-  Py_DECREF(seq);
-  return end(&f);
 }
 
 /* apply_rope_qk_store(cache, q, k, k_cache, slot_mapping, positions, flags, pool,
  *                     dtype, cache_dtype) */
-static PyObject *do_apply_rope_qk_store(PyObject *const *a, Py_ssize_t n, const timing *tm) {
-  frame f;
-  if (begin(&f, "pe_apply_rope_qk_store", F.pe_apply_rope_qk_store, n, 10, a[7], tm))
-    return NULL;
+static PyObject *do_apply_rope_qk_store(PyObject *const *a, Py_ssize_t nargs, const timing *tm) {
+  BEGIN(pe_apply_rope_qk_store, 10, 7);
   void *c = arg_cache(&f, a[0], "cache");
   targ *q = arg_tensor(&f, a[1], "q", a[8], OPTIONAL | WRITTEN, MAP_4D);
   targ *k = arg_tensor(&f, a[2], "k", a[8], 0, MAP_4D);
@@ -913,8 +914,7 @@ static PyObject *do_apply_rope_qk_store(PyObject *const *a, Py_ssize_t n, const 
   const int64_t *slots = arg_grid(&f, a[4], "slot_mapping", k, 0, 0);
   const int64_t *pos = arg_grid(&f, a[5], "positions", k, 0, 0);
   uint32_t flags = (uint32_t)arg_long(&f, a[6]);
-  RUN(&f, F.pe_apply_rope_qk_store(c, P(q), &k->t, &kc->t, slots, pos, flags, f.pool));
-  return end(&f);
+  FINISH(F.pe_apply_rope_qk_store(c, P(q), &k->t, &kc->t, slots, pos, flags, f.pool));
 }
 
 /* The norm of qk_norm_rope(_store) from (kind, scope, eps, q_weight,
@@ -943,10 +943,9 @@ static void arg_norm(frame *f, pe_qk_norm *norm, PyObject *const *a, const targ 
 
 /* qk_norm_rope(cache, q, k, kind, scope, eps, q_weight, k_weight, positions,
  *              flags, pool, dtype) */
-static PyObject *do_qk_norm_rope(PyObject *const *a, Py_ssize_t n, const timing *tm) {
-  frame f;
-  if (begin(&f, "pe_qk_norm_rope", F.pe_qk_norm_rope, n, 12, a[10], tm) ||
-      need(F.pe_qk_norm_init, "pe_qk_norm_init"))
+static PyObject *do_qk_norm_rope(PyObject *const *a, Py_ssize_t nargs, const timing *tm) {
+  BEGIN(pe_qk_norm_rope, 12, 10);
+  if (need(F.pe_qk_norm_init, "pe_qk_norm_init"))
     return NULL;
   void *c = arg_cache(&f, a[0], "cache");
   targ *q = arg_tensor(&f, a[1], "q", a[11], OPTIONAL | WRITTEN, MAP_4D);
@@ -955,17 +954,15 @@ static PyObject *do_qk_norm_rope(PyObject *const *a, Py_ssize_t n, const timing 
   arg_norm(&f, &norm, a + 3, q, k);
   const int64_t *pos = arg_grid(&f, a[8], "positions", first(q, k), 0, 0);
   uint32_t flags = (uint32_t)arg_long(&f, a[9]);
-  RUN(&f, F.pe_qk_norm_rope(c, &norm, P(q), P(k), pos, flags, f.pool));
-  return end(&f);
+  FINISH(F.pe_qk_norm_rope(c, &norm, P(q), P(k), pos, flags, f.pool));
 }
 
 /* qk_norm_rope_store(cache, q, k, v, k_cache, v_cache, slot_mapping, kind, scope,
  *   eps, q_weight, k_weight, positions, flags, pool, dtype, cache_dtype,
  *   v_cache_dtype) */
-static PyObject *do_qk_norm_rope_store(PyObject *const *a, Py_ssize_t n, const timing *tm) {
-  frame f;
-  if (begin(&f, "pe_qk_norm_rope_store", F.pe_qk_norm_rope_store, n, 18, a[14], tm) ||
-      need(F.pe_qk_norm_init, "pe_qk_norm_init") || need(F.pe_kv_cache_init, "pe_kv_cache_init"))
+static PyObject *do_qk_norm_rope_store(PyObject *const *a, Py_ssize_t nargs, const timing *tm) {
+  BEGIN(pe_qk_norm_rope_store, 18, 14);
+  if (need(F.pe_qk_norm_init, "pe_qk_norm_init") || need(F.pe_kv_cache_init, "pe_kv_cache_init"))
     return NULL;
   void *c = arg_cache(&f, a[0], "cache");
   targ *q = arg_tensor(&f, a[1], "q", a[15], OPTIONAL | WRITTEN, MAP_4D);
@@ -980,31 +977,25 @@ static PyObject *do_qk_norm_rope_store(PyObject *const *a, Py_ssize_t n, const t
   const int64_t *slots = arg_grid(&f, a[6], "slot_mapping", k, 0, 0);
   const int64_t *pos = arg_grid(&f, a[12], "positions", k, 0, 0);
   uint32_t flags = (uint32_t)arg_long(&f, a[13]);
-  RUN(&f, F.pe_qk_norm_rope_store(c, &norm, P(q), &k->t, P(v), &kv, slots, pos, flags, f.pool));
-  return end(&f);
+  FINISH(F.pe_qk_norm_rope_store(c, &norm, P(q), &k->t, P(v), &kv, slots, pos, flags, f.pool));
 }
 
 /* alibi_add_bias(scores, slopes, q_positions, flags, pool, dtype) */
-static PyObject *do_alibi_add_bias(PyObject *const *a, Py_ssize_t n, const timing *tm) {
-  frame f;
-  if (begin(&f, "pe_alibi_add_bias", F.pe_alibi_add_bias, n, 6, a[4], tm))
-    return NULL;
+static PyObject *do_alibi_add_bias(PyObject *const *a, Py_ssize_t nargs, const timing *tm) {
+  BEGIN(pe_alibi_add_bias, 6, 4);
   targ *s = arg_tensor(&f, a[0], "scores", a[5], WRITTEN, MAP_4D);
   Py_ssize_t heads = f.failed ? 0 : (Py_ssize_t)s->t.shape[1];
   iarg *slopes = arg_vector(&f, a[1], G.float_vector, Py_BuildValue("(ns)", heads, "slopes"),
                             'f', heads, -1);
   const int64_t *qp = arg_grid(&f, a[2], "q_positions", s, 0, 0);
   uint32_t flags = (uint32_t)arg_long(&f, a[3]);
-  RUN(&f, F.pe_alibi_add_bias(&s->t, slopes->p, qp, flags, f.pool));
-  return end(&f);
+  FINISH(F.pe_alibi_add_bias(&s->t, slopes->p, qp, flags, f.pool));
 }
 
 /* t5_add_bias(scores, table, bidirectional, num_buckets, max_distance, q_positions,
  *             flags, pool, dtype); num_buckets None = the table's rows */
-static PyObject *do_t5_add_bias(PyObject *const *a, Py_ssize_t n, const timing *tm) {
-  frame f;
-  if (begin(&f, "pe_t5_add_bias", F.pe_t5_add_bias, n, 9, a[7], tm))
-    return NULL;
+static PyObject *do_t5_add_bias(PyObject *const *a, Py_ssize_t nargs, const timing *tm) {
+  BEGIN(pe_t5_add_bias, 9, 7);
   targ *s = arg_tensor(&f, a[0], "scores", a[8], WRITTEN, MAP_4D);
   Py_ssize_t heads = f.failed ? 0 : (Py_ssize_t)s->t.shape[1];
   /* [num_buckets, heads] float32, else posenc._arrays.float_table */
@@ -1015,33 +1006,26 @@ static PyObject *do_t5_add_bias(PyObject *const *a, Py_ssize_t n, const timing *
   int32_t buckets = f.failed ? 0 : (int32_t)tab->buf.shape[0];
   int32_t max_distance = (int32_t)arg_long(&f, a[4]);
   uint32_t flags = (uint32_t)arg_long(&f, a[6]);
-  RUN(&f, F.pe_t5_add_bias(&s->t, tab->p, bidir, buckets, max_distance, qp, flags, f.pool));
-  return end(&f);
+  FINISH(F.pe_t5_add_bias(&s->t, tab->p, bidir, buckets, max_distance, qp, flags, f.pool));
 }
 
 /* sinusoidal_add(x, positions, base, flags, pool, dtype) */
-static PyObject *do_sinusoidal_add(PyObject *const *a, Py_ssize_t n, const timing *tm) {
-  frame f;
-  if (begin(&f, "pe_sinusoidal_add", F.pe_sinusoidal_add, n, 6, a[4], tm))
-    return NULL;
+static PyObject *do_sinusoidal_add(PyObject *const *a, Py_ssize_t nargs, const timing *tm) {
+  BEGIN(pe_sinusoidal_add, 6, 4);
   targ *x = arg_tensor(&f, a[0], "x", a[5], WRITTEN, MAP_ROWS);
   const int64_t *pos = arg_grid(&f, a[1], "positions", x, 0, 0);
   double base = arg_double(&f, a[2]);
   uint32_t flags = (uint32_t)arg_long(&f, a[3]);
-  RUN(&f, F.pe_sinusoidal_add(&x->t, pos, base, flags, f.pool));
-  return end(&f);
+  FINISH(F.pe_sinusoidal_add(&x->t, pos, base, flags, f.pool));
 }
 
 /* learned_add(x, table, positions, pool, dtype, table_dtype) */
-static PyObject *do_learned_add(PyObject *const *a, Py_ssize_t n, const timing *tm) {
-  frame f;
-  if (begin(&f, "pe_learned_add", F.pe_learned_add, n, 6, a[3], tm))
-    return NULL;
+static PyObject *do_learned_add(PyObject *const *a, Py_ssize_t nargs, const timing *tm) {
+  BEGIN(pe_learned_add, 6, 3);
   targ *x = arg_tensor(&f, a[0], "x", a[4], WRITTEN, MAP_ROWS);
   targ *t = arg_tensor(&f, a[1], "table", a[5], 0, MAP_TABLE);
   const int64_t *pos = arg_grid(&f, a[2], "positions", x, 0, 0);
-  RUN(&f, F.pe_learned_add(&x->t, &t->t, pos, f.pool));
-  return end(&f);
+  FINISH(F.pe_learned_add(&x->t, &t->t, pos, f.pool));
 }
 
 /* ---- the module ---------------------------------------------------------------- */
