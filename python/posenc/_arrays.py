@@ -13,13 +13,11 @@ any of them.
 torch is optional: a torch.Tensor can only exist once torch has been
 imported, so it is recognised through sys.modules and never imported here.
 """
-import ctypes
 import operator
 import sys
 
 import numpy as np
 
-from . import _lib
 from ._lib import Tensor, PE_F32, PE_F16, PE_BF16
 
 try:  # optional: a real bfloat16 numpy dtype
@@ -304,11 +302,6 @@ def int64_grid(values, batch, tokens, name, scalar_ok=False):
 def ptr(arr):
     """The data pointer of an optional array (None -> NULL)."""
     return None if arr is None else arr.ctypes.data
-
-
-def ref(view):
-    """A pointer to an optional View's pe_tensor (None -> NULL)."""
-    return None if view is None else ctypes.byref(view.t)
 
 
 def float_vector(values, n, name, ctype=np.float32):

@@ -1,5 +1,4 @@
 """ALiBi, T5 relative bias, sinusoidal and learned absolute embeddings."""
-import ctypes
 
 import numpy as np
 

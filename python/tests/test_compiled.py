@@ -2,7 +2,6 @@
 (DLPack producers besides numpy and torch), its timing entry point, the GIL
 released around the kernel, and a library that lacks a function."""
 import threading
-import time
 
 import numpy as np
 import pytest
