@@ -40,6 +40,13 @@
 
 #include "posenc.h"
 
+#if PY_VERSION_HEX < 0x030A0000 /* Python 3.9 */
+static inline PyObject *Py_NewRef(PyObject *o) {
+  Py_INCREF(o);
+  return o;
+}
+#endif
+
 /* ---- DLPack (the v0.x ABI every producer exports as "dltensor") ---------- */
 
 typedef struct { int32_t device_type, device_id; } DLDevice;
