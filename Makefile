@@ -21,7 +21,7 @@ step = mkdir -p $(BUILD); log=$(BUILD)/$(1).log; \
     [ -n "$(V)" ] || tail -n 60 $$log >&2; exit 1; fi; \
   echo "make: $(1) ok$(if $(3), - $(3),)$$([ $$w -gt 0 ] && echo ", $$w compiler warnings (see $$log)")"
 
-.PHONY: all deps configure build test test-c test-python bench docs install install-check clean
+.PHONY: all deps configure build test test-c test-python python python-package-check bench docs install install-check clean
 
 all: build
 
@@ -40,8 +40,15 @@ test-c: build
 test: test-c
 	@if [ -d python/tests ]; then $(MAKE) --no-print-directory test-python; fi
 
+# The binding's compiled module (posenc._posenc) for $(PYTHON), built next to
+# python/posenc so that PYTHONPATH=python imports it; it needs the header
+# only (posenc._lib hands it the library's functions).
+python:
+	@scripts/install-deps.sh python
+	@$(call step,python,$(PYTHON) python/build_backend/posenc_build.py --inplace $(if $(filter ON,$(WERROR)),--werror),$$(ls python/posenc/_posenc.*.so | tr '\n' ' '))
+
 # Twice: with torch, then with `import torch` failing (torch is optional).
-test-python: build
+test-python: build python
 	@scripts/install-deps.sh python torch plots
 	@POSENC_LIBRARY=$(CURDIR)/$(BUILD)/libposenc.so PYTHONPATH=$(CURDIR)/python \
 	  $(PYTHON) -m pytest -q python/tests
@@ -75,8 +82,18 @@ install: build
 	 elif [ "$$(id -u)" = 0 ]; then ldconfig && echo "make: install ok - ldconfig run"; \
 	 else echo "make: install ok - not root: run ldconfig for a system prefix (README 'Install')"; fi
 
-install-check: build
+# (python: the binding check runs examples/rope_numpy.py on a copy of python/posenc)
+install-check: build python
 	@scripts/check-install.sh $(BUILD)
+
+# The Python package on its own: sdist and wheel (CMake building the library
+# inside), each installed into a clean venv of each of PACKAGE_PYTHONS, its
+# tests run there after the sources are deleted
+# (scripts/check-python-package.sh; about 8 minutes a Python on 2 cores).
+PACKAGE_PYTHONS ?= python3 /usr/bin/python3
+python-package-check:
+	@scripts/install-deps.sh build python torch
+	@scripts/check-python-package.sh $(PACKAGE_PYTHONS)
 
 clean:
 	rm -rf $(BUILD)

@@ -5,7 +5,8 @@ Llama-3.1-style RoPE on q and k kept in a [batch, tokens, heads, dim] buffer
 (rotated through transposed views, no copy), a decode step at per-sequence
 positions, an inverse rotation that restores the input, and ALiBi biases.
 
-Run with the library installed (or POSENC_LIBRARY=/path/to/libposenc.so.0):
+Run with the package installed (pip install ./python), or from the tree
+after `make build python`:
   PYTHONPATH=python python3 examples/rope_numpy.py
 """
 import numpy as np

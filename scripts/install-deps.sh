@@ -8,7 +8,7 @@ pkgs=""
 for w in $want; do
   case "$w" in
     build) pkgs="$pkgs cmake make gcc pkg-config libsleef-dev libhwloc-dev libcmocka-dev libcjson-dev libbenchmark-dev g++" ;;
-    python) pkgs="$pkgs python3 python3-numpy python3-pytest python3-mpmath" ;;
+    python) pkgs="$pkgs python3 python3-dev python3-venv gcc python3-numpy python3-pytest python3-mpmath" ;;
     torch) pkgs="$pkgs python3-torch" ;;
     plots) pkgs="$pkgs python3-matplotlib" ;;
     docs) pkgs="$pkgs doxygen" ;;

@@ -1,5 +1,5 @@
 """posenc - Python binding of libposenc (positional encodings for transformer
-inference on the CPU), pure ctypes: nothing to compile.
+inference on the CPU).
 
     import numpy as np, posenc
     cache = posenc.RopeCache(head_dim=128, rope_theta=500000.0, max_positions=8192,
@@ -23,16 +23,38 @@ TypeError/ValueError before anything is written, and a failure inside the
 library raises PosencError (nothing written either). torch is optional;
 posenc.torch holds a transformers-shaped rotary module.
 
-The library is found through $POSENC_LIBRARY, then next to this package, then
-the build/ of the source checkout the package comes from, then an installed
-libposenc.so.0 (the dynamic loader); see posenc._lib.
+The in-place calls go through the compiled module posenc._posenc (the
+arrays described in C, the GIL released during the kernel): a few
+microseconds over the C call itself (python -m posenc.bench). Creating caches
+and reading configs go through ctypes.
+
+The library is found through $POSENC_LIBRARY, then next to this package (an
+installed package carries its own), then the build/ of the source checkout
+around it, then an installed libposenc.so.0 (the dynamic loader); see
+posenc._lib.
+
+Table rows: every max_positions parameter defaults to DEFAULT_MAX_POSITIONS,
+the C library's 4096 (2 MiB at rotary_dim 128), never a config's
+max_position_embeddings unless given MAX_POSITIONS_FROM_CONFIG.
 
 posenc.tools holds what is built on the binding: the figures
 (python -m posenc.tools.explore) and the encoding picker
 (python -m posenc.tools.pick).
 """
-from ._lib import PosencError, BusyError, Status, library_path, has_symbol as _has_symbol
-from . import _lib
+import sys as _sys
+
+try:
+    import numpy as _numpy  # noqa: F401  (every module of the binding needs it)
+except ImportError as _e:
+    raise ImportError(
+        "posenc needs numpy, which this Python (%s) cannot import (%s): install it (Debian: "
+        "apt-get install python3-numpy, then, in a venv, a .pth file naming "
+        "/usr/lib/python3/dist-packages - README, section Python; or pip install numpy)"
+        % (_sys.executable, _e)) from None
+
+from ._lib import (PosencError, BusyError, Status, library_path, has_symbol as _has_symbol,
+                   DEFAULT_MAX_POSITIONS, MAX_POSITIONS_FROM_CONFIG)
+from . import _lib, _ext
 from .rope import RopeCache, rerotate_k_
 from .model import ModelRope
 from .threads import ThreadPool, isa_name, force_isa
@@ -40,7 +62,9 @@ from .encodings import (alibi_slopes, alibi_add_bias_, t5_bucket, t5_add_bias_,
                         sinusoidal_table, sinusoidal_add_, learned_add_)
 from .rope_ext import (apply_rope_qk_store_, apply_mrope_, apply_rope_qk_multi_,
                        mrope_section_from_hf_config)
-from .qk_norm import qk_norm_rope_, qk_norm_rope_store_  # noqa: F401  (issue 16)
+from .qk_norm import qk_norm_rope_, qk_norm_rope_store_
+
+_ext.bind()
 
 __all__ = [
     "version", "library_path", "PosencError", "BusyError", "Status",
@@ -48,7 +72,8 @@ __all__ = [
     "alibi_slopes", "alibi_add_bias_", "t5_bucket", "t5_add_bias_",
     "sinusoidal_table", "sinusoidal_add_", "learned_add_",
     "apply_rope_qk_store_", "apply_mrope_", "apply_rope_qk_multi_",
-    "mrope_section_from_hf_config",
+    "mrope_section_from_hf_config", "qk_norm_rope_", "qk_norm_rope_store_",
+    "DEFAULT_MAX_POSITIONS", "MAX_POSITIONS_FROM_CONFIG",
 ]
 
 def version():

@@ -1,20 +1,23 @@
 """numpy arrays and torch tensors -> pe_tensor views (no copy), and int64
-position arrays.
+position arrays: the binding's argument checks, in Python.
 
-Every check here runs before the C call, so a rejected array is never
-written: wrong type -> TypeError, wrong shape/stride/writability/overlap ->
-ValueError.
+The compiled module (posenc._posenc) describes the common arguments itself;
+it calls the helpers here for any argument it does not take as it is (a list
+of positions, a read-only or oddly strided array, an ml_dtypes bfloat16
+array), and the binding's functions run these checks again when the library
+refuses a call, so that the argument at fault raises the same TypeError or
+ValueError it always did: wrong type -> TypeError, wrong
+shape/stride/writability/overlap -> ValueError. Nothing is written before
+any of them.
 
 torch is optional: a torch.Tensor can only exist once torch has been
 imported, so it is recognised through sys.modules and never imported here.
 """
-import ctypes
 import operator
 import sys
 
 import numpy as np
 
-from . import _lib
 from ._lib import Tensor, PE_F32, PE_F16, PE_BF16
 
 try:  # optional: a real bfloat16 numpy dtype
@@ -177,8 +180,10 @@ def _torch_view(x, name, dtype, writable, ndim):
         raise ValueError("%s requires grad: libposenc writes it in place, which autograd cannot "
                          "record (call it under torch.no_grad() on a tensor that does not need "
                          "grad, or .detach() it)" % name)
-    if writable and (x.is_conj() or x.is_neg()):
-        raise ValueError("%s is a lazy conj/neg view: materialise it first" % name)
+    if x.is_conj() or x.is_neg():
+        # Its memory holds the values negated: reading it as it is would be wrong too.
+        raise ValueError("%s is a lazy conj/neg view: materialise it first (.resolve_neg())"
+                         % name)
     size = x.element_size()
     shape = tuple(int(n) for n in x.shape)
     byte_strides = [int(s) * size for s in x.stride()]
@@ -276,7 +281,7 @@ def integers(values, name):
     return a
 
 
-def int64_grid(values, batch, tokens, name, *, scalar_ok=False):
+def int64_grid(values, batch, tokens, name, scalar_ok=False):
     """A C-contiguous int64 [batch, tokens] array (a copy) from None, a
     [batch, tokens], [1, tokens] or [tokens] (same for every batch row)
     integer array (numpy, list or torch), or (scalar_ok) one integer for
@@ -297,11 +302,6 @@ def int64_grid(values, batch, tokens, name, *, scalar_ok=False):
 def ptr(arr):
     """The data pointer of an optional array (None -> NULL)."""
     return None if arr is None else arr.ctypes.data
-
-
-def ref(view):
-    """A pointer to an optional View's pe_tensor (None -> NULL)."""
-    return None if view is None else ctypes.byref(view.t)
 
 
 def float_vector(values, n, name, ctype=np.float32):
@@ -340,3 +340,137 @@ def handle_of(obj, kind, name):
         raise TypeError("%s must be a posenc.%s or None, got %s"
                         % (name, kind.__name__, type(obj).__name__))
     return obj._as_parameter_
+
+
+# ---- the compiled module's helpers --------------------------------------------
+
+# How posenc._posenc maps an argument of fewer dimensions (its MAP_* values).
+MAP_4D, MAP_SLOTS, MAP_ROWS, MAP_TABLE = 0, 1, 2, 3
+
+
+def tensor_view(obj, name, dtype, writable, mapping):
+    """The View of an argument posenc._posenc does not describe itself (or
+    the error it deserves): mapping says how fewer dimensions are read -
+    MAP_SLOTS a flat [slots, heads, dim] KV cache as [1, heads, slots, dim],
+    MAP_ROWS [batch, tokens, d] as [batch, 1, tokens, d], MAP_TABLE
+    [max_len, d] as [1, 1, max_len, d]."""
+    if mapping == MAP_SLOTS:
+        obj = kv_cache_4d(obj, name)
+    elif mapping == MAP_ROWS:
+        obj = as_4d(obj, name)
+    elif mapping == MAP_TABLE:
+        obj = as_4d(obj, name, ndims=(2, 4))
+    return tensor(obj, name, dtype=dtype, writable=bool(writable))
+
+
+def kv_cache_4d(k_cache, name="k_cache"):
+    """[num_blocks, heads, block_size, dim] as it is; a flat [num_slots,
+    heads, dim] cache as [1, heads, num_slots, dim] (a view)."""
+    if not (isinstance(k_cache, np.ndarray) or is_torch(k_cache)):
+        raise TypeError("%s must be a numpy.ndarray or a torch.Tensor, got %s"
+                        % (name, type(k_cache).__name__))
+    return swap12(k_cache[None]) if k_cache.ndim == 3 else k_cache
+
+
+def mrope_positions(positions, batch, tokens):
+    """A C-contiguous int64 [3, batch, tokens] array from [3, batch, tokens]
+    or [3, tokens] (same for every batch row) integers; None stays None."""
+    if positions is None:
+        return None
+    a = integers(positions, "positions")
+    if a.ndim == 2 and a.shape == (3, tokens):
+        a = np.broadcast_to(a[:, np.newaxis, :], (3, batch, tokens))
+    if a.shape != (3, batch, tokens):
+        raise ValueError("positions has shape %s, expected [3, batch %d, tokens %d] or [3, %d] "
+                         "(t, h, w)" % (a.shape, batch, tokens, tokens))
+    return np.ascontiguousarray(a, dtype=np.int64)
+
+
+def int32_vector(values, n, limit, name):
+    """A contiguous int32 [n] array of integers in [0, limit) (the cache
+    index of each batch row)."""
+    idx = integers(values, name)
+    if idx.shape != (n,):
+        raise ValueError("%s has shape %s, expected [batch %d]" % (name, idx.shape, n))
+    if idx.size and (idx.min() < 0 or idx.max() >= limit):
+        raise ValueError("%s values must be in [0, %d)" % (name, limit))
+    return np.ascontiguousarray(idx, dtype=np.int32)
+
+
+def float_table(table, num_buckets, heads):
+    """T5's bias table as a contiguous float32 [num_buckets, heads] array
+    (num_buckets None: the table's rows); a torch tensor (an nn.Embedding
+    weight) is converted."""
+    if hasattr(table, "detach"):
+        table = table.detach().cpu().float().numpy()
+    tab = np.asarray(table)
+    if tab.ndim != 2:
+        raise ValueError("table must be [num_buckets, heads], got shape %s" % (tab.shape,))
+    nb = tab.shape[0] if num_buckets is None else int_arg(num_buckets, "num_buckets", *INT32)
+    if tab.shape != (nb, heads):
+        raise ValueError("table has shape %s, expected [num_buckets %d, heads %d]"
+                         % (tab.shape, nb, heads))
+    if tab.dtype.kind != "f":
+        raise TypeError("table must be floating point, got dtype %s" % tab.dtype)
+    return np.ascontiguousarray(tab, dtype=np.float32)
+
+
+def norm_weight(w, name, n, per_token):
+    """A QK-norm weight as a contiguous float32 [n] array: head_dim values
+    (per head) or heads * head_dim (per token), in any shape holding them."""
+    if is_torch(w):
+        w = w.detach().cpu().float().numpy()
+    a = np.ascontiguousarray(np.asarray(w), dtype=np.float32)
+    if a.size != n:
+        raise ValueError("%s has %d values, expected %d (%s)" %
+                         (name, a.size, n, "heads * head_dim" if per_token else "head_dim"))
+    return a.reshape(-1)
+
+
+# ---- layouts ----------------------------------------------------------------------
+
+BHTD = "[batch, heads, tokens, head_dim]"
+BTHD = "[batch, tokens, heads, head_dim]"
+
+
+def _layout_fits(qs, ks, ps, bthd):
+    """q and k (shapes, k may be None) agree in batch and tokens read as
+    [B, T, H, D] (bthd) or [B, H, T, D], and positions (shape or None) have
+    that many tokens."""
+    t = 1 if bthd else 2
+    if ks is not None and (qs[0] != ks[0] or qs[t] != ks[t]):
+        return False
+    return ps is None or len(ps) not in (1, 2) or ps[-1] == qs[t]
+
+
+def layout_of(q, k, positions):
+    """posenc.torch's unsqueeze_dim=None: 0 ([B, H, T, D]) or 1 ([B, T, H,
+    D]) when only one of them fits the shapes of q, k and positions; 0 when
+    neither does (the call then reports what does not fit); ValueError when
+    both do: the shapes cannot tell the layout (q and k with the same heads
+    and tokens, or as many tokens as heads) and a guess could rotate along
+    the heads."""
+    if q is None:
+        q, k = k, None
+    qs = tuple(q.shape)
+    ks = None if k is None else tuple(k.shape)
+    ps = None if positions is None else np.shape(positions.detach().cpu().numpy()
+                                                 if is_torch(positions) else positions)
+    fits = [_layout_fits(qs, ks, ps, bthd) for bthd in (False, True)]
+    if fits[0] and fits[1]:
+        raise ValueError(
+            "posenc.torch: cannot tell the layout of q %s%s%s: it fits %s and %s alike, and a "
+            "guess could rotate along the heads: pass unsqueeze_dim=1 for %s (transformers' "
+            "layout after .transpose(1, 2)) or unsqueeze_dim=2 for %s"
+            % (qs, "" if ks is None else " and k %s" % (ks,),
+               "" if ps is None else " with positions %s" % (ps,), BHTD, BTHD, BHTD, BTHD))
+    return 1 if fits[1] and not fits[0] else 0
+
+
+def mismatch_hint(qs, ks, bthd, how):
+    """The end of the message for q and k (shapes) that differ in batch or
+    tokens in the layout the caller stated: how to state the other one
+    ([B, T, H, D] when bthd) when they fit that way, else nothing."""
+    if _layout_fits(qs, ks, None, bthd):
+        return "; they look like %s: %s" % (BTHD if bthd else BHTD, how)
+    return ""

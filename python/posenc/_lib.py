@@ -1,18 +1,24 @@
 """Loading libposenc and declaring its C API for ctypes: statuses,
-exceptions, structs, flags, prototypes, the handle base class and the
-config.json reader - each written once, here.
+exceptions, structs, flags, prototypes, the handle base class, the
+config.json reader and the table-size rule - each written once, here.
+
+ctypes serves the calls made once per model (creating caches and pools,
+reading configs, accessors); the in-place calls, made once per layer and
+step, go through the compiled module posenc._posenc (see _ext.py), which
+this module's loader also binds: both use the one library loaded here.
 
 The library is looked up, in order:
   1. the POSENC_LIBRARY environment variable (a file, or a directory holding
      libposenc.so.0); if set, nothing else is tried;
-  2. next to this package (a vendored copy: posenc/libposenc.so.0);
-  3. the build/ directory of the source checkout the package comes from:
-     <checkout>/build/libposenc.so.0, where <checkout> is the directory
-     holding python/posenc/ (running from the tree with PYTHONPATH=python), or
-     the checkout `pip install ./python` was run from (recorded in the
-     installed package's _checkout.py) - if that build exists;
+  2. next to this package: posenc/libposenc.so.0, the copy an installed
+     package carries (pip builds it with the package);
+  3. the build/ directory of the source checkout around python/posenc/
+     (running from the tree with PYTHONPATH=python), if that build exists;
   4. an installed library: "libposenc.so.0" through the dynamic loader
      (LD_LIBRARY_PATH, the ld.so cache), then ctypes.util.find_library.
+A library whose major version is not this binding's is refused at import
+(posenc._ext also refuses one older than the header the package was built
+with).
 
 Functions the loaded library does not export (an older 0.x library) are
 reported by has_symbol() and raise PosencError(UNSUPPORTED) when called.
@@ -185,19 +191,15 @@ def _package_dir():
 
 
 def source_checkout():
-    """The source checkout this package belongs to, or None: the directory
-    above python/posenc/ when it holds include/posenc.h, else the checkout
-    recorded by `pip install` (posenc/_checkout.py, written at build time)."""
+    """The source checkout around this package, or None: the directory above
+    python/posenc/ when it holds include/posenc.h (an installed package is
+    never in one: it carries its library)."""
     here = _package_dir()
     root = os.path.dirname(os.path.dirname(here))
     if os.path.basename(os.path.dirname(here)) == "python" and \
             os.path.isfile(os.path.join(root, "include", "posenc.h")):
         return root
-    try:
-        from ._checkout import CHECKOUT
-    except ImportError:
-        return None
-    return CHECKOUT if os.path.isfile(os.path.join(CHECKOUT, "include", "posenc.h")) else None
+    return None
 
 
 def _candidates():
@@ -227,7 +229,8 @@ def _load():
         ("next to the posenc package, the source checkout's build/ (%s), %s through the "
          "dynamic loader, find_library('posenc')" % (source_checkout() or "none", _SONAME))
     raise ImportError("posenc: cannot load libposenc (tried %s):\n%s\n"
-                      "Build it (make build), or set POSENC_LIBRARY to the path of libposenc.so.%d."
+                      "Build it (make build), install it (make install; ldconfig), or set "
+                      "POSENC_LIBRARY to the path of libposenc.so.%d."
                       % (where, "\n".join(errors), SONAME_MAJOR))
 
 
@@ -245,14 +248,20 @@ def has_symbol(name):
     return hasattr(lib, name)
 
 
+def missing(name):
+    """The PosencError(UNSUPPORTED) for a C function the loaded library
+    does not export (an older library)."""
+    return PosencError(Status.ERR_UNSUPPORTED,
+                       "%s: not exported by %s (version %s): a newer libposenc is needed"
+                       % (name, library_path(), version()))
+
+
 def fn(name):
     """The declared C function, or PosencError(UNSUPPORTED) if the loaded
     library predates it."""
     f = getattr(lib, name, None)
     if f is None:
-        raise PosencError(Status.ERR_UNSUPPORTED,
-                          "%s: not exported by %s (version %s): a newer libposenc is needed"
-                          % (name, library_path(), version()))
+        raise missing(name)
     return f
 
 
@@ -295,7 +304,8 @@ if _major != SONAME_MAJOR:
 # ---- one base class for the C objects -------------------------------------------
 
 class Handle:
-    """A C object, passed to ctypes as itself (_as_parameter_).
+    """A C object, passed to ctypes as itself (_as_parameter_) and to
+    posenc._posenc as its address (_ptr, None once closed).
 
     Owned (the default): Python frees it with the function `_destroy` names,
     at close() (idempotent), at the end of a with block or when collected.
@@ -308,10 +318,12 @@ class Handle:
 
     _destroy = None   # "pe_..._destroy", set by the subclass
     _handle = None
+    _ptr = None       # the address as an int, for posenc._posenc
     _owner = None     # the Handle a borrowed handle belongs to; None = owned
 
     def _set_handle(self, handle, owner=None):
         self._handle = handle
+        self._ptr = handle.value if isinstance(handle, ctypes.c_void_p) else handle
         self._owner = owner
 
     @property
@@ -335,7 +347,7 @@ class Handle:
         it is closed with its owner (nothing happens)."""
         if self._owner is not None:
             return
-        h, self._handle = self._handle, None
+        h, self._handle, self._ptr = self._handle, None, None
         if h is not None:
             getattr(lib, self._destroy)(h)
 
@@ -343,6 +355,7 @@ class Handle:
         """The owner's side, before it frees the C object: a borrowed handle
         lets go of it and becomes closed."""
         self._handle = None
+        self._ptr = None
         self._owner = None
 
     def __enter__(self):
@@ -381,3 +394,78 @@ def config_text(config):
         return json.dumps(config.to_dict(), default=str).encode()
     raise TypeError("config must be a path, a dict, a PretrainedConfig or JSON text, got %s"
                     % type(config).__name__)
+
+
+def config_max_position_embeddings(text):
+    """max_position_embeddings of a config.json's text (top level or
+    text_config), or None."""
+    import json
+    try:
+        cfg = json.loads(text)
+    except ValueError:
+        return None
+    for c in (cfg, cfg.get("text_config") if isinstance(cfg, dict) else None):
+        if isinstance(c, dict) and isinstance(c.get("max_position_embeddings"), int):
+            return c["max_position_embeddings"]
+    return None
+
+
+# ---- table rows --------------------------------------------------------------------
+
+import textwrap as _textwrap
+
+
+def _library_default_max_positions():
+    p = RopeParams()
+    lib.pe_rope_params_init(ctypes.byref(p))
+    return int(p.max_positions)
+
+
+#: The one default for the rows of a cos/sin table, everywhere in the binding
+#: (RopeCache, RopeCache.from_hf_config, ModelRope, posenc.torch): the C
+#: library's own (pe_rope_params_init), 4096 rows - rotary_dim * 4 bytes a
+#: row, 2 MiB at rotary_dim 128 - and never a config's max_position_embeddings
+#: unless asked for (MAX_POSITIONS_FROM_CONFIG): Llama-3.1's 131072 rows are
+#: 64 MiB per cache. A position past the table fails the call with
+#: PE_ERR_POSITION_OUT_OF_RANGE, nothing written.
+DEFAULT_MAX_POSITIONS = _library_default_max_positions()
+
+#: max_positions=MAX_POSITIONS_FROM_CONFIG: one row per position up to the
+#: config's max_position_embeddings (the C API's PE_MAX_POSITIONS_FROM_CONFIG).
+MAX_POSITIONS_FROM_CONFIG = PE_MAX_POSITIONS_FROM_CONFIG
+
+#: The sentence every max_positions parameter's docstring uses (wrapped
+#: for a class docstring's indentation).
+MAX_POSITIONS_DOC = _textwrap.fill(
+    "rows of the cos/sin table: None = DEFAULT_MAX_POSITIONS (%d, the C "
+    "library's default: rotary_dim * 4 bytes a row, %g MiB at rotary_dim 128); "
+    "0 = no table (cos/sin computed per token, any position, a little slower); "
+    "posenc.MAX_POSITIONS_FROM_CONFIG = the config's max_position_embeddings "
+    "(Llama-3.1: 131072 rows, 64 MiB). Set it to the longest context you serve: "
+    "a position past the table raises PosencError(ERR_POSITION_OUT_OF_RANGE), "
+    "nothing written." % (DEFAULT_MAX_POSITIONS, DEFAULT_MAX_POSITIONS * 128 * 4 / 2**20),
+    width=76, initial_indent="    max_positions: ", subsequent_indent="    ").lstrip()
+
+
+def max_positions_arg(max_positions, config_text=None):
+    """max_positions as the C calls take it: None -> DEFAULT_MAX_POSITIONS;
+    MAX_POSITIONS_FROM_CONFIG -> the config's max_position_embeddings (with
+    config_text; ValueError when it has none), else kept for the C API
+    (ModelRope, whose C loader reads it)."""
+    if max_positions is None:
+        return DEFAULT_MAX_POSITIONS
+    import operator
+    try:
+        mp = operator.index(max_positions)
+    except TypeError:
+        raise TypeError("max_positions must be an integer or None, got %s"
+                        % type(max_positions).__name__) from None
+    if mp == MAX_POSITIONS_FROM_CONFIG and config_text is not None:
+        m = config_max_position_embeddings(config_text)
+        if m is None:
+            raise ValueError("max_positions=MAX_POSITIONS_FROM_CONFIG: the config has no "
+                             "max_position_embeddings")
+        return m
+    if not -2**63 <= mp < 2**63:
+        raise ValueError("max_positions = %d is outside the int64 range" % mp)
+    return mp

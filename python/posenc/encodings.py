@@ -1,22 +1,17 @@
 """ALiBi, T5 relative bias, sinusoidal and learned absolute embeddings."""
-import ctypes
 
 import numpy as np
 
 from . import _lib
-from ._arrays import (tensor, disjoint, ref, as_4d, int64_grid, integers, ptr, float_vector,
-                      int_arg, INT32, INT64)
-from .threads import pool_handle
+from ._arrays import (tensor, disjoint, as_4d, int64_grid, integers, ptr, float_vector,
+                      float_table, int_arg, INT32, INT64)
+from ._ext import ext
 
 
 def _one_head(x4):
     if x4.shape[1] != 1:
         raise ValueError("x must be [batch, tokens, d] or [batch, 1, tokens, d], got shape %s"
                          % (x4.shape,))
-
-
-def _scores(scores, dtype):
-    return tensor(scores, "scores", dtype=dtype)
 
 
 def alibi_slopes(n_heads, max_bias=8.0):
@@ -29,6 +24,14 @@ def alibi_slopes(n_heads, max_bias=8.0):
     return out[:n]
 
 
+def _check_scores(scores, dtype, q_positions):
+    """The binding's checks of a score bias call's scores and q_positions
+    (run when the library refuses the call); returns the scores' View."""
+    t = tensor(scores, "scores", dtype=dtype)
+    int64_grid(q_positions, t.shape[0], t.shape[2], "q_positions")
+    return t
+
+
 def alibi_add_bias_(scores, slopes=None, q_positions=None, causal=False, pool=None, *,
                     dtype=None):
     """scores[b,h,i,j] += -slopes[h] * |qpos(b,i) - j| in place.
@@ -37,13 +40,14 @@ def alibi_add_bias_(scores, slopes=None, q_positions=None, causal=False, pool=No
     standard slopes). q_positions: [batch, q_len] or [q_len]; None = the last
     q_len positions (k_len - q_len + i). causal: also set -inf where j > qpos.
     """
-    t = _scores(scores, dtype)
-    heads = t.shape[1]
-    s = None if slopes is None else float_vector(slopes, heads, "slopes")
-    qp = int64_grid(q_positions, t.shape[0], t.shape[2], "q_positions")
-    flags = _lib.PE_MASK_CAUSAL if causal else 0
-    _lib.check(_lib.fn("pe_alibi_add_bias")(ref(t), ptr(s), ptr(qp), flags,
-                                            pool_handle(pool)))
+    try:
+        ext.alibi_add_bias(scores, slopes, q_positions, _lib.PE_MASK_CAUSAL if causal else 0,
+                           pool, dtype)
+    except _lib.PosencError:
+        t = _check_scores(scores, dtype, q_positions)
+        if slopes is not None:
+            float_vector(slopes, t.shape[1], "slopes")
+        raise
     return scores
 
 
@@ -77,24 +81,16 @@ def t5_add_bias_(scores, table, bidirectional=True, num_buckets=None, max_distan
     table: [num_buckets, heads] (T5's relative_attention_bias weight),
     converted to float32. num_buckets defaults to table.shape[0].
     q_positions and causal as for alibi_add_bias_."""
-    t = _scores(scores, dtype)
-    if hasattr(table, "detach"):   # a torch tensor (an nn.Embedding weight)
-        table = table.detach().cpu().float().numpy()
-    tab = np.asarray(table)
-    if tab.ndim != 2:
-        raise ValueError("table must be [num_buckets, heads], got shape %s" % (tab.shape,))
-    nb = tab.shape[0] if num_buckets is None else int_arg(num_buckets, "num_buckets", *INT32)
-    if tab.shape != (nb, t.shape[1]):
-        raise ValueError("table has shape %s, expected [num_buckets %d, heads %d]"
-                         % (tab.shape, nb, t.shape[1]))
-    if tab.dtype.kind != "f":
-        raise TypeError("table must be floating point, got dtype %s" % tab.dtype)
-    tab = np.ascontiguousarray(tab, dtype=np.float32)
-    qp = int64_grid(q_positions, t.shape[0], t.shape[2], "q_positions")
-    flags = _lib.PE_MASK_CAUSAL if causal else 0
-    _lib.check(_lib.fn("pe_t5_add_bias")(
-        ref(t), ptr(tab), 1 if bidirectional else 0, nb,
-        int_arg(max_distance, "max_distance", *INT32), ptr(qp), flags, pool_handle(pool)))
+    if num_buckets is not None:
+        int_arg(num_buckets, "num_buckets", *INT32)
+    md = int_arg(max_distance, "max_distance", *INT32)
+    try:
+        ext.t5_add_bias(scores, table, bool(bidirectional), num_buckets, md, q_positions,
+                        _lib.PE_MASK_CAUSAL if causal else 0, pool, dtype)
+    except _lib.PosencError:
+        t = _check_scores(scores, dtype, q_positions)
+        float_table(table, num_buckets, t.shape[1])
+        raise
     return scores
 
 
@@ -110,16 +106,25 @@ def sinusoidal_table(n_positions, d_model, base=10000.0, concat=False):
     return out[:n, :d]
 
 
-def sinusoidal_add_(x, positions=None, base=10000.0, concat=False, pool=None, *, dtype=None):
-    """x[b,t,:] += PE(positions[b,t]) in place. x: [batch, tokens, d_model]
-    or [batch, 1, tokens, d_model]. positions: None = 0..tokens-1."""
+def _check_rows(x, dtype, positions):
+    """The binding's checks of x and positions of the absolute embeddings
+    (run when the library refuses the call); returns x as 4-D and its View."""
     x4 = as_4d(x, "x")
     t = tensor(x4, "x", dtype=dtype)
     _one_head(x4)
-    pos = int64_grid(positions, x4.shape[0], x4.shape[2], "positions")
-    flags = _lib.PE_SINUSOIDAL_CONCAT if concat else 0
-    _lib.check(_lib.fn("pe_sinusoidal_add")(ref(t), ptr(pos), float(base), flags,
-                                            pool_handle(pool)))
+    int64_grid(positions, x4.shape[0], x4.shape[2], "positions")
+    return x4, t
+
+
+def sinusoidal_add_(x, positions=None, base=10000.0, concat=False, pool=None, *, dtype=None):
+    """x[b,t,:] += PE(positions[b,t]) in place. x: [batch, tokens, d_model]
+    or [batch, 1, tokens, d_model]. positions: None = 0..tokens-1."""
+    try:
+        ext.sinusoidal_add(x, positions, float(base),
+                           _lib.PE_SINUSOIDAL_CONCAT if concat else 0, pool, dtype)
+    except _lib.PosencError:
+        _check_rows(x, dtype, positions)
+        raise
     return x
 
 
@@ -128,17 +133,17 @@ def learned_add_(x, table, positions=None, pool=None, *, dtype=None, table_dtype
     embeddings). x: [batch, tokens, d] or [batch, 1, tokens, d]; table:
     [max_len, d] or [1, 1, max_len, d], float32/float16/bfloat16, read only.
     A position >= max_len raises PosencError(ERR_POSITION_OUT_OF_RANGE)."""
-    x4 = as_4d(x, "x")
-    tab4 = as_4d(table, "table", ndims=(2, 4))
-    tx = tensor(x4, "x", dtype=dtype)
-    tt = tensor(tab4, "table", dtype=table_dtype, writable=False)
-    _one_head(x4)
-    if tab4.shape[:2] != (1, 1):
-        raise ValueError("table must be [max_len, d] or [1, 1, max_len, d], got shape %s"
-                         % (tab4.shape,))
-    if tab4.shape[3] != x4.shape[3]:
-        raise ValueError("table has d_model %d, x %d" % (tab4.shape[3], x4.shape[3]))
-    disjoint(("x", tx), ("table", tt))
-    pos = int64_grid(positions, x4.shape[0], x4.shape[2], "positions")
-    _lib.check(_lib.fn("pe_learned_add")(ref(tx), ref(tt), ptr(pos), pool_handle(pool)))
+    try:
+        ext.learned_add(x, table, positions, pool, dtype, table_dtype)
+    except _lib.PosencError:
+        x4, tx = _check_rows(x, dtype, positions)
+        tab4 = as_4d(table, "table", ndims=(2, 4))
+        tt = tensor(tab4, "table", dtype=table_dtype, writable=False)
+        if tab4.shape[:2] != (1, 1):
+            raise ValueError("table must be [max_len, d] or [1, 1, max_len, d], got shape %s"
+                             % (tab4.shape,)) from None
+        if tab4.shape[3] != x4.shape[3]:
+            raise ValueError("table has d_model %d, x %d" % (tab4.shape[3], x4.shape[3])) from None
+        disjoint(("x", tx), ("table", tt))
+        raise
     return x

@@ -82,8 +82,7 @@ class ModelRope:
     def __init__(self, config, max_positions=None, seq_len=0, guess=False):
         """See from_hf_config."""
         text = _lib.config_text(config)
-        mp = _lib.PE_MAX_POSITIONS_FROM_CONFIG if max_positions is None else \
-            int_arg(max_positions, "max_positions", *INT64)
+        mp = _lib.max_positions_arg(max_positions)
         sl = int_arg(seq_len or 0, "seq_len", *INT64)
         handle = ctypes.c_void_p()
         _lib.check(_lib.fn("pe_model_rope_from_hf_config")(
@@ -118,11 +117,12 @@ class ModelRope:
         config: a path to config.json (or to a model directory holding one), a
         dict, a transformers PretrainedConfig, or the JSON text / bytes - what
         RopeCache.from_hf_config accepts.
-        max_positions: cos/sin table rows of every cache (0 = computed per
-        token, any position). None (the default, = PE_MAX_POSITIONS_FROM_CONFIG,
-        -1): the config's max_position_embeddings; PosencError(PARSE) if it
-        has none. Mind long contexts: Llama-4-Scout's 10485760 positions are
-        5 GiB of table; pass a smaller number or 0 there.
+        max_positions: the table rows of every cache, as RopeCache takes
+        them: None = posenc.DEFAULT_MAX_POSITIONS (4096, 2 MiB a cache at
+        rotary_dim 128), 0 = computed per token (any position),
+        posenc.MAX_POSITIONS_FROM_CONFIG = the config's
+        max_position_embeddings (PosencError(PARSE) if it has none; mind long
+        contexts: Llama-4-Scout's 10485760 positions are 5 GiB of table).
         seq_len: the context the frequencies serve (dynamic, longrope); 0 =
         max_position_embeddings.
         A config the library cannot use raises PosencError with its message

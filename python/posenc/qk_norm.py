@@ -17,93 +17,42 @@ Gemma 3) or "l2" (x * r, no weight: Llama 4), r = 1/sqrt(mean(x^2) + eps) over
 each head's row (scope "head") or each token's heads (scope "token": OLMo 2).
 The arithmetic (float64, one rounding) is posenc.h's; arrays follow RopeCache.apply_'s rules.
 """
-import ctypes
-
-import numpy as np
-
 from . import _lib
-from ._arrays import tensor, int64_grid, ptr, ref
-from .threads import pool_handle
-from .rope import RopeCache
+from ._arrays import tensor, int64_grid, norm_weight
+from ._ext import ext
+from .rope import RopeCache, _INVERSE
 
 __all__ = ["qk_norm_rope_", "qk_norm_rope_store_"]
 
 KINDS = {"none": 0, "rms": 1, "rms_unit_offset": 2, "l2": 3}
 SCOPES = {"head": 0, "token": 1}
+_WEIGHTED = (KINDS["rms"], KINDS["rms_unit_offset"])
 
 
-class QkNorm(ctypes.Structure):
-    """struct pe_qk_norm."""
-    _fields_ = [
-        ("struct_size", ctypes.c_uint32),
-        ("kind", ctypes.c_int),
-        ("scope", ctypes.c_int),
-        ("eps", ctypes.c_float),
-        ("q_weight", ctypes.c_void_p),
-        ("k_weight", ctypes.c_void_p),
-    ]
-
-
-class KvCache(ctypes.Structure):
-    """struct pe_kv_cache."""
-    _fields_ = [
-        ("struct_size", ctypes.c_uint32),
-        ("k", ctypes.POINTER(_lib.Tensor)),
-        ("v", ctypes.POINTER(_lib.Tensor)),
-        ("k_quant", ctypes.c_uint32),
-        ("v_quant", ctypes.c_uint32),
-        ("k_scale", ctypes.c_void_p),
-        ("v_scale", ctypes.c_void_p),
-    ]
-
-
-_T = ctypes.POINTER(_lib.Tensor)
-_p, _st = ctypes.c_void_p, ctypes.c_int
-_PROTOTYPES = {
-    "pe_qk_norm_init": (None, [ctypes.POINTER(QkNorm)]),
-    "pe_kv_cache_init": (None, [ctypes.POINTER(KvCache)]),
-    "pe_qk_norm_rope": (_st, [_p, ctypes.POINTER(QkNorm), _T, _T, _p, ctypes.c_uint32, _p]),
-    "pe_qk_norm_rope_store": (_st, [_p, ctypes.POINTER(QkNorm), _T, _T, _T,
-                                    ctypes.POINTER(KvCache), _p, _p, ctypes.c_uint32, _p]),
-}
-for _name, (_res, _args) in _PROTOTYPES.items():
-    _f = getattr(_lib.lib, _name, None)
-    if _f is not None:
-        _f.restype = _res
-        _f.argtypes = _args
-
-
-def _weight(w, name, needed, n_heads, head_dim, scope):
-    if w is None:
-        return None
-    if not needed:
-        raise ValueError("%s is given but this kind has no weight" % name)
-    a = np.ascontiguousarray(np.asarray(w), dtype=np.float32)
-    want = head_dim * (n_heads if scope == 1 else 1)
-    if a.size != want:
-        raise ValueError("%s has %d values, expected %d (%s)" %
-                         (name, a.size, want, "heads * head_dim" if scope == 1 else "head_dim"))
-    return a.reshape(-1)
-
-
-def _norm(kind, scope, eps, q_weight, k_weight, q, k, head_dim):
+def _kind_scope(kind, scope):
     if kind not in KINDS:
         raise ValueError("kind %r is not one of %s" % (kind, ", ".join(KINDS)))
     if scope not in SCOPES:
         raise ValueError("scope %r is not one of %s" % (scope, ", ".join(SCOPES)))
-    n = QkNorm()
-    _lib.fn("pe_qk_norm_init")(ctypes.byref(n))
-    n.kind, n.scope, n.eps = KINDS[kind], SCOPES[scope], float(eps)
-    weighted = kind in ("rms", "rms_unit_offset")
-    qw = _weight(q_weight, "q_weight", weighted, q.shape[1] if q is not None else 0, head_dim,
-                 n.scope)
-    kw = _weight(k_weight, "k_weight", weighted, k.shape[1] if k is not None else 0, head_dim,
-                 n.scope)
-    for w, arr, name in ((qw, q, "q_weight"), (kw, k, "k_weight")):
-        if weighted and arr is not None and w is None:
+    return KINDS[kind], SCOPES[scope]
+
+
+def _check_weights_given(kind, q_weight, k_weight, q, k):
+    """A weight given to a kind without one, or missing."""
+    weighted = KINDS[kind] in _WEIGHTED
+    for w, x, name in ((q_weight, q, "q_weight"), (k_weight, k, "k_weight")):
+        if w is not None and not weighted:
+            raise ValueError("%s is given but this kind has no weight" % name)
+        if weighted and x is not None and w is None:
             raise ValueError("kind %r needs %s" % (kind, name))
-    n.q_weight, n.k_weight = ptr(qw), ptr(kw)
-    return n, (qw, kw)  # the arrays stay alive with the caller's reference
+
+
+def _check_weight_sizes(scope, q_weight, k_weight, q, k, head_dim):
+    """The weights' sizes (run when the library refuses a call)."""
+    for w, x, name in ((q_weight, q, "q_weight"), (k_weight, k, "k_weight")):
+        if w is not None:
+            norm_weight(w, name, head_dim * (x.shape[1] if x is not None and scope == 1 else 1),
+                        scope == 1)
 
 
 def _check_cache(cache):
@@ -117,18 +66,20 @@ def qk_norm_rope_(cache, q=None, k=None, *, kind="rms", scope="head", eps=1e-6,
     """QK-norm then RoPE, q and k in place ([batch, heads, tokens, head_dim],
     either may be None). Every channel of a normed row is written."""
     _check_cache(cache)
-    if q is None and k is None:
-        raise ValueError("q and k cannot both be None")
-    tq = tensor(q, "q", dtype=dtype) if q is not None else None
-    tk = tensor(k, "k", dtype=dtype) if k is not None else None
-    head_dim = (q if q is not None else k).shape[3]
-    norm, keep = _norm(kind, scope, eps, q_weight, k_weight, q, k, head_dim)
-    first = q if q is not None else k
-    pos = int64_grid(positions, first.shape[0], first.shape[2], "positions")
-    flags = _lib.PE_ROPE_INVERSE if inverse else 0
-    _lib.check(_lib.fn("pe_qk_norm_rope")(cache._as_parameter_, ctypes.byref(norm), ref(tq),
-                                          ref(tk), ptr(pos), flags, pool_handle(pool)))
-    del keep
+    kd, sc = _kind_scope(kind, scope)
+    _check_weights_given(kind, q_weight, k_weight, q, k)
+    try:
+        ext.qk_norm_rope(cache, q, k, kd, sc, float(eps), q_weight, k_weight, positions,
+                         _INVERSE if inverse else 0, pool, dtype)
+    except _lib.PosencError:
+        if q is None and k is None:
+            raise ValueError("q and k cannot both be None") from None
+        tq = tensor(q, "q", dtype=dtype) if q is not None else None
+        tk = tensor(k, "k", dtype=dtype) if k is not None else None
+        first = tq if tq is not None else tk
+        _check_weight_sizes(sc, q_weight, k_weight, tq, tk, first.shape[3])
+        int64_grid(positions, first.shape[0], first.shape[2], "positions")
+        raise
 
 
 def qk_norm_rope_store_(cache, k, k_cache, slot_mapping, q=None, v=None, v_cache=None, *,
@@ -145,23 +96,24 @@ def qk_norm_rope_store_(cache, k, k_cache, slot_mapping, q=None, v=None, v_cache
         raise ValueError("qk_norm_rope_store_: k is required")
     if (v is None) != (v_cache is None):
         raise ValueError("v and v_cache go together")
-    tq = tensor(q, "q", dtype=dtype) if q is not None else None
-    tk = tensor(k, "k", dtype=dtype, writable=False)
-    tv = tensor(v, "v", dtype=dtype, writable=False) if v is not None else None
-    tkc = tensor(k_cache, "k_cache", dtype=cache_dtype)
-    tvc = tensor(v_cache, "v_cache", dtype=v_cache_dtype) if v_cache is not None else None
-    norm, keep = _norm(kind, scope, eps, q_weight, k_weight, q, k, k.shape[3])
-    kv = KvCache()
-    _lib.fn("pe_kv_cache_init")(ctypes.byref(kv))
-    kv.k = ctypes.pointer(tkc.t)
-    if tvc is not None:
-        kv.v = ctypes.pointer(tvc.t)
-    slots = int64_grid(slot_mapping, k.shape[0], k.shape[2], "slot_mapping")
-    if slots is None:
+    if slot_mapping is None:
         raise ValueError("qk_norm_rope_store_: slot_mapping is required")
-    pos = int64_grid(positions, k.shape[0], k.shape[2], "positions")
-    flags = _lib.PE_ROPE_INVERSE if inverse else 0
-    _lib.check(_lib.fn("pe_qk_norm_rope_store")(
-        cache._as_parameter_, ctypes.byref(norm), ref(tq), ref(tk), ref(tv),
-        ctypes.byref(kv), ptr(slots), ptr(pos), flags, pool_handle(pool)))
-    del keep
+    kd, sc = _kind_scope(kind, scope)
+    _check_weights_given(kind, q_weight, k_weight, q, k)
+    try:
+        ext.qk_norm_rope_store(cache, q, k, v, k_cache, v_cache, slot_mapping, kd, sc,
+                               float(eps), q_weight, k_weight, positions,
+                               _INVERSE if inverse else 0, pool, dtype, cache_dtype,
+                               v_cache_dtype)
+    except _lib.PosencError:
+        tq = tensor(q, "q", dtype=dtype) if q is not None else None
+        tk = tensor(k, "k", dtype=dtype, writable=False)
+        if v is not None:
+            tensor(v, "v", dtype=dtype, writable=False)
+        tensor(k_cache, "k_cache", dtype=cache_dtype)
+        if v_cache is not None:
+            tensor(v_cache, "v_cache", dtype=v_cache_dtype)
+        _check_weight_sizes(sc, q_weight, k_weight, tq, tk, tk.shape[3])
+        int64_grid(slot_mapping, tk.shape[0], tk.shape[2], "slot_mapping")
+        int64_grid(positions, tk.shape[0], tk.shape[2], "positions")
+        raise

@@ -7,9 +7,14 @@ import warnings
 import numpy as np
 
 from . import _lib
-from ._arrays import (tensor, disjoint, ref, int64_grid, ptr, float_vector, int_arg,
-                      INT32, INT64)
-from .threads import pool_handle
+from ._arrays import (tensor, disjoint, int64_grid, float_vector, int_arg, swap12,
+                      mismatch_hint, BHTD, BTHD, INT32, INT64)
+from ._ext import ext
+
+_INVERSE = _lib.PE_ROPE_INVERSE
+#: How a caller of the numpy-shaped functions passes [B, T, H, D] arrays.
+_HOW_BTHD = ("pass views in [batch, heads, tokens, head_dim] order (numpy .transpose(0, 2, 1, "
+             "3), torch .transpose(1, 2): no copy)")
 
 STYLES = {"neox": 0, "gptj": 1}
 
@@ -103,10 +108,10 @@ def rope_config(head_dim, rotary_dim, style, rope_theta, rope_scaling, max_posit
 
 
 class RopeCache(_lib.Handle):
-    """A RoPE frequency set and cos/sin table (pe_rope_cache).
+    __doc__ = """A RoPE frequency set and cos/sin table (pe_rope_cache).
 
     RopeCache(head_dim=128, rotary_dim=None, style="neox", rope_theta=10000.0,
-              max_positions=8192, rope_scaling=None)
+              max_positions=None, rope_scaling=None)
 
     rope_scaling is a HuggingFace rope_scaling / rope_parameters dict:
     {"rope_type" (or "type"): "linear" | "dynamic" | "yarn" | "longrope" |
@@ -121,8 +126,9 @@ class RopeCache(_lib.Handle):
     "ntk", "factor": s} (static NTK-aware) and {"rope_type": "custom",
     "inv_freq": rotary_dim/2 frequencies}.
 
-    max_positions: rows of the cos/sin table (0 = none: computed per token,
-    any position). max_position_embeddings: the model's M (config.json's
+    %s
+
+    max_position_embeddings: the model's M (config.json's
     max_position_embeddings), used where transformers derives a value from
     it (factor = M / M0 for yarn/longrope without a factor; M0 = M when
     original_max_position_embeddings is missing; dynamic NTK scales relative
@@ -130,12 +136,12 @@ class RopeCache(_lib.Handle):
     dict stands for M. seq_len: the context the frequencies serve (dynamic,
     longrope); None = as transformers initialises them (dynamic: M; longrope:
     the short factors).
-    """
+    """ % _lib.MAX_POSITIONS_DOC
 
     _destroy = "pe_rope_cache_destroy"
 
     def __init__(self, head_dim=128, rotary_dim=None, style="neox", rope_theta=10000.0,
-                 max_positions=8192, rope_scaling=None, *, seq_len=None,
+                 max_positions=None, rope_scaling=None, *, seq_len=None,
                  max_position_embeddings=None):
         hd = int_arg(head_dim, "head_dim", *INT32)
         if hd < 2 or hd % 2:
@@ -156,7 +162,7 @@ class RopeCache(_lib.Handle):
             if st not in STYLES.values():
                 raise ValueError("style %d: expected 0 (neox) or 1 (gptj)" % st)
         base = float(rope_theta)
-        mp = int_arg(max_positions, "max_positions", *INT64)
+        mp = _lib.max_positions_arg(max_positions)
         sl = None if seq_len is None else int_arg(seq_len, "seq_len", 0, INT64[1])
         m = None if max_position_embeddings is None else \
             int_arg(max_position_embeddings, "max_position_embeddings", 1, 2**53)
@@ -236,14 +242,16 @@ class RopeCache(_lib.Handle):
         return self
 
     @classmethod
-    def from_hf_config(cls, config, max_positions=8192, seq_len=0, guess=False):
+    def from_hf_config(cls, config, max_positions=None, seq_len=0, guess=False):
         """A cache from a HuggingFace config.json, as transformers derives it
         (the library's loader, pe_rope_cache_create_from_hf_config).
 
         config: a path to config.json (or to a model directory holding one), a
         dict, a transformers PretrainedConfig, or the JSON text / bytes.
-        max_positions: table rows (0 = on the fly). seq_len: the context the
-        frequencies serve; 0 = max_position_embeddings.
+        max_positions: table rows, as RopeCache() takes them: None =
+        posenc.DEFAULT_MAX_POSITIONS (4096), not the config's
+        max_position_embeddings unless you pass posenc.MAX_POSITIONS_FROM_CONFIG.
+        seq_len: the context the frequencies serve; 0 = max_position_embeddings.
         A model whose layers differ (Gemma 2/3, ModernBERT, Cohere2, Llama 4,
         EXAONE 4, ...) is refused with PosencError(UNSUPPORTED) naming the C
         per-layer loader: load it with posenc.ModelRope.from_hf_config.
@@ -254,7 +262,7 @@ class RopeCache(_lib.Handle):
         text = _lib.config_text(config)
         handle = ctypes.c_void_p()
         _lib.check(_lib.fn("pe_rope_cache_create_from_hf_config")(
-            text, len(text), int_arg(max_positions, "max_positions", *INT64),
+            text, len(text), _lib.max_positions_arg(max_positions, text),
             int_arg(seq_len or 0, "seq_len", *INT64), _lib.PE_CONFIG_GUESS if guess else 0,
             ctypes.byref(handle)))
         self = cls.__new__(cls)
@@ -316,22 +324,35 @@ class RopeCache(_lib.Handle):
             raise ValueError("%s has head_dim (shape[3]) %d, the cache %d"
                              % (name, view.shape[3], self.head_dim))
 
-    def _qk(self, q, k, dtype, k_writable=True):
+    def _qk(self, q, k, dtype, k_writable=True, bthd=False, how_other=_HOW_BTHD):
         """Views of q and k (either may be None), checked against the cache
-        and each other; returns (vq, vk, batch, tokens)."""
+        and each other; returns (vq, vk, batch, tokens). bthd: q and k are
+        [batch, tokens, heads, head_dim] (posenc.torch's unsqueeze_dim=2).
+        how_other: how the caller passes the other layout, for the message
+        about q and k that differ in batch or tokens but would fit as it."""
         if q is None and k is None:
             raise ValueError("q and k cannot both be None")
-        vq = tensor(q, "q", dtype=dtype) if q is not None else None
-        vk = tensor(k, "k", dtype=dtype, writable=k_writable) if k is not None else None
+        vq = tensor(swap12(q) if bthd else q, "q", dtype=dtype) if q is not None else None
+        vk = tensor(swap12(k) if bthd else k, "k", dtype=dtype, writable=k_writable) \
+            if k is not None else None
         for v, name in ((vq, "q"), (vk, "k")):
             if v is not None:
                 self._check_head_dim(v, name)
         if vq is not None and vk is not None and \
                 (vq.shape[0], vq.shape[2]) != (vk.shape[0], vk.shape[2]):
-            raise ValueError("q %s and k %s differ in batch or tokens" % (vq.shape, vk.shape))
+            qs, ks = tuple(q.shape), tuple(k.shape)
+            raise ValueError("q %s and k %s differ in batch or tokens as %s%s"
+                             % (qs, ks, BTHD if bthd else BHTD,
+                                mismatch_hint(qs, ks, not bthd, how_other)))
         disjoint(("q", vq), ("k", vk))
         v = vq if vq is not None else vk
         return vq, vk, v.shape[0], v.shape[2]
+
+    def _check_apply(self, q, k, positions, dtype, bthd=False, how_other=_HOW_BTHD):
+        """The binding's checks of apply_'s arguments (run when the library
+        refuses the call, so that the argument at fault is named)."""
+        _, _, batch, tokens = self._qk(q, k, dtype, bthd=bthd, how_other=how_other)
+        int64_grid(positions, batch, tokens, "positions")
 
     def apply_(self, q, k=None, positions=None, inverse=False, pool=None, *, dtype=None):
         """Rotate q and/or k in place: [batch, heads, tokens, head_dim] numpy
@@ -342,24 +363,25 @@ class RopeCache(_lib.Handle):
         positions: int [batch, tokens], [1, tokens] or [tokens] (numpy, list
         or torch), None = 0..tokens-1. inverse=True rotates by -angle.
         Returns (q, k), the same objects."""
-        vq, vk, batch, tokens = self._qk(q, k, dtype)
-        pos = int64_grid(positions, batch, tokens, "positions")
-        flags = _lib.PE_ROPE_INVERSE if inverse else 0
-        _lib.check(_lib.lib.pe_apply_rope_qk(
-            self._as_parameter_, ref(vq), ref(vk), ptr(pos), flags, pool_handle(pool)))
+        try:
+            ext.apply_rope_qk(self, q, k, positions, _INVERSE if inverse else 0, pool, dtype, 0)
+        except _lib.PosencError:
+            self._check_apply(q, k, positions, dtype)
+            raise
         return q, k
 
     def shift_k_(self, k, deltas, pool=None, *, dtype=None):
         """Move rotated keys by a position delta in place (KV-cache context
         shift): afterwards k is as if rotated at p + delta. deltas: one int,
         [tokens] or [batch, tokens]; may be negative."""
-        vk = tensor(k, "k", dtype=dtype)
-        self._check_head_dim(vk, "k")
-        d = int64_grid(deltas, vk.shape[0], vk.shape[2], "deltas", scalar_ok=True)
-        if d is None:
+        if deltas is None:
             raise ValueError("shift_k_: deltas is required")
-        _lib.check(_lib.lib.pe_rope_shift_k(self._as_parameter_, ref(vk), ptr(d),
-                                            pool_handle(pool)))
+        try:
+            ext.rope_shift_k(self, k, deltas, pool, dtype)
+        except _lib.PosencError:
+            vk = tensor(k, "k", dtype=dtype)
+            self._check_head_dim(vk, "k")
+            raise
         return k
 
     @staticmethod
@@ -369,11 +391,11 @@ class RopeCache(_lib.Handle):
         for c, name in ((from_cache, "from_cache"), (to_cache, "to_cache")):
             if not isinstance(c, RopeCache):
                 raise TypeError("%s must be a RopeCache" % name)
-        vk = tensor(k, "k", dtype=dtype)
-        from_cache._check_head_dim(vk, "k")
-        pos = int64_grid(positions, vk.shape[0], vk.shape[2], "positions")
-        _lib.check(_lib.lib.pe_rope_rerotate_k(from_cache._as_parameter_, to_cache._as_parameter_,
-                                               ref(vk), ptr(pos), pool_handle(pool)))
+        try:
+            ext.rope_rerotate_k(from_cache, to_cache, k, positions, pool, dtype)
+        except _lib.PosencError:
+            from_cache._check_head_dim(tensor(k, "k", dtype=dtype), "k")
+            raise
         return k
 
 

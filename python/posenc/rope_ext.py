@@ -17,13 +17,11 @@ written.
 """
 import ctypes
 
-import numpy as np
-
 from . import _lib
-from ._arrays import (tensor, disjoint, ref, int64_grid, integers, ptr, int_arg, swap12, INT32,
-                      is_torch)
-from .rope import RopeCache
-from .threads import pool_handle
+from ._arrays import (tensor, disjoint, int64_grid, int_arg, INT32, kv_cache_4d,
+                      mrope_positions, int32_vector)
+from ._ext import ext
+from .rope import RopeCache, _INVERSE
 
 __all__ = ["apply_rope_qk_store_", "apply_mrope_", "apply_rope_qk_multi_", "mrope_positions",
            "mrope_section_from_hf_config"]
@@ -52,40 +50,31 @@ def apply_rope_qk_store_(cache, k, k_cache, slot_mapping, q=None, positions=None
     _cache(cache)
     if k is None:
         raise ValueError("apply_rope_qk_store_: k is required")
-    vq, vk, batch, tokens = cache._qk(q, k, dtype, k_writable=False)
-    if not (isinstance(k_cache, np.ndarray) or is_torch(k_cache)):
-        raise TypeError("k_cache must be a numpy.ndarray or a torch.Tensor, got %s"
-                        % type(k_cache).__name__)
-    if k_cache.ndim == 3:  # [num_slots, heads, dim] -> [1, heads, num_slots, dim], a view
-        k_cache = swap12(k_cache[None])
-    vc = tensor(k_cache, "k_cache", dtype=cache_dtype)
-    cache._check_head_dim(vc, "k_cache")
-    if vc.shape[1] != vk.shape[1]:
-        raise ValueError("k_cache has %d heads (shape[1]), k %d" % (vc.shape[1], vk.shape[1]))
-    disjoint(("k_cache", vc), ("q", vq))
-    disjoint(("k_cache", vc), ("k", vk))
-    slots = int64_grid(slot_mapping, batch, tokens, "slot_mapping")
-    if slots is None:
+    if slot_mapping is None:
         raise ValueError("apply_rope_qk_store_: slot_mapping is required")
-    pos = int64_grid(positions, batch, tokens, "positions")
-    flags = _lib.PE_ROPE_INVERSE if inverse else 0
-    _lib.check(_lib.fn("pe_apply_rope_qk_store")(
-        cache._as_parameter_, ref(vq), ref(vk), ref(vc), ptr(slots), ptr(pos), flags,
-        pool_handle(pool)))
+    try:
+        ext.apply_rope_qk_store(cache, q, k, k_cache, slot_mapping, positions,
+                                _INVERSE if inverse else 0, pool, dtype, cache_dtype)
+    except _lib.PosencError:
+        vq, vk, batch, tokens = cache._qk(q, k, dtype, k_writable=False)
+        vc = tensor(kv_cache_4d(k_cache), "k_cache", dtype=cache_dtype)
+        cache._check_head_dim(vc, "k_cache")
+        if vc.shape[1] != vk.shape[1]:
+            raise ValueError("k_cache has %d heads (shape[1]), k %d" % (vc.shape[1], vk.shape[1]))
+        disjoint(("k_cache", vc), ("q", vq))
+        disjoint(("k_cache", vc), ("k", vk))
+        int64_grid(slot_mapping, batch, tokens, "slot_mapping")
+        int64_grid(positions, batch, tokens, "positions")
+        raise
 
 
-def mrope_positions(positions, batch, tokens):
-    """A C-contiguous int64 [3, batch, tokens] array from [3, batch, tokens]
-    or [3, tokens] (same for every batch row) integers; None stays None."""
-    if positions is None:
-        return None
-    a = integers(positions, "positions")
-    if a.ndim == 2 and a.shape == (3, tokens):
-        a = np.broadcast_to(a[:, np.newaxis, :], (3, batch, tokens))
-    if a.shape != (3, batch, tokens):
-        raise ValueError("positions has shape %s, expected [3, batch %d, tokens %d] or [3, %d] "
-                         "(t, h, w)" % (a.shape, batch, tokens, tokens))
-    return np.ascontiguousarray(a, dtype=np.int64)
+def _sections(mrope_section):
+    if mrope_section is None:
+        raise ValueError("apply_mrope_: mrope_section is required")
+    sec = [int_arg(v, "mrope_section[%d]" % i, *INT32) for i, v in enumerate(mrope_section)]
+    if len(sec) != 3:
+        raise ValueError("mrope_section must have 3 entries, got %d" % len(sec))
+    return sec
 
 
 def apply_mrope_(cache, q, k=None, positions=None, mrope_section=None, interleaved=False,
@@ -97,19 +86,14 @@ def apply_mrope_(cache, q, k=None, positions=None, mrope_section=None, interleav
     frequency counts summing to rotary_dim/2 (HF rope_scaling['mrope_section']).
     """
     _cache(cache)
-    if mrope_section is None:
-        raise ValueError("apply_mrope_: mrope_section is required")
-    sec = [int_arg(v, "mrope_section[%d]" % i, *INT32) for i, v in enumerate(mrope_section)]
-    if len(sec) != 3:
-        raise ValueError("mrope_section must have 3 entries, got %d" % len(sec))
-    sec = (ctypes.c_int32 * 3)(*sec)
-    vq, vk, batch, tokens = cache._qk(q, k, dtype)
-    pos = mrope_positions(positions, batch, tokens)
-    flags = (_lib.PE_ROPE_INVERSE if inverse else 0) | \
-        (_lib.PE_ROPE_MROPE_INTERLEAVED if interleaved else 0)
-    _lib.check(_lib.fn("pe_apply_mrope_qk")(
-        cache._as_parameter_, ref(vq), ref(vk), ptr(pos), ctypes.cast(sec, ctypes.c_void_p),
-        flags, pool_handle(pool)))
+    s0, s1, s2 = _sections(mrope_section)
+    flags = (_INVERSE if inverse else 0) | (_lib.PE_ROPE_MROPE_INTERLEAVED if interleaved else 0)
+    try:
+        ext.apply_mrope_qk(cache, q, k, positions, s0, s1, s2, flags, pool, dtype)
+    except _lib.PosencError:
+        _, _, batch, tokens = cache._qk(q, k, dtype)
+        mrope_positions(positions, batch, tokens)
+        raise
 
 
 def apply_rope_qk_multi_(caches, cache_index, q, k=None, positions=None, inverse=False,
@@ -122,19 +106,14 @@ def apply_rope_qk_multi_(caches, cache_index, q, k=None, positions=None, inverse
         raise ValueError("apply_rope_qk_multi_: caches is empty")
     for i, c in enumerate(caches):
         _cache(c, "caches[%d]" % i)
-    vq, vk, batch, tokens = caches[0]._qk(q, k, dtype)
-    idx = integers(cache_index, "cache_index")
-    if idx.shape != (batch,):
-        raise ValueError("cache_index has shape %s, expected [batch %d]" % (idx.shape, batch))
-    if idx.size and (idx.min() < 0 or idx.max() >= len(caches)):
-        raise ValueError("cache_index values must be in [0, %d)" % len(caches))
-    idx = np.ascontiguousarray(idx, dtype=np.int32)
-    handles = (ctypes.c_void_p * len(caches))(*[c._as_parameter_ for c in caches])
-    pos = int64_grid(positions, batch, tokens, "positions")
-    flags = _lib.PE_ROPE_INVERSE if inverse else 0
-    _lib.check(_lib.fn("pe_apply_rope_qk_multi")(
-        ctypes.cast(handles, ctypes.c_void_p), len(caches), ptr(idx), ref(vq), ref(vk),
-        ptr(pos), flags, pool_handle(pool)))
+    try:
+        ext.apply_rope_qk_multi(caches, cache_index, q, k, positions,
+                                _INVERSE if inverse else 0, pool, dtype)
+    except _lib.PosencError:
+        _, _, batch, tokens = caches[0]._qk(q, k, dtype)
+        int32_vector(cache_index, batch, len(caches), "cache_index")
+        int64_grid(positions, batch, tokens, "positions")
+        raise
 
 
 def mrope_section_from_hf_config(config):

@@ -2,7 +2,7 @@
 import ctypes
 
 from . import _lib
-from ._arrays import int_arg, handle_of
+from ._arrays import int_arg
 
 
 class ThreadPool(_lib.Handle):
@@ -32,11 +32,6 @@ class ThreadPool(_lib.Handle):
 
     def __repr__(self):
         return "<posenc.ThreadPool %s>" % ("closed" if self.closed else "%d threads" % self.n_threads)
-
-
-def pool_handle(pool):
-    """The C handle of pool= (None: the calling thread alone)."""
-    return handle_of(pool, ThreadPool, "pool")
 
 
 def isa_name():

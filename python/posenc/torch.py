@@ -10,13 +10,19 @@ With posenc.torch:
 
     from posenc.torch import RotaryEmbedding, apply_rotary_pos_emb
     rotary = RotaryEmbedding(model.config)          # the same config.json loader as C
-    q, k = rotary(q, k, position_ids)               # in place; returns the same tensors
+    q, k = rotary(q, k, position_ids, unsqueeze_dim=1)   # in place; returns the same tensors
     # or, shaped like transformers' function:
-    q, k = apply_rotary_pos_emb(q, k, position_ids, rotary)
+    q, k = apply_rotary_pos_emb(q, k, position_ids, rotary, unsqueeze_dim=1)
 
-q: [batch, heads, tokens, head_dim] (transformers' layout after .transpose(1, 2);
-unsqueeze_dim=2 for [batch, tokens, heads, head_dim]), k the same with its
-own head count (GQA). float32, float16 or bfloat16 CPU tensors, any strides
+The layout is stated by unsqueeze_dim, as in transformers: 1 for
+[batch, heads, tokens, head_dim] (transformers' layout after .transpose(1, 2)),
+2 for [batch, tokens, heads, head_dim]. Left out (None), it is read from the
+shapes where they tell it - q and k of different head counts (GQA), or
+positions whose tokens match one reading only - and refused (ValueError)
+where they cannot: q and k with the same heads and tokens (MHA) or as many
+tokens as heads, with nothing else to tell; a guess there could rotate
+along the heads. k has its own head count (GQA). float32, float16 or
+bfloat16 CPU tensors, any strides
 with a contiguous last dimension - the views transformers makes, q/k slices
 of a packed QKV projection - that do not require grad (call under
 torch.no_grad() / torch.inference_mode(), as generation does).
@@ -24,53 +30,53 @@ attention_scaling (YaRN, LongRoPE) is applied to the rotation, as
 transformers multiplies cos and sin by it. Computation is in float32 with
 one rounding to the tensor's dtype.
 
+TorchScript: the same calls are operators (registered with torch.library
+when this module is imported), which take the cache as an integer,
+op_id(rotary) - a scripted model keeps that number; the RotaryEmbedding (or
+RopeCache) itself must stay alive:
+    torch.ops.posenc.rope_(q, k, position_ids, cache_id, unsqueeze_dim)
+        = apply_rotary_pos_emb(q, k, position_ids, rotary, unsqueeze_dim)
+    torch.ops.posenc.rope_store_(q, k, k_cache, slot_mapping, positions, cache_id)
+        = posenc.apply_rope_qk_store_(cache, k, k_cache, slot_mapping, q, positions)
+Through the dispatcher (to a Python kernel) a call costs about 4 us more.
+
 This module imports torch; the rest of posenc does not need it.
 """
-import json
+import itertools
+import weakref
 
 import torch
 
 from . import _lib
-from ._arrays import swap12
+from ._arrays import layout_of
+from ._ext import ext
 from .rope import RopeCache
 
-__all__ = ["RotaryEmbedding", "apply_rotary_pos_emb"]
+_LAYOUTS = {None: -1, 1: 0, 2: 1}
 
-
-def _max_position_embeddings(text):
-    try:
-        cfg = json.loads(text)
-    except ValueError:
-        return None
-    for c in (cfg, cfg.get("text_config") if isinstance(cfg, dict) else None):
-        if isinstance(c, dict) and isinstance(c.get("max_position_embeddings"), int):
-            return c["max_position_embeddings"]
-    return None
+__all__ = ["RotaryEmbedding", "apply_rotary_pos_emb", "op_id"]
 
 
 class RotaryEmbedding(torch.nn.Module):
-    """The rotary embedding of a model, from its config: a transformers
+    __doc__ = """The rotary embedding of a model, from its config: a transformers
     PretrainedConfig, a config.json path or model directory, a dict or JSON
     text - read by the library's loader (pe_rope_cache_create_from_hf_config),
     the same as posenc.RopeCache.from_hf_config.
 
-    max_positions: rows of the cos/sin table; None = the config's
-    max_position_embeddings (Llama-3.1: 131072 rows x 64 frequencies x 8
-    bytes = 64 MiB), 0 = no table (angles per token: any position, a little
-    slower). seq_len: the context the frequencies serve (dynamic, longrope);
-    0 = max_position_embeddings.
+    %s
+    seq_len: the context the frequencies serve (dynamic, longrope); 0 =
+    max_position_embeddings.
 
-    forward(q, k, position_ids=None, unsqueeze_dim=1) rotates q and k in place
-    at position_ids ([batch, tokens], [1, tokens] or [tokens]; None =
+    forward(q, k, position_ids=None, unsqueeze_dim=None) rotates q and k in
+    place at position_ids ([batch, tokens], [1, tokens] or [tokens]; None =
     0..tokens-1) and returns (q, k). Either of q, k may be None.
-    """
+    unsqueeze_dim: the layout, as apply_rotary_pos_emb takes it.
+    """ % _lib.MAX_POSITIONS_DOC
 
     def __init__(self, config, max_positions=None, seq_len=0):
         super().__init__()
-        text = _lib.config_text(config)
-        if max_positions is None:
-            max_positions = _max_position_embeddings(text) or 8192
-        self.cache = RopeCache.from_hf_config(text, max_positions=max_positions, seq_len=seq_len)
+        self.cache = RopeCache.from_hf_config(config, max_positions=max_positions,
+                                              seq_len=seq_len)
 
     @property
     def attention_scaling(self):
@@ -86,7 +92,12 @@ class RotaryEmbedding(torch.nn.Module):
     def head_dim(self):
         return self.cache.head_dim
 
-    def forward(self, q, k=None, position_ids=None, unsqueeze_dim=1):
+    @property
+    def op_id(self):
+        """The integer torch.ops.posenc.* take for this module's cache (op_id)."""
+        return op_id(self)
+
+    def forward(self, q, k=None, position_ids=None, unsqueeze_dim=None):
         return apply_rotary_pos_emb(q, k, position_ids, self, unsqueeze_dim=unsqueeze_dim)
 
     def extra_repr(self):
@@ -96,22 +107,86 @@ class RotaryEmbedding(torch.nn.Module):
             p["max_positions"])
 
 
-def apply_rotary_pos_emb(q, k, position_ids, rotary, unsqueeze_dim=1, pool=None):
+def apply_rotary_pos_emb(q, k, position_ids, rotary, unsqueeze_dim=None, pool=None):
     """Rotate q and k in place at position_ids with `rotary` (a
     RotaryEmbedding or a posenc.RopeCache); returns (q, k), the same tensors.
 
     The shape of transformers' apply_rotary_pos_emb(q, k, cos, sin,
     unsqueeze_dim) with position_ids in place of cos/sin: unsqueeze_dim=1 for
-    [batch, heads, tokens, head_dim], 2 for [batch, tokens, heads, head_dim].
+    [batch, heads, tokens, head_dim], 2 for [batch, tokens, heads, head_dim];
+    None reads it from the shapes where they tell it and raises ValueError
+    where they cannot (see the module's docstring).
     """
     cache = rotary.cache if isinstance(rotary, RotaryEmbedding) else rotary
     if not isinstance(cache, RopeCache):
         raise TypeError("rotary must be a posenc.torch.RotaryEmbedding or a posenc.RopeCache, "
                         "got %s" % type(rotary).__name__)
-    if unsqueeze_dim not in (1, 2):
-        raise ValueError("unsqueeze_dim must be 1 ([B, H, T, D]) or 2 ([B, T, H, D]), got %r"
-                         % (unsqueeze_dim,))
-    qv = q if q is None or unsqueeze_dim == 1 else swap12(q)
-    kv = k if k is None or unsqueeze_dim == 1 else swap12(k)
-    cache.apply_(qv, kv, positions=position_ids, pool=pool)
+    layout = _LAYOUTS.get(unsqueeze_dim, None) if isinstance(unsqueeze_dim, (int, type(None))) \
+        else None
+    if layout is None:
+        raise ValueError("unsqueeze_dim must be 1 ([B, H, T, D]), 2 ([B, T, H, D]) or None (read "
+                         "from the shapes), got %r" % (unsqueeze_dim,))
+    try:
+        ext.apply_rope_qk(cache, q, k, position_ids, 0, pool, None, layout)
+    except _lib.PosencError:
+        if layout < 0 and (q is not None or k is not None):
+            layout = layout_of(q, k, position_ids)
+        cache._check_apply(q, k, position_ids, None, bthd=layout == 1,
+                           how_other="pass unsqueeze_dim=%d" % (1 if layout == 1 else 2))
+        raise
     return q, k
+
+
+# ---- torch.ops.posenc: the calls as operators (TorchScript) ----------------------
+
+_ops_caches = {}               # op id -> weakref to the RopeCache
+_ops_ids = weakref.WeakKeyDictionary()
+_ops_counter = itertools.count(1)
+
+
+def op_id(rotary):
+    """The integer that names `rotary`'s cache (a RotaryEmbedding or a
+    RopeCache) to torch.ops.posenc.rope_ / rope_store_. Numbers are never
+    reused; the cache is not kept alive by it: an operator given the number
+    of a cache that has been freed or closed raises ValueError."""
+    cache = rotary.cache if isinstance(rotary, RotaryEmbedding) else rotary
+    if not isinstance(cache, RopeCache):
+        raise TypeError("op_id: expected a posenc.torch.RotaryEmbedding or a posenc.RopeCache, "
+                        "got %s" % type(rotary).__name__)
+    if cache not in _ops_ids:
+        n = next(_ops_counter)
+        _ops_ids[cache] = n
+        _ops_caches[n] = weakref.ref(cache, lambda _, n=n: _ops_caches.pop(n, None))
+    return _ops_ids[cache]
+
+
+def _op_cache(n):
+    ref = _ops_caches.get(n)
+    cache = ref() if ref is not None else None
+    if cache is None or cache.closed:
+        raise ValueError("torch.ops.posenc: no live cache has op id %d (freed or closed, or "
+                         "not from posenc.torch.op_id)" % n)
+    return cache
+
+
+def _op_rope(q, k, positions, cache, unsqueeze_dim=None):
+    apply_rotary_pos_emb(q, k, positions, _op_cache(cache), unsqueeze_dim=unsqueeze_dim)
+
+
+def _op_rope_store(q, k, k_cache, slot_mapping, positions, cache):
+    from .rope_ext import apply_rope_qk_store_
+    apply_rope_qk_store_(_op_cache(cache), k, k_cache, slot_mapping, q=q, positions=positions)
+
+
+def _register_ops():
+    lib = torch.library.Library("posenc", "DEF")
+    lib.define("rope_(Tensor(a!)? q, Tensor(b!)? k, Tensor? positions, int cache, "
+               "int? unsqueeze_dim=None) -> ()")
+    lib.define("rope_store_(Tensor(a!)? q, Tensor k, Tensor(b!) k_cache, Tensor slot_mapping, "
+               "Tensor? positions, int cache) -> ()")
+    lib.impl("rope_", _op_rope, "CPU")
+    lib.impl("rope_store_", _op_rope_store, "CPU")
+    return lib
+
+
+_ops_library = _register_ops()   # the registration lasts as long as this object

@@ -1,8 +1,12 @@
 """Shared helpers for the posenc binding tests.
 
-Run from the repository root:
+Run from the repository root (make test-python):
   POSENC_LIBRARY=build/libposenc.so PYTHONPATH=python python3 -m pytest -q python/tests
+or, against an installed package, from an unpacked sdist (whose libposenc/
+holds the header and the test configs), from any other directory:
+  python -m pytest -q posenc-X.Y.Z/tests
 """
+import math
 import os
 import pathlib
 import sys
@@ -17,7 +21,13 @@ import pytest
 
 import posenc  # noqa: F401  (the package under test, loaded once)
 
-REPO = pathlib.Path(__file__).resolve().parents[2]
+HERE = pathlib.Path(__file__).resolve().parent
+#: The repository (tests in its python/tests), or the C sources an sdist
+#: carries (its libposenc/): include/posenc.h and tests/data/configs.
+REPO = next((p for p in (HERE.parents[1], HERE.parent / "libposenc")
+             if (p / "include" / "posenc.h").is_file()), HERE.parents[1])
+#: The directory of the posenc package under test (the tree's, or the installed one).
+PACKAGE = pathlib.Path(posenc.__file__).resolve().parent
 
 
 @pytest.fixture
@@ -45,6 +55,24 @@ def bf16_bits_to_f32(b):
 
 def default_inv_freq(base, d):
     return base ** (-(2.0 * np.arange(d // 2)) / d)
+
+
+def yarn_inv_freq(base, dim, factor, m0, beta_fast=32.0, beta_slow=1.0, truncate=True):
+    """YaRN's frequencies in float64, transcribed from transformers'
+    _compute_yarn_parameters (the NTK-by-parts ramp between the correction
+    dimensions of beta_fast and beta_slow)."""
+    def corr_dim(rot):
+        return dim * math.log(m0 / (rot * 2 * math.pi)) / (2 * math.log(base))
+    low, high = corr_dim(beta_fast), corr_dim(beta_slow)
+    if truncate:
+        low, high = math.floor(low), math.ceil(high)
+    low, high = max(low, 0), min(high, dim - 1)
+    if low == high:
+        high += 0.001
+    ramp = np.clip((np.arange(dim // 2, dtype=np.float64) - low) / (high - low), 0, 1)
+    extrap = 1 - ramp
+    pos = base ** (np.arange(0, dim, 2, dtype=np.float64) / dim)
+    return (1 / (factor * pos)) * (1 - extrap) + (1 / pos) * extrap
 
 
 def rope_reference(x, inv_freq, positions, style="neox", rotary_dim=None, attn=1.0,

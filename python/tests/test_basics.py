@@ -62,7 +62,7 @@ def test_rope_params_round_trip_every_field():
 
 
 def test_params_show_resolved_attention_factor():
-    # issue 20: YaRN without attention_factor derives 0.1*ln(s)+1; params
+    # YaRN without attention_factor derives 0.1*ln(s)+1; params
     # shows that value, not the 0 ("derive it") of the parameter struct.
     cache = posenc.RopeCache(head_dim=64, max_positions=8,
                              rope_scaling={"rope_type": "yarn", "factor": 4.0,
@@ -107,7 +107,7 @@ def test_posenc_error_carries_last_error():
 
 
 def test_odd_head_dim_names_head_dim():
-    # issue 20: not "rotary_dim 0", a field the user never set
+    # not "rotary_dim 0", a field the user never set
     with pytest.raises(ValueError, match="head_dim 127 must be even"):
         posenc.RopeCache(head_dim=127)
     with pytest.raises(ValueError, match="rotary_dim 7 must be even"):
@@ -148,3 +148,26 @@ def test_flag_values_match_header():
         expr = re.sub(r"\b(0x[0-9a-fA-F]+|\d+)[uU]\b", r"\1", m.group(1).strip())
         assert re.fullmatch(r"[0-9a-fA-Fx()<>| ]+", expr), expr   # a constant expression
         assert eval(expr, {"__builtins__": {}}) == getattr(_lib, name), name
+
+
+def test_one_default_for_table_rows():
+    # The C library's default (the header: "rows of the cos/sin table,
+    # default 4096") everywhere in the binding, never a config's
+    # max_position_embeddings unless asked for.
+    header = (REPO / "include" / "posenc.h").read_text()
+    default = int(re.search(r"rows of the cos/sin table, default (\d+)", header).group(1))
+    assert posenc.DEFAULT_MAX_POSITIONS == default
+    cfg = {"model_type": "llama", "head_dim": 16, "num_attention_heads": 2,
+           "num_hidden_layers": 1, "rope_theta": 1e4, "max_position_embeddings": 100}
+    assert posenc.RopeCache(head_dim=16).max_positions == default
+    assert posenc.RopeCache.from_hf_config(cfg).max_positions == default
+    assert posenc.ModelRope.from_hf_config(cfg).layer(0).max_positions == default
+    assert posenc.RopeCache.from_hf_config(
+        cfg, max_positions=posenc.MAX_POSITIONS_FROM_CONFIG).max_positions == 100
+    del cfg["max_position_embeddings"]
+    with pytest.raises(ValueError, match="has no max_position_embeddings"):
+        posenc.RopeCache.from_hf_config(cfg, max_positions=posenc.MAX_POSITIONS_FROM_CONFIG)
+    # the docstrings state the rule and its memory: 4 bytes a rotated channel a row
+    doc = " ".join(posenc.RopeCache.__doc__.split())
+    assert "%d, the C library's default" % default in doc
+    assert "%g MiB at rotary_dim 128" % (default * 128 * 4 / 2**20) in doc

@@ -62,7 +62,14 @@ def test_wrong_ndim_and_head_dim(cache, qk, rng):
 def test_batch_or_tokens_mismatch(cache, qk):
     q, k = qk
     k2 = np.ascontiguousarray(k[:, :, :2])
-    unchanged_after(ValueError, lambda: cache.apply_(q, k2), q, k2)
+    e = unchanged_after(ValueError, lambda: cache.apply_(q, k2), q, k2)
+    assert "differ in batch or tokens" in str(e) and "look like" not in str(e)
+    # [batch, tokens, heads, head_dim] arrays: the message says how to pass them
+    bq, bk = q.transpose(0, 2, 1, 3).copy(), k.transpose(0, 2, 1, 3).copy()
+    e = unchanged_after(ValueError, lambda: cache.apply_(bq, bk), bq, bk)
+    assert "q (2, 3, 4, 16) and k (2, 3, 2, 16) differ in batch or tokens as [batch, heads, " \
+           "tokens, head_dim]; they look like [batch, tokens, heads, head_dim]" in str(e)
+    assert ".transpose(0, 2, 1, 3)" in str(e)
 
 
 def test_inner_stride_not_one(cache, rng):
@@ -118,7 +125,7 @@ def test_packed_qkv_views_are_not_overlap(cache, rng):
 
 
 def test_uint64_position_beyond_int64_is_named(cache, qk):
-    # issue 20: 2**63 was converted to a negative int64 before the check
+    # 2**63 must not become a negative int64 before the check
     q, _ = qk
     big = np.full((2, 3), 2**63, dtype=np.uint64)
     err = unchanged_after(ValueError, lambda: cache.apply_(q, positions=big), q)

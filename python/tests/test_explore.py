@@ -17,9 +17,9 @@ import pytest
 import posenc
 from posenc.tools import explore
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-PYDIR = os.path.dirname(HERE)
-REPO = os.path.dirname(PYDIR)
+from conftest import REPO, PACKAGE
+
+PYDIR = str(PACKAGE.parent)   # what PYTHONPATH needs for the posenc under test
 FIXTURES = sorted(glob.glob(os.path.join(REPO, "tests", "data", "configs", "*.json")))
 
 # One float32 ulp relative to the value (2^-23): the tolerance for "equal"
@@ -436,7 +436,7 @@ def test_target_shorter_than_context_is_an_error(tmp_path):
 
 
 def test_linear_scaled_config_original_context_is_m_over_factor(tmp_path):
-    # issue 20: a linear x4 model declaring max_position_embeddings 16384 was
+    # a linear x4 model declaring max_position_embeddings 16384 was
     # trained at 4096; that, not 16384, is its original context.
     cfg = tmp_path / "config.json"
     cfg.write_text(json.dumps({"model_type": "llama", "hidden_size": 4096,

@@ -2,7 +2,6 @@
 with RopeCache(...) built from the same values by hand, and accepts a path,
 a model directory, a dict, JSON text or bytes."""
 import json
-import pathlib
 import shutil
 
 import numpy as np

@@ -22,7 +22,7 @@ import pytest
 
 import posenc
 from posenc import _lib
-from conftest import REPO, rope_reference
+from conftest import REPO, rope_reference, yarn_inv_freq
 
 CONFIGS = REPO / "tests" / "data" / "configs"
 PER_LAYER = CONFIGS / "per_layer"
@@ -53,21 +53,6 @@ def inv_llama3(base, dim, factor, low, high, m0):
             s = (m0 / wl - low) / (high - low)
             out[i] = (1 - s) * f / factor + s * f
     return out
-
-
-def inv_yarn(base, dim, factor, m0, beta_fast=32.0, beta_slow=1.0, truncate=True):
-    def corr_dim(rot):
-        return dim * math.log(m0 / (rot * 2 * math.pi)) / (2 * math.log(base))
-    low, high = corr_dim(beta_fast), corr_dim(beta_slow)
-    if truncate:
-        low, high = math.floor(low), math.ceil(high)
-    low, high = max(low, 0), min(high, dim - 1)
-    if low == high:
-        high += 0.001
-    ramp = np.clip((np.arange(dim // 2, dtype=np.float64) - low) / (high - low), 0, 1)
-    extrap = 1 - ramp
-    pos = base ** (np.arange(0, dim, 2, dtype=np.float64) / dim)
-    return (1 / (factor * pos)) * (1 - extrap) + (1 / pos) * extrap
 
 
 def f32_ulp(v):
@@ -298,7 +283,7 @@ def test_qwen3_next_linear_attention_has_no_rope():
 def test_gpt_oss_one_yarn_cache():
     m = posenc.ModelRope.from_hf_config(CONFIGS / "gpt-oss-20b.json", max_positions=0)
     assert len(m) == 24 and m.nope_layers == ()
-    inv = inv_yarn(150000.0, 64, 32.0, 4096.0, truncate=False)
+    inv = yarn_inv_freq(150000.0, 64, 32.0, 4096.0, truncate=False)
     for i in range(24):
         expect_cache("gpt-oss %d" % i, m.layer(i), head_dim=64, scaling="yarn", factor=32.0,
                      attention=0.1 * math.log(32.0) + 1.0, inv=inv, base=150000.0)
@@ -351,11 +336,13 @@ def test_every_input_form(tmp_path):
         posenc.ModelRope.from_hf_config(3.5)
 
 
-def test_max_positions_default_is_the_configs():
+def test_max_positions_default_and_from_config():
     cfg = {"model_type": "llama", "head_dim": 16, "num_hidden_layers": 2, "rope_theta": 1e4,
            "max_position_embeddings": 48}
-    assert _lib.PE_MAX_POSITIONS_FROM_CONFIG == -1
-    for m in (posenc.ModelRope.from_hf_config(cfg),
+    assert _lib.PE_MAX_POSITIONS_FROM_CONFIG == -1 == posenc.MAX_POSITIONS_FROM_CONFIG
+    # The binding's one default (the C library's), not the config's 48.
+    assert posenc.ModelRope.from_hf_config(cfg).layer(0).max_positions == 4096
+    for m in (posenc.ModelRope.from_hf_config(cfg, max_positions=posenc.MAX_POSITIONS_FROM_CONFIG),
               posenc.ModelRope.from_hf_config(cfg, max_positions=-1)):
         assert m.layer(0).max_positions == 48
         m.layer(1).cos_sin(47)
@@ -365,7 +352,7 @@ def test_max_positions_default_is_the_configs():
     assert posenc.ModelRope.from_hf_config(cfg, max_positions=8).layer(0).max_positions == 8
     del cfg["max_position_embeddings"]
     with pytest.raises(posenc.PosencError) as e:
-        posenc.ModelRope.from_hf_config(cfg)
+        posenc.ModelRope.from_hf_config(cfg, max_positions=posenc.MAX_POSITIONS_FROM_CONFIG)
     assert e.value.status == posenc.Status.ERR_PARSE
     assert "max_position_embeddings" in e.value.message
     assert posenc.ModelRope.from_hf_config(cfg, max_positions=0).layer(0).max_positions == 0

@@ -14,9 +14,10 @@ import pytest
 import posenc
 from posenc.tools import pick
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-PYDIR = os.path.dirname(HERE)
-DOC = os.path.join(os.path.dirname(PYDIR), "docs", "explore.md")
+from conftest import REPO, PACKAGE
+
+PYDIR = str(PACKAGE.parent)   # what PYTHONPATH needs for the posenc under test
+DOC = os.path.join(REPO, "docs", "explore.md")
 
 
 def _table(text, marker):
@@ -108,14 +109,21 @@ def test_rules_follow_the_table(n, m, b, a):
     json.dumps(rec)   # serialisable
 
 
-@pytest.mark.parametrize("n,m,b,a", [g for g in GRID if pick.recommend(*g)["rope_scaling"]])
-def test_library_accepts_every_rope_scaling(n, m, b, a):
+SCALED = [g for g in GRID if pick.recommend(*g)["rope_scaling"]]
+
+
+def picked_inv_freq(n, m, b, a):
+    """The picker's recommendation and the frequencies of its rope_scaling."""
     rec = pick.recommend(n, m, b, a)
-    cfg = rec["config"]
     cache = posenc.RopeCache(head_dim=128, rope_theta=10000.0, max_positions=0,
                              rope_scaling=rec["rope_scaling"], seq_len=m,
-                             max_position_embeddings=cfg["max_position_embeddings"])
-    inv = cache.inv_freq
+                             max_position_embeddings=rec["config"]["max_position_embeddings"])
+    return rec, cache.inv_freq
+
+
+@pytest.mark.parametrize("n,m,b,a", SCALED)
+def test_library_accepts_every_rope_scaling(n, m, b, a):
+    rec, inv = picked_inv_freq(n, m, b, a)
     assert inv[0] == pytest.approx(1.0 / (m / n) if rec["rope_scaling"]["rope_type"] == "linear"
                                    else 1.0, rel=1e-6)
     # at the target, the slowest frequency turns no more than it did at N
@@ -129,15 +137,12 @@ HAVE_HF = posenc._has_symbol("pe_rope_cache_create_from_hf_config")
 
 @pytest.mark.skipif(not HAVE_HF, reason="the library does not export "
                     "pe_rope_cache_create_from_hf_config yet")
-@pytest.mark.parametrize("n,m,b,a", [g for g in GRID if pick.recommend(*g)["rope_scaling"]])
+@pytest.mark.parametrize("n,m,b,a", SCALED)
 def test_config_patch_through_hf_config(n, m, b, a):
     # the config.json fields the picker proposes give, through the library's
     # own HF parser, the frequencies of the rope_scaling dict
-    rec = pick.recommend(n, m, b, a)
+    rec, inv = picked_inv_freq(n, m, b, a)
     cfg = rec["config"]
-    inv = posenc.RopeCache(head_dim=128, rope_theta=10000.0, max_positions=0,
-                           rope_scaling=rec["rope_scaling"], seq_len=m,
-                           max_position_embeddings=cfg["max_position_embeddings"]).inv_freq
     hf = {"model_type": "llama", "hidden_size": 4096, "num_attention_heads": 32,
           "rope_theta": 10000.0, "max_position_embeddings": cfg["max_position_embeddings"],
           "rope_scaling": rec["rope_scaling"]}

@@ -37,7 +37,10 @@ def test_positions_forms(rng):
     cache = posenc.RopeCache(head_dim=16, max_positions=64)
     inv = default_inv_freq(10000.0, 16)
     x = rng.standard_normal((3, 2, 5, 16), dtype=np.float32)
-    for positions in (None, np.arange(10, 15), [[1, 2, 3, 4, 5]] * 3,
+    # int64 arrays are read in place (C-contiguous [B, T], [1, T] and [T]);
+    # the others (lists, other integer types, strided views) converted first
+    for positions in (None, np.arange(10, 15), [[1, 2, 3, 4, 5]] * 3, np.arange(20, 25)[None],
+                      np.arange(15).reshape(3, 5), np.arange(30).reshape(3, 10)[:, ::2],
                       np.arange(15, dtype=np.int32).reshape(3, 5), np.arange(5, dtype=np.uint8)):
         y = x.copy()
         cache.apply_(y, positions=positions)

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 import posenc
-from conftest import default_inv_freq
+from conftest import default_inv_freq, yarn_inv_freq
 
 
 def cache(rope_scaling, head_dim=128, base=10000.0, **kw):
@@ -48,27 +48,11 @@ def test_dynamic(seq_len):
     assert c.params["original_max_positions"] == M
 
 
-def yarn_reference(base, d, s, m0, beta_fast=32.0, beta_slow=1.0, truncate=True):
-    def corr(r):
-        return d * math.log(m0 / (2 * math.pi * r)) / (2 * math.log(base))
-    lo, hi = corr(beta_fast), corr(beta_slow)
-    if truncate:
-        lo, hi = math.floor(lo), math.ceil(hi)
-    lo, hi = max(lo, 0), min(hi, d - 1)
-    if lo == hi:
-        hi += 0.001
-    i = np.arange(d // 2)
-    ramp = np.clip((i - lo) / (hi - lo), 0, 1)
-    extrap = 1 - ramp
-    pf = base ** (2.0 * i / d)
-    return (1 / (s * pf)) * (1 - extrap) + (1 / pf) * extrap
-
-
 @pytest.mark.parametrize("truncate", [True, False])
 def test_yarn(truncate):
     c = cache({"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 32768,
                "truncate": truncate}, head_dim=128, base=1e6)
-    close(c.inv_freq, yarn_reference(1e6, 128, 4.0, 32768, truncate=truncate), rtol=1e-6)
+    close(c.inv_freq, yarn_inv_freq(1e6, 128, 4.0, 32768, truncate=truncate), rtol=1e-6)
     assert c.attention_factor == pytest.approx(0.1 * math.log(4.0) + 1)
     assert c.softmax_scale == 1.0
 
@@ -77,7 +61,7 @@ def test_yarn_deepseek_mscale():
     rs = {"type": "yarn", "factor": 40, "original_max_position_embeddings": 4096,
           "beta_fast": 32, "beta_slow": 1, "mscale": 1.0, "mscale_all_dim": 1.0}
     c = cache(rs, head_dim=64, style="gptj")
-    close(c.inv_freq, yarn_reference(1e4, 64, 40.0, 4096), rtol=1e-6)
+    close(c.inv_freq, yarn_inv_freq(1e4, 64, 40.0, 4096), rtol=1e-6)
     assert c.attention_factor == pytest.approx(1.0)
     assert c.softmax_scale == pytest.approx((0.1 * math.log(40) + 1) ** 2)
     assert c.style == "gptj"

@@ -1,8 +1,8 @@
 """torch tensors in place (no copy) and the transformers drop-in posenc.torch.
 
-The reference is a transcription, written here, of transformers'
-modeling_rope_utils (_compute_default_rope_parameters,
-_compute_llama3_parameters, _compute_yarn_parameters) and modeling_llama
+The reference is a transcription of transformers' modeling_rope_utils
+(_compute_default_rope_parameters, _compute_llama3_parameters,
+_compute_yarn_parameters, whose ramp is conftest's yarn_inv_freq) and modeling_llama
 (LlamaRotaryEmbedding.forward, rotate_half, apply_rotary_pos_emb), evaluated
 in float64 (the exact numbers) and in bfloat16 (what transformers computes
 for a bf16 model: cos/sin cast to bf16, products and sum in bf16).
@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 import posenc
-from conftest import rope_reference, default_inv_freq
+from conftest import rope_reference, default_inv_freq, yarn_inv_freq
 
 torch = pytest.importorskip("torch")
 import posenc.torch as pt  # noqa: E402
@@ -53,20 +53,9 @@ def hf_inv_freq(cfg):
             ms, msa = rs.get("mscale"), rs.get("mscale_all_dim")
             attn = get_mscale(factor, ms) / get_mscale(factor, msa) if ms and msa else \
                 get_mscale(factor)
-        beta_fast, beta_slow = rs.get("beta_fast") or 32, rs.get("beta_slow") or 1
-
-        def corr_dim(rot):
-            return (dim * math.log(m0 / (rot * 2 * math.pi))) / (2 * math.log(base))
-        low, high = corr_dim(beta_fast), corr_dim(beta_slow)
-        if rs.get("truncate", True):
-            low, high = math.floor(low), math.ceil(high)
-        low, high = max(low, 0), min(high, dim - 1)
-        if low == high:
-            high += 0.001
-        ramp = np.clip((np.arange(dim // 2, dtype=np.float64) - low) / (high - low), 0, 1)
-        extrap = 1 - ramp
-        pos_freqs = base ** (np.arange(0, dim, 2, dtype=np.float64) / dim)
-        return (1 / (factor * pos_freqs)) * (1 - extrap) + (1 / pos_freqs) * extrap, float(attn)
+        inv = yarn_inv_freq(base, dim, factor, m0, rs.get("beta_fast") or 32,
+                            rs.get("beta_slow") or 1, rs.get("truncate", True))
+        return inv, float(attn)
     raise AssertionError(rtype)
 
 
@@ -320,7 +309,9 @@ def test_drop_in_from_a_config_object_and_a_file(tmp_path):
     b = pt.RotaryEmbedding(tmp_path, max_positions=16)
     assert torch.equal(a.inv_freq, b.inv_freq)
     assert a.cache.max_positions == 16
-    assert pt.RotaryEmbedding(cfg).cache.max_positions == cfg["max_position_embeddings"]
+    assert pt.RotaryEmbedding(cfg).cache.max_positions == posenc.DEFAULT_MAX_POSITIONS
+    assert pt.RotaryEmbedding(cfg, max_positions=posenc.MAX_POSITIONS_FROM_CONFIG) \
+        .cache.max_positions == cfg["max_position_embeddings"]
     with pytest.raises(TypeError):
         pt.apply_rotary_pos_emb(torch.zeros(1, 1, 1, 128), None, None, "not a rotary")
 
@@ -359,3 +350,137 @@ def test_every_in_place_function_takes_tensors(gen):
     posenc.t5_add_bias_(s, torch.randn(32, 2, generator=gen))
     with pytest.raises(ValueError, match="share elements"):
         posenc.learned_add_(table[None, :3], table)
+
+
+# ---- the layout: stated by unsqueeze_dim, or told by the shapes -------------------
+
+def _bthd_reference(x, positions):
+    """RoPE of a [B, T, H, D] tensor in float64 (head_dim 16, base 1e4)."""
+    xt = x.double().numpy().transpose(0, 2, 1, 3)
+    return rope_reference(xt, default_inv_freq(1e4, 16), positions).transpose(0, 2, 1, 3)
+
+
+def test_layout_told_by_the_shapes_is_used(gen):
+    cache = posenc.RopeCache(head_dim=16, max_positions=64)
+    B, T, Hq, Hk = 2, 5, 4, 2
+    pos = torch.arange(7, 7 + T).expand(B, T)
+    for hk, positions in ((Hk, None), (Hk, pos), (Hq, pos), (Hq, pos[:1]), (Hq, pos[0])):
+        # GQA: only [B, T, H, D] makes q and k agree; MHA: positions of T != H tokens
+        q = torch.randn(B, T, Hq, 16, generator=gen)
+        k = torch.randn(B, T, hk, 16, generator=gen)
+        at = pos.numpy() if positions is not None else np.arange(T)[None].repeat(B, 0)
+        want_q, want_k = (_bthd_reference(x, at) for x in (q, k))
+        pt.apply_rotary_pos_emb(q, k, positions, cache)
+        np.testing.assert_allclose(q.double().numpy(), want_q, atol=2e-6)
+        np.testing.assert_allclose(k.double().numpy(), want_k, atol=2e-6)
+    # [B, H, T, D] likewise, and positions given as a list
+    q = torch.randn(B, Hq, T, 16, generator=gen)
+    k = torch.randn(B, Hk, T, 16, generator=gen)
+    want = rope_reference(q.double().numpy(), default_inv_freq(1e4, 16), pos.numpy())
+    pt.apply_rotary_pos_emb(q, k, pos.tolist(), cache)
+    np.testing.assert_allclose(q.double().numpy(), want, atol=2e-6)
+
+
+def test_layout_the_shapes_cannot_tell_is_refused(gen):
+    cache = posenc.RopeCache(head_dim=16, max_positions=64)
+    mha = torch.randn(2, 5, 4, 16, generator=gen)            # q and k alike: MHA
+    square = torch.randn(2, 4, 4, 16, generator=gen)         # as many tokens as heads
+    for q, k, positions in ((mha, mha.clone(), None), (mha, None, None),
+                            (square, square.clone(), torch.arange(4)),
+                            (square, None, [[0, 1, 2, 3]] * 2)):
+        e = unchanged_after(ValueError, lambda: pt.apply_rotary_pos_emb(q, k, positions, cache),
+                            *[x for x in (q, k) if x is not None])
+        assert "cannot tell the layout" in str(e)
+        assert "unsqueeze_dim=1" in str(e) and "unsqueeze_dim=2" in str(e)
+        # stated, the same call runs
+        pt.apply_rotary_pos_emb(q, k, positions, cache, unsqueeze_dim=2)
+    with pytest.raises(ValueError, match="unsqueeze_dim must be"):
+        pt.apply_rotary_pos_emb(mha, None, None, cache, unsqueeze_dim=3)
+
+
+def test_a_stated_layout_that_does_not_fit_names_the_other(gen):
+    cache = posenc.RopeCache(head_dim=16, max_positions=64)
+    q = torch.randn(2, 5, 4, 16, generator=gen)              # [B, T, H, D], GQA
+    k = torch.randn(2, 5, 2, 16, generator=gen)
+    e = unchanged_after(ValueError, lambda: pt.apply_rotary_pos_emb(q, k, None, cache,
+                                                                     unsqueeze_dim=1), q, k)
+    assert "q (2, 5, 4, 16) and k (2, 5, 2, 16) differ in batch or tokens as [batch, heads, " \
+           "tokens, head_dim]; they look like [batch, tokens, heads, head_dim]: pass " \
+           "unsqueeze_dim=2" in str(e)
+    qt, kt = q.transpose(1, 2), k.transpose(1, 2)            # [B, H, T, D]
+    e = unchanged_after(ValueError, lambda: pt.apply_rotary_pos_emb(qt, kt, None, cache,
+                                                                     unsqueeze_dim=2), q, k)
+    assert "look like [batch, heads, tokens, head_dim]: pass unsqueeze_dim=1" in str(e)
+    # the numpy-shaped call says how to pass its layout
+    e = unchanged_after(ValueError, lambda: cache.apply_(q, k), q, k)
+    assert "look like [batch, tokens, heads, head_dim]" in str(e) and "transpose(1, 2)" in str(e)
+
+
+def test_lazily_negated_views_are_refused(gen):
+    # Their memory holds -x: read or written as it is, the result would be wrong.
+    cache = posenc.RopeCache(head_dim=16, max_positions=64)
+    x = torch.randn(1, 1, 3, 16, generator=gen)
+    neg = torch._neg_view(x)
+    assert neg.is_neg() and neg.data_ptr() == x.data_ptr()
+    e = unchanged_after(ValueError, lambda: cache.apply_(neg), x)
+    assert "neg view" in str(e)
+    kv = torch.zeros(4, 1, 16)
+    e = unchanged_after(ValueError, lambda: posenc.apply_rope_qk_store_(
+        cache, neg, kv, slot_mapping=[0, 1, 2]), x, kv)
+    assert "neg view" in str(e)
+
+
+# ---- torch.ops.posenc (TorchScript) --------------------------------------------------
+
+class ScriptedRope(torch.nn.Module):
+    """What a TorchScript model keeps: the cache's op id, an int."""
+
+    def __init__(self, cache_id: int):
+        super().__init__()
+        self.cache_id = cache_id
+
+    def forward(self, q: torch.Tensor, k: torch.Tensor, positions: torch.Tensor):
+        torch.ops.posenc.rope_(q, k, positions, self.cache_id, 2)
+        return q, k
+
+
+def test_operators_equal_the_python_calls_and_script(gen):
+    cache = posenc.RopeCache(head_dim=16, max_positions=64)
+    q = torch.randn(2, 3, 4, 16, generator=gen)              # [B, T, H, D]
+    k = torch.randn(2, 3, 2, 16, generator=gen)
+    pos = torch.randint(0, 64, (2, 3), generator=gen)
+    want_q, want_k = q.clone(), k.clone()
+    pt.apply_rotary_pos_emb(want_q, want_k, pos, cache, unsqueeze_dim=2)
+    for run in (lambda a, b: torch.ops.posenc.rope_(a, b, pos, pt.op_id(cache), 2),
+                lambda a, b: torch.ops.posenc.rope_(a, b, pos, pt.op_id(cache)),   # told
+                lambda a, b: torch.jit.script(ScriptedRope(pt.op_id(cache)))(a, b, pos)):
+        a, b = q.clone(), k.clone()
+        run(a, b)
+        assert torch.equal(a, want_q) and torch.equal(b, want_k)
+    # the store
+    kv, want_kv = torch.zeros(8, 2, 16), torch.zeros(8, 2, 16)
+    slots = torch.tensor([[5, 0, 2], [1, 3, 4]])
+    kt = k.transpose(1, 2)
+    posenc.apply_rope_qk_store_(cache, kt, want_kv, slots, positions=pos)
+    torch.ops.posenc.rope_store_(None, kt, kv, slots, pos, pt.op_id(cache))
+    assert torch.equal(kv, want_kv) and kv.abs().sum() > 0
+    rotary = pt.RotaryEmbedding(CONFIGS["llama3"], max_positions=8)
+    assert rotary.op_id == pt.op_id(rotary.cache) != pt.op_id(cache)
+
+
+def test_operator_with_a_freed_cache_is_refused(gen):
+    cache = posenc.RopeCache(head_dim=16, max_positions=64)
+    n = pt.op_id(cache)
+    assert pt.op_id(cache) == n                               # one number per cache
+    q = torch.randn(1, 2, 3, 16, generator=gen)
+    e = unchanged_after(posenc.PosencError, lambda: torch.ops.posenc.rope_(     # errors pass
+        q, None, torch.tensor([1, 2, 64]), n, 1), q)
+    assert e.status == posenc.Status.ERR_POSITION_OUT_OF_RANGE
+    cache.close()
+    with pytest.raises(ValueError, match="no live cache has op id %d" % n):
+        torch.ops.posenc.rope_(q, None, None, n, 1)
+    other = posenc.RopeCache(head_dim=16, max_positions=64)
+    del cache
+    assert pt.op_id(other) != n                               # numbers are not reused
+    with pytest.raises(TypeError):
+        pt.op_id("a cache")

@@ -122,6 +122,20 @@ TABLE = _parse_table(__doc__)
 _OPS = {"<=": lambda a, b: a <= b, "<": lambda a, b: a < b, ">": lambda a, b: a > b,
         ">=": lambda a, b: a >= b}
 
+# Reasons two rules give alike (an encoder's and a decoder's).
+_ROPE_BASE_REASONS = [
+    "RoPE encodes relative position in q.k and is what current {arch}s use.",
+    "Base {base:g}: the base bounds the context a model can really use; Men et al. 2024 fit the "
+    "lower bound 0.0424*N^1.628 = {bound:.3g} for N = {n}, rounded up here (Llama 3: 500000 at "
+    "8k; Qwen2.5, Mistral: 1000000 at 32k).",
+    "Longer contexts later: YaRN or Llama-3 scaling from this base (see the none/finetune rows)."]
+_ALIBI_REASONS = [
+    "Trained at {n} but served at {m} ({r:.3g}x): ALiBi adds a fixed linear distance penalty "
+    "instead of an embedding, so nothing new appears beyond the training length and it "
+    "extrapolates without any change (Press et al. 2022).",
+    "Slopes 2^(-8k/n_heads) (BLOOM interleaving for other head counts): "
+    "posenc.alibi_slopes(n_heads)."]
+
 #: What each rule recommends. encoding, summary (a template), scaling (the HF
 #: rope_type and its extra keys; factor is always the ratio), config (which
 #: config.json fields: "scaled", "learned", "alibi", "base"), confidence
@@ -147,23 +161,14 @@ ADVICE = {
     "E2": dict(
         encoding="alibi", summary="ALiBi (symmetric), max_bias 8", config="alibi",
         confidence=("medium", 8, "low"),
-        reasons=["Trained at {n} but served at {m} ({r:.3g}x): ALiBi adds a fixed linear "
-                 "distance penalty instead of an embedding, so nothing new appears beyond the "
-                 "training length and it extrapolates without any change (Press et al. 2022).",
-                 "Slopes 2^(-8k/n_heads) (BLOOM interleaving for other head counts): "
-                 "posenc.alibi_slopes(n_heads).",
-                 "Encoders use the symmetric bias -m*|i-j| (MosaicBERT, Jina-BERT v2: trained "
-                 "at 128/512, run at 8192), which is what pe_alibi_add_bias adds."],
+        reasons=_ALIBI_REASONS + [
+            "Encoders use the symmetric bias -m*|i-j| (MosaicBERT, Jina-BERT v2: trained at "
+            "128/512, run at 8192), which is what pe_alibi_add_bias adds."],
         alternatives=["RoPE with base {base_m:g} trained at the full {m} tokens, if the "
                       "compute allows"]),
     "E3": dict(
         encoding="rope", summary="RoPE, base {base:g}", config="base",
-        reasons=["RoPE encodes relative position in q.k and is what current {arch}s use.",
-                 "Base {base:g}: the base bounds the context a model can really use; Men et al. "
-                 "2024 fit the lower bound 0.0424*N^1.628 = {bound:.3g} for N = {n}, rounded up "
-                 "here (Llama 3: 500000 at 8k; Qwen2.5, Mistral: 1000000 at 32k).",
-                 "Longer contexts later: YaRN or Llama-3 scaling from this base (see the "
-                 "none/finetune rows)."],
+        reasons=_ROPE_BASE_REASONS,
         alternatives=["learned absolute only if inputs stay <= 512"]),
     "E4": dict(
         encoding="rope+dynamic", summary="RoPE + dynamic NTK, factor {s:g}", scaling=("dynamic",),
@@ -177,23 +182,14 @@ ADVICE = {
         alternatives=["YaRN factor {s:g} with a short finetune"]),
     "P1": dict(
         encoding="rope", summary="RoPE, base {base:g}", config="base",
-        reasons=["RoPE encodes relative position in q.k and is what current {arch}s use.",
-                 "Base {base:g}: the base bounds the context a model can really use; Men et al. "
-                 "2024 fit the lower bound 0.0424*N^1.628 = {bound:.3g} for N = {n}, rounded up "
-                 "here (Llama 3: 500000 at 8k; Qwen2.5, Mistral: 1000000 at 32k).",
-                 "Longer contexts later: YaRN or Llama-3 scaling from this base (see the "
-                 "none/finetune rows)."],
+        reasons=_ROPE_BASE_REASONS,
         alternatives=["ALiBi if the model must later run beyond {n} without any training"]),
     "P2": dict(
         encoding="alibi", summary="ALiBi, max_bias 8", config="alibi",
         confidence=("medium", 8, "low"),
-        reasons=["Trained at {n} but served at {m} ({r:.3g}x): ALiBi adds a fixed linear "
-                 "distance penalty instead of an embedding, so nothing new appears beyond the "
-                 "training length and it extrapolates without any change (Press et al. 2022).",
-                 "Slopes 2^(-8k/n_heads) (BLOOM interleaving for other head counts): "
-                 "posenc.alibi_slopes(n_heads).",
-                 "The penalty favours recent tokens: the model stays fluent beyond {n} but "
-                 "retrieves less from far back than a RoPE model trained long."],
+        reasons=_ALIBI_REASONS + [
+            "The penalty favours recent tokens: the model stays fluent beyond {n} but retrieves "
+            "less from far back than a RoPE model trained long."],
         alternatives=["RoPE with base {base:g} at {n}, then a long-context stage with Llama-3 "
                       "or YaRN scaling (the Llama 3.1 / Qwen2.5 recipe) if long-range retrieval "
                       "matters"]),

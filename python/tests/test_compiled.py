@@ -1,0 +1,153 @@
+"""The compiled module posenc._posenc itself: the kinds of array it reads
+(DLPack producers besides numpy and torch), its timing entry point, the GIL
+released around the kernel, and a library that lacks a function."""
+import threading
+
+import numpy as np
+import pytest
+
+import posenc
+from posenc import _ext, _lib
+from conftest import rope_reference, default_inv_freq
+
+
+class DLPackOnly:
+    """An array that speaks DLPack and nothing else (as JAX, CuPy, ... do)."""
+
+    def __init__(self, a):
+        self._a = a
+
+    def __dlpack__(self, stream=None):
+        return self._a.__dlpack__()
+
+    def __dlpack_device__(self):
+        return self._a.__dlpack_device__()
+
+
+def test_a_dlpack_producer_is_rotated_in_place(rng):
+    cache = posenc.RopeCache(head_dim=16, max_positions=64)
+    base = rng.standard_normal((2, 6, 3, 16), dtype=np.float32)
+    q = base.transpose(0, 2, 1, 3)                   # strided: [B, H, T, D] of a [B, T, H, D]
+    want = rope_reference(q, default_inv_freq(1e4, 16), np.arange(6)[None].repeat(2, 0))
+    cache.apply_(DLPackOnly(q))
+    np.testing.assert_allclose(q, want, atol=2e-5)
+
+
+def test_a_dlpack_producer_that_cannot_export_is_refused(rng):
+    cache = posenc.RopeCache(head_dim=16, max_positions=64)
+    q = rng.standard_normal((1, 1, 2, 16), dtype=np.float32)
+    q.flags.writeable = False                        # numpy will not export it
+    with pytest.raises(TypeError, match="numpy.ndarray or a torch.Tensor, got DLPackOnly"):
+        cache.apply_(DLPackOnly(q))
+
+
+def test_timed_runs_the_call_reps_times(rng):
+    # Rotating 3 times by the angle at p is rotating once by the angle at 3p.
+    cache = posenc.RopeCache(head_dim=16, max_positions=64)
+    x = rng.standard_normal((1, 2, 4, 16), dtype=np.float32)
+    pos = np.array([[1, 2, 5, 7]])
+    want = rope_reference(x, default_inv_freq(1e4, 16), 3 * pos)
+    for clock in ("cpu", "wall"):
+        y = x.copy()
+        ns = _ext.ext.timed(clock, "apply_rope_qk", 3, cache, y, None, pos, 0, None, None, 0)
+        assert isinstance(ns, int) and ns > 0
+        np.testing.assert_allclose(y, want, atol=2e-5)
+    with pytest.raises(ValueError, match="no entry point"):
+        _ext.ext.timed("apply_nothing", 1)
+    with pytest.raises(posenc.PosencError, match="max_positions"):   # errors as a call's
+        _ext.ext.timed("apply_rope_qk", 2, cache, x, None, pos * 100, 0, None, None, 0)
+
+
+def test_the_gil_is_released_during_the_kernel():
+    # A pool runs one call at a time: another thread that finds the pool
+    # busy (BusyError) ran while this thread was inside the library - which
+    # it cannot do unless the call let go of the GIL. (A busy machine may
+    # need several tries to show it; a call holding the GIL never can.)
+    cache = posenc.RopeCache(head_dim=128, max_positions=0)    # cos/sin per token: slow
+    x = np.ones((1, 32, 2048, 128), dtype=np.float32)
+    pos = np.arange(10**6, 10**6 + 2048)
+    small = np.ones((1, 1, 1, 128), dtype=np.float32)
+    busy, done = [], threading.Event()
+
+    with posenc.ThreadPool(2) as pool:
+        def other():
+            while not done.is_set() and not busy:
+                try:
+                    cache.apply_(small, pool=pool)
+                except posenc.BusyError:
+                    busy.append(True)
+
+        t = threading.Thread(target=other)
+        t.start()
+        try:
+            for _ in range(200):
+                try:
+                    cache.apply_(x, positions=pos, pool=pool)
+                except posenc.BusyError:     # the other thread's call holds the pool
+                    pass
+                if busy:
+                    break
+            else:
+                pytest.fail("no other thread ran during 200 calls: the GIL was held")
+        finally:
+            done.set()
+            t.join()
+
+
+def test_a_function_the_library_lacks_is_named(monkeypatch, rng):
+    # An older library without pe_learned_add: the call says so, as the
+    # ctypes binding always has (PosencError UNSUPPORTED), nothing written.
+    monkeypatch.setattr(_lib, "has_symbol", lambda name: name != "pe_learned_add")
+    _ext.bind()
+    try:
+        x = np.zeros((1, 2, 4), np.float32)
+        with pytest.raises(posenc.PosencError) as e:
+            posenc.learned_add_(x, np.ones((4, 4), np.float32))
+        assert e.value.status == posenc.Status.ERR_UNSUPPORTED
+        assert "pe_learned_add" in e.value.message
+        assert not x.any()
+    finally:
+        monkeypatch.undo()
+        _ext.bind()
+    posenc.learned_add_(x, np.ones((4, 4), np.float32))
+    assert (x == 1).all()
+
+
+def _torch_importable():
+    try:
+        import torch  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def test_bench_prints_every_row(capsys):
+    from posenc import bench
+    have_torch = _torch_importable()
+    assert bench.main(["--reps", "3", "--rounds", "1", "--case", "decode"]) == 0
+    rows = [line.split() for line in capsys.readouterr().out.splitlines()
+            if line.startswith("decode")]
+    # f32 and bf16; numpy's 3 calls, torch's 4
+    assert len(rows) == 2 * (3 + (4 if have_torch else 0))
+    for row in rows:
+        c, p, over = (float(x) for x in row[4:7])
+        assert c > 0 and p > 0 and over == pytest.approx(p - c, abs=0.011)
+
+
+def test_dtype_names_read_in_c_mean_what_the_binding_says():
+    # posenc._posenc reads the lower-case dtype names itself; each must
+    # accept exactly the arrays posenc._arrays maps it to.
+    from posenc._arrays import _DTYPE_NAMES
+    cache = posenc.RopeCache(head_dim=16, max_positions=8)
+    ones = {_lib.PE_F32: np.ones(16, np.float32), _lib.PE_F16: np.ones(16, np.float16),
+            _lib.PE_BF16: np.full(16, 0x3F80, np.uint16)}      # bfloat16 bits of 1.0
+    for name, pe in _DTYPE_NAMES.items():
+        for kind, row in ones.items():
+            x = np.tile(row, (1, 1, 2, 1))
+            if kind == pe:
+                cache.apply_(x, dtype=name)
+                assert not np.array_equal(x[0, 0, 1], row), name   # position 1 rotated
+            else:
+                with pytest.raises(TypeError):
+                    cache.apply_(x, dtype=name)
+                assert np.array_equal(x[0, 0, 1], row)
