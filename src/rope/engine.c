@@ -171,11 +171,6 @@ static void block_rows(const pe__rope_plan *p, const pe_rope_cache *c, int64_t u
 
 /* ---- the norm stage ---- */
 
-double pe__norm_scale(double s, int64_t n, float eps) {
-  double r = 1.0 / sqrt(s / (double)n + (double)eps);
-  return isnan(r) ? 0.0 : r;
-}
-
 /* Scales of the norm per token of a block: one per head row, or one. */
 static inline int64_t norm_rows(const pe__rope_plan *p, const pe__rope_operand *op) {
   return !p->norm_mode || !op->data ? 0 : p->norm_per_token ? 1 : op->heads;
@@ -187,23 +182,16 @@ static inline const char *op_row(const pe__rope_operand *op, int64_t b, int64_t 
 
 /* The scales of op's rows of tokens [t0, t0+n) of batch row b, [token][row]:
  * the sums of squares of whole rows (every head in order, per token), read
- * before anything of the block is written; one kernel call per token. */
+ * before anything of the block is written; one norm_sumsq call per token,
+ * one norm_scale call for the block. */
 static void norm_scales(const pe__rope_plan *p, const pe__rope_operand *op, int64_t b,
-                        int64_t t0, int64_t n, double *out) {
+                        int64_t t0, int64_t n, float *out) {
   pe_norm_sumsq_fn sumsq = p->isa->norm_sumsq[op->dtype];
-  const int64_t hd = p->head_dim;
-  for (int64_t i = 0; i < n; i++) {
-    const char *row = op_row(op, b, t0 + i);
-    if (p->norm_per_token) {
-      double s;
-      sumsq(row, hd, op->heads, op->s_head, 1, &s);
-      out[i] = pe__norm_scale(s, op->heads * hd, p->norm_eps);
-      continue;
-    }
-    double *o = out + i * op->heads;
-    sumsq(row, hd, op->heads, op->s_head, 0, o);
-    for (int64_t h = 0; h < op->heads; h++) o[h] = pe__norm_scale(o[h], hd, p->norm_eps);
-  }
+  const int64_t hd = p->head_dim, rows = p->norm_per_token ? 1 : op->heads;
+  for (int64_t i = 0; i < n; i++)
+    sumsq(op_row(op, b, t0 + i), hd, op->heads, op->s_head, (int)p->norm_per_token,
+          out + i * rows);
+  p->isa->norm_scale(out, n * rows, p->norm_per_token ? op->heads * hd : hd, p->norm_eps, out);
 }
 
 static inline int norm_weighted(const pe__rope_plan *p) {
@@ -223,8 +211,8 @@ static inline int64_t pair_offset(const pe__rope_plan *p, int32_t i0) {
 }
 
 /* The block's norm fields for op's rows (scales [token][row], w its weight). */
-static void block_norm(const pe__rope_plan *p, pe_rope_block *blk, const double *scales,
-                       int64_t rows, const float *w, int32_t i0, const double **sp) {
+static void block_norm(const pe__rope_plan *p, pe_rope_block *blk, const float *scales,
+                       int64_t rows, const float *w, int32_t i0, const float **sp) {
   if (!p->norm_mode) return;
   for (int64_t i = 0; i < blk->n_tokens; i++) sp[i] = scales + i * rows;
   blk->norm = p->norm_mode;
@@ -242,7 +230,7 @@ static void rotate_in_place(const pe__rope_plan *p, const pe__rope_operand *op, 
 
 /* Channels [rotary_dim, head_dim) of normed rows in place: normed only. */
 static void norm_pass_through(const pe__rope_plan *p, const pe__rope_operand *op, const float *w,
-                              const double *scales, int64_t b, int64_t t0, int64_t n) {
+                              const float *scales, int64_t b, int64_t t0, int64_t n) {
   int64_t rot = 2 * (int64_t)p->half, rest = p->head_dim - rot, rows = norm_rows(p, op);
   if (rest <= 0) return;
   pe_norm_row_fn f = p->isa->norm_row[op->dtype][op->dtype];
@@ -271,7 +259,7 @@ static void store_pairs(const pe__rope_plan *p, int64_t b, int64_t u, int64_t t0
   const void *src[PE_ENGINE_BLOCK_TOKENS];
   void *dst[PE_ENGINE_BLOCK_TOKENS];
   const float *cosp[PE_ENGINE_BLOCK_TOKENS], *sinp[PE_ENGINE_BLOCK_TOKENS];
-  const double *scp[PE_ENGINE_BLOCK_TOKENS];
+  const float *scp[PE_ENGINE_BLOCK_TOKENS];
   int64_t m = 0, off = pair_offset(p, i0);
   for (int64_t i = 0; i < blk->n_tokens; i++) {
     int64_t s = p->slots[u + i];
@@ -295,7 +283,7 @@ static void store_pairs(const pe__rope_plan *p, int64_t b, int64_t u, int64_t t0
 /* Channels [rotary_dim, head_dim) of stored rows: converted (normed first
  * under a norm), not rotated. */
 static void store_pass_through(const pe__rope_plan *p, int64_t b, int64_t u, int64_t t0,
-                               int64_t n, const double *scales) {
+                               int64_t n, const float *scales) {
   int64_t rot = 2 * (int64_t)p->half, rest = p->head_dim - rot, rows = norm_rows(p, &p->k);
   if (rest <= 0) return;
   pe_convert_fn conv = p->isa->convert[p->k.dtype][p->dst_dtype];
@@ -327,7 +315,7 @@ static void store_pass_through(const pe__rope_plan *p, int64_t b, int64_t u, int
  * - then each row quantized into its cache row. blk holds every frequency
  * (i0 = 0, n_pairs = half: the block was sized for it). */
 static void store_quant_k(const pe__rope_plan *p, int64_t b, int64_t u, int64_t t0,
-                          const pe_rope_block *blk, const double *scales) {
+                          const pe_rope_block *blk, const float *scales) {
   float row[QROW_FLOATS] __attribute__((aligned(64)));
   const int64_t hd = p->head_dim, rot = 2 * (int64_t)p->half, rest = hd - rot;
   const int64_t rows = norm_rows(p, &p->k), g_max = QROW_FLOATS / hd;
@@ -343,7 +331,7 @@ static void store_quant_k(const pe__rope_plan *p, int64_t b, int64_t u, int64_t 
     for (int64_t h0 = 0; h0 < p->k.heads; h0 += g_max) {
       int64_t g = p->k.heads - h0 < g_max ? p->k.heads - h0 : g_max;
       const char *sh = src + h0 * p->k.s_head * p->k.esize;
-      const double *sc = blk->norm ? blk->scale[i] + h0 * blk->scale_head_stride : NULL;
+      const float *sc = blk->norm ? blk->scale[i] + h0 * blk->scale_head_stride : NULL;
       pe_rope_block sb = *blk;
       sb.cos = &blk->cos[i];
       sb.sin = &blk->sin[i];
@@ -488,12 +476,12 @@ static const pe_rope_cache *row_cache(const pe__rope_plan *p, int64_t b) {
 /* Tokens [u, u+n) of one sequence: the norm stage, the rows chunk by chunk
  * and their sinks, then the channels past rotary_dim and v. */
 static void run_block(const pe__rope_plan *p, int64_t u, int64_t n, float *scratch,
-                      double *scales, const float **cosp, const float **sinp) {
-  const double *qsp[PE_ENGINE_BLOCK_TOKENS], *ksp[PE_ENGINE_BLOCK_TOKENS];
+                      float *scales, const float **cosp, const float **sinp) {
+  const float *qsp[PE_ENGINE_BLOCK_TOKENS], *ksp[PE_ENGINE_BLOCK_TOKENS];
   const int32_t half = p->half;
   int64_t b = u / p->tokens, t0 = u % p->tokens;
   int64_t rq = norm_rows(p, &p->q), rk = norm_rows(p, &p->k);
-  double *qs = scales, *ks = scales + n * rq;
+  float *qs = scales, *ks = scales + n * rq;
   if (rq) norm_scales(p, &p->q, b, t0, n, qs);
   if (rk) norm_scales(p, &p->k, b, t0, n, ks);
   if (p->q.data || p->k.data || p->mla) {
@@ -535,7 +523,7 @@ static void run_block(const pe__rope_plan *p, int64_t u, int64_t n, float *scrat
  * k's, in groups of PE_ENGINE_NORM_ROWS, each group a plan of its own (the
  * per-head weight is shared by every head, so only the tensors move), then
  * v. */
-static void run_head_groups(const pe__rope_plan *p, int64_t u, float *scratch, double *scales,
+static void run_head_groups(const pe__rope_plan *p, int64_t u, float *scratch, float *scales,
                             const float **cosp, const float **sinp) {
   pe__rope_plan g = *p;
   g.k.data = NULL;
@@ -623,7 +611,7 @@ static void run_direct(const pe__rope_plan *p, int64_t u, int64_t n, const pe_ro
 static void engine_range(void *ctx, int64_t begin, int64_t end) {
   const pe__rope_plan *p = ctx;
   engine_scratch scratch __attribute__((aligned(64)));
-  double scales[PE_ENGINE_NORM_ROWS];
+  float scales[PE_ENGINE_NORM_ROWS];
   const float *cosp[PE_ENGINE_BLOCK_TOKENS], *sinp[PE_ENGINE_BLOCK_TOKENS];
   /* A direct walk (table rows, no scratch rows) takes long blocks
    * (direct_block); the others (block, set on first use): their rows
