@@ -344,6 +344,8 @@ static void run_rows(const pe_isa *isa, const rows_case *k) {
     blk.scale_head_stride = k->norm_per_token ? 0 : 1;
     blk.weight = weights;
     blk.weight_head_stride = k->weight_shared ? 0 : extent;
+    /* a prefetch hint (the kernels read nothing there): the results are the same */
+    blk.prefetch = rnd_below(2) ? (int64_t)rnd_below(4096) - 2048 : 0;
   }
   ref->rope_rows[k->dt](&blk, a + base * (int64_t)es, hs, ts);
   isa->rope_rows[k->dt](&blk, b + base * (int64_t)es, hs, ts);
@@ -439,6 +441,7 @@ static void run_store(const pe_isa *isa, int sd, int dd, int style, int32_t n_pa
     blk.scale_head_stride = rnd_below(2);
     blk.weight = weights;
     blk.weight_head_stride = rnd_below(2) ? 0 : extent;
+    blk.prefetch = rnd_below(2) ? (int64_t)rnd_below(4096) - 2048 : 0;
   }
   ref->rope_store_rows[sd][dd](&blk, s, shs, d0, dhs);
   isa->rope_store_rows[sd][dd](&blk, s, shs, d1, dhs);

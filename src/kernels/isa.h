@@ -106,6 +106,10 @@ typedef struct pe_rope_block {
   int64_t scale_head_stride; /* 1 per head, 0 per token (one scale per token) */
   const float *weight;       /* PE_NORM_W, PE_NORM_W1: float32; else unused */
   int64_t weight_head_stride; /* 0 (one weight row for every head) or head_dim */
+  /* Normed blocks: bytes from each row the kernel reads to a row it may
+   * prefetch meanwhile (the next block's row of the same head, which the
+   * norm stage reads next); 0: none. A hint, never dereferenced. */
+  int64_t prefetch;
 } pe_rope_block;
 
 /* The QK-norm: modes (equal to the public pe_qk_norm_kind values) and the

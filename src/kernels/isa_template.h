@@ -75,7 +75,7 @@ PE_AI int heads_inner(int64_t hs, int64_t ts) {
 typedef void (*pe_nrow_fn)(const char *src, int64_t sstep, char *dst, int64_t dstep,
                            const float *const *cp, const float *const *sp, int64_t cinc,
                            int32_t n, int32_t dist, const float *rs, int64_t rstep,
-                           const float *w, int64_t wstep, int64_t count);
+                           const float *w, int64_t wstep, int64_t count, int64_t pf);
 enum { NTG = 4 };
 __attribute__((noinline)) static void FN(nwalk)(const pe_rope_block *b, pe_nrow_fn row,
                                                 const char *sb, const void *const *sv,
@@ -89,7 +89,7 @@ __attribute__((noinline)) static void FN(nwalk)(const pe_rope_block *b, pe_nrow_
   if (!tokens_grouped) {
     for (int64_t t = 0; t < n_tokens; t++)
       row(sv ? (const char *)sv[t] : sb + t * sts, shs, dv ? (char *)dv[t] : db + t * dts, dhs,
-          &b->cos[t], &b->sin[t], 0, n, dist, b->scale[t], ss, w, ws, n_heads);
+          &b->cos[t], &b->sin[t], 0, n, dist, b->scale[t], ss, w, ws, n_heads, b->prefetch);
     return;
   }
   for (int64_t t0 = 0; t0 < n_tokens; t0 += NTG) { /* in place: sb, db */
@@ -98,7 +98,7 @@ __attribute__((noinline)) static void FN(nwalk)(const pe_rope_block *b, pe_nrow_
       float rg[NTG];
       for (int64_t k = 0; k < g; k++) rg[k] = b->scale[t0 + k][h * ss];
       row(sb + t0 * sts + h * shs, sts, db + t0 * dts + h * dhs, dts, &b->cos[t0], &b->sin[t0],
-          1, n, dist, rg, 1, w ? w + h * ws : NULL, 0, g);
+          1, n, dist, rg, 1, w ? w + h * ws : NULL, 0, g, b->prefetch);
     }
   }
 }
@@ -106,10 +106,12 @@ __attribute__((noinline)) static void FN(nwalk)(const pe_rope_block *b, pe_nrow_
   __attribute__((noinline)) static void FN(nrow_##S##_##D##_##SN##_##MN)(                      \
       const char *src, int64_t sstep, char *dst, int64_t dstep, const float *const *cp,        \
       const float *const *sp, int64_t cinc, int32_t n, int32_t dist, const float *rs,         \
-      int64_t rstep, const float *w, int64_t wstep, int64_t count) {                           \
-    for (int64_t i = 0; i < count; i++)                                                        \
+      int64_t rstep, const float *w, int64_t wstep, int64_t count, int64_t pf) {               \
+    for (int64_t i = 0; i < count; i++) {                                                      \
+      if (pf) nprefetch(src + i * sstep, pf, ST == PE_ROPE_GPTJ ? 2 * n : dist + n, sd);       \
       nstore_row(sd, dd, ST, M, src + i * sstep, dst + i * dstep, cp[i * cinc], sp[i * cinc],  \
                  n, dist, rs[i * rstep], M == PE_NORM_UNIT ? NULL : w + i * wstep);            \
+    }                                                                                          \
   }
 #define NROW_M_(S, sd, D, dd, ST, SN)                                                           \
   NROW_(S, sd, D, dd, ST, SN, PE_NORM_W, w)                                                     \

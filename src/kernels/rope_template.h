@@ -629,6 +629,13 @@ PE_AI void nstore_row(int sd, int dd, int style, int mode, const void *src, void
   if (j < n) nstep(sd, dd, style, mode, src, dst, j, n - j, dist, rv, c, s, w);
 }
 
+/* The lines of the `elems` elements (dtype dt) of the row pf bytes from
+ * row (pe_rope_block.prefetch), prefetched for reading. */
+PE_AI void nprefetch(const char *row, int64_t pf, int64_t elems, int dt) {
+  const uintptr_t a = (uintptr_t)row + (uintptr_t)pf, end = a + (uintptr_t)(elems * pe__esize(dt));
+  for (uintptr_t l = a & ~(uintptr_t)63; l < end; l += 64) __builtin_prefetch((const void *)l);
+}
+
 /* m lanes of weights at w (zeros for UNIT: not read). */
 PE_AI vf nw_ld(int mode, const float *w, int32_t m) {
   return mode == PE_NORM_UNIT ? vf_set1(0.0f) : vf_loadn(w, m);
