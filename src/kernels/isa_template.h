@@ -107,10 +107,12 @@ __attribute__((noinline)) static void FN(nwalk)(const pe_rope_block *b, pe_nrow_
       const char *src, int64_t sstep, char *dst, int64_t dstep, const float *const *cp,        \
       const float *const *sp, int64_t cinc, int32_t n, int32_t dist, const float *rs,         \
       int64_t rstep, const float *w, int64_t wstep, int64_t count, int64_t pf) {               \
-    for (int64_t i = 0; i < count; i++) {                                                      \
-      if (pf) nprefetch(src + i * sstep, pf, ST == PE_ROPE_GPTJ ? 2 * n : dist + n, sd);       \
-      nstore_row(sd, dd, ST, M, src + i * sstep, dst + i * dstep, cp[i * cinc], sp[i * cinc],  \
-                 n, dist, rs[i * rstep], M == PE_NORM_UNIT ? NULL : w + i * wstep);            \
+    const int64_t pfe = ST == PE_ROPE_GPTJ ? 2 * (int64_t)n : (int64_t)dist + n;             \
+    for (; count > 0; count--) {                                                               \
+      if (pf) nprefetch(src, pf, pfe, sd);                                                     \
+      nstore_row(sd, dd, ST, M, src, dst, *cp, *sp, n, dist, *rs, w);                          \
+      src += sstep, dst += dstep, cp += cinc, sp += cinc, rs += rstep;                         \
+      if (M != PE_NORM_UNIT) w += wstep;                                                       \
     }                                                                                          \
   }
 #define NROW_M_(S, sd, D, dd, ST, SN)                                                           \
