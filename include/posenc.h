@@ -756,8 +756,8 @@ PE_API pe_status pe_apply_rope_qk_multi(const pe_rope_cache *const *caches, int3
  * OLMo 2 per token (32 heads x 128) 3.04 (3.14), GPT-J pairs 2.72 (3.62);
  * the RMS error 0.38-0.43 ulps against transformers' 0.46-0.54 (a plain
  * left-to-right float32 sum, as a naive loop does: 4.9-19 ulps). (The
- * float64 arithmetic this replaced was within 2 ulps, 1.26 measured, at
- * 2.5-3x the cost; the results' low bits changed with this.)
+ * float64 arithmetic this replaced was within 2 ulps, 1.26 measured, and
+ * took 2-2.9x the time; the results' low bits changed with this.)
  *
  * How that relates to HF's rounding for bf16/f16 models: HF upcasts x to
  * float32 for the mean and r, as this library does. Gemma3RMSNorm
