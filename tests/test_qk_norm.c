@@ -563,12 +563,18 @@ static void measure_vs_hf(const scen *s, int64_t H, int64_t T, uint64_t seed, er
   pe_tensor tq = {q, PE_F32, {1, H, T, hd}, {H * T * hd, T * hd, hd, 1}};
   assert_int_equal(pe_qk_norm_rope(c, &norm, &tq, NULL, pos, 0, NULL), PE_OK);
   float *cs = malloc((size_t)hd * sizeof(float));
-  double *x = malloc((size_t)(H * hd) * sizeof(double));
+  double *x = malloc((size_t)(H * hd) * sizeof(double)), *ec = malloc((size_t)hd * sizeof(double));
+  double *fr = malloc((size_t)half * sizeof(double));
+  for (int64_t j = 0; j < half; j++) fr[j] = pow(s->base, -(double)(2 * j) / (double)hd);
   float *f[2];
   f[0] = malloc((size_t)(H * hd) * sizeof(float));
   f[1] = malloc((size_t)(H * hd) * sizeof(float));
   for (int64_t t = 0; t < T; t++) {
     assert_int_equal(pe_rope_cache_cos_sin(c, pos[t], cs, cs + half), PE_OK);
+    for (int64_t j = 0; j < half; j++) { /* exact cos/sin of the token's angles */
+      ec[j] = cos((double)pos[t] * fr[j]);
+      ec[half + j] = sin((double)pos[t] * fr[j]);
+    }
     for (int64_t h = 0; h < H; h++)
       for (int64_t e = 0; e < hd; e++)
         x[h * hd + e] = f[0][h * hd + e] = f[1][h * hd + e] = q0[(h * T + t) * hd + e];
@@ -584,9 +590,8 @@ static void measure_vs_hf(const scen *s, int64_t H, int64_t T, uint64_t seed, er
       for (int64_t j = 0; j < half; j++) {
         int64_t ix = s->style == PE_ROPE_GPTJ ? 2 * j : j;
         int64_t iy = s->style == PE_ROPE_GPTJ ? 2 * j + 1 : j + half;
-        double fr = pow(s->base, -(double)(2 * j) / (double)hd), a = (double)pos[t] * fr;
-        const double *nv = x + h * hd;
-        double xo = nv[ix] * cos(a) - nv[iy] * sin(a), yo = nv[iy] * cos(a) + nv[ix] * sin(a);
+        const double *nv = x + h * hd, ca = ec[j], sa = ec[half + j];
+        double xo = nv[ix] * ca - nv[iy] * sa, yo = nv[iy] * ca + nv[ix] * sa;
         double v = fabs(nv[ix]) + fabs(nv[iy]);
         const float *g = q + (h * T + t) * hd;
         err_note(ours, fabs(g[ix] - xo), v);
@@ -603,6 +608,8 @@ static void measure_vs_hf(const scen *s, int64_t H, int64_t T, uint64_t seed, er
   free(f[0]);
   free(f[1]);
   free(x);
+  free(ec);
+  free(fr);
   free(cs);
   free(pos);
   free(w);

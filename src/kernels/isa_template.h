@@ -71,7 +71,8 @@ PE_AI int heads_inner(int64_t hs, int64_t ts) {
  * (bytes). */
 /* A row kernel: count rows, row i from src + i*sstep to dst + i*dstep
  * (bytes), its cos/sin rows cp[i*cinc], sp[i*cinc], its scale rs[i*rstep],
- * its weights at w + i*wstep (unused for UNIT). */
+ * its weights at w + i*wstep (unused for UNIT); pf: the block's prefetch
+ * hint, each row's lines pf bytes on prefetched before the row is rotated. */
 typedef void (*pe_nrow_fn)(const char *src, int64_t sstep, char *dst, int64_t dstep,
                            const float *const *cp, const float *const *sp, int64_t cinc,
                            int32_t n, int32_t dist, const float *rs, int64_t rstep,
