@@ -713,47 +713,63 @@ PE_API pe_status pe_apply_rope_qk_multi(const pe_rope_cache *const *caches, int3
  *   projection, a weight of heads * head_dim floats, head-major as the
  *   projection's output), every channel including those past rotary_dim.
  *
- * Exact arithmetic (float64 from the load to one rounding, the same bits on
- * every ISA and pool size): each element x (widened exactly to float32, then
- * to double) adds its square to the sum s in float64 - element e of the row
- * (a per-token row: each head's row in head order, e restarting at 0 in
- * each) into lane e % 16, lane + x*x (exact: a float's square has at most 48
- * bits and cannot overflow a double), in increasing e; the 16 lanes are added
- * pairwise (lane i += lane i+8, then +4, +2, +1). r = 1.0 / sqrt(s / n + eps)
- * in double (n channels), r = 0 when it is NaN (an element is NaN: that
- * element stays NaN, the others become 0, as a row holding an Inf does in HF
- * too; HF would make the whole row NaN). Each element n = (x * r) * w,
- * (x * r) * (1.0 + w) or x * r in double; the pair is rotated in double by
- * the table's float32 cos/sin c, s (widened exactly): fma(n_x, c, -(n_y*s)),
- * fma(n_y, c, n_x*s); then rounded ONCE to float32, and for bf16/f16 outputs
- * that float32 rounded once more to the dtype (as every store rounds).
- * Channels past rotary_dim: n rounded the same way.
+ * Exact arithmetic (float32 as transformers' float32 modules compute it,
+ * one rounding per operation; the same bits on every ISA and pool size):
+ * each element x (widened exactly to float32) adds its square to its row's
+ * sum - element e of the row into lane e % 16, lane = fmaf(x, x, lane) (the
+ * square exact inside the fma), in increasing e - and the 16 lanes are added
+ * pairwise (lane i += lane i+8, then +4, +2, +1); a per-token row adds its
+ * heads' sums pairwise (aligned blocks of 2^k heads as (first half) +
+ * (second half), then the blocks of the head count's binary digits, largest
+ * first, added from the last). r = 1 / sqrt(s / n + eps) (n channels) is
+ * computed from the float32 sum s in float64 (s * (1/n), + eps, sqrt, 1 /
+ * that) and rounded once to float32: one scalar per row, where
+ * transformers' float32 rsqrt of the mean rounds four times. r = 0 when it
+ * is NaN (an element is NaN: that element stays NaN, the others become 0, as
+ * a row holding an Inf does in HF too; HF would make the whole row NaN).
+ * Each element, with xr = x * r: n = xr * w (RMS), fmaf(xr, w, xr) (unit
+ * offset: xr * (1 + w) rounded once) or xr (L2), in float32; the pair is
+ * then rotated as pe_apply_rope_qk rotates a pair, x' = fmaf(n_x, c,
+ * -(n_y*s)), y' = fmaf(n_y, c, n_x*s) with the table's float32 cos/sin, and
+ * stored as every rotation stores (float32, or rounded once to bf16/f16).
+ * Channels past rotary_dim: n stored the same way. As in transformers'
+ * float32 modules, a row whose sum of squares overflows float32 (elements
+ * of magnitude ~1.8e19 / sqrt(n) or more) gets r = 0 (its finite elements
+ * become 0, Inf and NaN NaN), and with eps = 0 an all-zero row gets r = Inf
+ * (its elements NaN).
  *
  * Error bound (float32 outputs), against the float64 formulas with exact
- * cos/sin: the double steps contribute ~2^-50 relative; c and s are each
- * within 1.5 float32 ulp of their own value (pe_rope_cache_create), so within
- * 1.5 * 2^-24 absolute, which moves the rotated pair by at most
- * 1.5 * 2^-24 * (|n_x| + |n_y|); the one rounding adds half an ulp of the
- * result (at most half an ulp of |n_x| + |n_y|). In all: below
- * 1.5 * 2^-24 * v + ulp(v) / 2 < 2 float32 ulps of v = |n_x| + |n_y| (n_x,
- * n_y the pair's exact normed values; 1.26 ulps measured, 1.73 * 2^-24 * v);
- * past rotary_dim half an ulp of |n| (correctly rounded but for the ~2^-50).
- * tests/test_qk_norm.c checks both. (The float32 arithmetic this replaced, each
- * operation rounded, was bounded by (ceil(n/16)/2 + 12) ulps; the results'
- * low bits changed with this.)
+ * cos/sin, in units of u = 2^-24 (first order): a square meets at most M
+ * roundings in the sum (M = ceil(head_dim/16) + 4: the fullest lane's fmas
+ * and the tree; per token + ceil(log2(heads)) for the heads' pairwise sum),
+ * so r is within (M/2 + 0.5) u of its exact value; a normed element within
+ * (M/2 + 1.5) u of |n| (RMS kinds; L2 M/2 + 1), and that is the bound past
+ * rotary_dim; a rotated pair's outputs within (M/2 + 3.5) u * v + half an
+ * ulp of the result (c and s within 1.5 float32 ulp each, n_y*s rounded; L2
+ * M/2 + 3), v = |n_x| + |n_y| (n_x, n_y the pair's exact normed values):
+ * for head_dim 128, 9.5 u * v + ulp/2, below 10 float32 ulps of v. Measured
+ * (tests/test_qk_norm.c, random rows at scales 1e-3 .. 1e3, the worst of
+ * 0.5-1 million outputs per model, the same inputs and cos/sin through an
+ * emulation of transformers' float32 modules, PyTorch's own sum order
+ * included): Qwen3RMSNorm 2.73 float32 ulps of v (transformers 3.52),
+ * Gemma3RMSNorm (head_dim 256) 3.06 (3.72), Llama4TextL2Norm 2.70 (2.93),
+ * OLMo 2 per token (32 heads x 128) 3.04 (3.14), GPT-J pairs 2.72 (3.62);
+ * the RMS error 0.38-0.43 ulps against transformers' 0.46-0.54 (a plain
+ * left-to-right float32 sum, as a naive loop does: 4.9-19 ulps). (The
+ * float64 arithmetic this replaced was within 2 ulps, 1.26 measured, and
+ * took 2-2.9x the time; the results' low bits changed with this.)
  *
  * How that relates to HF's rounding for bf16/f16 models: HF upcasts x to
- * float32 for the mean and r (this library: float64). Gemma3RMSNorm
+ * float32 for the mean and r, as this library does. Gemma3RMSNorm
  * multiplies by (1 + w) in float32 and casts once to the input dtype,
  * Llama4TextL2Norm casts x * r once; Qwen3RMSNorm and OLMo 2 cast x * r to
  * the input dtype before multiplying by the weight (a bf16 product, rounded
  * again), and apply_rotary_pos_emb then rounds q*cos, rotate_half(q)*sin and
- * their sum to bf16 again (with cos/sin cast to bf16). This library rounds
- * to float32 once and from there to the dtype once, so its bf16/f16 output
+ * their sum to bf16 again (with cos/sin cast to bf16). This library keeps
+ * float32 to the end and rounds to the dtype once, so its bf16/f16 output
  * is the float32 result correctly rounded: within half a bf16 ulp (plus the
- * float32 result's < 2 float32 ulps) of the exact value where HF's is within
- * a few bf16 ulps; for float32 models (Gemma 3 run in float32) HF's float32
- * result carries several float32 roundings, this one one.
+ * float32 result's few float32 ulps) of the exact value, where HF's is
+ * within a few bf16 ulps.
  *
  * The weights are float32 (convert a bf16 checkpoint's weight once with an
  * exact widening; it is read on every call, not copied). A NaN weight gives
@@ -946,8 +962,8 @@ PE_API pe_status pe_qk_norm_rope(const pe_rope_cache *c, const pe_qk_norm *norm,
  *   as pe_apply_rope_qk_store (-1 skips a token: its k and v rows are not
  *   written, its q is still normed and rotated; a duplicate slot is an
  *   error).
- * Stored values: k's row normed and rotated in float64, rounded once to
- * float32 and from there to the k cache's dtype (so, for a cache of k's
+ * Stored values: k's row normed and rotated in float32 (the arithmetic
+ * above) and rounded once from there to the k cache's dtype (so, for a cache of k's
  * dtype, bit for bit what pe_qk_norm_rope on k and a copy give; a wider cache
  * keeps the float32 result); channels past rotary_dim normed and rounded; v's elements
  * converted exactly as pe_apply_rope_qk_store converts (bits copied when the

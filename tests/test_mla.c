@@ -10,9 +10,10 @@
  *   DeepseekV3RMSNorm (x * rsqrt(mean(x^2) + eps) * w) and its interleaved
  *   rotation (pairs (2j, 2j + 1), angle position * 10000^(-2j/64)), kept in
  *   pair order (GPT-J, as vLLM stores k_pe), within 8 float32 ulps of the
- *   magnitude (the norm's and the rotation's documented bounds summed, with
- *   room); q's channels outside the rope slice bit for bit untouched (no q
- *   norm), or normed as the formula says (V4).
+ *   magnitude (2.9 measured with the QK-norm's float32 arithmetic; its
+ *   first-order bound for a 512-channel norm, posenc.h, is 21.5 * 2^-24 of
+ *   it plus half an ulp); q's channels outside the rope slice bit for bit
+ *   untouched (no q norm), or normed as the formula says (V4).
  * - bf16 caches and inputs: bit for bit the float32 result rounded once (the
  *   rounding written here).
  * - PE_MLA_ROPE_FIRST: the latent-first row with its channels moved.

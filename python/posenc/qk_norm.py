@@ -15,7 +15,7 @@ Llama 4), RoPE, and k and v into a paged KV cache.
 kind: "none", "rms" (x * r * w: Qwen3, OLMo 2), "rms_unit_offset" (x * r * (1 + w):
 Gemma 3) or "l2" (x * r, no weight: Llama 4), r = 1/sqrt(mean(x^2) + eps) over
 each head's row (scope "head") or each token's heads (scope "token": OLMo 2).
-The arithmetic (float64, one rounding) is posenc.h's; arrays follow RopeCache.apply_'s rules.
+The arithmetic (float32, in the header's fixed order) is posenc.h's; arrays follow RopeCache.apply_'s rules.
 """
 from . import _lib
 from ._arrays import tensor, int64_grid, norm_weight

@@ -94,62 +94,76 @@ typedef struct pe_rope_block {
   int32_t pair_dist;       /* NEOX: offset of y from x, in elements */
   int32_t style;           /* PE_ROPE_NEOX or PE_ROPE_GPTJ */
   /* The QK-norm stage (norm PE_NORM_OFF, the zero value: none; the fields
-   * below unused). Otherwise each element is normed and rotated in float64
-   * as PE_NORM_* below says: with r = scale[t][h * scale_head_stride] and the
-   * weight of element e of the row (e counted as in the row, from the
-   * row pointer the kernel gets) at weight[h * weight_head_stride + e].
-   * rope_rows and rope_store_rows hand a normed block to kernels of their
-   * own (noinline, one per dtype pair: the plain rows' code is not touched
-   * by the norm). */
+   * below unused). Otherwise each element is normed as PE_NORM_* below says,
+   * with r = scale[t][h * scale_head_stride] and the weight of element e of
+   * the row (e counted as in the row, from the row pointer the kernel gets)
+   * at weight[h * weight_head_stride + e], and the normed pair rotated as
+   * above. rope_rows and rope_store_rows hand a normed block to kernels of
+   * their own (noinline, one per dtype pair: the plain rows' code is not
+   * touched by the norm). */
   int32_t norm;            /* PE_NORM_* */
-  const double *const *scale; /* [n_tokens] */
+  const float *const *scale; /* [n_tokens] */
   int64_t scale_head_stride; /* 1 per head, 0 per token (one scale per token) */
   const float *weight;       /* PE_NORM_W, PE_NORM_W1: float32; else unused */
   int64_t weight_head_stride; /* 0 (one weight row for every head) or head_dim */
+  /* Normed blocks: bytes from each row the kernel reads to a row it may
+   * prefetch meanwhile (the next block's row of the same head, which the
+   * norm stage reads next); 0: none. A hint, never dereferenced. */
+  int64_t prefetch;
 } pe_rope_block;
 
 /* The QK-norm: modes (equal to the public pe_qk_norm_kind values) and the
- * element operation, the definition every ISA follows, in float64. x is the
- * element widened as the rotation loads it (then exactly to double), r the
- * row's scale (pe__norm_scale, a double), w its float32 weight (widened):
- *   PE_NORM_W:    n = (x * r) * w              (Qwen3, OLMo 2)
- *   PE_NORM_W1:   n = (x * r) * (1.0 + w)      (Gemma 3; the add first)
- *   PE_NORM_UNIT: n = x * r                    (Llama 4 L2Norm)
- * double multiplies (and add), each rounded, in this order. A pair (n_x,
- * n_y) is then rotated in double by the table's float32 c, s (widened):
- *   ys = n_y*s; nys = -ys;  x' = fma(n_x, c, nys);  y' = fma(n_y, c, n_x*s)
- * (PE_OPAQUE on ys and nys, as for the float rotation), and x', y' are
- * rounded ONCE to float32 (then, for bf16/f16 outputs, float32 -> dtype as
- * every store does, convert.h). Past rotary_dim n itself is rounded so. */
+ * element operation, the definition every ISA follows, in float32, one
+ * rounding per operation: x is the element widened as the rotation loads
+ * it, r the row's scale (pe__norm_scale), w its float32 weight, xr = x * r:
+ *   PE_NORM_W:    n = xr * w                   (Qwen3, OLMo 2)
+ *   PE_NORM_W1:   n = fmaf(xr, w, xr)          (Gemma 3's xr * (1 + w))
+ *   PE_NORM_UNIT: n = xr                       (Llama 4 L2Norm)
+ * (transformers' float32 modules round 1 + w too). A pair (n_x, n_y)
+ * is then rotated exactly as a plain pair (x, y) above,
+ *   ys = n_y*s; nys = -ys;  x' = fmaf(n_x, c, nys);  y' = fmaf(n_y, c, n_x*s),
+ * and x', y' stored as every rotation stores (float32, or rounded once to
+ * bf16/f16, convert.h). Past rotary_dim n itself is stored so. */
 #define PE_NORM_OFF 0
 #define PE_NORM_W 1
 #define PE_NORM_W1 2
 #define PE_NORM_UNIT 3
 
 /* Sums of squares of `rows` rows of n elements (row r at src + r*row_stride
- * elements of the kernel's dtype, widened as the rotation loads them, then
- * exactly to double), in float64 and in the fixed order every ISA
- * reproduces: 16 double lanes start at +0; element e of a row does
- *   lane[e % 16] = lane[e % 16] + x_e*x_e          in increasing e
- * (x_e*x_e is exact in double and cannot overflow, so fma(x, x, lane) is the
- * same operation), rows in order; then the lanes are added as a tree:
+ * elements of the kernel's dtype, widened as the rotation loads them), in
+ * float32 and in the fixed order every ISA reproduces. A row's sum: 16 float
+ * lanes start at +0; element e of the row does
+ *   lane[e % 16] = fmaf(x_e, x_e, lane[e % 16])    in increasing e
+ * (the square exact inside the fma: one rounding per element); then the
+ * lanes are added as a tree:
  *   lane[i] += lane[i + 8] (i < 8), then += lane[i + 4] (i < 4), +2, +1
- * (double adds, pe__tree16d) and lane[0] is the sum, a NaN sum replaced by
+ * (float adds, pe__tree16f) and lane[0] is the sum, a NaN sum replaced by
  * the quiet NaN of <math.h>'s NAN (its payload would depend on the order the
- * compiler gives the operands; any NaN makes the scale 0). combine 1: one set of
- * lanes for all rows (a per-token norm: every head of the token, each row
- * starting again at lane 0), the sum to out[0]; combine 0: each row its own
- * lanes, its sum to out[r]. */
+ * compiler gives the operands; any NaN makes the scale 0). A vector ISA
+ * holds the lanes as 16/VL accumulators, lane i in accumulator i / VL, or in
+ * any order of its own that it adds back as this tree. combine 0: each row's
+ * sum to out[r]. combine 1 (a per-token norm: every head of the token): the
+ * rows' sums added pairwise, as a binary counter adds them (pe__sum_stack:
+ * aligned blocks of 2^k rows as (first half) + (second half), then the
+ * blocks of rows' binary digits, largest first, added from the last:
+ * B_0 + (B_1 + (... + B_last))), the total to out[0]: 32 rows of 128 are as
+ * accurate as PyTorch's cascaded sum of the 4096 squares, where 16 lanes of
+ * 256 were not. Any row or slice of one works (n >= 1). */
 typedef void (*pe_norm_sumsq_fn)(const void *src, int64_t n, int64_t rows, int64_t row_stride,
-                                 int combine, double *out);
+                                 int combine, float *out);
 
-/* dst[e] = the element n of PE_NORM_* (mode, x_e, r, w[e]) in double,
- * rounded once to float32 (then to dst's dtype), for e in [0, n) (mode not
- * PE_NORM_OFF): src of the first dtype index, dst of the second; dst may be
- * src (in place), otherwise they do not overlap. The channels past
- * rotary_dim of a normed row. */
-typedef void (*pe_norm_row_fn)(const void *src, void *dst, int64_t n, double r, const float *w,
+/* dst[e] = the element n of PE_NORM_* (mode, x_e, r, w[e]) in float32,
+ * stored in dst's dtype (rounded once for bf16/f16), for e in [0, n) (mode
+ * not PE_NORM_OFF): src of the first dtype index, dst of the second; dst may
+ * be src (in place), otherwise they do not overlap. The channels past
+ * rotary_dim of a normed row (or any slice of a row). */
+typedef void (*pe_norm_row_fn)(const void *src, void *dst, int64_t n, float r, const float *w,
                                int32_t mode);
+
+/* out[i] = pe__norm_scale(sums[i], n, eps) for i in [0, count): the scales
+ * of rows of n elements from their sums of squares (out may be sums). */
+typedef void (*pe_norm_scale_fn)(const float *sums, int64_t count, int64_t n, float eps,
+                                 float *out);
 
 /* In place: the row of token t, head h starts at (element) data +
  * t*token_stride + h*head_stride (strides in elements of the kernel's dtype,
@@ -252,24 +266,57 @@ typedef struct pe_isa {
   pe_load_row_fn load_row[3];               /* [pe_dtype of src] */
   pe_norm_sumsq_fn norm_sumsq[3];           /* [pe_dtype of src] */
   pe_norm_row_fn norm_row[3][3];            /* [src pe_dtype][dst pe_dtype] */
+  pe_norm_scale_fn norm_scale;
   pe_kv_quant_fn kv_quant[3][3];            /* [PE_KVQ_* format][src pe_dtype] */
   pe_kv_dequant_fn kv_dequant[3][3];        /* [PE_KVQ_* format][dst pe_dtype] */
 } pe_isa;
 
 /* The scale of a normed row from its sum of squares s (pe_norm_sumsq) over n
- * elements, portable code shared by every ISA (rope_engine.c):
- *   r = 1.0 / sqrt(s / (double)n + (double)eps)   (float64, each op rounded)
- * and r = 0 when it is NaN (a NaN element: the row's NaNs stay NaN and its
- * other elements become 0, as an Inf row does in HF). */
-PE_HIDDEN double pe__norm_scale(double s, int64_t n, float eps);
+ * elements, the definition every ISA's norm_scale follows:
+ *   r = (float)(1.0 / sqrt((double)s * (1.0 / (double)n) + (double)eps))
+ * in float64, each operation rounded (the mean's multiply by the double
+ * 1/n, the add, the square root, the divide), then rounded once to float32:
+ * within half a float32 ulp (and ~2^-50 relative) of 1/sqrt(s/n + eps) for
+ * the float32 sum s, where transformers' float32 rsqrt of the mean rounds
+ * four times. r = 0 when it is NaN (a NaN element: the row's NaNs stay NaN
+ * and its other elements become 0, as an Inf row does in HF). A sum that
+ * overflowed float32 (an element beyond ~1.8e19, or a row of them) gives
+ * r = 0, as in HF's float32 modules. Per row, not per element: float64
+ * costs nothing measurable here. */
+static inline float pe__norm_scale(float s, int64_t n, float eps) {
+  float r = (float)(1.0 / sqrt((double)s * (1.0 / (double)n) + (double)eps));
+  return r != r ? 0.0f : r;
+}
 
-/* isa.h's tree of 16 double lanes (pe_norm_sumsq_fn), shared by every ISA. */
-static inline double pe__tree16d(const double *a) {
-  double s0 = a[0] + a[8], s1 = a[1] + a[9], s2 = a[2] + a[10], s3 = a[3] + a[11];
-  double s4 = a[4] + a[12], s5 = a[5] + a[13], s6 = a[6] + a[14], s7 = a[7] + a[15];
-  double t0 = s0 + s4, t1 = s1 + s5, t2 = s2 + s6, t3 = s3 + s7;
-  double u0 = t0 + t2, u1 = t1 + t3, r = u0 + u1;
-  return r != r ? (double)NAN : r; /* one NaN: which payload wins follows instruction order */
+/* isa.h's tree of 16 float lanes (pe_norm_sumsq_fn), shared by every ISA. */
+static inline float pe__tree16f(const float *a) {
+  float s0 = a[0] + a[8], s1 = a[1] + a[9], s2 = a[2] + a[10], s3 = a[3] + a[11];
+  float s4 = a[4] + a[12], s5 = a[5] + a[13], s6 = a[6] + a[14], s7 = a[7] + a[15];
+  float t0 = s0 + s4, t1 = s1 + s5, t2 = s2 + s6, t3 = s3 + s7;
+  float u0 = t0 + t2, u1 = t1 + t3, r = u0 + u1;
+  return r != r ? (float)NAN : r; /* one NaN: which payload wins follows instruction order */
+}
+
+/* isa.h's pairwise combination of row sums (pe_norm_sumsq_fn, combine 1): a
+ * binary counter over the rows, a partial sum per binary digit. */
+typedef struct pe__sum_stack {
+  float sum[64];
+  int8_t level[64];
+  int top;
+} pe__sum_stack;
+static inline void pe__sum_push(pe__sum_stack *k, float s) {
+  int8_t l = 0;
+  while (k->top > 0 && k->level[k->top - 1] == l) {
+    s = k->sum[--k->top] + s; /* the earlier block first */
+    l++;
+  }
+  k->sum[k->top] = s;
+  k->level[k->top++] = l;
+}
+static inline float pe__sum_total(const pe__sum_stack *k) {
+  float t = k->sum[k->top - 1];
+  for (int i = k->top - 2; i >= 0; i--) t = k->sum[i] + t;
+  return t != t ? (float)NAN : t;
 }
 
 extern PE_HIDDEN const pe_isa pe__isa_scalar;

@@ -7,9 +7,9 @@
  *   store_row(sd, dd, style, src, dst, cos, sin, n, dist) the plain pairs src -> dst
  *   nrope_row(dt, style, mode, row, cos, sin, n, dist, r, w), nstore_row(sd, dd, style,
  *     mode, src, dst, cos, sin, n, dist, r, w)   the same normed (mode a constant, not
- *     OFF; r a double): isa.h's float64 norm and rotation (scalar.c; the vector
- *     ISAs' nstore_row takes cos, sin and weights prepared as doubles, rope_template.h)
- *   sumsq_gen(dt, src, n, rows, rs, combine, out), nrow_gen(sd, dd, src, dst, n, r, w, mode)  the QK-norm
+ *     OFF): isa.h's float32 norm, then the plain rotation (scalar.c, rope_template.h)
+ *   sumsq_gen(dt, src, n, rows, rs, combine, out), nscale_gen(s, count, n, eps, out),
+ *   nrow_gen(sd, dd, src, dst, n, r, w, mode)   the QK-norm
  *   convert_row(sd, dd, src, dst, n)                      sd != dd
  *   add_row_gen(dt, ..), alibi_row_gen(dt, ..), load_row_gen(dt, ..), mask_row_gen(dt, ..)
  *   FN(rope_sincos), FN(sincos)
@@ -41,8 +41,8 @@
 /* ---- the walks ---- */
 
 /* Row (t, h)'s QK-norm scale and weights (mode a constant; OFF: none). */
-PE_AI double row_scale(int mode, const pe_rope_block *b, int64_t t, int64_t h) {
-  return mode == PE_NORM_OFF ? 0.0 : b->scale[t][h * b->scale_head_stride];
+PE_AI float row_scale(int mode, const pe_rope_block *b, int64_t t, int64_t h) {
+  return mode == PE_NORM_OFF ? 0.0f : b->scale[t][h * b->scale_head_stride];
 }
 PE_AI const float *row_weight(int mode, const pe_rope_block *b, int64_t h) {
   return wat(mode, b->weight, h * b->weight_head_stride);
@@ -56,102 +56,83 @@ PE_AI int heads_inner(int64_t hs, int64_t ts) {
 
 /* ---- the normed rows (b->norm not PE_NORM_OFF): kernels of their own ----
  * Noinline functions, one per dtype (pair), that the plain rows' entries
- * call: the float64 norm and rotation (isa.h) add no code to the plain rows
- * (a decode step's ~40 rows, where every instruction counts) and no copy of
- * the grouped walks (clang's ASan build of the kernels). Walk: the nearer of
- * the two strides innermost, as rows_walk. */
+ * call: the norm adds no code to the plain rows (a decode step's ~40 rows,
+ * where every instruction counts) and no copy of the grouped walks (clang's
+ * ASan build of the kernels). Walk: the nearer of the two strides
+ * innermost, as rows_walk. */
 #if defined(VL)
 /* The vector ISAs: one walk (noinline, style and mode read at run time) for
  * every dtype pair, calling a row kernel of its own for each dtype pair,
  * style and mode (noinline, FN(nrow_tab)): the in-place rows are the pair
- * (dt, dt) with dst == src. The walk widens the rows' float64 operands once
- * (rope_template.h's nprep_*): a token's cos/sin once for all its heads, a
- * weight row shared by every head (weight_head_stride 0) once per call, a
- * per-token-scope head's weights (OLMo 2) once per head and token group.
- * Pairs in pieces of NCH. Heads innermost (heads_inner, or one token): each
- * token's rows in turn; otherwise ([B,H,T,D]) groups of NTG tokens, each
- * head's rows of the group in turn. Row (t, h) reads (sv ? sv[t] : sb +
- * t*sts) + h*shs and writes (dv ? dv[t] : db + t*dts) + h*dhs (bytes). */
+ * (dt, dt) with dst == src. Heads innermost (heads_inner, or one token):
+ * each token's rows in one call; otherwise ([B,H,T,D]) groups of NTG
+ * tokens, each head's rows of the group in one call. Row (t, h) reads (sv ?
+ * sv[t] : sb + t*sts) + h*shs and writes (dv ? dv[t] : db + t*dts) + h*dhs
+ * (bytes). */
 /* A row kernel: count rows, row i from src + i*sstep to dst + i*dstep
- * (bytes), its cos/sin at c, s + i*cstep, its scale rs[i*rstep], its
- * weights the prepared wx, wy or (the kernels ending _f, a per-token-scope
- * norm) the floats at wf + i*wstep. */
+ * (bytes), its cos/sin rows cp[i*cinc], sp[i*cinc], its scale rs[i*rstep],
+ * its weights at w + i*wstep (unused for UNIT); pf: the block's prefetch
+ * hint, each row's lines pf bytes on prefetched before the row is rotated. */
 typedef void (*pe_nrow_fn)(const char *src, int64_t sstep, char *dst, int64_t dstep,
-                           const double *c, const double *s, int64_t cstep, int32_t n,
-                           int32_t dist, const double *rs, int64_t rstep, const double *wx,
-                           const double *wy, const float *wf, int64_t wstep, int64_t count);
+                           const float *const *cp, const float *const *sp, int64_t cinc,
+                           int32_t n, int32_t dist, const float *rs, int64_t rstep,
+                           const float *w, int64_t wstep, int64_t count, int64_t pf);
 enum { NTG = 4 };
 __attribute__((noinline)) static void FN(nwalk)(const pe_rope_block *b, pe_nrow_fn row,
-                                                int64_t ses, int64_t des, const char *sb,
-                                                const void *const *sv, int64_t sts, int64_t shs,
-                                                char *db, void *const *dv, int64_t dts,
-                                                int64_t dhs, int tokens_grouped) {
-  _Alignas(64) double cd[NTG * NCH], sdv[NTG * NCH], wx[NCH], wy[NCH]; /* token k at k*NCH */
-  const int style = b->style, mode = b->norm;
-  const int weighted = mode == PE_NORM_W || mode == PE_NORM_W1;
+                                                const char *sb, const void *const *sv,
+                                                int64_t sts, int64_t shs, char *db,
+                                                void *const *dv, int64_t dts, int64_t dhs,
+                                                int tokens_grouped) {
   const int64_t n_tokens = b->n_tokens, n_heads = b->n_heads, ss = b->scale_head_stride;
-  const int32_t dist = b->pair_dist;
-  const int per_head_w = weighted && b->weight_head_stride != 0;
-  for (int32_t j0 = 0; j0 < b->n_pairs; j0 += NCH) {
-    const int32_t n = b->n_pairs - j0 < NCH ? b->n_pairs - j0 : NCH;
-    const int64_t e0 = style == PE_ROPE_GPTJ ? 2 * (int64_t)j0 : j0; /* the piece's first element */
-    if (weighted && !per_head_w) nprep_w(style, mode, b->weight + e0, n, dist, wx, wy);
-    if (!tokens_grouped) {
-      for (int64_t t = 0; t < n_tokens; t++) {
-        nprep_cs(style, b->cos[t] + j0, b->sin[t] + j0, n, cd, sdv);
-        const char *s = (sv ? (const char *)sv[t] : sb + t * sts) + e0 * ses;
-        char *d = (dv ? (char *)dv[t] : db + t * dts) + e0 * des;
-        row(s, shs, d, dhs, cd, sdv, 0, n, dist, b->scale[t], ss, wx, wy,
-            per_head_w ? b->weight + e0 : NULL, b->weight_head_stride, n_heads);
-      }
-      continue;
-    }
-    for (int64_t t0 = 0; t0 < n_tokens; t0 += NTG) { /* in place: sb, db */
-      const int64_t g = n_tokens - t0 < NTG ? n_tokens - t0 : NTG;
-      for (int64_t k = 0; k < g; k++)
-        nprep_cs(style, b->cos[t0 + k] + j0, b->sin[t0 + k] + j0, n, cd + k * NCH,
-                 sdv + k * NCH);
-      for (int64_t h = 0; h < n_heads; h++) {
-        double rg[NTG];
-        for (int64_t k = 0; k < g; k++) rg[k] = b->scale[t0 + k][h * ss];
-        if (per_head_w) /* widened once for the group's rows */
-          nprep_w(style, mode, b->weight + h * b->weight_head_stride + e0, n, dist, wx, wy);
-        row(sb + t0 * sts + h * shs + e0 * ses, sts, db + t0 * dts + h * dhs + e0 * des, dts,
-            cd, sdv, NCH, n, dist, rg, 1, wx, wy, NULL, 0, g);
-      }
+  const int32_t n = b->n_pairs, dist = b->pair_dist;
+  const float *w = b->weight; /* NULL for UNIT */
+  const int64_t ws = w ? b->weight_head_stride : 0;
+  if (!tokens_grouped) {
+    for (int64_t t = 0; t < n_tokens; t++)
+      row(sv ? (const char *)sv[t] : sb + t * sts, shs, dv ? (char *)dv[t] : db + t * dts, dhs,
+          &b->cos[t], &b->sin[t], 0, n, dist, b->scale[t], ss, w, ws, n_heads, b->prefetch);
+    return;
+  }
+  for (int64_t t0 = 0; t0 < n_tokens; t0 += NTG) { /* in place: sb, db */
+    const int64_t g = n_tokens - t0 < NTG ? n_tokens - t0 : NTG;
+    for (int64_t h = 0; h < n_heads; h++) {
+      float rg[NTG];
+      for (int64_t k = 0; k < g; k++) rg[k] = b->scale[t0 + k][h * ss];
+      row(sb + t0 * sts + h * shs, sts, db + t0 * dts + h * dhs, dts, &b->cos[t0], &b->sin[t0],
+          1, n, dist, rg, 1, w ? w + h * ws : NULL, 0, g, b->prefetch);
     }
   }
 }
-#define NROW_(S, sd, D, dd, ST, SN, M, MN, F, FW)                                               \
-  __attribute__((noinline)) static void FN(nrow_##S##_##D##_##SN##_##MN##F)(                   \
-      const char *src, int64_t sstep, char *dst, int64_t dstep, const double *c,               \
-      const double *s, int64_t cstep, int32_t n, int32_t dist, const double *rs, int64_t rstep, \
-      const double *wx, const double *wy, const float *wf, int64_t wstep, int64_t count) {     \
-    for (int64_t i = 0; i < count; i++)                                                        \
-      nstore_row(sd, dd, ST, M, FW, src + i * sstep, dst + i * dstep, c + i * cstep,           \
-                 s + i * cstep, n, dist, rs[i * rstep], wx, wy, FW ? wf + i * wstep : NULL);   \
+#define NROW_(S, sd, D, dd, ST, SN, M, MN)                                                      \
+  __attribute__((noinline)) static void FN(nrow_##S##_##D##_##SN##_##MN)(                      \
+      const char *src, int64_t sstep, char *dst, int64_t dstep, const float *const *cp,        \
+      const float *const *sp, int64_t cinc, int32_t n, int32_t dist, const float *rs,         \
+      int64_t rstep, const float *w, int64_t wstep, int64_t count, int64_t pf) {               \
+    const int64_t pfe = ST == PE_ROPE_GPTJ ? 2 * (int64_t)n : (int64_t)dist + n;             \
+    for (; count > 0; count--) {                                                               \
+      if (pf) nprefetch(src, pf, pfe, sd);                                                     \
+      nstore_row(sd, dd, ST, M, src, dst, *cp, *sp, n, dist, *rs, w);                          \
+      src += sstep, dst += dstep, cp += cinc, sp += cinc, rs += rstep;                         \
+      if (M != PE_NORM_UNIT) w += wstep;                                                       \
+    }                                                                                          \
   }
 #define NROW_M_(S, sd, D, dd, ST, SN)                                                           \
-  NROW_(S, sd, D, dd, ST, SN, PE_NORM_W, w, , 0)                                                \
-  NROW_(S, sd, D, dd, ST, SN, PE_NORM_W1, w1, , 0)                                              \
-  NROW_(S, sd, D, dd, ST, SN, PE_NORM_UNIT, u, , 0)                                             \
-  NROW_(S, sd, D, dd, ST, SN, PE_NORM_W, w, _f, 1)                                              \
-  NROW_(S, sd, D, dd, ST, SN, PE_NORM_W1, w1, _f, 1)
+  NROW_(S, sd, D, dd, ST, SN, PE_NORM_W, w)                                                     \
+  NROW_(S, sd, D, dd, ST, SN, PE_NORM_W1, w1)                                                   \
+  NROW_(S, sd, D, dd, ST, SN, PE_NORM_UNIT, u)
 #define NROW_S_(S, sd, D, dd)                                                                   \
   NROW_M_(S, sd, D, dd, PE_ROPE_NEOX, neox) NROW_M_(S, sd, D, dd, PE_ROPE_GPTJ, gptj)
 #define NROW_D_(S, sd)                                                                          \
-  NROW_S_(S, sd, f32, PE_F32) NROW_S_(S, sd, f16, PE_F16) NROW_S_(S, sd, bf16, PE_BF16)
+  NROW_S_(S, sd, f32, PE_F32) NROW_S_(S, sd, f16, PE_F16) NROW_S_(S, sd, bf16, PE_BF16_W)
 NROW_D_(f32, PE_F32)
 NROW_D_(f16, PE_F16)
 NROW_D_(bf16, PE_BF16)
 #define NT_M_(S, D, SN)                                                                         \
-  {{FN(nrow_##S##_##D##_##SN##_w), FN(nrow_##S##_##D##_##SN##_w_f)},                          \
-   {FN(nrow_##S##_##D##_##SN##_w1), FN(nrow_##S##_##D##_##SN##_w1_f)},                        \
-   {FN(nrow_##S##_##D##_##SN##_u), FN(nrow_##S##_##D##_##SN##_u)}}
+  {FN(nrow_##S##_##D##_##SN##_w), FN(nrow_##S##_##D##_##SN##_w1), FN(nrow_##S##_##D##_##SN##_u)}
 #define NT_S_(S, D) { NT_M_(S, D, neox), NT_M_(S, D, gptj) }
 #define NT_D_(S) { NT_S_(S, f32), NT_S_(S, f16), NT_S_(S, bf16) }
-/* [src dtype][dst dtype][GPT-J][W, W1, UNIT][float weights (UNIT: none)] */
-static const pe_nrow_fn FN(nrow_tab)[3][3][2][3][2] = {NT_D_(f32), NT_D_(f16), NT_D_(bf16)};
+/* [src dtype][dst dtype][GPT-J][W, W1, UNIT] */
+static const pe_nrow_fn FN(nrow_tab)[3][3][2][3] = {NT_D_(f32), NT_D_(f16), NT_D_(bf16)};
 #undef NT_D_
 #undef NT_S_
 #undef NT_M_
@@ -160,26 +141,23 @@ static const pe_nrow_fn FN(nrow_tab)[3][3][2][3][2] = {NT_D_(f32), NT_D_(f16), N
 #undef NROW_M_
 #undef NROW_
 /* The row kernel of a block of dtypes sd -> dd (an ISA's private bf16
- * variant, dt > PE_BF16, takes the plain bf16 one: the same bits). */
-PE_AI pe_nrow_fn nrow_pick(int sd, int dd, const pe_rope_block *b, int tokens_grouped) {
+ * variant, dt > PE_BF16, takes the table's bf16 entry: the same bits). */
+PE_AI pe_nrow_fn nrow_pick(int sd, int dd, const pe_rope_block *b) {
 #define IX_(dt) ((dt) == PE_F32 ? 0 : (dt) == PE_F16 ? 1 : 2)
   return FN(nrow_tab)[IX_(sd)][IX_(dd)][b->style == PE_ROPE_GPTJ]
-                     [b->norm == PE_NORM_W ? 0 : b->norm == PE_NORM_W1 ? 1 : 2]
-                     [b->weight_head_stride != 0 && !tokens_grouped];
+                     [b->norm == PE_NORM_W ? 0 : b->norm == PE_NORM_W1 ? 1 : 2];
 #undef IX_
 }
 PE_AI void nrows_call(int dt, const pe_rope_block *b, void *data, int64_t head_stride,
                       int64_t token_stride) {
   const int64_t es = pe__esize(dt), hs = head_stride * es, ts = token_stride * es;
   const int grouped = !(b->n_tokens == 1 || heads_inner(hs, ts));
-  FN(nwalk)(b, nrow_pick(dt, dt, b, grouped), es, es, data, NULL, ts, hs, data, NULL, ts, hs,
-            grouped);
+  FN(nwalk)(b, nrow_pick(dt, dt, b), data, NULL, ts, hs, data, NULL, ts, hs, grouped);
 }
 PE_AI void nstore_call(int sd, int dd, const pe_rope_block *b, const void *const *src,
                        int64_t shs, void *const *dst, int64_t dhs) {
-  const int64_t ses = pe__esize(sd), des = pe__esize(dd);
-  FN(nwalk)(b, nrow_pick(sd, dd, b, 0), ses, des, NULL, src, 0, shs * ses, NULL, dst, 0, dhs * des,
-            0);
+  FN(nwalk)(b, nrow_pick(sd, dd, b), NULL, src, 0, shs * pe__esize(sd), NULL, dst, 0,
+            dhs * pe__esize(dd), 0);
 }
 #else
 PE_AI void nrows_walk(int dt, int style, int mode, const pe_rope_block *b, void *data,
@@ -409,7 +387,7 @@ FROM_(bf16, PE_BF16)
 
 #define NORM_(S, sd)                                                                             \
   static void FN(norm_sumsq_##S)(const void *src, int64_t n, int64_t rows, int64_t rs,          \
-                                 int combine, double *out) {                                     \
+                                 int combine, float *out) {                                      \
     sumsq_gen(sd, src, n, rows, rs, combine, out);                                               \
   }
 NORM_(f32, PE_F32)
@@ -418,7 +396,7 @@ NORM_(bf16, PE_BF16)
 #undef NORM_
 
 #define NPAIR_(S, sd, D, dd)                                                                     \
-  static void FN(norm_row_##S##_##D)(const void *src, void *dst, int64_t n, double r,            \
+  static void FN(norm_row_##S##_##D)(const void *src, void *dst, int64_t n, float r,             \
                                      const float *w, int32_t mode) {                             \
     if (mode == PE_NORM_W)                                                                       \
       nrow_gen(sd, dd, src, dst, n, r, w, PE_NORM_W);                                            \
@@ -433,6 +411,10 @@ NFROM_(f16, PE_F16)
 NFROM_(bf16, PE_BF16)
 #undef NFROM_
 #undef NPAIR_
+
+static void FN(norm_scale)(const float *s, int64_t count, int64_t n, float eps, float *out) {
+  nscale_gen(s, count, n, eps, out);
+}
 
 #define ENC_(S, dt, dw)                                                                              \
   static void FN(add_row_##S)(void *row, const float *v, int64_t n) { add_row_gen(dw, row, v, n); } \
@@ -492,6 +474,7 @@ const pe_isa PE_CAT(pe__isa_, ISA) = {
     .load_row = ROW3_(load_row),
     .norm_sumsq = ROW3_(norm_sumsq),
     .norm_row = {ROW3_(norm_row_f32), ROW3_(norm_row_f16), ROW3_(norm_row_bf16)},
+    .norm_scale = FN(norm_scale),
     .kv_quant = {ROW3_(kvq_e4m3), ROW3_(kvq_e5m2), ROW3_(kvq_q8_0)},
     .kv_dequant = {ROW3_(kvd_e4m3), ROW3_(kvd_e5m2), ROW3_(kvd_q8_0)},
 };

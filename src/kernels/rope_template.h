@@ -148,75 +148,86 @@ PE_AI void rotate(vf x, vf y, vf c, vf s, vf *xo, vf *yo) {
 
 /* ---- the QK-norm's sum of squares ---- */
 
-/* The sums of squares in 16 double lanes (isa.h): 2*(16/VL) VDL-lane
- * accumulators, element e in accumulator (e % 16) / VDL, lane e % VDL (each
- * float vector of VL elements widened to its low and high VDL doubles);
- * lanes past a tail add 0*0 + acc = acc (every acc is +0, positive, Inf or
- * NaN); the accumulators are stored in lane order and added by isa.h's
- * tree (pe__tree16d). Each lane is one chain of dependent FMAs (isa.h fixes
- * the order), so one row alone waits on the FMA latency: with combine 0 the
- * rows are independent and SQ_ROWS of them are summed at once, each in its
- * own accumulators (the same operations per row, only interleaved). */
-enum { SQ_ROWS = 4, SQ_NA = 16 / VL, SQ_ND = 2 * SQ_NA };
-/* x's squares into a[2i] (low half) and a[2i + 1] (high half). */
-PE_AI void sumsq_add(vd *a, int i, vf x) {
-  vd lo = vd_widen_lo(x), hi = vd_widen_hi(x);
-  a[2 * i] = vd_fma(lo, lo, a[2 * i]);
-  a[2 * i + 1] = vd_fma(hi, hi, a[2 * i + 1]);
-}
-/* Elements [0, n) of the row at p into the accumulators a. */
-PE_AI void sumsq_row(int dt, const char *p, int64_t n, vd *a) {
-  const int64_t es = pe__esize(dt);
-  int64_t e = 0;
-  for (; e + 16 <= n; e += 16)
-    for (int i = 0; i < SQ_NA; i++) sumsq_add(a, i, vld(dt, PE_AT(p, e + i * VL, es), VL));
-  if (e < n)
-    for (int i = 0; i < SQ_NA; i++) {
-      int64_t left = n - e - i * VL;
-      sumsq_add(a, i, vld(dt, PE_AT(p, e + i * VL, es), left > VL ? VL : (int32_t)left));
-    }
-}
-PE_AI double sumsq_tree(const vd *a) {
-  double l[16];
-  for (int i = 0; i < SQ_ND; i++) vd_store(l + i * VDL, a[i]);
-  return pe__tree16d(l);
+/* The sums of squares in 16 float lanes (isa.h): 16/VL accumulators per row,
+ * element e in accumulator (e % 16) / VL, lane e % VL; lanes past a tail add
+ * 0*0 + acc = acc (every acc is +0, positive, Inf or NaN); the accumulators
+ * are added by isa.h's tree (sumsq_tree). Each lane is one chain of
+ * dependent FMAs (isa.h fixes the order), so one row alone waits on the FMA
+ * latency: SQ_ROWS rows are summed at once, each in its own accumulators
+ * (the same operations per row, only interleaved), and a per-token norm
+ * (combine 1) adds the rows' sums as isa.h's binary counter. */
+enum { SQ_ROWS = 4, SQ_NA = 16 / VL };
+/* isa.h's tree of the 16 lanes (a vector ISA may define VEC_TREE16 and
+ * vf_tree16(a): the same adds in registers). */
+PE_AI float sumsq_tree(const vf *a) {
+#if defined(VEC_TREE16)
+  return vf_tree16(a);
+#else
+  _Alignas(64) float l[16];
+  for (int i = 0; i < SQ_NA; i++) vf_store(l + i * VL, a[i]);
+  return pe__tree16f(l);
+#endif
 }
 /* Rows [0, R) of p (stride rs bytes), their own lanes, sums to out. */
-PE_AI void sumsq_rows(int dt, int R, const char *p, int64_t rs, int64_t n, double *out) {
+PE_AI void sumsq_rows(int dt, int R, const char *p, int64_t rs, int64_t n, float *out) {
   const int64_t es = pe__esize(dt);
-  vd a[SQ_ROWS][SQ_ND];
+  vf a[SQ_ROWS][SQ_NA];
   for (int k = 0; k < R; k++)
-    for (int i = 0; i < SQ_ND; i++) a[k][i] = vd_set1(0.0);
+    for (int i = 0; i < SQ_NA; i++) a[k][i] = vf_set1(0.0f);
   int64_t e = 0;
   for (; e + 16 <= n; e += 16)
     for (int k = 0; k < R; k++)
-      for (int i = 0; i < SQ_NA; i++)
-        sumsq_add(a[k], i, vld(dt, PE_AT(p + k * rs, e + i * VL, es), VL));
+      for (int i = 0; i < SQ_NA; i++) {
+        vf x = vld(dt, PE_AT(p + k * rs, e + i * VL, es), VL);
+        a[k][i] = vf_fma(x, x, a[k][i]);
+      }
   if (e < n)
     for (int k = 0; k < R; k++)
       for (int i = 0; i < SQ_NA; i++) {
         int64_t left = n - e - i * VL;
-        int32_t m = left > VL ? VL : (int32_t)left;
-        sumsq_add(a[k], i, vld(dt, PE_AT(p + k * rs, e + i * VL, es), m));
+        vf x = vld(dt, PE_AT(p + k * rs, e + i * VL, es), left > VL ? VL : (int32_t)left);
+        a[k][i] = vf_fma(x, x, a[k][i]);
       }
   for (int k = 0; k < R; k++) out[k] = sumsq_tree(a[k]);
 }
 
 PE_AI void sumsq_gen(int dt, const void *src, int64_t n, int64_t rows, int64_t row_stride,
-                     int combine, double *out) {
-  const int64_t es = pe__esize(dt);
+                     int combine, float *out) {
+  const char *p = src;
+  const int64_t rs = row_stride * pe__esize(dt);
   if (!combine) {
-    const char *p = src;
-    const int64_t rs = row_stride * es;
     int64_t r = 0;
     for (; r + SQ_ROWS <= rows; r += SQ_ROWS) sumsq_rows(dt, SQ_ROWS, p + r * rs, rs, n, out + r);
     for (; r < rows; r++) sumsq_rows(dt, 1, p + r * rs, rs, n, out + r);
     return;
   }
-  vd a[SQ_ND];
-  for (int i = 0; i < SQ_ND; i++) a[i] = vd_set1(0.0);
-  for (int64_t r = 0; r < rows; r++) sumsq_row(dt, (const char *)src + r * row_stride * es, n, a);
-  out[0] = sumsq_tree(a);
+  pe__sum_stack k = {.top = 0};
+  float s[SQ_ROWS];
+  int64_t r = 0;
+  for (; r + SQ_ROWS <= rows; r += SQ_ROWS) {
+    sumsq_rows(dt, SQ_ROWS, p + r * rs, rs, n, s);
+    for (int i = 0; i < SQ_ROWS; i++) pe__sum_push(&k, s[i]);
+  }
+  for (; r < rows; r++) {
+    sumsq_rows(dt, 1, p + r * rs, rs, n, s);
+    pe__sum_push(&k, s[0]);
+  }
+  out[0] = rows > 0 ? pe__sum_total(&k) : 0.0f;
+}
+
+/* isa.h's pe__norm_scale of count sums, VL at a time in float64 lanes: the
+ * mean's multiply by 1/n, the add of eps, the square root and the divide
+ * are correctly rounded in every lane as in the scalar definition (a square
+ * root per row was ~12 % of a decode step's time, AMD EPYC Zen 3). */
+PE_AI void nscale_gen(const float *s, int64_t count, int64_t n, float eps, float *out) {
+  const vd inv = vd_set1(1.0 / (double)n), e = vd_set1((double)eps), one = vd_set1(1.0);
+  for (int64_t i = 0; i < count; i += VL) {
+    const int32_t m = count - i >= VL ? VL : (int32_t)(count - i);
+    vf x = vf_loadn(s + i, m);
+    vd lo = vd_div(one, vd_sqrt(vd_add(vd_mul(vd_widen_lo(x), inv), e)));
+    vd hi = vd_div(one, vd_sqrt(vd_add(vd_mul(vd_widen_hi(x), inv), e)));
+    vf_storen(out + i, m, vf_nan_to_zero(vf_from_vd2(lo, hi)));
+  }
 }
 
 /* The steps in two halves, so that a group of rows can load all its
@@ -564,138 +575,65 @@ PE_AI void token_rows(int dt, int style, char *row, int64_t hs, int64_t n_heads,
   }
 }
 
-/* ---- the normed rows (isa.h's PE_NORM_*: float64, one rounding) ---- */
+/* ---- the normed rows (isa.h's PE_NORM_*, float32) ---- */
 
-/* The normed values of VDL elements x (widened) with weights w (mode a
- * constant, not OFF; w unused for UNIT). */
-PE_AI vd norm_d(int mode, vd x, vd r, vd w) {
-  vd n = vd_mul(x, r);
-  if (mode == PE_NORM_W) n = vd_mul(n, w);
-  if (mode == PE_NORM_W1) n = vd_mul(n, vd_add(vd_set1(1.0), w));
+/* m <= VL weights of a step's x and y lanes (GPT-J: in gptj_ld's lane
+ * order; mode W or W1). The row's first element's weight at w. */
+PE_AI void nweights(int style, const float *w, int32_t j, int32_t m, int32_t dist, vf *wx,
+                    vf *wy) {
+  if (style == PE_ROPE_GPTJ)
+    gptj_ld(PE_F32, (const char *)(w + 2 * j), m, wx, wy);
+  else
+    neox_ld(PE_F32, (const char *)(w + j), (const char *)(w + dist + j), m, wx, wy);
+}
+/* x normed (isa.h): xr = x * r, then W: xr * w; W1: fma(xr, w, xr); UNIT:
+ * xr. */
+PE_AI vf nnorm(int mode, vf x, vf r, vf w) {
+  vf n = vf_mul(x, r);
+  if (mode == PE_NORM_W) n = vf_mul(n, w);
+  if (mode == PE_NORM_W1) n = vf_fma(n, w, n);
   return n;
 }
-/* isa.h's double rotation of normed halves. */
-PE_AI void rotate_d(vd x, vd y, vd c, vd s, vd *xo, vd *yo) {
-  vd ys = vd_mul(y, s);
-  PE_OPAQUE(ys);
-  vd nys = vd_neg(ys);
-  PE_OPAQUE(nys);
-  *xo = vd_fma(x, c, nys);
-  *yo = vd_fma(y, c, vd_mul(x, s));
-}
-/* The float64 operands of the normed rows, widened once instead of once per
- * row (isa_template.h's walks fill them: a token's cos/sin for all the heads
- * of that token, a weight row for all the rows that share it): NCH pairs at
- * most, each step's VL lanes in the order the step's x and y lanes come in
- * (GPT-J: gptj_cs's), lanes past n zero (computed on, never stored). Widening
- * c, s, wx and wy in every step was 8 of a step's ~28 vector operations. */
-/* NCH 64: head_dim 128 in one piece, head_dim 256 (Gemma 3) in two; the
- * walk's buffers are then 5 KiB (at 128 they were 10.6 KiB, which took a
- * normed call past the header's ~48 KiB stack promise: test_contract's
- * 64 KiB-stack thread failed in the -O2 build). */
-enum { NCH = 64 }; /* pairs; a multiple of every VL */
 
-/* c, s of n pairs (a token's row) widened into cd, sd. */
-PE_AI void nprep_cs(int style, const float *c, const float *s, int32_t n, double *cd,
-                    double *sd) {
-  for (int32_t j = 0; j < n; j += VL) {
-    int32_t m = n - j >= VL ? VL : n - j;
-    vf cv = pair_cs(style, c + j, m), sv = pair_cs(style, s + j, m);
-    vd_store(cd + j, vd_widen_lo(cv));
-    vd_store(cd + j + VDL, vd_widen_hi(cv));
-    vd_store(sd + j, vd_widen_lo(sv));
-    vd_store(sd + j + VDL, vd_widen_hi(sv));
-  }
-}
-/* One step's weights widened, 1.0 + w for W1 (isa.h's add, done here once). */
-PE_AI void nprep_w1(int mode, vf w, double *d) {
-  vd lo = vd_widen_lo(w), hi = vd_widen_hi(w);
-  if (mode == PE_NORM_W1) lo = vd_add(vd_set1(1.0), lo), hi = vd_add(vd_set1(1.0), hi);
-  vd_store(d, lo);
-  vd_store(d + VDL, hi);
-}
-/* The weights of n pairs of a row (x's and y's; the row's first element at
- * w) into wx, wy (mode W or W1). */
-PE_AI void nprep_w(int style, int mode, const float *w, int32_t n, int32_t dist, double *wx,
-                   double *wy) {
-  for (int32_t j = 0; j < n; j += VL) {
-    int32_t m = n - j >= VL ? VL : n - j;
-    vf x, y;
-    if (style == PE_ROPE_GPTJ)
-      gptj_ld(PE_F32, (const char *)(w + 2 * j), m, &x, &y);
-    else
-      neox_ld(PE_F32, (const char *)(w + j), (const char *)(w + dist + j), m, &x, &y);
-    nprep_w1(mode, x, wx + j);
-    nprep_w1(mode, y, wy + j);
-  }
-}
-
-/* The normed values of VDL widened elements x: x * r, times the prepared
- * weight at w (W: w, W1: 1.0 + w; UNIT: none). */
-PE_AI vd norm_p(int mode, vd x, vd r, const double *w) {
-  vd n = vd_mul(x, r);
-  if (mode != PE_NORM_UNIT) n = vd_mul(n, vd_load(w));
-  return n;
-}
-/* x, y (float vectors of a step's pairs) normed by r and the prepared
- * weights wx, wy, rotated by the prepared c, s in double, each half rounded
- * once to float32. */
-PE_AI void nrot(int mode, vf x, vf y, vd r, const double *wx, const double *wy, const double *c,
-                const double *s, vf *xo, vf *yo) {
-  vd xl, xh, yl, yh;
-  rotate_d(norm_p(mode, vd_widen_lo(x), r, wx), norm_p(mode, vd_widen_lo(y), r, wy), vd_load(c),
-           vd_load(s), &xl, &yl);
-  rotate_d(norm_p(mode, vd_widen_hi(x), r, wx + VDL), norm_p(mode, vd_widen_hi(y), r, wy + VDL),
-           vd_load(c + VDL), vd_load(s + VDL), &xh, &yh);
-  *xo = vf_from_vd2(xl, xh);
-  *yo = vf_from_vd2(yl, yh);
-}
-
-/* One step of m <= VL pairs at pair j of a normed row (nstore_row). fw (a
- * constant): the weights are the row's floats at wf, widened here (a
- * per-token-scope row, whose weights no other row of the call shares:
- * preparing them would add a store and a load per weight); else the
- * prepared wx, wy. */
-PE_AI void nstep(int sd, int dd, int style, int mode, int fw, const char *in, char *out,
-                 int32_t j, int32_t m, int32_t dist, vd rv, const double *c, const double *s,
-                 const double *wx, const double *wy, const float *wf) {
+/* One step of m <= VL pairs at pair j of a normed row (nstore_row): the
+ * pairs and weights loaded, normed, then rotated and stored as a plain step
+ * (neox_st, gptj_st). */
+PE_AI void nstep(int sd, int dd, int style, int mode, const char *in, char *out, int32_t j,
+                 int32_t m, int32_t dist, vf rv, const float *c, const float *s,
+                 const float *w) {
   const int64_t ses = pe__esize(sd), des = pe__esize(dd);
-  _Alignas(64) double fx[VL], fy[VL];
-  if (fw) nprep_w(style, mode, wf + (style == PE_ROPE_GPTJ ? 2 * j : j), m, dist, fx, fy);
-  const double *px = fw ? fx : wx + j, *py = fw ? fy : wy + j;
-  vf x, y, xn, yn;
+  const vf z = vf_set1(0.0f);
+  vf x, y, wx = z, wy = z;
+  if (mode != PE_NORM_UNIT) nweights(style, w, j, m, dist, &wx, &wy);
   if (style == PE_ROPE_GPTJ) {
-    const char *sp = in + 2 * j * ses;
-    char *dp = out + 2 * j * des;
-    gptj_ld(sd, sp, m, &x, &y);
-    nrot(mode, x, y, rv, px, py, c + j, s + j, &xn, &yn);
-#if defined(VEC_LD2)
-    vsti(dd, dp, m, xn, yn);
-#else
-    vf lo, hi;
-    vf_interleave(xn, yn, &lo, &hi);
-    vst2(dd, dp, 2 * m, lo, dp + VL * des, 2 * m - VL, hi);
-#endif
+    gptj_ld(sd, in + 2 * j * ses, m, &x, &y);
+    gptj_st(dd, out + 2 * j * des, m, 0, nnorm(mode, x, rv, wx), nnorm(mode, y, rv, wy),
+            gptj_cs(c + j, m), gptj_cs(s + j, m));
     return;
   }
   neox_ld(sd, PE_AT(in, j, ses), PE_AT(in, dist + j, ses), m, &x, &y);
-  nrot(mode, x, y, rv, px, py, c + j, s + j, &xn, &yn);
-  vst2(dd, PE_AT(out, j, des), m, xn, PE_AT(out, dist + j, des), m, yn);
+  neox_st(dd, PE_AT(out, j, des), PE_AT(out, dist + j, des), m, nnorm(mode, x, rv, wx),
+          nnorm(mode, y, rv, wy), vf_loadn(c + j, m), vf_loadn(s + j, m));
 }
 
-/* One normed row src (dtype sd) -> dst (dtype dd) of n <= NCH pairs, in
- * place when dst == src (every step loads its pairs before it stores them),
- * with the prepared c, s and weights (nprep_*; wx, wy unused for UNIT, and
- * for fw, where the weights are the floats at wf: nstep). The whole steps
+/* One normed row src (dtype sd) -> dst (dtype dd) of n pairs, in place when
+ * dst == src (every step loads its pairs before it stores them): scale r,
+ * weights w (the row's first element's; unused for UNIT). The whole steps
  * with the constant VL, then the tail. */
-PE_AI void nstore_row(int sd, int dd, int style, int mode, int fw, const void *src, void *dst,
-                      const double *c, const double *s, int32_t n, int32_t dist, double rs,
-                      const double *wx, const double *wy, const float *wf) {
-  const vd rv = vd_set1(rs);
+PE_AI void nstore_row(int sd, int dd, int style, int mode, const void *src, void *dst,
+                      const float *c, const float *s, int32_t n, int32_t dist, float r,
+                      const float *w) {
+  const vf rv = vf_set1(r);
   int32_t j = 0;
-  for (; j + VL <= n; j += VL)
-    nstep(sd, dd, style, mode, fw, src, dst, j, VL, dist, rv, c, s, wx, wy, wf);
-  if (j < n) nstep(sd, dd, style, mode, fw, src, dst, j, n - j, dist, rv, c, s, wx, wy, wf);
+  for (; j + VL <= n; j += VL) nstep(sd, dd, style, mode, src, dst, j, VL, dist, rv, c, s, w);
+  if (j < n) nstep(sd, dd, style, mode, src, dst, j, n - j, dist, rv, c, s, w);
+}
+
+/* The lines of the `elems` elements (dtype dt) of the row pf bytes from
+ * row (pe_rope_block.prefetch), prefetched for reading. */
+PE_AI void nprefetch(const char *row, int64_t pf, int64_t elems, int dt) {
+  const uintptr_t a = (uintptr_t)row + (uintptr_t)pf, end = a + (uintptr_t)(elems * pe__esize(dt));
+  for (uintptr_t l = a & ~(uintptr_t)63; l < end; l += 64) __builtin_prefetch((const void *)l);
 }
 
 /* m lanes of weights at w (zeros for UNIT: not read). */
@@ -704,17 +642,15 @@ PE_AI vf nw_ld(int mode, const float *w, int32_t m) {
 }
 /* A normed row without rotation (mode not OFF): n elements src -> dst, in
  * place when dst == src (each vector is loaded before it is stored). */
-PE_AI void nrow_gen(int sd, int dd, const void *src, void *dst, int64_t n, double rs,
+PE_AI void nrow_gen(int sd, int dd, const void *src, void *dst, int64_t n, float r,
                     const float *w, int mode) {
   const char *in = src;
   char *out = dst;
   const int64_t ses = pe__esize(sd), des = pe__esize(dd);
-  const vd rv = vd_set1(rs);
+  const vf rv = vf_set1(r);
   for (int64_t j = 0; j < n; j += VL) {
     int32_t m = n - j >= VL ? VL : (int32_t)(n - j);
-    vf x = vld(sd, PE_AT(in, j, ses), m), wv = nw_ld(mode, wat(mode, w, j), m);
-    vf y = vf_from_vd2(norm_d(mode, vd_widen_lo(x), rv, vd_widen_lo(wv)),
-                       norm_d(mode, vd_widen_hi(x), rv, vd_widen_hi(wv)));
+    vf y = nnorm(mode, vld(sd, PE_AT(in, j, ses), m), rv, nw_ld(mode, wat(mode, w, j), m));
     vst2(dd, PE_AT(out, j, des), m, y, PE_AT(out, j, des), 0, y);
   }
 }

@@ -112,44 +112,34 @@ PE_AI void store_row(int sd, int dd, int style, const void *src, void *dst, cons
   }
 }
 
-/* ---- the QK-norm (isa.h's PE_NORM_*: float64, one rounding) ---- */
+/* ---- the QK-norm (isa.h's PE_NORM_*: float32, one rounding per operation) ---- */
 
 /* The normed element e of a row: mode a constant (not OFF), r the row's
  * scale, w its weights (unused for UNIT). */
-PE_AI double norm_one(int mode, float x, double r, const float *w, int64_t e) {
-  double n = (double)x * r;
-  if (mode == PE_NORM_W) n = n * (double)w[e];
-  if (mode == PE_NORM_W1) n = n * (1.0 + (double)w[e]);
+PE_AI float norm_one(int mode, float x, float r, const float *w, int64_t e) {
+  float n = x * r;
+  if (mode == PE_NORM_W) n = n * w[e];
+  if (mode == PE_NORM_W1) n = fmaf(n, w[e], n); /* (x*r) * (1 + w), one rounding */
   return n;
 }
 
-/* The rotation of a normed pair in double, rounded once to float32. */
-static inline void rotate_pair_d(double x, double y, float c, float s, float *xo, float *yo) {
-  double ys = y * (double)s;
-  PE_OPAQUE(ys);
-  double nys = -ys;
-  PE_OPAQUE(nys);
-  *xo = (float)fma(x, (double)c, nys);
-  *yo = (float)fma(y, (double)c, x * (double)s);
-}
-
-/* store_row's pairs, normed (mode, r, w) and rotated in double. */
+/* store_row's pairs, normed (mode, r, w) first, then rotated as plain pairs. */
 PE_AI void nstore_row(int sd, int dd, int style, int mode, const void *src, void *dst,
-                      const float *cosv, const float *sinv, int32_t n, int32_t dist, double r,
+                      const float *cosv, const float *sinv, int32_t n, int32_t dist, float r,
                       const float *w) {
   int64_t yo = style == PE_ROPE_GPTJ ? 1 : dist, step = style == PE_ROPE_GPTJ ? 2 : 1;
   for (int32_t j = 0; j < n; j++) {
     int64_t ix = j * step, iy = yo + j * step;
     float xn, yn;
-    rotate_pair_d(norm_one(mode, rot_load(sd, src, ix), r, w, ix),
-                  norm_one(mode, rot_load(sd, src, iy), r, w, iy), cosv[j], sinv[j], &xn, &yn);
+    rotate_pair(norm_one(mode, rot_load(sd, src, ix), r, w, ix),
+                norm_one(mode, rot_load(sd, src, iy), r, w, iy), cosv[j], sinv[j], &xn, &yn);
     pe__elem_store((pe_dtype)dd, dst, ix, xn);
     pe__elem_store((pe_dtype)dd, dst, iy, yn);
   }
 }
 
 PE_AI void nrope_row(int dt, int style, int mode, void *row, const float *cosv, const float *sinv,
-                     int32_t n, int32_t dist, double r, const float *w) {
+                     int32_t n, int32_t dist, float r, const float *w) {
   nstore_row(dt, dt, style, mode, row, row, cosv, sinv, n, dist, r, w);
 }
 
@@ -161,25 +151,29 @@ PE_AI void rope_row(int dt, int style, void *row, const float *cosv, const float
 /* ---- the QK-norm's other kernels ---- */
 
 PE_AI void sumsq_gen(int dt, const void *src, int64_t n, int64_t rows, int64_t row_stride,
-                     int combine, double *out) {
-  double a[16] = {0};
+                     int combine, float *out) {
+  pe__sum_stack k = {.top = 0};
   for (int64_t r = 0; r < rows; r++) {
     const char *p = (const char *)src + r * row_stride * pe__esize(dt);
-    if (r > 0 && !combine)
-      for (int i = 0; i < 16; i++) a[i] = 0.0;
+    float a[16] = {0};
     for (int64_t e = 0; e < n; e++) {
-      double x = (double)rot_load(dt, p, e);
-      a[e % 16] = fma(x, x, a[e % 16]); /* x*x exact: a[] + x*x */
+      float x = rot_load(dt, p, e);
+      a[e % 16] = fmaf(x, x, a[e % 16]);
     }
-    if (!combine) out[r] = pe__tree16d(a);
+    if (combine) pe__sum_push(&k, pe__tree16f(a));
+    else out[r] = pe__tree16f(a);
   }
-  if (combine) out[0] = pe__tree16d(a);
+  if (combine) out[0] = rows > 0 ? pe__sum_total(&k) : 0.0f;
 }
 
-PE_AI void nrow_gen(int sd, int dd, const void *src, void *dst, int64_t n, double r,
+PE_AI void nscale_gen(const float *s, int64_t count, int64_t n, float eps, float *out) {
+  for (int64_t i = 0; i < count; i++) out[i] = pe__norm_scale(s[i], n, eps);
+}
+
+PE_AI void nrow_gen(int sd, int dd, const void *src, void *dst, int64_t n, float r,
                     const float *w, int mode) {
   for (int64_t e = 0; e < n; e++)
-    pe__elem_store((pe_dtype)dd, dst, e, (float)norm_one(mode, rot_load(sd, src, e), r, w, e));
+    pe__elem_store((pe_dtype)dd, dst, e, norm_one(mode, rot_load(sd, src, e), r, w, e));
 }
 
 /* ---- conversions and the encodings: enc_common.h's element loops ---- */

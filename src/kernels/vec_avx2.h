@@ -39,9 +39,22 @@ PE_AI vf vf_neg(vf a) { return _mm256_xor_ps(a, _mm256_set1_ps(-0.0f)); }
 #define vd_add _mm256_add_pd
 #define vd_fma _mm256_fmadd_pd /* a*b + c, one rounding */
 #define vd_fms _mm256_fmsub_pd /* a*b - c = fma(a, b, -c), one rounding */
-/* The QK-norm's float64 steps (isa.h): the sign flipped (NaN too), a store. */
-PE_AI vd vd_neg(vd a) { return _mm256_xor_pd(a, _mm256_set1_pd(-0.0)); }
-#define vd_store _mm256_storeu_pd
+/* The QK-norm's scales (isa.h's pe__norm_scale): correctly rounded, and
+ * NaN lanes made +0. */
+#define vd_sqrt _mm256_sqrt_pd
+#define vd_div _mm256_div_pd
+PE_AI vf vf_nan_to_zero(vf v) { return _mm256_and_ps(v, _mm256_cmp_ps(v, v, _CMP_ORD_Q)); }
+/* isa.h's tree of 16 lanes (lanes 0-7 in a[0], 8-15 in a[1]) in registers:
+ * i += i+8 (the two vectors), += i+4 (the two halves), += i+2 (movehl), +=
+ * i+1; the NaN made NAN's. */
+#define VEC_TREE16 1
+PE_AI float vf_tree16(const vf *a) {
+  __m256 s = _mm256_add_ps(a[0], a[1]);
+  __m128 t = _mm_add_ps(_mm256_castps256_ps128(s), _mm256_extractf128_ps(s, 1));
+  __m128 u = _mm_add_ps(t, _mm_movehl_ps(t, t));
+  float r = _mm_cvtss_f32(_mm_add_ss(u, _mm_movehdup_ps(u)));
+  return r != r ? (float)NAN : r;
+}
 PE_AI vd vd_round(vd x) { return _mm256_round_pd(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC); }
 /* r where |r| <= PE_REDUCED_MAX (false for NaN), else 0. */
 PE_AI vd vd_keep_reduced(vd r) {

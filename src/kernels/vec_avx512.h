@@ -62,9 +62,11 @@ PE_AI void vf_storen(float *p, int32_t n, vf v) {
 #define vd_add _mm512_add_pd
 #define vd_fma _mm512_fmadd_pd /* a*b + c, one rounding */
 #define vd_fms _mm512_fmsub_pd /* a*b - c = fma(a, b, -c), one rounding */
-/* The QK-norm's float64 steps (isa.h): the sign flipped (NaN too), a store. */
-PE_AI vd vd_neg(vd a) { return _mm512_xor_pd(a, _mm512_set1_pd(-0.0)); }
-#define vd_store _mm512_storeu_pd
+/* The QK-norm's scales (isa.h's pe__norm_scale): correctly rounded, and
+ * NaN lanes made +0. */
+#define vd_sqrt _mm512_sqrt_pd
+#define vd_div _mm512_div_pd
+PE_AI vf vf_nan_to_zero(vf v) { return _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(v, v, _CMP_ORD_Q), v); }
 PE_AI vd vd_loadn(const double *p, int32_t n) {
   return n >= VDL ? _mm512_loadu_pd(p) : _mm512_maskz_loadu_pd((__mmask8)mask_n(n), p);
 }

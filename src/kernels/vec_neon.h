@@ -39,9 +39,13 @@ typedef float64x2_t vd;
 #define vd_add vaddq_f64
 #define vd_fma(a, b, c) vfmaq_f64(c, a, b) /* a*b + c */
 #define vd_fms(a, b, c) vfmaq_f64(vnegq_f64(c), a, b) /* fma(a, b, -c) */
-/* The QK-norm's float64 steps (isa.h): the sign flipped (NaN too), a store. */
-#define vd_neg vnegq_f64
-#define vd_store vst1q_f64
+/* The QK-norm's scales (isa.h's pe__norm_scale): correctly rounded, and
+ * NaN lanes made +0. */
+#define vd_sqrt vsqrtq_f64
+#define vd_div vdivq_f64
+PE_AI vf vf_nan_to_zero(vf v) {
+  return vreinterpretq_f32_u32(vandq_u32(vreinterpretq_u32_f32(v), vceqq_f32(v, v)));
+}
 /* r where |r| <= PE_REDUCED_MAX (false for NaN), else 0. */
 PE_AI vd vd_keep_reduced(vd r) {
   uint64x2_t ok = vcaleq_f64(r, vdupq_n_f64(PE_REDUCED_MAX));

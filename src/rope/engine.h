@@ -24,7 +24,7 @@
  * the L2 holds (the kernel's groups of heads each walk the whole block).
  *
  * Stack: one block's scratch rows (PE_ENGINE_SCRATCH_FLOATS floats, 16 KiB)
- * and the norm stage's scales (PE_ENGINE_NORM_ROWS doubles, 8 KiB) plus a few
+ * and the norm stage's scales (PE_ENGINE_NORM_ROWS floats, 4 KiB) plus a few
  * hundred bytes, whatever head_dim: rows that do not fit are computed in
  * chunks of frequencies. */
 #ifndef PE_ROPE_ENGINE_H

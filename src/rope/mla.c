@@ -27,7 +27,7 @@ static inline int64_t cache_channel(const pe__mla_plan *m, int64_t ch) {
  * dd, element e of dst at dst + cache_channel(e) * des): normed with scale r
  * in [0, kv_norm_dim), converted past it. */
 static void kv_rest(const pe__rope_plan *p, const pe__mla_plan *m, const char *src, char *dst,
-                    pe_dtype dd, int64_t des, double r) {
+                    pe_dtype dd, int64_t des, float r) {
   const pe_isa *isa = p->isa;
   const pe_dtype sd = m->kv.dtype;
   const int64_t ses = m->kv.esize, ro = m->m.kv_rope_offset, R = m->m.rope_dim, dim = m->kv_dim;
@@ -49,10 +49,10 @@ static void kv_rest(const pe__rope_plan *p, const pe__mla_plan *m, const char *s
 }
 
 /* Scale of the kv norm of row src (0 without a norm). */
-static double kv_scale(const pe__rope_plan *p, const pe__mla_plan *m, const char *src) {
-  if (!m->m.kv_norm) return 0.0;
-  double s;
-  p->isa->norm_sumsq[m->kv.dtype](src, m->m.kv_norm_dim, 1, 0, 1, &s);
+static float kv_scale(const pe__rope_plan *p, const pe__mla_plan *m, const char *src) {
+  if (!m->m.kv_norm) return 0.0f;
+  float s;
+  p->isa->norm_sumsq[m->kv.dtype](src, m->m.kv_norm_dim, 1, 0, 0, &s);
   return pe__norm_scale(s, m->m.kv_norm_dim, m->m.kv_eps);
 }
 
@@ -62,7 +62,7 @@ static double kv_scale(const pe__rope_plan *p, const pe__mla_plan *m, const char
  * lies in the normed channels. */
 static void kv_rope(const pe__rope_plan *p, const pe__mla_plan *m, const void *const *src,
                     void *const *dst, pe_dtype dd, int64_t n, const float *const *cosp,
-                    const float *const *sinp, const double *const *scp) {
+                    const float *const *sinp, const float *const *scp) {
   const int64_t ro = m->m.kv_rope_offset;
   const int normed = m->m.kv_norm && ro < m->m.kv_norm_dim;
   pe_rope_block sb = {.cos = cosp, .sin = sinp, .n_tokens = n, .n_heads = 1,
@@ -137,8 +137,8 @@ static void mla_kv(const pe__rope_plan *p, const pe__mla_plan *m, int64_t b, int
   const char *src[PE_ENGINE_BLOCK_TOKENS];
   char *dst[PE_ENGINE_BLOCK_TOKENS];
   const float *cosp[PE_ENGINE_BLOCK_TOKENS], *sinp[PE_ENGINE_BLOCK_TOKENS];
-  double sc[PE_ENGINE_BLOCK_TOKENS];
-  const double *scp[PE_ENGINE_BLOCK_TOKENS];
+  float sc[PE_ENGINE_BLOCK_TOKENS];
+  const float *scp[PE_ENGINE_BLOCK_TOKENS];
   if (m->m.format != PE_MLA_PLAIN) { /* one token at a time through a float32 row */
     float row[PE_MLA_MAX_DIM] __attribute__((aligned(64)));
     for (int64_t i = 0; i < n; i++) {
@@ -190,15 +190,15 @@ static void mla_q_normed(const pe__rope_plan *p, const pe__mla_plan *m, int64_t 
   const pe__rope_operand *q = &m->qh;
   const int64_t dim = m->q_dim, ro = m->m.q_rope_offset, R = m->m.rope_dim;
   const int32_t mode = (int32_t)m->m.q_norm;
-  double scales[PE_ENGINE_NORM_ROWS];
+  float scales[PE_ENGINE_NORM_ROWS];
   for (int64_t i = 0; i < blk->n_tokens; i++) {
     char *row = q->data + (b * q->s_batch + (t0 + i) * q->s_token) * q->esize;
     for (int64_t h0 = 0; h0 < q->heads; h0 += PE_ENGINE_NORM_ROWS) {
       int64_t g = q->heads - h0 < PE_ENGINE_NORM_ROWS ? q->heads - h0 : PE_ENGINE_NORM_ROWS;
       char *r0 = row + h0 * q->s_head * q->esize;
       isa->norm_sumsq[q->dtype](r0, dim, g, q->s_head, 0, scales);
-      for (int64_t h = 0; h < g; h++) scales[h] = pe__norm_scale(scales[h], dim, m->m.q_eps);
-      const double *scp[1] = {scales};
+      isa->norm_scale(scales, g, dim, m->m.q_eps, scales);
+      const float *scp[1] = {scales};
       pe_rope_block sb = {.cos = &blk->cos[i], .sin = &blk->sin[i], .n_tokens = 1, .n_heads = g,
                           .n_pairs = p->half, .pair_dist = p->half, .style = p->style,
                           .norm = mode, .scale = scp, .scale_head_stride = 1};
