@@ -38,7 +38,9 @@ PE_HIDDEN pe_status pe__check_no_alias(const char *fn, const char *name, const p
                                        int64_t row, const char *unit);
 /* True when a tensor has no elements (NULL, or a zero batch, head, token
  * count). */
-PE_HIDDEN int pe__tensor_empty(const pe_tensor *t);
+static inline int pe__tensor_empty(const pe_tensor *t) {
+  return !t || !t->shape[0] || !t->shape[1] || !t->shape[2] || !t->shape[3];
+}
 /* True when two validated tensors may share an element: decided exactly for
  * tensors of one dtype on one element grid (so disjoint interleaved views of
  * a packed QKV buffer are told apart from partly overlapping ones), and by

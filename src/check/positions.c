@@ -145,6 +145,15 @@ pe_status pe__check_slots(const char *fn, const int64_t *slots, int64_t batch, i
                       "] is outside [0, %" PRId64 ") (num_blocks * block_size of the cache; -1 skips the token)",
                       fn, slots[u], u / tokens, u % tokens, n_slots);
   if (!distinct) return PE_OK;
+  if (n <= 16) { /* a decode step: every pair, no sort */
+    for (int64_t u = 1; u < n; u++)
+      for (int64_t v = 0; v < u; v++)
+        if (slots[u] >= 0 && slots[u] == slots[v]) {
+          slot_run x = {slots[v], slots[v] + 1, v}, y = {slots[u], slots[u] + 1, u};
+          return duplicate_error(fn, tokens, &x, &y);
+        }
+    return PE_OK;
+  }
   slot_run g[RUNS_CAP];
   for (int64_t group_start = 0;;) { /* group_start: flat index where the group's runs begin */
     int64_t m = 0, u = group_start;

@@ -129,9 +129,6 @@ pe_status pe__check_flags(const char *fn, uint32_t flags, uint32_t known) {
   return PE_OK;
 }
 
-int pe__tensor_empty(const pe_tensor *t) {
-  return !t || !t->shape[0] || !t->shape[1] || !t->shape[2] || !t->shape[3];
-}
 
 /* The byte range [lo, hi) a validated, non-empty tensor spans. */
 static void byte_span(const pe_tensor *t, intptr_t *lo, intptr_t *hi) {
