@@ -1,7 +1,7 @@
 /* enc_test_util.h - helpers shared by the tests of the non-RoPE encodings
  * (test_alibi.c, test_t5.c, test_sinusoidal.c, test_learned.c): a PRNG,
  * reference half-type conversions written independently of the library,
- * strided test tensors, the ISA list, one shared pool. Include after
+ * strided test tensors, one shared pool and the bit-identity checks. Include after
  * <cmocka.h> and "posenc.h". */
 #ifndef PE_ENC_TEST_UTIL_H
 #define PE_ENC_TEST_UTIL_H
@@ -11,6 +11,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include "isa_compare.h"
 
 /* ---- helpers: rng, half types, tensors ---- */
 
@@ -146,17 +148,6 @@ static inline tbuf clone(const tbuf *src) {
   return b;
 }
 
-/* Every ISA path other than scalar that this build and CPU run. */
-static const char *const simd_isas[] = {"avx2", "avx512", "avx512bf16", "neon"};
-
-/* Back to the path the environment asked for (CI runs every PE_ISA), or
- * the best one. test_env.h has already refused a PE_ISA this build and CPU
- * cannot run, so forcing it again must succeed. */
-static inline void restore_isa(void) {
-  const char *env = getenv("PE_ISA");
-  assert_int_equal(pe_force_isa(env ? env : "auto"), PE_OK);
-}
-
 /* One 3-thread pool for the whole file (creating pools per case, with their
  * hwloc topology and threads, is slow under qemu). PE_POOL_MIN_BYTES=0 makes
  * even the small test tensors split across the threads. */
@@ -171,12 +162,45 @@ static inline pe_threadpool *test_pool(void) {
   return shared_pool;
 }
 static inline int destroy_pool(void **state) {
-(void)state;
+  (void)state;
   pe_threadpool_destroy(shared_pool);
   shared_pool = NULL;
   return 0;
 }
 
+/* A copy of in's storage in out (in->bytes long): the same view of it. */
+static inline pe_tensor copy_into(const tbuf *in, void *out) {
+  memcpy(out, in->mem, in->bytes);
+  pe_tensor t = in->t;
+  t.data = (char *)out + ((const char *)in->t.data - (const char *)in->mem);
+  return t;
+}
+
+/* One bit-identity case: every SIMD path against scalar, or (pool_mode) the
+ * shared pool against one thread. */
+static inline void identity_check(const char *what, size_t bytes, pe_test_run_fn fn, void *ctx) {
+  if (pool_mode)
+    pe_pool_compare(what, bytes, fn, ctx, test_pool());
+  else
+    pe_isa_compare(what, bytes, fn, ctx);
+}
+
+/* The two tests over a file's identity cases (`cases` runs them all through
+ * identity_check). The pool test is its own test so that PE_TEST_FILTER can
+ * leave it out where threads are slow (qemu). */
+#define IDENTITY_TESTS(cases)                                                        \
+  static void test_simd_matches_scalar(void **state) {                               \
+    (void)state;                                                                     \
+    if (!pe_test_any_simd_path()) skip(); /* only scalar here: nothing to compare */ \
+    pool_mode = 0;                                                                   \
+    cases();                                                                         \
+  }                                                                                  \
+  static void test_pool_matches_single_thread(void **state) {                        \
+    (void)state;                                                                     \
+    pool_mode = 1;                                                                   \
+    cases();                                                                         \
+    pool_mode = 0;                                                                   \
+  }
 
 static inline void expect_error(pe_status got, pe_status want, const char *needle) {
   assert_int_equal(got, want);

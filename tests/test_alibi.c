@@ -306,48 +306,37 @@ typedef struct simd_case {
   int causal;
 } simd_case;
 
+/* The call under test on a copy of the case's scores. */
+typedef struct alibi_run {
+  const tbuf *in;
+  const float *slopes;
+  const int64_t *qp;
+  uint32_t flags;
+} alibi_run;
+
+static void run_alibi(void *ctx, pe_threadpool *pool, void *out) {
+  const alibi_run *r = ctx;
+  pe_tensor t = copy_into(r->in, out);
+  assert_int_equal(pe_alibi_add_bias(&t, r->slopes, r->qp, r->flags, pool), PE_OK);
+}
+
 static void run_simd_case(const simd_case *c) {
   const int dense[3] = {0, 1, 2};
-  tbuf ref = make_tensor(c->d, c->shape, dense, 1, -1);
-  fill_special(&ref);
-  tbuf orig = clone(&ref);
+  tbuf in = make_tensor(c->d, c->shape, dense, 1, -1);
+  fill_special(&in);
   int64_t nq = c->shape[0] * c->shape[2];
   int64_t *qp = malloc(sizeof(int64_t) * (size_t)nq);
   for (int64_t k = 0; k < nq; k++) qp[k] = c->qbase + (int64_t)(rng_next() % (uint64_t)(c->shape[3] + 3));
   float slopes[8];
   for (int h = 0; h < c->shape[1]; h++) slopes[h] = rng_uniform(0.0f, 3.0f);
   slopes[0] = 0x1p-130f; /* a subnormal slope */
-  uint32_t fl = c->causal ? PE_MASK_CAUSAL : 0;
-  assert_int_equal(pe_force_isa("scalar"), PE_OK);
-  assert_int_equal(pe_alibi_add_bias(&ref.t, slopes, qp, fl, NULL), PE_OK);
-  /* pool sizes: same bits */
-  if (pool_mode) {
-    tbuf p = clone(&orig);
-    pe_threadpool *pool = test_pool();
-    assert_int_equal(pe_alibi_add_bias(&p.t, slopes, qp, fl, pool), PE_OK);
-    assert_memory_equal(p.mem, ref.mem, ref.bytes);
-    free(p.mem);
-  }
-  for (size_t k = 0; !pool_mode && k < sizeof simd_isas / sizeof simd_isas[0]; k++) {
-    pe_status st = pe_force_isa(simd_isas[k]);
-    if (st == PE_ERR_UNSUPPORTED) continue;
-    assert_int_equal(st, PE_OK);
-    tbuf v = clone(&orig);
-    assert_int_equal(pe_alibi_add_bias(&v.t, slopes, qp, fl, NULL), PE_OK);
-    if (memcmp(v.mem, ref.mem, ref.bytes)) {
-      size_t es = esize(c->d);
-      for (size_t e = 0; e < ref.bytes / es; e++)
-        if (memcmp((char *)v.mem + e * es, (char *)ref.mem + e * es, es))
-          fail_msg("%s dtype %d: element %zu differs from scalar (%g vs %g)", simd_isas[k], c->d, e,
-                   get_elem(&(pe_tensor){v.mem, c->d, {0}, {0}}, (int64_t)e),
-                   get_elem(&(pe_tensor){ref.mem, c->d, {0}, {0}}, (int64_t)e));
-    }
-    free(v.mem);
-  }
-  restore_isa();
+  alibi_run r = {&in, slopes, qp, c->causal ? PE_MASK_CAUSAL : 0};
+  char what[128];
+  snprintf(what, sizeof what, "pe_alibi_add_bias dtype %d k_len %lld qbase %lld causal %d", c->d,
+           (long long)c->shape[3], (long long)c->qbase, c->causal);
+  identity_check(what, in.bytes, run_alibi, &r);
   free(qp);
-  free(ref.mem);
-  free(orig.mem);
+  free(in.mem);
 }
 
 static void all_identity_cases(void) {
@@ -365,20 +354,46 @@ static void all_identity_cases(void) {
       }
 }
 
-static void test_simd_matches_scalar(void **state) {
-  (void)state;
-  if (!pe_test_any_simd_path()) skip(); /* only scalar here: nothing to compare */
-  pool_mode = 0;
-  all_identity_cases();
-}
+IDENTITY_TESTS(all_identity_cases)
 
-/* Kept apart from the ISA checks so PE_TEST_FILTER can leave it out where
- * threads are slow (qemu). */
-static void test_pool_matches_single_thread(void **state) {
-  (void)state;
-  pool_mode = 1;
-  all_identity_cases();
-  pool_mode = 0;
+static void line_matches_rows(void *ctx, const char *path) {
+  (void)ctx;
+  static const int64_t ks[] = {1, 7, 37, 300, 2048, 2049};
+  static const int64_t qbases[] = {-1, 0, 2030, 2048};
+  const int dense[3] = {0, 1, 2};
+  for (int d = 0; d < 3; d++)
+    for (size_t ki = 0; ki < sizeof ks / sizeof ks[0]; ki++)
+      for (size_t qi = 0; qi < sizeof qbases / sizeof qbases[0]; qi++)
+        for (int causal = 0; causal < 2; causal++) {
+          const int64_t K = ks[ki], Q = ki % 2 ? 8 : 11, H = 2;
+          const int64_t s[4] = {2, H, Q, K};
+          if (qbases[qi] < 0 && Q > K) continue; /* default positions need q_len <= k_len */
+          tbuf all = make_tensor((pe_dtype)d, s, dense, 3, -1);
+          fill_special(&all);
+          tbuf one = clone(&all);
+          int64_t qp[2 * 11];
+          for (int64_t k = 0; k < 2 * Q; k++)
+            qp[k] = qbases[qi] < 0 ? K - Q + k % Q
+                                   : qbases[qi] + (int64_t)(rng_next() % (uint64_t)(K + 20));
+          float slopes[2] = {rng_uniform(0.0f, 3.0f), 0x1p-130f}; /* a subnormal slope */
+          uint32_t fl = causal ? PE_MASK_CAUSAL : 0;
+          assert_int_equal(
+              pe_alibi_add_bias(&all.t, slopes, qbases[qi] < 0 ? NULL : qp, fl, NULL), PE_OK);
+          for (int64_t b = 0; b < 2; b++)
+            for (int64_t i = 0; i < Q; i++) {
+              pe_tensor r = one.t;
+              r.data = (char *)one.t.data + offset_of(&one.t, b, 0, i, 0) * (int64_t)esize(r.dtype);
+              r.shape[0] = 1;
+              r.shape[2] = 1;
+              assert_int_equal(pe_alibi_add_bias(&r, slopes, &qp[b * Q + i], fl, NULL), PE_OK);
+            }
+          if (memcmp(all.mem, one.mem, all.bytes))
+            fail_msg("%s dtype %d k_len %lld q_len %lld qbase %lld causal %d: the rows of one "
+                     "call differ from the rows alone",
+                     path, d, (long long)K, (long long)Q, (long long)qbases[qi], causal);
+          free(all.mem);
+          free(one.mem);
+        }
 }
 
 /* A head's rows in one call share a line of biases (alibi.c, from 8 rows
@@ -389,49 +404,7 @@ static void test_pool_matches_single_thread(void **state) {
  * below, across and past 2048, and k_len up to and past 2048. */
 static void test_line_matches_rows(void **state) {
   (void)state;
-  static const int64_t ks[] = {1, 7, 37, 300, 2048, 2049};
-  static const int64_t qbases[] = {-1, 0, 2030, 2048};
-  const int dense[3] = {0, 1, 2};
-  const char *const isas[] = {"scalar", "avx2", "avx512", "avx512bf16", "neon"};
-  for (size_t ii = 0; ii < sizeof isas / sizeof isas[0]; ii++) {
-    pe_status st = pe_force_isa(isas[ii]);
-    if (st == PE_ERR_UNSUPPORTED) continue;
-    assert_int_equal(st, PE_OK);
-    for (int d = 0; d < 3; d++)
-      for (size_t ki = 0; ki < sizeof ks / sizeof ks[0]; ki++)
-        for (size_t qi = 0; qi < sizeof qbases / sizeof qbases[0]; qi++)
-          for (int causal = 0; causal < 2; causal++) {
-            const int64_t K = ks[ki], Q = ki % 2 ? 8 : 11, H = 2;
-            const int64_t s[4] = {2, H, Q, K};
-            if (qbases[qi] < 0 && Q > K) continue; /* default positions need q_len <= k_len */
-            tbuf all = make_tensor((pe_dtype)d, s, dense, 3, -1);
-            fill_special(&all);
-            tbuf one = clone(&all);
-            int64_t qp[2 * 11];
-            for (int64_t k = 0; k < 2 * Q; k++)
-              qp[k] = qbases[qi] < 0 ? K - Q + k % Q
-                                     : qbases[qi] + (int64_t)(rng_next() % (uint64_t)(K + 20));
-            float slopes[2] = {rng_uniform(0.0f, 3.0f), 0x1p-130f}; /* a subnormal slope */
-            uint32_t fl = causal ? PE_MASK_CAUSAL : 0;
-            assert_int_equal(
-                pe_alibi_add_bias(&all.t, slopes, qbases[qi] < 0 ? NULL : qp, fl, NULL), PE_OK);
-            for (int64_t b = 0; b < 2; b++)
-              for (int64_t i = 0; i < Q; i++) {
-                pe_tensor r = one.t;
-                r.data = (char *)one.t.data + offset_of(&one.t, b, 0, i, 0) * (int64_t)esize(r.dtype);
-                r.shape[0] = 1;
-                r.shape[2] = 1;
-                assert_int_equal(pe_alibi_add_bias(&r, slopes, &qp[b * Q + i], fl, NULL), PE_OK);
-              }
-            if (memcmp(all.mem, one.mem, all.bytes))
-              fail_msg("%s dtype %d k_len %lld q_len %lld qbase %lld causal %d: the rows of one "
-                       "call differ from the rows alone",
-                       isas[ii], d, (long long)K, (long long)Q, (long long)qbases[qi], causal);
-            free(all.mem);
-            free(one.mem);
-          }
-  }
-  restore_isa();
+  pe_on_every_path(line_matches_rows, NULL);
 }
 
 int main(void) {

@@ -43,21 +43,36 @@ __attribute__((constructor)) static void pe_test_check_env(void) {
   fflush(stdout);
 }
 
-/* 1 if this build and CPU run a SIMD path (avx2, avx512 or neon) besides
- * scalar, else 0; the path in use is left as it was. A test comparing SIMD
- * paths with scalar calls skip() when it is 0: nothing to compare is a
- * reported skip, never a pass. */
+/* The SIMD kernel paths, by their PE_ISA names, that the tests compare with
+ * scalar (tests/isa_compare.h) in this order. A name this library does not
+ * know yet (pe_force_isa: PE_ERR_INVALID_ARGUMENT) counts as a path this
+ * build lacks, like one it knows but this build or CPU cannot run
+ * (PE_ERR_UNSUPPORTED). */
+#define PE_TEST_N_SIMD_PATHS 4
+static inline const char *pe_test_simd_path(size_t i) {
+  static const char *const names[PE_TEST_N_SIMD_PATHS] = {"avx2", "avx512", "avx512bf16", "neon"};
+  return i < PE_TEST_N_SIMD_PATHS ? names[i] : NULL;
+}
+
+/* The path in use, forced again: pe_isa_name() names a path this process
+ * runs, so it must come back. */
+static inline void pe_test_restore_path(const char *name) {
+  if (pe_force_isa(name) != PE_OK) {
+    fprintf(stderr, "FATAL: cannot restore ISA path %s: %s\n", name, pe_last_error());
+    exit(2);
+  }
+}
+
+/* 1 if this build and CPU run a SIMD path besides scalar, else 0; the path
+ * in use is left as it was. A test comparing SIMD paths with scalar calls
+ * skip() when it is 0: nothing to compare is a reported skip, never a pass. */
 static inline int pe_test_any_simd_path(void) {
-  static const char *const simd[] = {"avx2", "avx512", "avx512bf16", "neon"};
   char was[32];
   snprintf(was, sizeof was, "%s", pe_isa_name());
   int any = 0;
-  for (size_t i = 0; i < sizeof simd / sizeof simd[0]; i++)
-    if (pe_force_isa(simd[i]) == PE_OK) any = 1;
-  if (pe_force_isa(was) != PE_OK) {
-    fprintf(stderr, "FATAL: cannot restore ISA path %s\n", was);
-    exit(2);
-  }
+  for (size_t i = 0; i < PE_TEST_N_SIMD_PATHS; i++)
+    if (pe_force_isa(pe_test_simd_path(i)) == PE_OK) any = 1;
+  pe_test_restore_path(was);
   return any;
 }
 

@@ -21,26 +21,10 @@
 
 #include <cmocka.h>
 
-#include "base/cpu.h"
 #include "base/internal.h"
 #include "kernels/isa.h"
 
-/* ---- the paths under test ---- */
-
-enum { ISA_AVX2, ISA_AVX512, ISA_AVX512BF16, ISA_NEON, N_ISA };
-static const char *const isa_names[N_ISA] = {"avx2", "avx512", "avx512bf16", "neon"};
-
-/* The struct of path `which`, or a cmocka skip saying why there is none (the
- * library's own reason: not compiled in, or the CPU features it lacks). */
-static const pe_isa *isa_or_skip(int which) {
-  const pe_isa *isa = pe__isa_lookup(isa_names[which]);
-  if (!isa) {
-    printf("# %s: %s: skipped\n", isa_names[which], pe_last_error());
-    skip();
-  }
-  assert_string_equal(isa->name, isa_names[which]);
-  return isa;
-}
+#include "internal_isa.h"
 
 static const pe_isa *const ref = &pe__isa_scalar;
 
@@ -169,7 +153,7 @@ static void assert_same(const void *a, const void *b, size_t n, size_t es, const
 /* ---- rope_sincos ---- */
 
 static void test_rope_sincos(void **state) {
-  const pe_isa *isa = isa_or_skip(*(int *)*state);
+  const pe_isa *isa = isa_or_skip(test_path(state));
   static const int64_t pos0s[] = {0, 1, -7, -1000003, 65535, (int64_t)1 << 31,
                                   ((int64_t)1 << 40) + 12345, ((int64_t)1 << 52) - 3,
                                   -((int64_t)1 << 52)};
@@ -364,7 +348,7 @@ static void run_rows(const pe_isa *isa, const rows_case *k) {
 }
 
 static void test_rope_rows(void **state) {
-  const pe_isa *isa = isa_or_skip(*(int *)*state);
+  const pe_isa *isa = isa_or_skip(test_path(state));
   /* heads: the vector walks take rows in groups of 4 (rope_template.h),
    * two groups at once, the second PE_ROPE_LAG (2) tokens behind, an odd
    * group alone, and a remainder group */
@@ -460,7 +444,7 @@ static void run_store(const pe_isa *isa, int sd, int dd, int style, int32_t n_pa
 }
 
 static void test_rope_store_rows(void **state) {
-  const pe_isa *isa = isa_or_skip(*(int *)*state);
+  const pe_isa *isa = isa_or_skip(test_path(state));
   int64_t cases = 0;
   for (int sd = 0; sd < 3; sd++)
     for (int dd = 0; dd < 3; dd++)
@@ -484,7 +468,7 @@ static const int64_t lengths[] = {0, 1, 2, 3, 5, 7, 8, 9, 15, 16, 17, 31, 32, 33
 /* ---- the QK-norm's other kernels: norm_sumsq, norm_row ---- */
 
 static void test_norm_kernels(void **state) {
-  const pe_isa *isa = isa_or_skip(*(int *)*state);
+  const pe_isa *isa = isa_or_skip(test_path(state));
   static const int64_t lens[] = {1, 2, 3, 7, 15, 16, 17, 31, 33, 64, 80, 128, 130};
   int64_t cases = 0;
   char what[128];
@@ -555,7 +539,7 @@ static void test_norm_kernels(void **state) {
 }
 
 static void test_convert(void **state) {
-  const pe_isa *isa = isa_or_skip(*(int *)*state);
+  const pe_isa *isa = isa_or_skip(test_path(state));
   int64_t cases = 0;
   for (int sd = 0; sd < 3; sd++)
     for (int dd = 0; dd < 3; dd++)
@@ -582,7 +566,7 @@ static void test_convert(void **state) {
 /* ---- the encodings' kernels ---- */
 
 static void test_enc_rows(void **state) {
-  const pe_isa *isa = isa_or_skip(*(int *)*state);
+  const pe_isa *isa = isa_or_skip(test_path(state));
   static const int64_t qposs[] = {0, 3, 40, 999, INT32_MAX, (int64_t)INT32_MAX + 5,
                                   (int64_t)1 << 40, ((int64_t)1 << 53) - 1};
   static const float slopes[] = {-0.5f, -0.0625f, -0.33333334f, -0.00390625f, -1.0f};
@@ -695,7 +679,7 @@ static void test_enc_rows(void **state) {
  * dtype's -inf bits (isa.h), in the scalar struct and in the ISA's, and
  * nothing else may change. */
 static void test_mask_rows(void **state) {
-  const pe_isa *isa = isa_or_skip(*(int *)*state);
+  const pe_isa *isa = isa_or_skip(test_path(state));
   static const uint32_t ninf[3] = {0xff800000u, 0xfc00u, 0xff80u}; /* [pe_dtype] */
   int64_t cases = 0;
   for (int dt = 0; dt < 3; dt++) {
@@ -1034,26 +1018,17 @@ static void test_scalar_norm_reference(void **state) {
 }
 
 int main(void) {
-  static int ids[N_ISA] = {ISA_AVX2, ISA_AVX512, ISA_AVX512BF16, ISA_NEON};
-  struct CMUnitTest tests[7 * N_ISA + 4];
-  static char names[7 * N_ISA][48];
-  size_t n = 0;
-  static const struct {
-    const char *what;
-    CMUnitTestFunction fn;
-  } kinds[] = {{"rope_sincos", test_rope_sincos},
-               {"rope_rows", test_rope_rows},
-               {"rope_store_rows", test_rope_store_rows},
-               {"convert", test_convert},
-               {"norm_kernels", test_norm_kernels},
-               {"enc_rows", test_enc_rows},
-               {"mask_rows", test_mask_rows}};
-  for (int i = 0; i < N_ISA; i++)
-    for (size_t k = 0; k < sizeof kinds / sizeof kinds[0]; k++) {
-      snprintf(names[n], sizeof names[n], "%s_%s", isa_names[i], kinds[k].what);
-      tests[n] = (struct CMUnitTest){names[n], kinds[k].fn, NULL, NULL, &ids[i]};
-      n++;
-    }
+  static const path_check checks[] = {{"rope_sincos", test_rope_sincos},
+                                      {"rope_rows", test_rope_rows},
+                                      {"rope_store_rows", test_rope_store_rows},
+                                      {"convert", test_convert},
+                                      {"norm_kernels", test_norm_kernels},
+                                      {"enc_rows", test_enc_rows},
+                                      {"mask_rows", test_mask_rows}};
+  enum { N_CHECKS = sizeof checks / sizeof checks[0] };
+  static char names[N_CHECKS * PE_TEST_N_SIMD_PATHS][48];
+  struct CMUnitTest tests[N_CHECKS * PE_TEST_N_SIMD_PATHS + 4];
+  size_t n = add_path_tests(tests, names, checks, N_CHECKS);
   tests[n++] = (struct CMUnitTest)cmocka_unit_test(test_scalar_rotate_reference);
   tests[n++] = (struct CMUnitTest)cmocka_unit_test(test_scalar_convert_reference);
   tests[n++] = (struct CMUnitTest)cmocka_unit_test(test_scalar_sincos_alibi_reference);

@@ -25,9 +25,10 @@
 
 #include <cmocka.h>
 
-#include "base/cpu.h"
 #include "base/internal.h"
 #include "kernels/isa.h"
+
+#include "internal_isa.h"
 
 #include "kv_quant_ref.h"
 
@@ -254,21 +255,6 @@ static void test_q8_0_nonfinite(void **state) {
 
 /* ---- every ISA vs scalar ---- */
 
-enum { ISA_AVX2, ISA_AVX512, ISA_AVX512BF16, ISA_NEON, N_ISA };
-static const char *const isa_names[N_ISA] = {"avx2", "avx512", "avx512bf16", "neon"};
-
-/* The struct of path `which`, or a cmocka skip saying why there is none (the
- * library's own reason: not compiled in, or the CPU features it lacks). */
-static const pe_isa *isa_or_skip(int which) {
-  const pe_isa *isa = pe__isa_lookup(isa_names[which]);
-  if (!isa) {
-    printf("# %s: %s: skipped\n", isa_names[which], pe_last_error());
-    skip();
-  }
-  assert_string_equal(isa->name, isa_names[which]);
-  return isa;
-}
-
 /* float32 patterns: every class, mostly values an fp8 can hold. */
 static uint32_t gen_f32(void) {
   static const uint32_t special[] = {0x00000000u, 0x80000000u, 0x7f800000u, 0xff800000u,
@@ -299,8 +285,8 @@ static void fill_dt(void *p, int dt, int64_t n, int finite_blocks) {
   }
 }
 
-static void check_isa(int which) {
-  const pe_isa *isa = isa_or_skip(which);
+static void test_kernels_match_scalar(void **state) {
+  const pe_isa *isa = isa_or_skip(test_path(state));
   enum { MAXN = 32 * 12, G = 64 };
   /* element-aligned: the kernels' float/half rows are (the API requires it) */
   static _Alignas(64) uint8_t src[MAXN * 4 + G], a[MAXN * 4 + G], b[MAXN * 4 + G];
@@ -430,18 +416,14 @@ static void check_isa(int which) {
   }
 }
 
-static void test_isa_avx2(void **s) { (void)s; check_isa(ISA_AVX2); }
-static void test_isa_avx512(void **s) { (void)s; check_isa(ISA_AVX512); }
-static void test_isa_avx512bf16(void **s) { (void)s; check_isa(ISA_AVX512BF16); }
-static void test_isa_neon(void **s) { (void)s; check_isa(ISA_NEON); }
-
 int main(void) {
-  const struct CMUnitTest tests[] = {
-      cmocka_unit_test(test_fp8_every_code),   cmocka_unit_test(test_fp8_float_classes),
-      cmocka_unit_test(test_fp8_scale),        cmocka_unit_test(test_q8_0_ggml),
-      cmocka_unit_test(test_q8_0_nonfinite),   cmocka_unit_test(test_isa_avx2),
-      cmocka_unit_test(test_isa_avx512),       cmocka_unit_test(test_isa_avx512bf16),
-      cmocka_unit_test(test_isa_neon),
+  static const path_check checks[] = {{"kv_quant", test_kernels_match_scalar}};
+  static char names[PE_TEST_N_SIMD_PATHS][48];
+  struct CMUnitTest tests[5 + PE_TEST_N_SIMD_PATHS] = {
+      cmocka_unit_test(test_fp8_every_code), cmocka_unit_test(test_fp8_float_classes),
+      cmocka_unit_test(test_fp8_scale),      cmocka_unit_test(test_q8_0_ggml),
+      cmocka_unit_test(test_q8_0_nonfinite),
   };
-  return cmocka_run_group_tests(tests, NULL, NULL);
+  size_t n = 5 + add_path_tests(tests + 5, names, checks, 1);
+  return _cmocka_run_group_tests("kv_quant", tests, n, NULL, NULL);
 }

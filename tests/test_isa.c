@@ -12,8 +12,8 @@
  *    value's own exponent (about 0.1% of values exceed 1 ulp: SLEEF's u10
  *    sincosf is itself up to 1 ulp, and the correction's fma rounds once
  *    more), 7.9e-8 absolute. Asserted: 1.5 ulp, and 1.5e-7 absolute (the
- *    issue's bound against the exact angle).
- * 2b. Large positions (issue 19): cos_sin, apply, shift (+-delta) and
+ *    library's bound against the exact angle).
+ * 2b. Large positions: cos_sin, apply, shift (+-delta) and
  *    rerotate at positions 2^31 .. 2^53-1 against mpmath's cos/sin of the
  *    exact angle for the double frequencies (tests/data/exact_angles.h, from
  *    tests/gen_exact_angles.py): within 1.5e-7.
@@ -38,21 +38,14 @@
 
 #include "posenc.h"
 
-static const char *const simd_isas[] = {"avx512bf16", "avx512", "avx2", "neon"};
-#define N_SIMD (sizeof simd_isas / sizeof simd_isas[0])
+#include "isa_compare.h"
 
 /* Each test below exists once per path (see PATH_TESTS). A path this build
  * or CPU cannot run has nothing to compare: its tests report a cmocka skip
  * (visible in the log as SKIPPED), never a pass. Any other failure to force
- * it is a failure. */
+ * it is a failure (isa_compare.h). */
 static void require_path(const char *name) {
-  pe_status st = pe_force_isa(name);
-  if (st == PE_ERR_UNSUPPORTED) {
-    printf("# path %s: not in this build/CPU, skipped\n", name);
-    skip();
-  }
-  if (st != PE_OK) fail_msg("pe_force_isa(\"%s\") returned %s: %s", name, pe_status_string(st),
-                            pe_last_error());
+  if (!pe_test_use_path(name)) skip();
 }
 
 /* ---- deterministic integer PRNG (identical on every architecture) ---- */
@@ -246,22 +239,10 @@ static long compare_case(const rcase *c, const char *path) {
   assert_int_equal(pe_force_isa("scalar"), PE_OK);
   run_case(c, &in, ref);
   assert_int_equal(pe_force_isa(path), PE_OK);
-  {
-    run_case(c, &in, got);
-    if (memcmp(ref, got, in.bytes)) {
-      size_t at = 0;
-      while (ref[at] == got[at]) at++;
-      size_t es = esize(c->dtype), e = at / es * es;
-      uint32_t vi = 0, vr = 0, vg = 0;
-      memcpy(&vi, in.data + e, es);
-      memcpy(&vr, ref + e, es);
-      memcpy(&vg, got + e, es);
-      char s[256];
-      describe(c, s, sizeof s);
-      fail_msg("%s differs from scalar at byte %zu (input %#x, scalar %#x, %s %#x): %s",
-               path, at, (unsigned)vi, (unsigned)vr, path, (unsigned)vg, s);
-    }
-  }
+  run_case(c, &in, got);
+  char s[256];
+  describe(c, s, sizeof s);
+  pe_test_same_bytes(s, "scalar", path, ref, got, in.bytes, NULL);
   free(ref);
   free(got);
   free(in.data);
@@ -479,7 +460,7 @@ static void unit_rows(float *buf, pe_tensor *t, int64_t tokens) {
               tokens * 2 * EXACT_NF, 2 * EXACT_NF);
 }
 
-/* Issue 19: at positions 2^31 .. 2^53-1 every on-the-fly path (cos_sin,
+/* At positions 2^31 .. 2^53-1 every on-the-fly path (cos_sin,
  * apply, shift by +-delta, rerotate) is within 1.5e-7 of cos/sin of the
  * exact angle (mpmath), not of the rounded double product p*f. */
 static void large_positions(const char *path) {
@@ -625,16 +606,18 @@ static void large_positions_scalar(void **s) { (void)s; large_positions("scalar"
       cmocka_unit_test(table_rows_##p), cmocka_unit_test(table_accuracy_##p),        \
       cmocka_unit_test(golden_##p), cmocka_unit_test(large_positions_##p)
 
-/* Forcing a path this CPU or build lacks is reported, never a crash. */
+/* Forcing a path this CPU or build lacks is reported, never a crash: for
+ * every path posenc.h names (test_env.h's list), PE_OK (and that path in
+ * use) or PE_ERR_UNSUPPORTED; an unknown name is PE_ERR_INVALID_ARGUMENT. */
 static void test_force_isa(void **state) {
   (void)state;
   assert_int_equal(pe_force_isa("scalar"), PE_OK);
   assert_string_equal(pe_isa_name(), "scalar");
   assert_int_equal(pe_force_isa("sse9"), PE_ERR_INVALID_ARGUMENT);
-  for (size_t i = 0; i < N_SIMD; i++) {
-    pe_status st = pe_force_isa(simd_isas[i]);
+  for (size_t i = 0; i < PE_TEST_N_SIMD_PATHS; i++) {
+    pe_status st = pe_force_isa(pe_test_simd_path(i));
     assert_true(st == PE_OK || st == PE_ERR_UNSUPPORTED);
-    if (st == PE_OK) assert_string_equal(pe_isa_name(), simd_isas[i]);
+    if (st == PE_OK) assert_string_equal(pe_isa_name(), pe_test_simd_path(i));
   }
   assert_int_equal(pe_force_isa("auto"), PE_OK);
 }
@@ -651,10 +634,10 @@ static void test_cpu_disable(void **state) {
     printf("# PE_CPU_DISABLE is not \"avx2,neon\": run as test_isa_cpu_disable\n");
     skip();
   }
-  for (size_t i = 0; i < N_SIMD; i++) {
-    assert_int_equal(pe_force_isa(simd_isas[i]), PE_ERR_UNSUPPORTED);
+  for (size_t i = 0; i < PE_TEST_N_SIMD_PATHS; i++) {
+    assert_int_equal(pe_force_isa(pe_test_simd_path(i)), PE_ERR_UNSUPPORTED);
     const char *why = pe_last_error();
-    printf("# %s refused: %s\n", simd_isas[i], why);
+    printf("# %s refused: %s\n", pe_test_simd_path(i), why);
     assert_true(strstr(why, "hidden by PE_CPU_DISABLE") || strstr(why, "not compiled") ||
                 strstr(why, "AVX-512F"));
   }
@@ -669,6 +652,7 @@ static void test_cpu_disable(void **state) {
   assert_int_equal(pe_force_isa("auto"), PE_OK);
   assert_string_equal(pe_isa_name(), "scalar");
 }
+
 
 int main(void) {
   const struct CMUnitTest tests[] = {

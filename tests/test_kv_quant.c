@@ -23,6 +23,8 @@
 #include "kv_quant_ref.h"
 #include "posenc.h"
 
+#include "isa_compare.h"
+
 static uint64_t rng_s = 0x1234567887654321ull;
 static uint64_t rnd(void) {
   uint64_t z = (rng_s += 0x9e3779b97f4a7c15ull);
@@ -296,37 +298,50 @@ static void test_read(void **state) {
   }
 }
 
+/* Under the path in use: `op` without a pool and with pools of 1..max_threads
+ * threads, all the same bytes, written to out. */
+typedef struct pools_run {
+  pe_test_run_fn op;
+  void *ctx;
+  size_t bytes;
+  int max_threads;
+} pools_run;
+
+static void on_every_pool(void *ctx, pe_threadpool *unused, void *out) {
+  (void)unused;
+  const pools_run *r = ctx;
+  for (int nt = 1; nt <= r->max_threads; nt++) {
+    pe_threadpool *pool = NULL;
+    assert_int_equal(pe_threadpool_create(nt, &pool), PE_OK);
+    pe_pool_compare(pe_isa_name(), r->bytes, r->op, r->ctx, pool);
+    pe_threadpool_destroy(pool);
+  }
+  r->op(r->ctx, NULL, out);
+}
+
+/* The store into fresh caches: k cache then v cache bytes. */
+static void run_store(void *ctx, pe_threadpool *pool, void *out) {
+  prob *p = ctx;
+  memset(p->kc, 0xa5, kc_bytes(p)), memset(p->vc, 0x5a, vc_bytes(p));
+  assert_int_equal(prob_store(p, pool), PE_OK);
+  memcpy(out, p->kc, kc_bytes(p));
+  memcpy((uint8_t *)out + kc_bytes(p), p->vc, vc_bytes(p));
+}
+
 /* The same bytes on every ISA this CPU runs and with pools of 1..3 threads. */
 static void test_isa_and_pools(void **state) {
   (void)state;
-  static const char *const isas[] = {"scalar", "avx2", "avx512", "avx512bf16", "neon"};
-  int compared = 0;
+  size_t compared = 0;
   for (int kf = 0; kf < 3; kf++) {
     prob p;
     prob_make(&p, 128, 128, 128, PE_BF16, formats[kf], formats[2 - kf], PE_QK_NORM_RMS);
-    assert_int_equal(pe_force_isa("scalar"), PE_OK);
-    assert_int_equal(prob_store(&p, NULL), PE_OK);
-    uint8_t *rk = malloc(kc_bytes(&p)), *rv = malloc(vc_bytes(&p));
-    memcpy(rk, p.kc, kc_bytes(&p)), memcpy(rv, p.vc, vc_bytes(&p));
-    for (int i = 1; i < 4; i++) {
-      if (pe_force_isa(isas[i]) != PE_OK) continue;
-      for (int nt = 0; nt <= 3; nt++) {
-        pe_threadpool *pool = NULL;
-        if (nt) assert_int_equal(pe_threadpool_create(nt, &pool), PE_OK);
-        memset(p.kc, 0xa5, kc_bytes(&p)), memset(p.vc, 0x5a, vc_bytes(&p));
-        assert_int_equal(prob_store(&p, pool), PE_OK);
-        assert_memory_equal(p.kc, rk, kc_bytes(&p));
-        assert_memory_equal(p.vc, rv, vc_bytes(&p));
-        if (pool) pe_threadpool_destroy(pool);
-        compared++;
-      }
-    }
-    free(rk), free(rv);
+    pools_run r = {run_store, &p, kc_bytes(&p) + vc_bytes(&p), 3};
+    compared += pe_isa_compare(kf == 0 ? "store, k e4m3 v q8_0" : kf == 1 ? "store, k e5m2 v e5m2"
+                                                                          : "store, k q8_0 v e4m3",
+                               r.bytes, on_every_pool, &r);
     prob_free(&p);
   }
-  pe_force_isa("auto");
-  printf("# %d comparisons with scalar\n", compared);
-  if (!compared) skip();
+  if (!compared) skip(); /* only scalar here: nothing to compare */
 }
 
 /* Errors: the status, the message naming the argument, nothing written. */
@@ -434,6 +449,21 @@ static double fp8_step(int f, double r, double scale) {
   return ldexp(1.0, e - m) * scale;
 }
 
+/* The shift from the stored cache bytes c0: the k cache after it. */
+typedef struct shift_run {
+  prob *p;
+  const uint8_t *c0;
+  const int64_t *slots, *deltas;
+  int64_t n;
+} shift_run;
+
+static void run_shift(void *ctx, pe_threadpool *pool, void *out) {
+  const shift_run *r = ctx;
+  memcpy(r->p->kc, r->c0, kc_bytes(r->p));
+  assert_int_equal(pe_rope_shift_k_cache(r->p->c, &r->p->kv, r->slots, r->deltas, r->n, pool), PE_OK);
+  memcpy(out, r->p->kc, kc_bytes(r->p));
+}
+
 /* Shift by +d: each row is, byte for byte, the reference dequantization,
  * pe_rope_shift_k on those float32 rows, the reference quantization. Then
  * -d: every value within the stated bound of the original:
@@ -486,22 +516,13 @@ static void test_shift_cache(void **state) {
               assert_int_equal(g[j], c0[(g - p.kc) + j]);
         }
       read_k(&p, slots, n, x1);
-      /* the same bytes on every ISA and pool */
+      /* the same bytes on every ISA and pool as on the path in use */
       uint8_t *c1 = malloc(kc_bytes(&p));
       memcpy(c1, p.kc, kc_bytes(&p));
-      static const char *const isas[] = {"scalar", "avx2", "avx512", "avx512bf16", "neon"};
-      for (int is = 0; is < 4; is++) {
-        if (pe_force_isa(isas[is]) != PE_OK) continue;
-        for (int nt = 0; nt <= 2; nt++) {
-          pe_threadpool *pool = NULL;
-          if (nt) assert_int_equal(pe_threadpool_create(nt, &pool), PE_OK);
-          memcpy(p.kc, c0, kc_bytes(&p));
-          assert_int_equal(pe_rope_shift_k_cache(p.c, &p.kv, slots, deltas, n, pool), PE_OK);
-          assert_memory_equal(p.kc, c1, kc_bytes(&p));
-          if (pool) pe_threadpool_destroy(pool);
-        }
-      }
-      pe_force_isa("auto");
+      shift_run sr = {&p, c0, slots, deltas, n};
+      pools_run pr = {run_shift, &sr, kc_bytes(&p), 2};
+      pe_isa_compare("shift", pr.bytes, on_every_pool, &pr);
+      assert_memory_equal(p.kc, c1, kc_bytes(&p));
       /* -d: within the bound */
       assert_int_equal(pe_rope_shift_k_cache(p.c, &p.kv, slots, neg, n, NULL), PE_OK);
       read_k(&p, slots, n, x2);

@@ -132,12 +132,24 @@ static void test_errors_change_nothing(void **state) {
   assert_memory_equal(xm, keep, sizeof xm);
 }
 
+/* The call under test on a copy of the case's x. */
+typedef struct learned_run {
+  const tbuf *in;
+  const pe_tensor *table;
+  const int64_t *pos;
+} learned_run;
+
+static void run_learned(void *ctx, pe_threadpool *pool, void *out) {
+  const learned_run *r = ctx;
+  pe_tensor t = copy_into(r->in, out);
+  assert_int_equal(pe_learned_add(&t, r->table, r->pos, pool), PE_OK);
+}
+
 static void run_simd_case(pe_dtype xd, pe_dtype td, int64_t D) {
   const int dense[3] = {0, 1, 2};
   const int64_t s[4] = {2, 1, 3, D};
-  tbuf ref = make_tensor(xd, s, dense, 1, -1);
-  fill_special(&ref);
-  tbuf orig = clone(&ref);
+  tbuf in = make_tensor(xd, s, dense, 1, -1);
+  fill_special(&in);
   tbuf table = make_table(td, 8, D, 3, 50.0f);
   /* Inf and a subnormal in the table too, but no NaN: when x and the table
    * entry are both NaN, which payload survives the add is the compiler's
@@ -145,29 +157,28 @@ static void run_simd_case(pe_dtype xd, pe_dtype td, int64_t D) {
   set_elem(&table.t, offset_of(&table.t, 0, 0, 7, 0), INFINITY);
   set_elem(&table.t, offset_of(&table.t, 0, 0, 7, D - 1), 0x1p-135f);
   int64_t pos[6] = {7, 1, 2, 0, 7, 5};
-  assert_int_equal(pe_force_isa("scalar"), PE_OK);
-  assert_int_equal(pe_learned_add(&ref.t, &table.t, pos, NULL), PE_OK);
-  if (pool_mode) {
-    tbuf p = clone(&orig);
-    pe_threadpool *pool = test_pool();
-    assert_int_equal(pe_learned_add(&p.t, &table.t, pos, pool), PE_OK);
-    assert_memory_equal(p.mem, ref.mem, ref.bytes);
-    free(p.mem);
-  }
-  for (size_t k = 0; !pool_mode && k < sizeof simd_isas / sizeof simd_isas[0]; k++) {
-    pe_status st = pe_force_isa(simd_isas[k]);
-    if (st == PE_ERR_UNSUPPORTED) continue;
-    assert_int_equal(st, PE_OK);
-    tbuf v = clone(&orig);
-    assert_int_equal(pe_learned_add(&v.t, &table.t, pos, NULL), PE_OK);
-    if (memcmp(v.mem, ref.mem, ref.bytes))
-      fail_msg("%s x %d table %d D %ld differs from scalar", simd_isas[k], xd, td, (long)D);
-    free(v.mem);
-  }
-  restore_isa();
-  free(ref.mem);
-  free(orig.mem);
+  learned_run r = {&in, &table.t, pos};
+  char what[96];
+  snprintf(what, sizeof what, "pe_learned_add x %d table %d D %lld", xd, td, (long long)D);
+  identity_check(what, in.bytes, run_learned, &r);
+  free(in.mem);
   free(table.mem);
+}
+
+/* x [1, 1, T, D] of dtype d holding every 16-bit pattern (element e is e),
+ * plus the table. */
+enum { HP_T = 64, HP_D = 1024 };
+typedef struct half_run {
+  pe_dtype d;
+  const pe_tensor *table;
+} half_run;
+
+static void run_half_patterns(void *ctx, pe_threadpool *pool, void *out) {
+  const half_run *r = ctx;
+  uint16_t *x = out;
+  for (int e = 0; e < HP_T * HP_D; e++) x[e] = (uint16_t)e;
+  pe_tensor xt = {x, r->d, {1, 1, HP_T, HP_D}, {HP_T * HP_D, HP_T * HP_D, HP_D, 1}};
+  assert_int_equal(pe_learned_add(&xt, r->table, NULL, pool), PE_OK);
 }
 
 /* Every f16 and every bf16 bit pattern as x, plus table values with random
@@ -175,39 +186,23 @@ static void run_simd_case(pe_dtype xd, pe_dtype td, int64_t D) {
  * subnormals and overflow): each ISA's conversions against scalar's. */
 static void test_simd_every_half_pattern(void **state) {
   (void)state;
-  enum { T = 64, D = 1024 };
-  float *table = malloc(sizeof(float) * T * D);
-  for (int e = 0; e < T * D; e++) {
+  if (!pe_test_any_simd_path()) skip(); /* only scalar here: nothing to compare */
+  float *table = malloc(sizeof(float) * HP_T * HP_D);
+  assert_non_null(table);
+  for (int e = 0; e < HP_T * HP_D; e++) {
     uint32_t u = (uint32_t)rng_next();
     int exp = 127 - 30 + (int)((u >> 23) % 48); /* 2^-30 .. 2^17 */
     uint32_t bits = (u & 0x807fffffu) | ((uint32_t)exp << 23);
     memcpy(&table[e], &bits, 4);
     if (e % 7 == 0) table[e] = 0.0f;
   }
-  pe_tensor tt = {table, PE_F32, {1, 1, T, D}, {T * D, T * D, D, 1}};
-  uint16_t *ref = malloc(2 * T * D), *v = malloc(2 * T * D);
+  pe_tensor tt = {table, PE_F32, {1, 1, HP_T, HP_D}, {HP_T * HP_D, HP_T * HP_D, HP_D, 1}};
   for (int d = 1; d <= 2; d++) {
-    for (int e = 0; e < T * D; e++) ref[e] = (uint16_t)e;
-    pe_tensor xt = {ref, (pe_dtype)d, {1, 1, T, D}, {T * D, T * D, D, 1}};
-    assert_int_equal(pe_force_isa("scalar"), PE_OK);
-    assert_int_equal(pe_learned_add(&xt, &tt, NULL, NULL), PE_OK);
-    for (size_t k = 0; k < sizeof simd_isas / sizeof simd_isas[0]; k++) {
-      pe_status st = pe_force_isa(simd_isas[k]);
-      if (st == PE_ERR_UNSUPPORTED) continue;
-      assert_int_equal(st, PE_OK);
-      for (int e = 0; e < T * D; e++) v[e] = (uint16_t)e;
-      xt.data = v;
-      assert_int_equal(pe_learned_add(&xt, &tt, NULL, NULL), PE_OK);
-      xt.data = ref;
-      for (int e = 0; e < T * D; e++)
-        if (v[e] != ref[e])
-          fail_msg("%s dtype %d: x bits 0x%04x + %a -> 0x%04x, scalar 0x%04x", simd_isas[k], d, e,
-                   (double)table[e], v[e], ref[e]);
-    }
+    half_run r = {(pe_dtype)d, &tt};
+    pe_isa_compare(d == 1 ? "f16 x holding bits e at element e (byte 2e), plus table[e]"
+                          : "bf16 x holding bits e at element e (byte 2e), plus table[e]",
+                   2 * HP_T * HP_D, run_half_patterns, &r);
   }
-  restore_isa();
-  free(ref);
-  free(v);
   free(table);
 }
 
@@ -217,21 +212,7 @@ static void all_identity_cases(void) {
       for (int64_t D = 1; D <= 80; D += (D < 40 ? 1 : 9)) run_simd_case((pe_dtype)xd, (pe_dtype)td, D);
 }
 
-static void test_simd_matches_scalar(void **state) {
-  (void)state;
-  if (!pe_test_any_simd_path()) skip(); /* only scalar here: nothing to compare */
-  pool_mode = 0;
-  all_identity_cases();
-}
-
-/* Kept apart from the ISA checks so PE_TEST_FILTER can leave it out where
- * threads are slow (qemu). */
-static void test_pool_matches_single_thread(void **state) {
-  (void)state;
-  pool_mode = 1;
-  all_identity_cases();
-  pool_mode = 0;
-}
+IDENTITY_TESTS(all_identity_cases)
 
 int main(void) {
   const struct CMUnitTest tests[] = {

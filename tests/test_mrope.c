@@ -34,6 +34,8 @@
 
 #include "posenc.h"
 
+#include "isa_compare.h"
+
 static uint64_t rng = 0xbb67ae8584caa73bull;
 static uint64_t rnd(void) {
   rng ^= rng >> 12;
@@ -310,27 +312,34 @@ static void test_mrope_table_equals_on_the_fly(void **state) {
 
 /* ---- every ISA and a pool against scalar ---- */
 
-static void run_path(const char *isa, int interleaved, int64_t max_positions, pe_threadpool *pool,
-                     uint8_t *out, size_t bytes, uint64_t seed) {
-  const int64_t B = 3, T = 50, H = 5;
-  const int32_t D = 72, rd = 60, s[3] = {10, 10, 10};
-  assert_int_equal(pe_force_isa(isa), PE_OK);
-  rng = seed;
-  pe_rope_cache *c = make_cache(D, rd, interleaved ? PE_ROPE_NEOX : PE_ROPE_GPTJ, 10000.0,
-                                max_positions);
-  /* f16 q then bf16 k in one buffer */
-  size_t nq = (size_t)(B * T * H * D);
-  assert_true(bytes == nq * 4);
+/* f16 q then bf16 k in one buffer, every 16-bit pattern (NaN and Inf too),
+ * rotated under the path in use. */
+typedef struct mrope_run {
+  int interleaved;
+  int64_t max_positions;
+  uint64_t seed;
+} mrope_run;
+enum { ID_B = 3, ID_T = 50, ID_H = 5, ID_D = 72, ID_BYTES = ID_B * ID_T * ID_H * ID_D * 4 };
+
+static void run_mrope(void *ctx, pe_threadpool *pool, void *out_) {
+  const mrope_run *r = ctx;
+  uint8_t *out = out_;
+  const int32_t s[3] = {10, 10, 10};
+  rng = r->seed;
+  pe_rope_cache *c = make_cache(ID_D, 60, r->interleaved ? PE_ROPE_NEOX : PE_ROPE_GPTJ, 10000.0,
+                                r->max_positions);
+  size_t nq = (size_t)(ID_B * ID_T * ID_H * ID_D);
   for (size_t i = 0; i < nq; i++) {
-    uint16_t h = (uint16_t)(rnd() >> 48); /* every f16 pattern, NaN and Inf too */
+    uint16_t h = (uint16_t)(rnd() >> 48);
     memcpy(out + 2 * i, &h, 2);
     uint16_t g = (uint16_t)(rnd() >> 48);
     memcpy(out + 2 * nq + 2 * i, &g, 2);
   }
-  int64_t *pos = vl_positions(B, T, 300);
-  pe_tensor tq = tensor4(out, PE_F16, B, H, T, D), tk = tensor4(out + 2 * nq, PE_BF16, B, H, T, D);
+  int64_t *pos = vl_positions(ID_B, ID_T, 300);
+  pe_tensor tq = tensor4(out, PE_F16, ID_B, ID_H, ID_T, ID_D);
+  pe_tensor tk = tensor4(out + 2 * nq, PE_BF16, ID_B, ID_H, ID_T, ID_D);
   assert_int_equal(pe_apply_mrope_qk(c, &tq, &tk, pos, s,
-                                     interleaved ? PE_ROPE_MROPE_INTERLEAVED : 0u, pool),
+                                     r->interleaved ? PE_ROPE_MROPE_INTERLEAVED : 0u, pool),
                    PE_OK);
   free(pos);
   pe_rope_cache_destroy(c);
@@ -339,45 +348,25 @@ static void run_path(const char *isa, int interleaved, int64_t max_positions, pe
 static void test_mrope_bit_identical_across_isas(void **state) {
   (void)state;
   if (!pe_test_any_simd_path()) skip(); /* only scalar here: nothing to compare */
-  static const char *const isas[] = {"avx512bf16", "avx512", "avx2", "neon"};
-  const size_t bytes = (size_t)(3 * 50 * 5 * 72) * 4;
-  uint8_t *ref = malloc(bytes), *got = malloc(bytes);
   for (int interleaved = 0; interleaved < 2; interleaved++)
     for (int otf = 0; otf < 2; otf++) {
-      int64_t mp = otf ? 0 : 300;
-      run_path("scalar", interleaved, mp, NULL, ref, bytes, 42 + (uint64_t)otf);
-      for (size_t i = 0; i < sizeof isas / sizeof isas[0]; i++) {
-        if (pe_force_isa(isas[i]) != PE_OK) {
-          printf("# path %s: skipped (not in this build/CPU)\n", isas[i]);
-          continue;
-        }
-        printf("# path %s: tested\n", isas[i]);
-        run_path(isas[i], interleaved, mp, NULL, got, bytes, 42 + (uint64_t)otf);
-        if (memcmp(ref, got, bytes)) {
-          print_error("%s differs from scalar (interleaved %d, on the fly %d)\n", isas[i],
-                      interleaved, otf);
-          fail();
-        }
-      }
+      mrope_run r = {interleaved, otf ? 0 : 300, 42 + (uint64_t)otf};
+      pe_isa_compare(interleaved ? (otf ? "interleaved, on the fly" : "interleaved, table")
+                                 : (otf ? "sections, on the fly" : "sections, table"),
+                     ID_BYTES, run_mrope, &r);
     }
-  pe_force_isa("auto");
-  free(ref), free(got);
 }
 
 /* A pool cuts the tokens differently; the bits must not change. */
 static void test_mrope_pool_sizes(void **state) {
   (void)state;
-  const size_t bytes = (size_t)(3 * 50 * 5 * 72) * 4;
-  uint8_t *ref = malloc(bytes), *got = malloc(bytes);
   pe_threadpool *pool = NULL;
   assert_int_equal(pe_threadpool_create(3, &pool), PE_OK);
   for (int interleaved = 0; interleaved < 2; interleaved++) {
-    run_path("auto", interleaved, 300, NULL, ref, bytes, 9);
-    run_path("auto", interleaved, 300, pool, got, bytes, 9);
-    assert_memory_equal(ref, got, bytes);
+    mrope_run r = {interleaved, 300, 9};
+    pe_pool_compare(interleaved ? "interleaved" : "sections", ID_BYTES, run_mrope, &r, pool);
   }
   pe_threadpool_destroy(pool);
-  free(ref), free(got);
 }
 
 /* ---- errors: nothing written, the argument named ---- */

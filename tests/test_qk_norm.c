@@ -44,6 +44,8 @@
 
 #include "posenc.h"
 
+#include "isa_compare.h"
+
 /* ---- PRNG ---- */
 static uint64_t rng = 0x243f6a8885a308d3ull;
 static uint64_t rnd(void) {
@@ -908,11 +910,17 @@ static void test_errors_write_nothing(void **state) {
 
 /* ---- bit identity across ISAs and pool sizes ---- */
 
-static const char *const isas[] = {"scalar", "avx2", "avx512", "avx512bf16", "neon"};
+/* Both calls on the scenario (store first on one copy, in place on another),
+ * under the path in use: the store's qkv, k cache and v cache, then the
+ * in-place call's qkv, concatenated into out (results_bytes long). */
+static size_t results_bytes(const scen *s) {
+  int64_t n = s->B * s->T, row = (s->Hq + s->Hk) * s->hd + s->Hk * s->vd, slots = s->nb * s->bs;
+  return 2 * (size_t)(n * row) * esz(s->dt) + (size_t)(slots * s->Hk * s->hd) * esz(s->kcd) +
+         (size_t)(slots * s->Hk * (s->vd ? s->vd : 1)) * esz(s->vcd);
+}
 
-/* Both calls on the scenario (store first on one copy, in place on another);
- * the results concatenated into out (caller frees). */
-static unsigned char *results(const scen *s, pe_threadpool *pool, size_t *len) {
+static void results(void *ctx, pe_threadpool *pool, void *out) {
+  const scen *s = ctx;
   run a, b;
   run_make(&a, s, 41);
   run_make(&b, s, 41);
@@ -920,22 +928,20 @@ static unsigned char *results(const scen *s, pe_threadpool *pool, size_t *len) {
                                          a.slots, a.pos, 0, pool),
                    PE_OK);
   assert_int_equal(pe_qk_norm_rope(b.c, &b.norm, &b.q, &b.k, b.pos, 0, pool), PE_OK);
-  *len = a.qkv_bytes + a.kc_bytes + a.vc_bytes + b.qkv_bytes;
-  unsigned char *o = malloc(*len), *p = o;
+  assert_int_equal(a.qkv_bytes + a.kc_bytes + a.vc_bytes + b.qkv_bytes, results_bytes(s));
+  unsigned char *p = out;
   memcpy(p, a.qkv, a.qkv_bytes), p += a.qkv_bytes;
   memcpy(p, a.kc, a.kc_bytes), p += a.kc_bytes;
   memcpy(p, a.vc, a.vc_bytes), p += a.vc_bytes;
   memcpy(p, b.qkv, b.qkv_bytes);
   run_free(&a);
   run_free(&b);
-  return o;
 }
 
 static void test_bit_identical_across_isas(void **state) {
   (void)state;
   if (!pe_test_any_simd_path()) skip(); /* only scalar here: nothing to compare */
   const int32_t dims[][2] = {{8, 0}, {34, 0}, {40, 24}, {72, 0}, {128, 0}, {130, 96}};
-  int n_cases = 0;
   for (size_t d = 0; d < sizeof dims / sizeof dims[0]; d++)
     for (int kind = 0; kind < 4; kind++)
       for (int dt = 0; dt < 3; dt++) {
@@ -945,26 +951,11 @@ static void test_bit_identical_across_isas(void **state) {
         s.style = (pe_rope_style)((d + dt) & 1), s.dt = (pe_dtype)dt;
         s.kcd = (pe_dtype)((dt + kind) % 3), s.vcd = (pe_dtype)((dt + 2) % 3);
         s.maxp = (d & 1) ? 0 : 4096, s.Hq = 3, s.T = 7, s.wild = 1;
-        assert_int_equal(pe_force_isa("scalar"), PE_OK);
-        size_t n0, n1;
-        unsigned char *ref = results(&s, NULL, &n0);
-        for (size_t i = 1; i < sizeof isas / sizeof isas[0]; i++) {
-          if (pe_force_isa(isas[i]) != PE_OK) continue;
-          unsigned char *got = results(&s, NULL, &n1);
-          assert_int_equal(n0, n1);
-          if (memcmp(ref, got, n0)) {
-            printf("path %s differs from scalar: head_dim %d rotary %d kind %d dtype %d\n",
-                   isas[i], (int)s.hd, (int)s.rd, kind, dt);
-            fail();
-          }
-          free(got);
-          n_cases++;
-        }
-        free(ref);
+        char what[128];
+        snprintf(what, sizeof what, "head_dim %d rotary %d kind %d dtype %d", (int)s.hd,
+                 (int)s.rd, kind, dt);
+        pe_isa_compare(what, results_bytes(&s), results, &s);
       }
-  pe_force_isa("auto");
-  printf("# %d comparisons with scalar\n", n_cases);
-  assert_true(n_cases > 0);
 }
 
 static void test_pool_sizes(void **state) {
@@ -976,12 +967,7 @@ static void test_pool_sizes(void **state) {
   s.vcd = PE_BF16;
   for (int scope = 0; scope < 2; scope++) {
     s.scope = (pe_qk_norm_scope)scope;
-    size_t n0, n1;
-    unsigned char *a = results(&s, NULL, &n0), *b = results(&s, pool, &n1);
-    assert_int_equal(n0, n1);
-    assert_memory_equal(a, b, n0);
-    free(a);
-    free(b);
+    pe_pool_compare(scope ? "per token" : "per head", results_bytes(&s), results, &s, pool);
   }
   pe_threadpool_destroy(pool);
 }

@@ -25,6 +25,8 @@
 
 #include "posenc.h"
 
+#include "isa_compare.h"
+
 static uint64_t rng = 0x3c6ef372fe94f82bull;
 static uint64_t rnd(void) {
   rng ^= rng >> 12;
@@ -174,18 +176,20 @@ static void test_multi_one_cache_is_apply(void **state) {
 
 /* ---- ISAs and pools ---- */
 
-static void run_path(const char *isa, pe_threadpool *pool, float *out, size_t n, uint64_t seed) {
-  const int64_t B = 6, T = 45, H = 3;
-  const int32_t D = 50;
-  assert_int_equal(pe_force_isa(isa), PE_OK);
-  rng = seed;
-  pe_rope_cache *caches[3] = {make_cache(0, D, 0, PE_ROPE_GPTJ, 0), make_cache(1, D, 0, PE_ROPE_GPTJ, 300),
-                              make_cache(2, D, 0, PE_ROPE_GPTJ, 0)};
-  const int32_t idx[6] = {0, 1, 2, 2, 1, 0};
-  fill(out, PE_F32, n);
-  int64_t pos[6 * 45];
-  for (int i = 0; i < 6 * 45; i++) pos[i] = (int64_t)(rnd() % 300);
-  pe_tensor t = tensor4(out, PE_F32, B, H, T, D);
+/* Three caches over six batch rows, f32, rotated under the path in use. */
+enum { ID_B = 6, ID_T = 45, ID_H = 3, ID_D = 50, ID_N = ID_B * ID_T * ID_H * ID_D };
+
+static void run_multi(void *ctx, pe_threadpool *pool, void *out) {
+  (void)ctx;
+  rng = 7;
+  pe_rope_cache *caches[3] = {make_cache(0, ID_D, 0, PE_ROPE_GPTJ, 0),
+                              make_cache(1, ID_D, 0, PE_ROPE_GPTJ, 300),
+                              make_cache(2, ID_D, 0, PE_ROPE_GPTJ, 0)};
+  const int32_t idx[ID_B] = {0, 1, 2, 2, 1, 0};
+  fill(out, PE_F32, ID_N);
+  int64_t pos[ID_B * ID_T];
+  for (int i = 0; i < ID_B * ID_T; i++) pos[i] = (int64_t)(rnd() % 300);
+  pe_tensor t = tensor4(out, PE_F32, ID_B, ID_H, ID_T, ID_D);
   assert_int_equal(pe_apply_rope_qk_multi((const pe_rope_cache *const *)caches, 3, idx, &t, NULL,
                                           pos, 0, pool),
                    PE_OK);
@@ -195,34 +199,15 @@ static void run_path(const char *isa, pe_threadpool *pool, float *out, size_t n,
 static void test_multi_bit_identical_across_isas(void **state) {
   (void)state;
   if (!pe_test_any_simd_path()) skip(); /* only scalar here: nothing to compare */
-  static const char *const isas[] = {"avx512bf16", "avx512", "avx2", "neon"};
-  const size_t n = (size_t)(6 * 3 * 45 * 50);
-  float *ref = malloc(n * 4), *got = malloc(n * 4);
-  run_path("scalar", NULL, ref, n, 7);
-  for (size_t i = 0; i < sizeof isas / sizeof isas[0]; i++) {
-    if (pe_force_isa(isas[i]) != PE_OK) {
-      printf("# path %s: skipped (not in this build/CPU)\n", isas[i]);
-      continue;
-    }
-    printf("# path %s: tested\n", isas[i]);
-    run_path(isas[i], NULL, got, n, 7);
-    assert_memory_equal(ref, got, n * 4);
-  }
-  pe_force_isa("auto");
-  free(ref), free(got);
+  pe_isa_compare("three caches, f32", ID_N * 4, run_multi, NULL);
 }
 
 static void test_multi_pool_sizes(void **state) {
   (void)state;
-  const size_t n = (size_t)(6 * 3 * 45 * 50);
-  float *ref = malloc(n * 4), *got = malloc(n * 4);
   pe_threadpool *pool = NULL;
   assert_int_equal(pe_threadpool_create(4, &pool), PE_OK);
-  run_path("auto", NULL, ref, n, 7);
-  run_path("auto", pool, got, n, 7);
-  assert_memory_equal(ref, got, n * 4);
+  pe_pool_compare("three caches, f32", ID_N * 4, run_multi, NULL, pool);
   pe_threadpool_destroy(pool);
-  free(ref), free(got);
 }
 
 /* ---- errors ---- */

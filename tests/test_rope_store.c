@@ -15,8 +15,8 @@
  * - Errors: each leaves q, k and the cache byte for byte unchanged and names
  *   the argument and value (out-of-range and duplicate slots among them,
  *   including duplicates far apart in a mapping of more than 512 runs).
- * - Bit-identity across ISAs (pe_force_isa scalar/avx2/avx512/neon; those the
- *   build or CPU lacks are skipped) on inputs that include NaN, Inf,
+ * - Bit-identity of every SIMD path with scalar (isa_compare.h: the paths
+ *   the build or CPU lacks are said in the log, not compared) on inputs that include NaN, Inf,
  *   subnormals and values that overflow the half types, for head sizes with
  *   vector tails; and across pool sizes.
  */
@@ -32,6 +32,8 @@
 #include <cmocka.h>
 
 #include "posenc.h"
+
+#include "isa_compare.h"
 
 /* ---- deterministic PRNG and values ---- */
 static uint64_t rng = 0x6a09e667f3bcc909ull;
@@ -260,14 +262,10 @@ static void run_definition_case(const scen *s) {
   pe_rope_cache_destroy(c);
 }
 
-/* On every path: each must meet the definition on its own. */
-static void test_store_equals_apply_then_convert(void **state) {
-  (void)state;
+static void definition_cases(void *ctx, const char *path) {
+  (void)ctx, (void)path;
   const pe_dtype dts[3] = {PE_F32, PE_F16, PE_BF16};
-  static const char *const paths[] = {"scalar", "avx2", "avx512", "avx512bf16", "neon"};
-  for (size_t pi = 0; pi < sizeof paths / sizeof paths[0]; pi++) {
-    if (pe_force_isa(paths[pi]) != PE_OK) continue;
-    for (int kd = 0; kd < 3; kd++)
+  for (int kd = 0; kd < 3; kd++)
     for (int cd = 0; cd < 3; cd++)
       for (int style = 0; style < 2; style++)
         for (int variant = 0; variant < 4; variant++) {
@@ -278,8 +276,12 @@ static void test_store_equals_apply_then_convert(void **state) {
                     .flags = variant == 3 ? PE_ROPE_INVERSE : 0u};
           run_definition_case(&s);
         }
-  }
-  pe_force_isa("auto");
+}
+
+/* On every path: each must meet the definition on its own. */
+static void test_store_equals_apply_then_convert(void **state) {
+  (void)state;
+  pe_on_every_path(definition_cases, NULL);
 }
 
 /* Same dtype: the cache rows are exactly what apply-in-place + copy gives. */
@@ -549,36 +551,38 @@ static void test_store_duplicate_far_apart(void **state) {
 
 /* ---- every ISA and pool size against scalar, bit for bit ---- */
 
-static const char *const isas[] = {"avx512bf16", "avx512", "avx2", "neon"};
+/* The scenario's cache then q after the call under the path in use (the
+ * path's own table build), inputs from the same seed every time. */
+typedef struct store_run {
+  const scen *s;
+  uint64_t seed;
+} store_run;
 
-static void run_isa_case(const scen *s, pe_threadpool *pool, const char *isa) {
-  uint64_t seed = rng;
-  /* the scalar result */
-  assert_int_equal(pe_force_isa("scalar"), PE_OK);
+static size_t store_bytes(const scen *s) {
+  return (size_t)(s->nb * s->bs * s->hk * s->head_dim) * esize(s->cd) +
+         (size_t)(s->batch * s->tokens * s->hq * s->head_dim) * esize(s->kd);
+}
+
+static void run_store(void *ctx, pe_threadpool *pool, void *out) {
+  const store_run *r = ctx;
+  const scen *s = r->s;
+  rng = r->seed;
   pe_rope_cache *c = make_cache(s->head_dim, s->rotary_dim, s->style, s->max_positions, 0.7);
-  bufs ref;
-  bufs_make(s, &ref);
-  assert_int_equal(
-      pe_apply_rope_qk_store(c, &ref.tq, &ref.tk, &ref.tc, ref.slots, ref.pos, s->flags, NULL),
-      PE_OK);
+  bufs b;
+  bufs_make(s, &b);
+  assert_int_equal(pe_apply_rope_qk_store(c, &b.tq, &b.tk, &b.tc, b.slots, b.pos, s->flags, pool),
+                   PE_OK);
+  assert_int_equal(b.cb + b.qb, store_bytes(s));
+  memcpy(out, b.cache, b.cb);
+  memcpy((char *)out + b.cb, b.q, b.qb);
   pe_rope_cache_destroy(c);
-  /* the same inputs under the path (its own table build) */
-  rng = seed;
-  assert_int_equal(pe_force_isa(isa), PE_OK);
-  c = make_cache(s->head_dim, s->rotary_dim, s->style, s->max_positions, 0.7);
-  bufs got;
-  bufs_make(s, &got);
-  assert_int_equal(
-      pe_apply_rope_qk_store(c, &got.tq, &got.tk, &got.tc, got.slots, got.pos, s->flags, pool),
-      PE_OK);
-  if (memcmp(got.cache, ref.cache, ref.cb) || memcmp(got.q, ref.q, ref.qb)) {
-    print_error("%s differs from scalar: head_dim %d rotary %d style %d k %d cache %d wild %d\n",
-                isa, s->head_dim, s->rotary_dim, s->style, s->kd, s->cd, s->wild);
-    fail();
-  }
-  pe_rope_cache_destroy(c);
-  bufs_free(&ref);
-  bufs_free(&got);
+  bufs_free(&b);
+}
+
+static void describe(const scen *s, char *what, size_t n) {
+  snprintf(what, n, "head_dim %d rotary %d style %d k %d cache %d hnd %d flags %u wild %d (cache "
+           "bytes, then q)", s->head_dim, s->rotary_dim, s->style, s->kd, s->cd, s->hnd,
+           s->flags, s->wild);
 }
 
 static void test_store_bit_identical_across_isas(void **state) {
@@ -586,40 +590,38 @@ static void test_store_bit_identical_across_isas(void **state) {
   if (!pe_test_any_simd_path()) skip(); /* only scalar here: nothing to compare */
   const pe_dtype dts[3] = {PE_F32, PE_F16, PE_BF16};
   const int32_t dims[][2] = {{2, 0}, {10, 0}, {34, 0}, {46, 30}, {64, 0}, {128, 96}, {80, 0}};
-  int tested = 0;
-  for (size_t i = 0; i < sizeof isas / sizeof isas[0]; i++) {
-    if (pe_force_isa(isas[i]) != PE_OK) {
-      printf("# path %s: skipped (not in this build/CPU)\n", isas[i]);
-      continue;
-    }
-    printf("# path %s: tested\n", isas[i]);
-    tested++;
-    for (size_t d = 0; d < sizeof dims / sizeof dims[0]; d++)
-      for (int kd = 0; kd < 3; kd++)
-        for (int cd = 0; cd < 3; cd++)
-          for (int style = 0; style < 2; style++) {
-            scen s = {.head_dim = dims[d][0], .rotary_dim = dims[d][1],
-                      .style = (pe_rope_style)style, .max_positions = (d & 1) ? 0 : 300,
-                      .kd = dts[kd], .cd = dts[cd], .hnd = style, .batch = 2, .tokens = 7,
-                      .hq = 3, .hk = 2, .nb = 3, .bs = 8, .flags = (d % 3 == 2) ? PE_ROPE_INVERSE : 0u,
-                      .wild = (kd + cd + (int)d) & 1};
-            run_isa_case(&s, NULL, isas[i]);
-          }
-  }
-  pe_force_isa("auto");
-  if (!tested) printf("# no SIMD path on this machine: scalar only\n");
+  for (size_t d = 0; d < sizeof dims / sizeof dims[0]; d++)
+    for (int kd = 0; kd < 3; kd++)
+      for (int cd = 0; cd < 3; cd++)
+        for (int style = 0; style < 2; style++) {
+          scen s = {.head_dim = dims[d][0], .rotary_dim = dims[d][1],
+                    .style = (pe_rope_style)style, .max_positions = (d & 1) ? 0 : 300,
+                    .kd = dts[kd], .cd = dts[cd], .hnd = style, .batch = 2, .tokens = 7,
+                    .hq = 3, .hk = 2, .nb = 3, .bs = 8, .flags = (d % 3 == 2) ? PE_ROPE_INVERSE : 0u,
+                    .wild = (kd + cd + (int)d) & 1};
+          store_run r = {&s, rng};
+          char what[160];
+          describe(&s, what, sizeof what);
+          pe_isa_compare(what, store_bytes(&s), run_store, &r);
+        }
 }
 
+/* Larger calls (300 tokens, 80 blocks): a pool against one thread, and
+ * every path against scalar. */
 static void test_store_pool_sizes(void **state) {
   (void)state;
   pe_threadpool *pool = NULL;
   assert_int_equal(pe_threadpool_create(4, &pool), PE_OK);
   scen s = {.head_dim = 128, .style = PE_ROPE_NEOX, .max_positions = 4096, .kd = PE_BF16,
             .cd = PE_BF16, .batch = 4, .tokens = 300, .hq = 8, .hk = 4, .nb = 80, .bs = 16};
-  run_isa_case(&s, pool, "auto");
-  s.kd = PE_F32, s.cd = PE_F16, s.max_positions = 0;
-  run_isa_case(&s, pool, "auto");
-  pe_force_isa("auto");
+  for (int i = 0; i < 2; i++) {
+    store_run r = {&s, rng};
+    char what[160];
+    describe(&s, what, sizeof what);
+    pe_pool_compare(what, store_bytes(&s), run_store, &r, pool);
+    pe_isa_compare(what, store_bytes(&s), run_store, &r);
+    s.kd = PE_F32, s.cd = PE_F16, s.max_positions = 0;
+  }
   pe_threadpool_destroy(pool);
 }
 

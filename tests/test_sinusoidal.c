@@ -248,35 +248,30 @@ static void test_errors_change_nothing(void **state) {
   assert_memory_equal(out, keep, sizeof out);
 }
 
+/* The call under test on a copy of the case's x. */
+typedef struct sin_run {
+  const tbuf *in;
+  const int64_t *pos;
+  uint32_t flags;
+} sin_run;
+
+static void run_sinusoidal(void *ctx, pe_threadpool *pool, void *out) {
+  const sin_run *r = ctx;
+  pe_tensor t = copy_into(r->in, out);
+  assert_int_equal(pe_sinusoidal_add(&t, r->pos, 10000.0, r->flags, pool), PE_OK);
+}
+
 static void run_simd_case(pe_dtype d, int64_t D, int concat) {
   const int dense[3] = {0, 1, 2};
   const int64_t s[4] = {2, 1, 3, D};
-  tbuf ref = make_tensor(d, s, dense, 1, -1);
-  fill_special(&ref);
-  tbuf orig = clone(&ref);
+  tbuf in = make_tensor(d, s, dense, 1, -1);
+  fill_special(&in);
   int64_t pos[6] = {0, 1, 77, 4096, 123456789, 5};
-  uint32_t fl = concat ? PE_SINUSOIDAL_CONCAT : 0;
-  assert_int_equal(pe_force_isa("scalar"), PE_OK);
-  assert_int_equal(pe_sinusoidal_add(&ref.t, pos, 10000.0, fl, NULL), PE_OK);
-  if (pool_mode) {
-    tbuf p = clone(&orig);
-    pe_threadpool *pool = test_pool();
-    assert_int_equal(pe_sinusoidal_add(&p.t, pos, 10000.0, fl, pool), PE_OK);
-    assert_memory_equal(p.mem, ref.mem, ref.bytes);
-    free(p.mem);
-  }
-  for (size_t k = 0; !pool_mode && k < sizeof simd_isas / sizeof simd_isas[0]; k++) {
-    pe_status st = pe_force_isa(simd_isas[k]);
-    if (st == PE_ERR_UNSUPPORTED) continue;
-    assert_int_equal(st, PE_OK);
-    tbuf v = clone(&orig);
-    assert_int_equal(pe_sinusoidal_add(&v.t, pos, 10000.0, fl, NULL), PE_OK);
-    if (memcmp(v.mem, ref.mem, ref.bytes)) fail_msg("%s dtype %d D %ld differs from scalar", simd_isas[k], d, (long)D);
-    free(v.mem);
-  }
-  restore_isa();
-  free(ref.mem);
-  free(orig.mem);
+  sin_run r = {&in, pos, concat ? PE_SINUSOIDAL_CONCAT : 0};
+  char what[96];
+  snprintf(what, sizeof what, "pe_sinusoidal_add dtype %d D %lld concat %d", d, (long long)D, concat);
+  identity_check(what, in.bytes, run_sinusoidal, &r);
+  free(in.mem);
 }
 
 static void all_identity_cases(void) {
@@ -285,21 +280,7 @@ static void all_identity_cases(void) {
       for (int concat = 0; concat < 2; concat++) run_simd_case((pe_dtype)d, D, concat);
 }
 
-static void test_simd_matches_scalar(void **state) {
-  (void)state;
-  if (!pe_test_any_simd_path()) skip(); /* only scalar here: nothing to compare */
-  pool_mode = 0;
-  all_identity_cases();
-}
-
-/* Kept apart from the ISA checks so PE_TEST_FILTER can leave it out where
- * threads are slow (qemu). */
-static void test_pool_matches_single_thread(void **state) {
-  (void)state;
-  pool_mode = 1;
-  all_identity_cases();
-  pool_mode = 0;
-}
+IDENTITY_TESTS(all_identity_cases)
 
 int main(void) {
   const struct CMUnitTest tests[] = {

@@ -247,11 +247,25 @@ typedef struct simd_case {
   int causal, bidir;
 } simd_case;
 
+/* The call under test on a copy of the case's scores. */
+typedef struct t5_run {
+  const tbuf *in;
+  const float *table;
+  const int64_t *qp;
+  int32_t bidir;
+  uint32_t flags;
+} t5_run;
+
+static void run_t5(void *ctx, pe_threadpool *pool, void *out) {
+  const t5_run *r = ctx;
+  pe_tensor t = copy_into(r->in, out);
+  assert_int_equal(pe_t5_add_bias(&t, r->table, r->bidir, 32, 128, r->qp, r->flags, pool), PE_OK);
+}
+
 static void run_simd_case(const simd_case *c) {
   const int dense[3] = {0, 1, 2};
-  tbuf ref = make_tensor(c->d, c->shape, dense, 1, -1);
-  fill_special(&ref);
-  tbuf orig = clone(&ref);
+  tbuf in = make_tensor(c->d, c->shape, dense, 1, -1);
+  fill_special(&in);
   int64_t nq = c->shape[0] * c->shape[2];
   int64_t *qp = malloc(sizeof(int64_t) * (size_t)nq);
   for (int64_t k = 0; k < nq; k++) qp[k] = (int64_t)(rng_next() % (uint64_t)(c->shape[3] + 3));
@@ -259,29 +273,13 @@ static void run_simd_case(const simd_case *c) {
   for (int e = 0; e < 32 * 4; e++) table[e] = rng_uniform(-30.0f, 30.0f);
   table[3] = 0x1p-140f; /* subnormal bias */
   table[5] = -0.0f;
-  uint32_t fl = c->causal ? PE_MASK_CAUSAL : 0;
-  assert_int_equal(pe_force_isa("scalar"), PE_OK);
-  assert_int_equal(pe_t5_add_bias(&ref.t, table, c->bidir, 32, 128, qp, fl, NULL), PE_OK);
-  if (pool_mode) {
-    tbuf p = clone(&orig);
-    pe_threadpool *pool = test_pool();
-    assert_int_equal(pe_t5_add_bias(&p.t, table, c->bidir, 32, 128, qp, fl, pool), PE_OK);
-    assert_memory_equal(p.mem, ref.mem, ref.bytes);
-    free(p.mem);
-  }
-  for (size_t k = 0; !pool_mode && k < sizeof simd_isas / sizeof simd_isas[0]; k++) {
-    pe_status st = pe_force_isa(simd_isas[k]);
-    if (st == PE_ERR_UNSUPPORTED) continue;
-    assert_int_equal(st, PE_OK);
-    tbuf v = clone(&orig);
-    assert_int_equal(pe_t5_add_bias(&v.t, table, c->bidir, 32, 128, qp, fl, NULL), PE_OK);
-    if (memcmp(v.mem, ref.mem, ref.bytes)) fail_msg("%s dtype %d differs from scalar", simd_isas[k], c->d);
-    free(v.mem);
-  }
-  restore_isa();
+  t5_run r = {&in, table, qp, c->bidir, c->causal ? PE_MASK_CAUSAL : 0};
+  char what[96];
+  snprintf(what, sizeof what, "pe_t5_add_bias dtype %d k_len %lld causal %d", c->d,
+           (long long)c->shape[3], c->causal);
+  identity_check(what, in.bytes, run_t5, &r);
   free(qp);
-  free(ref.mem);
-  free(orig.mem);
+  free(in.mem);
 }
 
 static void all_identity_cases(void) {
@@ -293,21 +291,7 @@ static void all_identity_cases(void) {
       }
 }
 
-static void test_simd_matches_scalar(void **state) {
-  (void)state;
-  if (!pe_test_any_simd_path()) skip(); /* only scalar here: nothing to compare */
-  pool_mode = 0;
-  all_identity_cases();
-}
-
-/* Kept apart from the ISA checks so PE_TEST_FILTER can leave it out where
- * threads are slow (qemu). */
-static void test_pool_matches_single_thread(void **state) {
-  (void)state;
-  pool_mode = 1;
-  all_identity_cases();
-  pool_mode = 0;
-}
+IDENTITY_TESTS(all_identity_cases)
 
 int main(void) {
   const struct CMUnitTest tests[] = {
