@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Print tests/data/exact_angles.h: cos and sin of the EXACT angle p*f for
 double frequencies f at large positions p, the reference of test_isa.c's
-large-position accuracy tests (issue 19).
+large-position accuracy tests.
 
 The frequencies are doubles (printed as hex literals, so C reads the very same
 values); p*f is formed exactly as a rational (mpmath mpf with enough bits for

@@ -1,5 +1,5 @@
 /* test_contract.c - the calling contract of posenc.h that every entry point
- * shares (issue 13), written to the header's text, not to the code:
+ * shares, written to the header's text, not to the code:
  *
  * 1. Overlap. Any overlap between two tensors one call writes (q and k; the
  *    fused store's k_cache and q or k; a learned table and x, since x is
