@@ -1,7 +1,7 @@
 /* config_fixture.h - what the config-loader tests share: reading a
  * tests/data/configs file exactly (no NUL terminator added, so a loader that
- * reads past len shows under ASan) and one float32 ulp, the tolerance of a
- * frequency the library rounds once from double. */
+ * reads past len shows under ASan), transformers' YaRN range and the
+ * model loaders' calls. */
 #ifndef PE_TEST_CONFIG_FIXTURE_H
 #define PE_TEST_CONFIG_FIXTURE_H
 
@@ -10,13 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-static inline double ulp_f32(double v) {
-  v = fabs(v);
-  if (v < 0x1p-126) return 0x1p-149;
-  int e;
-  frexp(v, &e);
-  return ldexp(1.0, e - 1 - 23);
-}
+#include "test_util.h" /* ulp_f32 */
 
 /* The bytes of tests/data/configs/<name>, exactly len of them (malloc'd to
  * the size). */

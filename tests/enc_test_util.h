@@ -13,16 +13,12 @@
 #include <string.h>
 
 #include "isa_compare.h"
+#include "test_util.h"
 
 /* ---- helpers: rng, half types, tensors ---- */
 
 static uint64_t rng_state = 0x9e3779b97f4a7c15u;
-static inline uint64_t rng_next(void) {
-  uint64_t z = (rng_state += 0x9e3779b97f4a7c15u);
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9u;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebu;
-  return z ^ (z >> 31);
-}
+static inline uint64_t rng_next(void) { return splitmix64(&rng_state); }
 static inline float rng_uniform(float lo, float hi) {
   return lo + (hi - lo) * (float)((rng_next() >> 40) * (1.0 / 16777216.0));
 }
@@ -47,20 +43,12 @@ static inline uint16_t f2h(float f) {
   if (e > 15) return (uint16_t)(sign | 0x7c00);
   return (uint16_t)(sign | ((e + 15) << 10) | ((int)m - 1024));
 }
-static inline float b2f(uint16_t b) {
-  uint32_t u = (uint32_t)b << 16;
-  float f;
-  memcpy(&f, &u, 4);
-  return f;
-}
+static inline float b2f(uint16_t b) { return bits_f32((uint32_t)b << 16); }
 static inline uint16_t f2b(float f) {
-  uint32_t u;
-  memcpy(&u, &f, 4);
+  uint32_t u = f32_bits(f);
   if (isnan(f)) return (uint16_t)((u >> 16) | 0x40);
   uint32_t lo = u & 0xffff0000u, hi = lo + 0x10000u;
-  float flo, fhi;
-  memcpy(&flo, &lo, 4);
-  memcpy(&fhi, &hi, 4);
+  float flo = bits_f32(lo), fhi = bits_f32(hi);
   double dl = fabs((double)f - (double)flo), dh = fabs((double)fhi - (double)f);
   if (isinf(f)) return (uint16_t)(u >> 16);
   if (dh < dl || (dh == dl && ((lo >> 16) & 1))) return (uint16_t)(hi >> 16);
@@ -201,6 +189,63 @@ static inline void identity_check(const char *what, size_t bytes, pe_test_run_fn
     cases();                                                                         \
     pool_mode = 0;                                                                   \
   }
+
+/* ---- additive score biases (ALiBi, T5) against float64 ---- */
+
+/* The layout of variant 0..5 of the bias tests' scores [B, H, Q, K]: dense,
+ * [B, Q, H, K], or [Q, H, B] outermost first; variants 3..5 pad each row by 3
+ * elements, 4 and 5 walk dimension 1, 2 backwards. */
+static inline tbuf make_variant_tensor(pe_dtype d, const int64_t s[4], int variant) {
+  static const int perms[3][3] = {{0, 1, 2}, {0, 2, 1}, {2, 1, 0}};
+  return make_tensor(d, s, perms[variant % 3], variant >= 3 ? 3 : 0,
+                     variant == 4 ? 1 : variant == 5 ? 2 : -1);
+}
+
+/* n positions in [0, limit) (caller frees). */
+static inline int64_t *random_positions(int64_t n, int64_t limit) {
+  int64_t *p = malloc(sizeof(int64_t) * (size_t)n);
+  assert_non_null(p);
+  for (int64_t k = 0; k < n; k++) p[k] = (int64_t)(rng_next() % (uint64_t)limit);
+  return p;
+}
+
+/* The bias a scheme adds to head h's score of the query at position q and
+ * key j. */
+typedef double (*score_bias_fn)(const void *ctx, int64_t h, int64_t q, int64_t j);
+
+/* after = before + bias(h, q, j) element by element in double, within two
+ * roundings of the dtype; -inf where the causal mask hides key j (j > q);
+ * NaN scores stay NaN. Query i of batch row b is at qp[b * Q + i], or at
+ * K - Q + i when qp is NULL. */
+static inline void check_score_bias(const tbuf *before, const tbuf *after, const int64_t *qp,
+                                    int causal, score_bias_fn bias_of, const void *ctx) {
+  const pe_tensor *t = &before->t;
+  int64_t B = t->shape[0], H = t->shape[1], Q = t->shape[2], K = t->shape[3];
+  double eps = dtype_eps(t->dtype);
+  for (int64_t b = 0; b < B; b++)
+    for (int64_t h = 0; h < H; h++)
+      for (int64_t i = 0; i < Q; i++) {
+        int64_t q = qp ? qp[b * Q + i] : K - Q + i;
+        for (int64_t j = 0; j < K; j++) {
+          int64_t off = offset_of(t, b, h, i, j);
+          double s = get_elem(&before->t, off), g = get_elem(&after->t, off);
+          if (causal && j > q) {
+            if (!(isinf(g) && g < 0))
+              fail_msg("[%ld,%ld,%ld,%ld] = %g, want -inf", (long)b, (long)h, (long)i, (long)j, g);
+            continue;
+          }
+          if (isnan(s)) {
+            if (!isnan(g)) fail_msg("[%ld,%ld,%ld,%ld]: NaN score became %g", (long)b, (long)h, (long)i, (long)j, g);
+            continue;
+          }
+          double bias = bias_of(ctx, h, q, j), want = s + bias;
+          double tol = 2 * eps * (fabs(s) + fabs(bias)) + 1e-30;
+          if (!(fabs(g - want) <= tol))
+            fail_msg("[%ld,%ld,%ld,%ld] qpos %ld: got %.9g, want %.9g (score %.9g, bias %.9g)",
+                     (long)b, (long)h, (long)i, (long)j, (long)q, g, want, s, bias);
+        }
+      }
+}
 
 static inline void expect_error(pe_status got, pe_status want, const char *needle) {
   assert_int_equal(got, want);

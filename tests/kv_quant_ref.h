@@ -7,7 +7,7 @@
  *     dequantize_row_q8_0 (ggml-quants.c) with ggml-impl.h's fp16
  *     conversions (from the FP16 library).
  * Formats by isa.h's / posenc.h's index: E4M3 0, E5M2 1, Q8_0 2 (the public
- * pe_kv_quant minus one). */
+ * pe_kv_quant minus one). Include after <cmocka.h>. */
 #ifndef PE_TEST_KV_QUANT_REF_H
 #define PE_TEST_KV_QUANT_REF_H
 
@@ -15,18 +15,9 @@
 #include <stdint.h>
 #include <string.h>
 
-enum { E4M3 = 0, E5M2 = 1, Q8_0 = 2 };
+#include "test_util.h"
 
-static inline float bits_f32(uint32_t u) {
-  float f;
-  memcpy(&f, &u, 4);
-  return f;
-}
-static inline uint32_t f32_bits(float f) {
-  uint32_t u;
-  memcpy(&u, &f, 4);
-  return u;
-}
+enum { E4M3 = 0, E5M2 = 1, Q8_0 = 2 };
 
 /* ---- the OCP FP8 reference ---- */
 

@@ -117,49 +117,18 @@ static void test_slopes_errors(void **state) {
 
 /* ---- the bias against float64 ---- */
 
-/* Check after = before + (-slope[h] * |qpos - j|) (or -inf under the causal
- * mask), element by element in double. */
-static void check_bias(const tbuf *before, const tbuf *after, const float *slopes,
-                       const int64_t *qp, int causal) {
-  const pe_tensor *t = &before->t;
-  int64_t B = t->shape[0], H = t->shape[1], Q = t->shape[2], K = t->shape[3];
-  double eps = dtype_eps(t->dtype);
-  for (int64_t b = 0; b < B; b++)
-    for (int64_t h = 0; h < H; h++)
-      for (int64_t i = 0; i < Q; i++) {
-        int64_t q = qp ? qp[b * Q + i] : K - Q + i;
-        for (int64_t j = 0; j < K; j++) {
-          int64_t off = offset_of(t, b, h, i, j);
-          double s = get_elem(&before->t, off), g = get_elem(&after->t, off);
-          if (causal && j > q) {
-            if (!(isinf(g) && g < 0)) fail_msg("[%ld,%ld,%ld,%ld] = %g, want -inf", (long)b, (long)h, (long)i, (long)j, g);
-            continue;
-          }
-          double bias = -(double)slopes[h] * fabs((double)(q - j));
-          double want = s + bias;
-          if (isnan(s)) {
-            assert_true(isnan(g));
-            continue;
-          }
-          double tol = 2 * eps * (fabs(s) + fabs(bias)) + 1e-30;
-          if (!(fabs(g - want) <= tol))
-            fail_msg("[%ld,%ld,%ld,%ld] qpos %ld: got %.9g, want %.9g (score %.9g, slope %g)",
-                     (long)b, (long)h, (long)i, (long)j, (long)q, g, want, s, (double)slopes[h]);
-        }
-      }
+/* ALiBi's bias: -slope[h] * |qpos - j|. */
+static double alibi_bias(const void *slopes, int64_t h, int64_t q, int64_t j) {
+  return -(double)((const float *)slopes)[h] * fabs((double)(q - j));
 }
 
-static void run_bias_case(pe_dtype d, const int64_t s[4], const int perm[3], int64_t pad,
-                          int reversed, int use_qp, int causal, int own_slopes) {
-  tbuf before = make_tensor(d, s, perm, pad, reversed);
+static void run_bias_case(pe_dtype d, const int64_t s[4], int variant, int use_qp, int causal,
+                          int own_slopes) {
+  tbuf before = make_variant_tensor(d, s, variant);
   fill_uniform(&before, -4.0f, 4.0f);
   tbuf after = clone(&before);
   int64_t B = s[0], H = s[1], Q = s[2], K = s[3];
-  int64_t *qp = NULL;
-  if (use_qp) {
-    qp = malloc(sizeof(int64_t) * (size_t)(B * Q));
-    for (int64_t k = 0; k < B * Q; k++) qp[k] = (int64_t)(rng_next() % (uint64_t)(K + 5));
-  }
+  int64_t *qp = use_qp ? random_positions(B * Q, K + 5) : NULL;
   float slopes[64];
   if (own_slopes)
     for (int h = 0; h < H; h++) slopes[h] = rng_uniform(0.001f, 1.0f);
@@ -168,7 +137,7 @@ static void run_bias_case(pe_dtype d, const int64_t s[4], const int perm[3], int
   assert_int_equal(pe_alibi_add_bias(&after.t, own_slopes ? slopes : NULL, qp,
                                      causal ? PE_MASK_CAUSAL : 0, NULL),
                    PE_OK);
-  check_bias(&before, &after, slopes, qp, causal);
+  check_score_bias(&before, &after, qp, causal, alibi_bias, slopes);
   free(qp);
   free(before.mem);
   free(after.mem);
@@ -176,18 +145,12 @@ static void run_bias_case(pe_dtype d, const int64_t s[4], const int perm[3], int
 
 static void test_bias_dtypes_layouts(void **state) {
   (void)state;
-  const int dense[3] = {0, 1, 2}, bqh[3] = {0, 2, 1}, qhb[3] = {2, 1, 0};
   const int64_t shapes[][4] = {{2, 3, 5, 37}, {1, 4, 1, 100}, {3, 2, 7, 7}, {1, 2, 1, 1},
                                {2, 2, 9, 40} /* 8+ rows a head: the shared line */};
   for (int d = 0; d < 3; d++)
     for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++)
-      for (int variant = 0; variant < 6; variant++) {
-        const int *perm = variant % 3 == 0 ? dense : variant % 3 == 1 ? bqh : qhb;
-        int64_t pad = variant >= 3 ? 3 : 0;
-        int reversed = variant == 4 ? 1 : variant == 5 ? 2 : -1;
-        run_bias_case((pe_dtype)d, shapes[si], perm, pad, reversed, variant & 1, variant >= 2,
-                      variant == 3);
-      }
+      for (int variant = 0; variant < 6; variant++)
+        run_bias_case((pe_dtype)d, shapes[si], variant, variant & 1, variant >= 2, variant == 3);
 }
 
 /* Decode with a KV cache: 1 query, 4096 keys, the query is the last

@@ -22,6 +22,8 @@
 
 #include "posenc.h"
 
+#include "test_util.h"
+
 #define N_THREADS 8
 #define ROUNDS 20
 #define B 2
@@ -175,15 +177,10 @@ static void run_threads(work *ws, int n) {
 }
 
 static pe_rope_cache *cache(int64_t max_positions, pe_rope_scaling s) {
-  pe_rope_params p;
-  pe_rope_params_init(&p);
-  p.head_dim = D;
-  p.max_positions = max_positions;
+  pe_rope_params p = rope_params(D, 0, PE_ROPE_NEOX, 10000.0, max_positions);
   p.scaling = s;
   p.factor = 2.0;
-  pe_rope_cache *c = NULL;
-  assert_int_equal(pe_rope_cache_create(&p, &c), PE_OK);
-  return c;
+  return new_cache(&p);
 }
 
 /* Serial reference, then the same work on N_THREADS threads at once. */

@@ -31,7 +31,9 @@
 #include <cmocka.h>
 
 #include "posenc.h"
+
 #include "config_fixture.h"
+#include "test_util.h"
 
 #define PI_D 3.14159265358979323846
 #define MAXH 512
@@ -39,8 +41,6 @@
 /* ---------------------------------------------------------------------- */
 /* helpers                                                                */
 /* ---------------------------------------------------------------------- */
-
-
 
 static pe_rope_cache *load(const char *name, int64_t max_positions, int64_t seq_len) {
   size_t len;
@@ -68,20 +68,6 @@ static pe_rope_params params_of(const pe_rope_cache *c) {
   return p;
 }
 
-static void expect_inv(const pe_rope_cache *c, const double *ref, int half, const char *what) {
-  float got[MAXH];
-  assert_int_equal(pe_rope_cache_inv_freq(c, got), PE_OK);
-  for (int i = 0; i < half; i++) {
-    double err = fabs((double)got[i] - ref[i]);
-    if (err > ulp_f32(ref[i]))
-      fail_msg("%s: inv_freq[%d] = %.9g, expected %.17g", what, i, (double)got[i], ref[i]);
-  }
-}
-
-static void expect_close(double got, double want, double tol, const char *what) {
-  if (!(fabs(got - want) <= tol)) fail_msg("%s: got %.12g, expected %.12g", what, got, want);
-}
-
 static void expect_geometry(const pe_rope_cache *c, int hd, int rd, pe_rope_style style,
                             pe_rope_scaling scaling, double base, const char *what) {
   pe_rope_params p = params_of(c);
@@ -92,7 +78,37 @@ static void expect_geometry(const pe_rope_cache *c, int hd, int rd, pe_rope_styl
              (int)style, (int)scaling, base);
 }
 
-static double ref_default(double base, int i, int d) { return 1.0 / pow(base, (double)(2 * i) / d); }
+/* A config text and the cache it must give: the geometry, and (n > 0) its
+ * n frequencies, HF's default set B^(-2i/dim) divided by div for i < n_rot,
+ * 0 past it. */
+typedef struct text_case {
+  const char *what, *json;
+  int hd, rd;
+  pe_rope_style style;
+  pe_rope_scaling scaling;
+  double base;
+  struct {
+    double base;
+    int dim;
+    double div;
+    int n_rot, n;
+  } inv;
+} text_case;
+
+static void check_text_cases(const text_case *cases, size_t n_cases) {
+  for (size_t k = 0; k < n_cases; k++) {
+    const text_case *t = &cases[k];
+    pe_rope_cache *c = load_text(t->json, 0);
+    expect_geometry(c, t->hd, t->rd, t->style, t->scaling, t->base, t->what);
+    double ref[MAXH];
+    for (int i = 0; i < t->inv.n; i++)
+      ref[i] = i < t->inv.n_rot ? ref_default(t->inv.base, i, t->inv.dim) / t->inv.div : 0.0;
+    if (t->inv.n) expect_inv(c, ref, t->inv.n, t->what);
+    pe_rope_cache_destroy(c);
+  }
+}
+#define N_CASES(a) (sizeof(a) / sizeof((a)[0]))
+#define NO_INV {0.0, 0, 0.0, 0, 0} /* the geometry only */
 
 static double ref_mscale(double s, double m) { return s <= 1.0 ? 1.0 : 0.1 * m * log(s) + 1.0; }
 
@@ -101,7 +117,6 @@ static void ref_yarn(int d, double base, double s, double m0, int truncate, doub
   double lo, hi;
   ref_yarn_range(d, base, s, m0, 32.0, 1.0, truncate, inv, &lo, &hi);
 }
-
 
 /* The error of loading a config: status and that the message holds `needle`. */
 static void expect_refused(const char *json, pe_status want, const char *needle) {
@@ -277,24 +292,21 @@ static void test_unscaled_models(void **state) {
 
 static void test_v5_rope_parameters(void **state) {
   (void)state;
-  /* v5: rope_theta inside rope_parameters wins over a top-level one. */
-  pe_rope_cache *c = load_text(
-      "{\"model_type\":\"llama\",\"hidden_size\":2048,\"num_attention_heads\":16,"
-      "\"max_position_embeddings\":4096,\"rope_theta\":10000.0,"
-      "\"rope_parameters\":{\"rope_type\":\"linear\",\"factor\":2.0,\"rope_theta\":50000.0}}",
-      0);
-  expect_geometry(c, 128, 128, PE_ROPE_NEOX, PE_ROPE_SCALING_LINEAR, 50000.0, "v5 linear");
-  double ref[64];
-  for (int i = 0; i < 64; i++) ref[i] = ref_default(50000.0, i, 128) / 2.0;
-  expect_inv(c, ref, 64, "v5 linear");
-  pe_rope_cache_destroy(c);
-  /* rope_parameters wins over a legacy rope_scaling next to it. */
-  c = load_text("{\"model_type\":\"llama\",\"head_dim\":64,\"max_position_embeddings\":4096,"
-                "\"rope_scaling\":{\"type\":\"linear\",\"factor\":4.0},"
-                "\"rope_parameters\":{\"rope_type\":\"default\",\"rope_theta\":10000.0}}",
-                0);
-  expect_geometry(c, 64, 64, PE_ROPE_NEOX, PE_ROPE_SCALING_NONE, 10000.0, "v5 default");
-  pe_rope_cache_destroy(c);
+  static const text_case cases[] = {
+      /* v5: rope_theta inside rope_parameters wins over a top-level one. */
+      {"v5 linear",
+       "{\"model_type\":\"llama\",\"hidden_size\":2048,\"num_attention_heads\":16,"
+       "\"max_position_embeddings\":4096,\"rope_theta\":10000.0,"
+       "\"rope_parameters\":{\"rope_type\":\"linear\",\"factor\":2.0,\"rope_theta\":50000.0}}",
+       128, 128, PE_ROPE_NEOX, PE_ROPE_SCALING_LINEAR, 50000.0, {50000.0, 128, 2.0, 64, 64}},
+      /* rope_parameters wins over a legacy rope_scaling next to it. */
+      {"v5 default",
+       "{\"model_type\":\"llama\",\"head_dim\":64,\"max_position_embeddings\":4096,"
+       "\"rope_scaling\":{\"type\":\"linear\",\"factor\":4.0},"
+       "\"rope_parameters\":{\"rope_type\":\"default\",\"rope_theta\":10000.0}}",
+       64, 64, PE_ROPE_NEOX, PE_ROPE_SCALING_NONE, 10000.0, NO_INV},
+  };
+  check_text_cases(cases, N_CASES(cases));
 }
 
 static void test_dynamic_uses_m(void **state) {
@@ -321,98 +333,85 @@ static void test_dynamic_uses_m(void **state) {
 
 static void test_partial_rotary(void **state) {
   (void)state;
-  /* Llama's default rope ignores partial_rotary_factor... */
-  pe_rope_cache *c = load_text("{\"model_type\":\"llama\",\"hidden_size\":4096,"
-                               "\"num_attention_heads\":32,\"partial_rotary_factor\":0.5}",
-                               0);
-  expect_geometry(c, 128, 128, PE_ROPE_NEOX, PE_ROPE_SCALING_NONE, 10000.0, "llama ignores prf");
-  pe_rope_cache_destroy(c);
-  /* ...Phi (phi-2: 2560/32 = 80, prf 0.4 -> 32) applies it... */
-  c = load_text("{\"model_type\":\"phi\",\"hidden_size\":2560,\"num_attention_heads\":32,"
-                "\"partial_rotary_factor\":0.4,\"max_position_embeddings\":2048}",
-                0);
-  expect_geometry(c, 80, 32, PE_ROPE_NEOX, PE_ROPE_SCALING_NONE, 10000.0, "phi prf");
-  double ref[64];
-  for (int i = 0; i < 16; i++) ref[i] = ref_default(10000.0, i, 32);
-  expect_inv(c, ref, 16, "phi prf");
-  pe_rope_cache_destroy(c);
-  /* GLM: half the head, interleaved pairs (HF repeat_interleaves cos/sin). */
-  c = load_text("{\"model_type\":\"glm\",\"hidden_size\":4096,\"num_attention_heads\":32,"
-                "\"partial_rotary_factor\":0.5}",
-                0);
-  expect_geometry(c, 128, 64, PE_ROPE_GPTJ, PE_ROPE_SCALING_NONE, 10000.0, "glm prf");
-  pe_rope_cache_destroy(c);
-  /* ...and every scaled type applies it, Llama included (modeling_rope_utils). */
-  c = load_text("{\"model_type\":\"llama\",\"head_dim\":128,\"partial_rotary_factor\":0.5,"
-                "\"rope_scaling\":{\"rope_type\":\"linear\",\"factor\":2.0}}",
-                0);
-  expect_geometry(c, 128, 64, PE_ROPE_NEOX, PE_ROPE_SCALING_LINEAR, 10000.0, "scaled prf");
-  pe_rope_cache_destroy(c);
+  static const text_case cases[] = {
+      /* Llama's default rope ignores partial_rotary_factor... */
+      {"llama ignores prf",
+       "{\"model_type\":\"llama\",\"hidden_size\":4096,\"num_attention_heads\":32,"
+       "\"partial_rotary_factor\":0.5}",
+       128, 128, PE_ROPE_NEOX, PE_ROPE_SCALING_NONE, 10000.0, NO_INV},
+      /* ...Phi (phi-2: 2560/32 = 80, prf 0.4 -> 32) applies it... */
+      {"phi prf",
+       "{\"model_type\":\"phi\",\"hidden_size\":2560,\"num_attention_heads\":32,"
+       "\"partial_rotary_factor\":0.4,\"max_position_embeddings\":2048}",
+       80, 32, PE_ROPE_NEOX, PE_ROPE_SCALING_NONE, 10000.0, {10000.0, 32, 1.0, 16, 16}},
+      /* GLM: half the head, interleaved pairs (HF repeat_interleaves cos/sin). */
+      {"glm prf",
+       "{\"model_type\":\"glm\",\"hidden_size\":4096,\"num_attention_heads\":32,"
+       "\"partial_rotary_factor\":0.5}",
+       128, 64, PE_ROPE_GPTJ, PE_ROPE_SCALING_NONE, 10000.0, NO_INV},
+      /* ...and every scaled type applies it, Llama included (modeling_rope_utils). */
+      {"scaled prf",
+       "{\"model_type\":\"llama\",\"head_dim\":128,\"partial_rotary_factor\":0.5,"
+       "\"rope_scaling\":{\"rope_type\":\"linear\",\"factor\":2.0}}",
+       128, 64, PE_ROPE_NEOX, PE_ROPE_SCALING_LINEAR, 10000.0, NO_INV},
+  };
+  check_text_cases(cases, N_CASES(cases));
 }
 
 static void test_odd_rotary_dim(void **state) {
   (void)state;
-  /* GPT-NeoX with rotary_pct 0.3 of 64: d = int(19.2) = 19. HF computes
-   * arange(0,19,2)/19 -> 10 frequencies B^(-2i/19) and rotates the first 20
-   * channels (NeoX splits on cos.shape[-1]). */
-  pe_rope_cache *c = load_text("{\"model_type\":\"gpt_neox\",\"hidden_size\":2048,"
-                               "\"num_attention_heads\":32,\"rotary_pct\":0.3,"
-                               "\"rotary_emb_base\":10000,\"max_position_embeddings\":2048}",
-                               0);
-  expect_geometry(c, 64, 20, PE_ROPE_NEOX, PE_ROPE_SCALING_CUSTOM, 10000.0, "odd d");
-  double ref[10];
-  for (int i = 0; i < 10; i++) ref[i] = 1.0 / pow(10000.0, (double)(2 * i) / 19.0);
-  expect_inv(c, ref, 10, "odd d = 19");
-  pe_rope_cache_destroy(c);
-  /* The same with linear scaling: the type still applies to the 19-denominator set. */
-  c = load_text("{\"model_type\":\"gpt_neox\",\"hidden_size\":2048,\"num_attention_heads\":32,"
-                "\"rotary_pct\":0.3,\"rope_scaling\":{\"type\":\"linear\",\"factor\":4.0}}",
-                0);
-  expect_geometry(c, 64, 20, PE_ROPE_NEOX, PE_ROPE_SCALING_CUSTOM, 10000.0, "odd d linear");
-  for (int i = 0; i < 10; i++) ref[i] = 1.0 / pow(10000.0, (double)(2 * i) / 19.0) / 4.0;
-  expect_inv(c, ref, 10, "odd d = 19, linear");
-  pe_rope_cache_destroy(c);
+  static const text_case cases[] = {
+      /* GPT-NeoX with rotary_pct 0.3 of 64: d = int(19.2) = 19. HF computes
+       * arange(0,19,2)/19 -> 10 frequencies B^(-2i/19) and rotates the first
+       * 20 channels (NeoX splits on cos.shape[-1]). */
+      {"odd d = 19",
+       "{\"model_type\":\"gpt_neox\",\"hidden_size\":2048,\"num_attention_heads\":32,"
+       "\"rotary_pct\":0.3,\"rotary_emb_base\":10000,\"max_position_embeddings\":2048}",
+       64, 20, PE_ROPE_NEOX, PE_ROPE_SCALING_CUSTOM, 10000.0, {10000.0, 19, 1.0, 10, 10}},
+      /* The same with linear scaling: the type still applies to the
+       * 19-denominator set. */
+      {"odd d = 19, linear",
+       "{\"model_type\":\"gpt_neox\",\"hidden_size\":2048,\"num_attention_heads\":32,"
+       "\"rotary_pct\":0.3,\"rope_scaling\":{\"type\":\"linear\",\"factor\":4.0}}",
+       64, 20, PE_ROPE_NEOX, PE_ROPE_SCALING_CUSTOM, 10000.0, {10000.0, 19, 4.0, 10, 10}},
+  };
+  check_text_cases(cases, N_CASES(cases));
 }
 
 static void test_proportional(void **state) {
   (void)state;
-  /* Gemma-4 style: head_dim 256, prf 0.25 -> int(0.25*256//2) = 32 rotated
-   * angles B^(-2i/256), the other 96 pairs get 0; all divided by factor 8. */
-  pe_rope_cache *c = load_text("{\"model_type\":\"gemma4_text\",\"head_dim\":256,"
-                               "\"rope_parameters\":{\"rope_type\":\"proportional\","
-                               "\"rope_theta\":1000000.0,\"partial_rotary_factor\":0.25,"
-                               "\"factor\":8.0}}",
-                               0);
-  expect_geometry(c, 256, 256, PE_ROPE_NEOX, PE_ROPE_SCALING_PROPORTIONAL, 1e6,
-                  "proportional partial");
-  double ref[128];
-  for (int i = 0; i < 128; i++) ref[i] = i < 32 ? ref_default(1e6, i, 256) / 8.0 : 0.0;
-  expect_inv(c, ref, 128, "proportional partial");
-  pe_rope_cache_destroy(c);
-  c = load_text("{\"model_type\":\"gemma4_text\",\"head_dim\":256,"
-                "\"rope_parameters\":{\"rope_type\":\"proportional\",\"rope_theta\":1000000.0}}",
-                0);
-  expect_geometry(c, 256, 256, PE_ROPE_NEOX, PE_ROPE_SCALING_PROPORTIONAL, 1e6, "proportional");
-  for (int i = 0; i < 128; i++) ref[i] = ref_default(1e6, i, 256);
-  expect_inv(c, ref, 128, "proportional full");
-  pe_rope_cache_destroy(c);
+  static const text_case cases[] = {
+      /* Gemma-4 style: head_dim 256, prf 0.25 -> int(0.25*256//2) = 32
+       * rotated angles B^(-2i/256), the other 96 pairs get 0; all divided by
+       * factor 8. */
+      {"proportional partial",
+       "{\"model_type\":\"gemma4_text\",\"head_dim\":256,\"rope_parameters\":{\"rope_type\":"
+       "\"proportional\",\"rope_theta\":1000000.0,\"partial_rotary_factor\":0.25,\"factor\":8.0}}",
+       256, 256, PE_ROPE_NEOX, PE_ROPE_SCALING_PROPORTIONAL, 1e6, {1e6, 256, 8.0, 32, 128}},
+      {"proportional full",
+       "{\"model_type\":\"gemma4_text\",\"head_dim\":256,"
+       "\"rope_parameters\":{\"rope_type\":\"proportional\",\"rope_theta\":1000000.0}}",
+       256, 256, PE_ROPE_NEOX, PE_ROPE_SCALING_PROPORTIONAL, 1e6, {1e6, 256, 1.0, 128, 128}},
+  };
+  check_text_cases(cases, N_CASES(cases));
 }
 
 static void test_style_and_legacy_names(void **state) {
   (void)state;
-  /* DeepSeek with rope_interleave false is NeoX-style. */
-  pe_rope_cache *c = load_text("{\"model_type\":\"deepseek_v3\",\"qk_rope_head_dim\":64,"
-                               "\"head_dim\":64,\"rope_interleave\":false}",
-                               0);
-  expect_geometry(c, 64, 64, PE_ROPE_NEOX, PE_ROPE_SCALING_NONE, 10000.0, "rope_interleave false");
-  pe_rope_cache_destroy(c);
-  c = load_text("{\"model_type\":\"deepseek_v2\",\"qk_rope_head_dim\":64,\"hidden_size\":5120,"
-                "\"num_attention_heads\":128}",
-                0);
-  expect_geometry(c, 64, 64, PE_ROPE_GPTJ, PE_ROPE_SCALING_NONE, 10000.0, "deepseek_v2");
-  pe_rope_cache_destroy(c);
+  static const text_case cases[] = {
+      /* DeepSeek with rope_interleave false is NeoX-style. */
+      {"rope_interleave false",
+       "{\"model_type\":\"deepseek_v3\",\"qk_rope_head_dim\":64,\"head_dim\":64,"
+       "\"rope_interleave\":false}",
+       64, 64, PE_ROPE_NEOX, PE_ROPE_SCALING_NONE, 10000.0, NO_INV},
+      {"deepseek_v2",
+       "{\"model_type\":\"deepseek_v2\",\"qk_rope_head_dim\":64,\"hidden_size\":5120,"
+       "\"num_attention_heads\":128}",
+       64, 64, PE_ROPE_GPTJ, PE_ROPE_SCALING_NONE, 10000.0, NO_INV},
+  };
+  check_text_cases(cases, N_CASES(cases));
   /* Phi3Config renames a legacy "yarn" to longrope; M0 inside the dict. */
-  c = load_text("{\"model_type\":\"phi3\",\"hidden_size\":64,\"num_attention_heads\":8,"
+  pe_rope_cache *c = load_text("{\"model_type\":\"phi3\",\"hidden_size\":64,\"num_attention_heads\":8,"
                 "\"max_position_embeddings\":1024,\"rope_scaling\":{\"type\":\"yarn\","
                 "\"original_max_position_embeddings\":256,"
                 "\"short_factor\":[1,1,1,1],\"long_factor\":[2,3,4,5]}}",

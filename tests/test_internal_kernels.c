@@ -25,30 +25,16 @@
 #include "kernels/isa.h"
 
 #include "internal_isa.h"
+#include "test_util.h"
 
 static const pe_isa *const ref = &pe__isa_scalar;
 
 /* ---- random inputs ---- */
 
 static uint64_t rng_s = 0x2545f4914f6cdd1dull;
-static uint64_t rnd(void) {
-  uint64_t z = (rng_s += 0x9e3779b97f4a7c15ull);
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-  return z ^ (z >> 31);
-}
+static uint64_t rnd(void) { return splitmix64(&rng_s); }
 static uint32_t rnd_below(uint32_t n) { return (uint32_t)(rnd() % n); }
 
-static float bits_f32(uint32_t u) {
-  float f;
-  memcpy(&f, &u, 4);
-  return f;
-}
-static uint32_t f32_bits(float f) {
-  uint32_t u;
-  memcpy(&u, &f, 4);
-  return u;
-}
 
 /* float32 bit patterns: 1/8 random bits, 1/8 special values, 1/8
  * subnormals, the rest of moderate magnitude (2^-20 .. 2^8, random sign). */

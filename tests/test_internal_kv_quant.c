@@ -35,12 +35,7 @@
 static const pe_isa *const ref = &pe__isa_scalar;
 
 static uint64_t rng_s = 0x9e3779b97f4a7c15ull;
-static uint64_t rnd(void) {
-  uint64_t z = (rng_s += 0x9e3779b97f4a7c15ull);
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-  return z ^ (z >> 31);
-}
+static uint64_t rnd(void) { return splitmix64(&rng_s); }
 
 /* ---- scalar vs reference ---- */
 

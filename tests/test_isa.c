@@ -38,7 +38,9 @@
 
 #include "posenc.h"
 
+#define TEST_RNG_SEED 0x243f6a8885a308d3ull
 #include "isa_compare.h"
+#include "test_util.h"
 
 /* Each test below exists once per path (see PATH_TESTS). A path this build
  * or CPU cannot run has nothing to compare: its tests report a cmocka skip
@@ -48,14 +50,8 @@ static void require_path(const char *name) {
   if (!pe_test_use_path(name)) skip();
 }
 
-/* ---- deterministic integer PRNG (identical on every architecture) ---- */
-static uint64_t rng = 0x243f6a8885a308d3ull;
-static uint64_t rnd(void) { /* xorshift64* */
-  rng ^= rng >> 12;
-  rng ^= rng << 25;
-  rng ^= rng >> 27;
-  return rng * 0x2545f4914f6cdd1dull;
-}
+/* ---- deterministic integer PRNG (test_util.h: identical on every
+ * architecture) ---- */
 static uint32_t rnd_below(uint32_t n) { return (uint32_t)((rnd() >> 32) % n); }
 
 /* A value of the dtype, as bits. kind 0: finite, moderate magnitudes built

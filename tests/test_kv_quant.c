@@ -1,5 +1,5 @@
 /* test_kv_quant.c - quantized KV caches through the public API (posenc.h's
- * pe_kv_cache formats, issue 17):
+ * pe_kv_cache formats):
  *   - pe_qk_norm_rope_store into FP8 e4m3fn / e5m2 and Q8_0 caches: every
  *     written row's bytes are what norm + RoPE in float32 (pe_qk_norm_rope
  *     on a float32 copy of k, itself checked against float64 in
@@ -26,14 +26,9 @@
 #include "isa_compare.h"
 
 static uint64_t rng_s = 0x1234567887654321ull;
-static uint64_t rnd(void) {
-  uint64_t z = (rng_s += 0x9e3779b97f4a7c15ull);
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-  return z ^ (z >> 31);
-}
+static uint64_t rnd(void) { return splitmix64(&rng_s); }
 /* uniform in [-a, a) */
-static float urand(float a) { return (float)((double)(rnd() >> 11) * 0x1p-53 * 2.0 - 1.0) * a; }
+static float urand(float a) { return (float)(unit_double(rnd()) * 2.0 - 1.0) * a; }
 
 /* f16 / bf16 from float32, round to nearest even: binary16 through
  * kv_quant_ref.h's transcription of ggml's fp16 conversions (the FP16

@@ -45,7 +45,8 @@ static void ref_yarn(int d, double base, double s, double m0, double bf, double 
   ref_yarn_range(d, base, s, m0, bf, bs, 1, inv, &lo, &hi);
 }
 
-static void ref_default(int d, double base, double *inv) {
+/* HF's default set, d/2 frequencies. */
+static void default_freqs(int d, double base, double *inv) {
   for (int i = 0; i < d / 2; i++) inv[i] = pow(base, -(2.0 * i) / d);
 }
 
@@ -167,7 +168,7 @@ static void test_deepseek_v32(void **state) {
   /* rope_interleave false: half-split MLA; the indexer (default) too. */
   m = model_text("{\"model_type\":\"deepseek_v32\",\"qk_rope_head_dim\":64,\"rope_theta\":10000.0,"
                 "\"num_hidden_layers\":2,\"rope_interleave\":false}", 0);
-  ref_default(64, 10000.0, inv);
+  default_freqs(64, 10000.0, inv);
   want neox = {64, 64, PE_ROPE_NEOX, PE_ROPE_SCALING_NONE, 10000.0, 1.0, 1.0, inv};
   expect_cache("v3.2 rope_interleave false", 0, pe_model_rope_layer(m, 0), &neox);
   expect_cache("v3.2 indexer", 0, pe_model_rope_layer_role(m, 0, PE_ROPE_ROLE_INDEXER), &neox);
@@ -197,7 +198,7 @@ static void test_glm5(void **state) {
   pe_model_rope *m = model_file("per_layer/glm-moe-dsa-shape.json");
   assert_int_equal(pe_model_rope_num_layers(m), 78);
   double inv[32];
-  ref_default(64, 1e6, inv);
+  default_freqs(64, 1e6, inv);
   want att = {64, 64, PE_ROPE_GPTJ, PE_ROPE_SCALING_NONE, 1e6, 1.0, 1.0, inv};
   int n_full = 0;
   for (int l = 0; l < 78; l++) {
@@ -259,7 +260,7 @@ static void check_v4(const char *name) {
   /* compress_ratios [0, 0, 4, 128, 4, 128, ...] (44 entries for 43 layers:
    * DeepseekV4Config keeps the first 43). */
   double main_inv[32], comp_inv[32];
-  ref_default(64, 10000.0, main_inv);
+  default_freqs(64, 10000.0, main_inv);
   ref_yarn(64, 160000.0, 16.0, 65536.0, 32.0, 1.0, comp_inv);
   /* Sliding layers: default rope at rope_theta; compressed ones: YaRN at
    * compress_rope_theta with attention factor 1 (not 0.1 ln 16 + 1). */

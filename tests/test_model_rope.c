@@ -25,7 +25,9 @@
 #include <cmocka.h>
 
 #include "posenc.h"
+
 #include "config_fixture.h"
+#include "test_util.h"
 
 #define PI_D 3.14159265358979323846
 #define MAXH 512
@@ -75,14 +77,9 @@ static double ref_inv(const ref_rope *r, int i) {
   return NAN;
 }
 
-
 /* ---------------------------------------------------------------------- */
 /* loading                                                                */
 /* ---------------------------------------------------------------------- */
-
-
-
-
 
 /* What transformers gives one layer. */
 typedef struct want {

@@ -34,64 +34,9 @@
 
 #include "posenc.h"
 
+#define TEST_RNG_SEED 0xbb67ae8584caa73bull
 #include "isa_compare.h"
-
-static uint64_t rng = 0xbb67ae8584caa73bull;
-static uint64_t rnd(void) {
-  rng ^= rng >> 12;
-  rng ^= rng << 25;
-  rng ^= rng >> 27;
-  return rng * 0x2545f4914f6cdd1dull;
-}
-static float uniform(void) { return (float)((double)(rnd() >> 11) * 0x1p-53 * 4.0 - 2.0); }
-
-static float bits_f32(uint32_t u) {
-  float f;
-  memcpy(&f, &u, 4);
-  return f;
-}
-/* bf16 <-> f32 (bf16 is the top half of a binary32: exact both ways for the
- * values used here, which are bf16 to begin with or rounded below). */
-static float b2f(uint16_t b) { return bits_f32((uint32_t)b << 16); }
-static uint16_t f2b(float f) {
-  uint32_t u;
-  memcpy(&u, &f, 4);
-  uint32_t lower = u & 0xffff, upper = u >> 16;
-  if (lower > 0x8000 || (lower == 0x8000 && (upper & 1))) upper++;
-  return (uint16_t)upper;
-}
-
-static pe_tensor tensor4(void *data, pe_dtype d, int64_t B, int64_t H, int64_t T, int64_t D) {
-  pe_tensor t;
-  memset(&t, 0, sizeof t);
-  t.data = data;
-  t.dtype = d;
-  t.shape[0] = B, t.shape[1] = H, t.shape[2] = T, t.shape[3] = D;
-  /* [B, T, H, D] in memory, as engines hold activations */
-  t.stride[3] = 1, t.stride[1] = D, t.stride[2] = H * D, t.stride[0] = T * H * D;
-  return t;
-}
-
-static pe_rope_cache *make_cache(int32_t head_dim, int32_t rotary_dim, pe_rope_style style,
-                                 double base, int64_t max_positions) {
-  pe_rope_params p;
-  pe_rope_params_init(&p);
-  p.head_dim = head_dim;
-  p.rotary_dim = rotary_dim;
-  p.style = style;
-  p.base = base;
-  p.max_positions = max_positions;
-  pe_rope_cache *c = NULL;
-  assert_int_equal(pe_rope_cache_create(&p, &c), PE_OK);
-  return c;
-}
-
-static float *random_f32(int64_t n) {
-  float *x = malloc((size_t)n * sizeof(float));
-  assert_non_null(x);
-  for (int64_t i = 0; i < n; i++) x[i] = uniform();
-  return x;
-}
+#include "test_util.h"
 
 /* Vision-like positions [3][B][T]: a text prefix (t = h = w), an image grid
  * (t fixed, h and w walking the grid), then text again. */
@@ -148,12 +93,12 @@ static void check_against_hf(int interleaved, const int32_t s[3], int32_t head_d
   const int64_t B = 2, T = 24, H = 3;
   const int32_t half = head_dim / 2;
   const double base = 1000000.0; /* Qwen2-VL's rope_theta */
-  pe_rope_cache *c = make_cache(head_dim, 0, PE_ROPE_NEOX, base, 512);
+  pe_rope_cache *c = rope_cache(head_dim, 0, PE_ROPE_NEOX, base, 512);
   float *x = random_f32(B * T * H * head_dim);
   float *y = malloc((size_t)(B * T * H * head_dim) * sizeof(float));
   memcpy(y, x, (size_t)(B * T * H * head_dim) * sizeof(float));
   int64_t *pos = vl_positions(B, T, 512);
-  pe_tensor tq = tensor4(y, PE_F32, B, H, T, head_dim);
+  pe_tensor tq = tensor_bthd(y, PE_F32, B, H, T, head_dim);
   assert_int_equal(pe_apply_mrope_qk(c, &tq, NULL, pos, s,
                                      interleaved ? PE_ROPE_MROPE_INTERLEAVED : 0u, NULL),
                    PE_OK);
@@ -213,11 +158,11 @@ static void test_mrope_bit_exact_gather(void **state) {
     for (int interleaved = 0; interleaved < 2; interleaved++)
       for (int otf = 0; otf < 2; otf++) {
         const int32_t D = 80, rd = 64, half = 32, s[3] = {12, 10, 10};
-        pe_rope_cache *c = make_cache(D, rd, (pe_rope_style)style, 10000.0, otf ? 0 : 256);
+        pe_rope_cache *c = rope_cache(D, rd, (pe_rope_style)style, 10000.0, otf ? 0 : 256);
         float *x = random_f32(B * T * H * D), *y = malloc((size_t)(B * T * H * D) * 4);
         memcpy(y, x, (size_t)(B * T * H * D) * 4);
         int64_t *pos = vl_positions(B, T, 256);
-        pe_tensor tk = tensor4(y, PE_F32, B, H, T, D);
+        pe_tensor tk = tensor_bthd(y, PE_F32, B, H, T, D);
         uint32_t fl = (interleaved ? PE_ROPE_MROPE_INTERLEAVED : 0u) | (style ? PE_ROPE_INVERSE : 0u);
         assert_int_equal(pe_apply_mrope_qk(c, NULL, &tk, pos, s, fl, NULL), PE_OK);
         for (int64_t b = 0; b < B; b++)
@@ -256,12 +201,12 @@ static void test_mrope_text_equals_plain_rope(void **state) {
       for (int otf = 0; otf < 2; otf++)
         for (int interleaved = 0; interleaved < 2; interleaved++) {
           const int32_t D = 128, s[3] = {16, 24, 24};
-          pe_rope_cache *c = make_cache(D, 0, (pe_rope_style)style, 1000000.0, otf ? 0 : 4096);
+          pe_rope_cache *c = rope_cache(D, 0, (pe_rope_style)style, 1000000.0, otf ? 0 : 4096);
           size_t es = dts[d] == PE_F32 ? 4 : 2;
           size_t nq = (size_t)(B * T * Hq * D), nk = (size_t)(B * T * Hk * D);
           uint8_t *a = malloc((nq + nk) * es), *b2 = malloc((nq + nk) * es);
           for (size_t i = 0; i < (nq + nk) * es; i += 2) {
-            uint16_t h = f2b(uniform());
+            uint16_t h = bf16_rne(uniform());
             if (dts[d] == PE_F16) h = (uint16_t)(0x3000 + (rnd() & 0x0fff)); /* finite halves */
             memcpy(a + i, &h, 2);
           }
@@ -269,8 +214,8 @@ static void test_mrope_text_equals_plain_rope(void **state) {
           int64_t *pos3 = malloc((size_t)(3 * B * T) * sizeof(int64_t));
           for (int64_t i = 0; i < B * T; i++)
             pos3[i] = pos3[B * T + i] = pos3[2 * B * T + i] = (int64_t)(rnd() % 4096);
-          pe_tensor q1 = tensor4(a, dts[d], B, Hq, T, D), k1 = tensor4(a + nq * es, dts[d], B, Hk, T, D);
-          pe_tensor q2 = tensor4(b2, dts[d], B, Hq, T, D), k2 = tensor4(b2 + nq * es, dts[d], B, Hk, T, D);
+          pe_tensor q1 = tensor_bthd(a, dts[d], B, Hq, T, D), k1 = tensor_bthd(a + nq * es, dts[d], B, Hk, T, D);
+          pe_tensor q2 = tensor_bthd(b2, dts[d], B, Hq, T, D), k2 = tensor_bthd(b2 + nq * es, dts[d], B, Hk, T, D);
           assert_int_equal(pe_apply_mrope_qk(c, &q1, &k1, pos3, s,
                                              interleaved ? PE_ROPE_MROPE_INTERLEAVED : 0u, NULL),
                            PE_OK);
@@ -291,19 +236,18 @@ static void test_mrope_table_equals_on_the_fly(void **state) {
   const int64_t B = 2, T = 40, H = 4;
   const int32_t D = 256, s[3] = {40, 44, 44}; /* half 128: several 64-frequency chunks */
   for (int interleaved = 0; interleaved < 2; interleaved++) {
-    pe_rope_cache *ct = make_cache(D, 0, PE_ROPE_NEOX, 5000000.0, 1024);
-    pe_rope_cache *cf = make_cache(D, 0, PE_ROPE_NEOX, 5000000.0, 0);
+    pe_rope_cache *ct = rope_cache(D, 0, PE_ROPE_NEOX, 5000000.0, 1024);
+    pe_rope_cache *cf = rope_cache(D, 0, PE_ROPE_NEOX, 5000000.0, 0);
     size_t n = (size_t)(B * T * H * D);
     uint16_t *a = malloc(n * 2), *b = malloc(n * 2);
-    for (size_t i = 0; i < n; i++) a[i] = f2b(uniform());
+    for (size_t i = 0; i < n; i++) a[i] = bf16_rne(uniform());
     memcpy(b, a, n * 2);
     int64_t *pos = vl_positions(B, T, 1024);
-    pe_tensor ta = tensor4(a, PE_BF16, B, H, T, D), tb = tensor4(b, PE_BF16, B, H, T, D);
+    pe_tensor ta = tensor_bthd(a, PE_BF16, B, H, T, D), tb = tensor_bthd(b, PE_BF16, B, H, T, D);
     uint32_t fl = interleaved ? PE_ROPE_MROPE_INTERLEAVED : 0u;
     assert_int_equal(pe_apply_mrope_qk(ct, &ta, NULL, pos, s, fl, NULL), PE_OK);
     assert_int_equal(pe_apply_mrope_qk(cf, &tb, NULL, pos, s, fl, NULL), PE_OK);
     assert_memory_equal(a, b, n * 2);
-    (void)b2f;
     free(a), free(b), free(pos);
     pe_rope_cache_destroy(ct);
     pe_rope_cache_destroy(cf);
@@ -326,7 +270,7 @@ static void run_mrope(void *ctx, pe_threadpool *pool, void *out_) {
   uint8_t *out = out_;
   const int32_t s[3] = {10, 10, 10};
   rng = r->seed;
-  pe_rope_cache *c = make_cache(ID_D, 60, r->interleaved ? PE_ROPE_NEOX : PE_ROPE_GPTJ, 10000.0,
+  pe_rope_cache *c = rope_cache(ID_D, 60, r->interleaved ? PE_ROPE_NEOX : PE_ROPE_GPTJ, 10000.0,
                                 r->max_positions);
   size_t nq = (size_t)(ID_B * ID_T * ID_H * ID_D);
   for (size_t i = 0; i < nq; i++) {
@@ -336,8 +280,8 @@ static void run_mrope(void *ctx, pe_threadpool *pool, void *out_) {
     memcpy(out + 2 * nq + 2 * i, &g, 2);
   }
   int64_t *pos = vl_positions(ID_B, ID_T, 300);
-  pe_tensor tq = tensor4(out, PE_F16, ID_B, ID_H, ID_T, ID_D);
-  pe_tensor tk = tensor4(out + 2 * nq, PE_BF16, ID_B, ID_H, ID_T, ID_D);
+  pe_tensor tq = tensor_bthd(out, PE_F16, ID_B, ID_H, ID_T, ID_D);
+  pe_tensor tk = tensor_bthd(out + 2 * nq, PE_BF16, ID_B, ID_H, ID_T, ID_D);
   assert_int_equal(pe_apply_mrope_qk(c, &tq, &tk, pos, s,
                                      r->interleaved ? PE_ROPE_MROPE_INTERLEAVED : 0u, pool),
                    PE_OK);
@@ -375,10 +319,10 @@ static void test_mrope_errors_change_nothing(void **state) {
   (void)state;
   const int64_t B = 2, T = 6, H = 2;
   const int32_t D = 32;
-  pe_rope_cache *c = make_cache(D, 0, PE_ROPE_NEOX, 10000.0, 100);
+  pe_rope_cache *c = rope_cache(D, 0, PE_ROPE_NEOX, 10000.0, 100);
   float *x = random_f32(B * T * H * D), *x0 = malloc((size_t)(B * T * H * D) * 4);
   memcpy(x0, x, (size_t)(B * T * H * D) * 4);
-  pe_tensor tq = tensor4(x, PE_F32, B, H, T, D);
+  pe_tensor tq = tensor_bthd(x, PE_F32, B, H, T, D);
   int64_t pos[3 * 12];
   for (int i = 0; i < 36; i++) pos[i] = i % 12;
   const int32_t ok[3] = {4, 6, 6}, bad_sum[3] = {4, 6, 5}, neg[3] = {-2, 10, 8};
@@ -482,7 +426,7 @@ static void test_mrope_cache_from_hf_config(void **state) {
     uint32_t fl;
     assert_int_equal(pe_mrope_section_from_hf_config(cfg[i], strlen(cfg[i]), s, &fl), PE_OK);
     float *x = random_f32(2 * 4 * 128);
-    pe_tensor t = tensor4(x, PE_F32, 1, 2, 4, 128);
+    pe_tensor t = tensor_bthd(x, PE_F32, 1, 2, 4, 128);
     int64_t pos[12] = {0, 1, 2, 2, 0, 1, 3, 4, 0, 1, 5, 6};
     assert_int_equal(pe_apply_mrope_qk(c, &t, NULL, pos, s, fl, NULL), PE_OK);
     free(x);

@@ -44,29 +44,13 @@
 
 #include "posenc.h"
 
+#define TEST_RNG_SEED 0x243f6a8885a308d3ull
 #include "isa_compare.h"
+#include "test_util.h"
 
-/* ---- PRNG ---- */
-static uint64_t rng = 0x243f6a8885a308d3ull;
-static uint64_t rnd(void) {
-  rng ^= rng >> 12;
-  rng ^= rng << 25;
-  rng ^= rng >> 27;
-  return rng * 0x2545f4914f6cdd1dull;
-}
-static double uni(void) { return (double)(rnd() >> 11) * 0x1p-53 * 2.0 - 1.0; } /* [-1, 1) */
+static double uni(void) { return unit_double(rnd()) * 2.0 - 1.0; } /* [-1, 1) */
 
 /* ---- conversions written here, via double arithmetic ---- */
-static float bits_f32(uint32_t u) {
-  float f;
-  memcpy(&f, &u, 4);
-  return f;
-}
-static uint32_t f32_bits(float f) {
-  uint32_t u;
-  memcpy(&u, &f, 4);
-  return u;
-}
 static size_t esz(pe_dtype d) { return d == PE_F32 ? 4 : 2; }
 
 /* Round |a| (finite, >= 0) to a binary format with p-bit significands and

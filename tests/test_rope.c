@@ -25,6 +25,8 @@
 
 #include "posenc.h"
 
+#include "test_util.h"
+
 /* ---------------------------------------------------------------------- */
 /* helpers                                                                */
 /* ---------------------------------------------------------------------- */
@@ -71,28 +73,13 @@ static uint16_t f2h(float f) {
   if (m == 1024) { m = 0; e++; }
   return sign | (uint16_t)((e - 1 + 15) << 10) | (uint16_t)m;
 }
-static float b2f(uint16_t b) {
-  uint32_t u = (uint32_t)b << 16;
-  float f;
-  memcpy(&f, &u, 4);
-  return f;
-}
-/* Reference bf16 rounding: round half to even on the 16 dropped bits. */
-static uint16_t f2b(float f) {
-  uint32_t u;
-  memcpy(&u, &f, 4);
-  if (isnan(f)) return (uint16_t)((u >> 16) | 0x40);
-  uint32_t lower = u & 0xffff, upper = u >> 16;
-  if (lower > 0x8000 || (lower == 0x8000 && (upper & 1))) upper++;
-  return (uint16_t)upper;
-}
 
 static size_t esize(pe_dtype d) { return d == PE_F32 ? 4 : 2; }
 
 static float load_elem(const void *base, pe_dtype d, int64_t i) {
   if (d == PE_F32) return ((const float *)base)[i];
   uint16_t h = ((const uint16_t *)base)[i];
-  return d == PE_F16 ? h2f(h) : b2f(h);
+  return d == PE_F16 ? h2f(h) : bf16_to_f32(h);
 }
 static void store_elem(void *base, pe_dtype d, int64_t i, float v) {
   if (d == PE_F32)
@@ -100,7 +87,7 @@ static void store_elem(void *base, pe_dtype d, int64_t i, float v) {
   else if (d == PE_F16)
     ((uint16_t *)base)[i] = f2h(v);
   else
-    ((uint16_t *)base)[i] = f2b(v);
+    ((uint16_t *)base)[i] = bf16_rne(v);
 }
 
 /* ulp of a value in a given dtype, for the half-type tolerance. */
@@ -223,22 +210,11 @@ static buf clone(const buf *src) {
 static pe_rope_cache *make_cache(int head_dim, int rotary_dim, pe_rope_style style, double base,
                                  int64_t max_pos, pe_rope_scaling scaling, double factor,
                                  double attn) {
-  pe_rope_params p;
-  pe_rope_params_init(&p);
-  p.head_dim = head_dim;
-  p.rotary_dim = rotary_dim;
-  p.style = style;
-  p.base = base;
-  p.max_positions = max_pos;
+  pe_rope_params p = rope_params(head_dim, rotary_dim, style, base, max_pos);
   p.scaling = scaling;
   p.factor = factor;
   p.attention_factor = attn;
-  pe_rope_cache *c = NULL;
-  pe_status st = pe_rope_cache_create(&p, &c);
-  if (st != PE_OK) fprintf(stderr, "create failed: %s\n", pe_last_error());
-  assert_int_equal(st, PE_OK);
-  assert_non_null(c);
-  return c;
+  return new_cache(&p);
 }
 
 /* ---------------------------------------------------------------------- */
@@ -347,7 +323,7 @@ static void test_inv_freq_default_and_linear(void **state) {
 }
 
 /* The table at large positions: double-precision angles keep |err| < 1e-6 at
- * 2^20 (issue 2), where float32 angles are off by ~1e-2 — checked too, so the
+ * 2^20, where float32 angles are off by ~1e-2 — checked too, so the
  * test would notice if the library fell back to float angles. */
 static void test_table_accuracy_large_positions(void **state) {
   (void)state;

@@ -34,45 +34,8 @@
 
 #include "posenc.h"
 
-static uint64_t rng = 0x3c6ef372fe94f82bull;
-static uint64_t rnd(void) {
-  rng ^= rng >> 12;
-  rng ^= rng << 25;
-  rng ^= rng >> 27;
-  return rng * 0x2545f4914f6cdd1dull;
-}
-static float uniform(void) { return (float)((double)(rnd() >> 11) * 0x1p-53 * 4.0 - 2.0); }
-
-/* [B, T, H, D] in memory. */
-static pe_tensor tensor4(void *data, int64_t B, int64_t H, int64_t T, int64_t D) {
-  pe_tensor t;
-  memset(&t, 0, sizeof t);
-  t.data = data;
-  t.dtype = PE_F32;
-  t.shape[0] = B, t.shape[1] = H, t.shape[2] = T, t.shape[3] = D;
-  t.stride[3] = 1, t.stride[1] = D, t.stride[2] = H * D, t.stride[0] = T * H * D;
-  return t;
-}
-
-static pe_rope_cache *make_cache(int32_t head_dim, pe_rope_style style, double base,
-                                 int64_t max_positions) {
-  pe_rope_params p;
-  pe_rope_params_init(&p);
-  p.head_dim = head_dim;
-  p.style = style;
-  p.base = base;
-  p.max_positions = max_positions;
-  pe_rope_cache *c = NULL;
-  assert_int_equal(pe_rope_cache_create(&p, &c), PE_OK);
-  return c;
-}
-
-static float *random_f32(int64_t n) {
-  float *x = malloc((size_t)n * sizeof(float));
-  assert_non_null(x);
-  for (int64_t i = 0; i < n; i++) x[i] = uniform();
-  return x;
-}
+#define TEST_RNG_SEED 0x3c6ef372fe94f82bull
+#include "test_util.h"
 
 /* [n_axes][B][T]: a text prefix (all axes equal), then grid patches. */
 static int64_t *positions(int n_axes, int64_t B, int64_t T, int64_t limit) {
@@ -234,15 +197,15 @@ static void test_map_errors(void **state) {
 static void same_as_mrope(int interleaved, const int32_t s[3], int64_t max_positions,
                           uint32_t inverse) {
   const int64_t B = 2, T = 37, Hq = 4, Hk = 2, D = 128;
-  pe_rope_cache *c = make_cache((int32_t)D, PE_ROPE_NEOX, 1000000.0, max_positions);
+  pe_rope_cache *c = rope_cache((int32_t)D, 0, PE_ROPE_NEOX, 1000000.0, max_positions);
   int64_t lim = max_positions ? max_positions : 100000;
   int64_t *pos = positions(3, B, T, lim);
   float *q0 = random_f32(B * T * Hq * D), *k0 = random_f32(B * T * Hk * D);
   size_t qb = (size_t)(B * T * Hq * D) * sizeof(float), kb = (size_t)(B * T * Hk * D) * sizeof(float);
   float *q1 = malloc(qb), *k1 = malloc(kb);
   memcpy(q1, q0, qb), memcpy(k1, k0, kb);
-  pe_tensor tq0 = tensor4(q0, B, Hq, T, D), tk0 = tensor4(k0, B, Hk, T, D);
-  pe_tensor tq1 = tensor4(q1, B, Hq, T, D), tk1 = tensor4(k1, B, Hk, T, D);
+  pe_tensor tq0 = tensor_bthd(q0, PE_F32, B, Hq, T, D), tk0 = tensor_bthd(k0, PE_F32, B, Hk, T, D);
+  pe_tensor tq1 = tensor_bthd(q1, PE_F32, B, Hq, T, D), tk1 = tensor_bthd(k1, PE_F32, B, Hk, T, D);
   uint32_t fl = (interleaved ? PE_ROPE_MROPE_INTERLEAVED : 0u) | inverse;
   assert_int_equal(pe_apply_mrope_qk(c, &tq0, &tk0, pos, s, fl, NULL), PE_OK);
   uint8_t map[64];
@@ -275,7 +238,7 @@ static void test_qwen3_vl_same_bits(void **state) {
 static void test_equal_axes_are_plain_rope(void **state) {
   (void)state;
   const int64_t B = 1, T = 20, H = 2, D = 64;
-  pe_rope_cache *c = make_cache((int32_t)D, PE_ROPE_GPTJ, 10000.0, 0);
+  pe_rope_cache *c = rope_cache((int32_t)D, 0, PE_ROPE_GPTJ, 10000.0, 0);
   int64_t pos[4 * 20], plain[20];
   for (int64_t t = 0; t < T; t++) {
     plain[t] = t * 1000003;
@@ -285,7 +248,7 @@ static void test_equal_axes_are_plain_rope(void **state) {
   size_t bytes = (size_t)(B * T * H * D) * sizeof(float);
   float *x1 = malloc(bytes);
   memcpy(x1, x0, bytes);
-  pe_tensor t0 = tensor4(x0, B, H, T, D), t1 = tensor4(x1, B, H, T, D);
+  pe_tensor t0 = tensor_bthd(x0, PE_F32, B, H, T, D), t1 = tensor_bthd(x1, PE_F32, B, H, T, D);
   uint8_t map[32];
   for (int i = 0; i < 32; i++) map[i] = (uint8_t)((i * 7) % 4);
   assert_int_equal(pe_apply_rope_qk(c, &t0, NULL, plain, 0, NULL), PE_OK);
@@ -322,7 +285,7 @@ static void test_four_axes_float64(void **state) {
   const int64_t B = 2, T = 19, H = 3, D = 64;
   const int32_t s[4] = {5, 6, 7, 3};
   for (int table = 0; table < 2; table++) {
-    pe_rope_cache *c = make_cache((int32_t)D, PE_ROPE_NEOX, 10000.0, table ? 2048 : 0);
+    pe_rope_cache *c = rope_cache((int32_t)D, 0, PE_ROPE_NEOX, 10000.0, table ? 2048 : 0);
     int64_t *pos = positions(4, B, T, 2048);
     for (int64_t i = 0; i < B * T; i++) pos[3 * B * T + i] = (int64_t)(rnd() % 2048);
     float *x = random_f32(B * T * H * D);
@@ -331,7 +294,7 @@ static void test_four_axes_float64(void **state) {
     memcpy(y, x, bytes);
     uint8_t map[32];
     assert_int_equal(pe_axis_map_sections(s, 4, 32, map), PE_OK);
-    pe_tensor ty = tensor4(y, B, H, T, D);
+    pe_tensor ty = tensor_bthd(y, PE_F32, B, H, T, D);
     assert_int_equal(pe_apply_rope_axes_qk(c, &ty, NULL, pos, 4, map, 0, NULL), PE_OK);
     double *ang = malloc((size_t)(B * T * H * 32) * sizeof(double));
     for (int64_t b = 0; b < B; b++)
@@ -354,7 +317,7 @@ static void test_ernie45_vl_float64(void **state) {
   (void)state;
   const int64_t B = 1, T = 30, H = 2, D = 128;
   const int32_t half = 64, t_dim = 20, hw = half - t_dim;
-  pe_rope_cache *c = make_cache((int32_t)D, PE_ROPE_GPTJ, 500000.0, 0);
+  pe_rope_cache *c = rope_cache((int32_t)D, 0, PE_ROPE_GPTJ, 500000.0, 0);
   int64_t *pos = positions(3, B, T, 1 << 20);
   float *x = random_f32(B * T * H * D);
   size_t bytes = (size_t)(B * T * H * D) * sizeof(float);
@@ -362,7 +325,7 @@ static void test_ernie45_vl_float64(void **state) {
   memcpy(y, x, bytes);
   uint8_t map[64];
   assert_int_equal(pe_axis_map_ernie45_vl(t_dim, half, map), PE_OK);
-  pe_tensor ty = tensor4(y, B, H, T, D);
+  pe_tensor ty = tensor_bthd(y, PE_F32, B, H, T, D);
   assert_int_equal(pe_apply_rope_axes_qk(c, &ty, NULL, pos, 3, map, 0, NULL), PE_OK);
   /* HF: inv_freq = 1/base^(arange(0, D, 2)/D), pre-rotated (inv_freq_3d) */
   double inv[64], inv3d[64];
@@ -407,12 +370,12 @@ static void test_ernie45_vl_float64(void **state) {
 static void test_errors(void **state) {
   (void)state;
   const int64_t B = 1, T = 4, H = 2, D = 16;
-  pe_rope_cache *c = make_cache((int32_t)D, PE_ROPE_NEOX, 10000.0, 64);
+  pe_rope_cache *c = rope_cache((int32_t)D, 0, PE_ROPE_NEOX, 10000.0, 64);
   float *x = random_f32(B * T * H * D);
   size_t bytes = (size_t)(B * T * H * D) * sizeof(float);
   float *snap = malloc(bytes);
   memcpy(snap, x, bytes);
-  pe_tensor tx = tensor4(x, B, H, T, D);
+  pe_tensor tx = tensor_bthd(x, PE_F32, B, H, T, D);
   uint8_t map[8] = {0, 1, 2, 0, 1, 2, 0, 1};
   int64_t pos[3 * 4] = {0, 1, 2, 3, 0, 1, 2, 3, 0, 1, 2, 3};
   assert_int_equal(pe_apply_rope_axes_qk(NULL, &tx, NULL, pos, 3, map, 0, NULL),

@@ -25,37 +25,15 @@
 
 #include "posenc.h"
 
+#define TEST_RNG_SEED 0x3c6ef372fe94f82bull
 #include "isa_compare.h"
-
-static uint64_t rng = 0x3c6ef372fe94f82bull;
-static uint64_t rnd(void) {
-  rng ^= rng >> 12;
-  rng ^= rng << 25;
-  rng ^= rng >> 27;
-  return rng * 0x2545f4914f6cdd1dull;
-}
-static float uniform(void) { return (float)((double)(rnd() >> 11) * 0x1p-53 * 4.0 - 2.0); }
-
-static pe_tensor tensor4(void *data, pe_dtype d, int64_t B, int64_t H, int64_t T, int64_t D) {
-  pe_tensor t;
-  memset(&t, 0, sizeof t);
-  t.data = data;
-  t.dtype = d;
-  t.shape[0] = B, t.shape[1] = H, t.shape[2] = T, t.shape[3] = D;
-  t.stride[3] = 1, t.stride[2] = D, t.stride[1] = T * D, t.stride[0] = H * T * D; /* [B,H,T,D] */
-  return t;
-}
+#include "test_util.h"
 
 /* Three frequency sets of one geometry: default, linear x4 with an attention
  * factor, dynamic NTK for a longer context; table or not as asked. */
 static pe_rope_cache *make_cache(int kind, int32_t head_dim, int32_t rotary_dim, pe_rope_style style,
                                  int64_t max_positions) {
-  pe_rope_params p;
-  pe_rope_params_init(&p);
-  p.head_dim = head_dim;
-  p.rotary_dim = rotary_dim;
-  p.style = style;
-  p.max_positions = max_positions;
+  pe_rope_params p = rope_params(head_dim, rotary_dim, style, 10000.0, max_positions);
   if (kind == 1) {
     p.scaling = PE_ROPE_SCALING_LINEAR;
     p.factor = 4.0;
@@ -66,9 +44,7 @@ static pe_rope_cache *make_cache(int kind, int32_t head_dim, int32_t rotary_dim,
     p.original_max_positions = 256;
     p.seq_len = 1500;
   }
-  pe_rope_cache *c = NULL;
-  assert_int_equal(pe_rope_cache_create(&p, &c), PE_OK);
-  return c;
+  return new_cache(&p);
 }
 
 static void fill(void *p, pe_dtype d, size_t n) {
@@ -103,14 +79,14 @@ static void test_multi_rows_equal_single_cache(void **state) {
         memcpy(q2, q, nq * es), memcpy(k2, k, nk * es);
         int64_t pos[5 * 19];
         for (int i = 0; i < 5 * 19; i++) pos[i] = (int64_t)(rnd() % 2048);
-        pe_tensor tq = tensor4(q, dts[d], B, Hq, T, D), tk = tensor4(k, dts[d], B, Hk, T, D);
+        pe_tensor tq = tensor_bhtd(q, dts[d], B, Hq, T, D), tk = tensor_bhtd(k, dts[d], B, Hk, T, D);
         uint32_t fl = inv ? PE_ROPE_INVERSE : 0u;
         assert_int_equal(pe_apply_rope_qk_multi((const pe_rope_cache *const *)caches, 3, idx, &tq,
                                                 &tk, pos, fl, NULL),
                          PE_OK);
         for (int64_t b = 0; b < B; b++) { /* row b alone, with its cache */
-          pe_tensor rq = tensor4(q2 + (size_t)(b * Hq * T * D) * es, dts[d], 1, Hq, T, D);
-          pe_tensor rk = tensor4(k2 + (size_t)(b * Hk * T * D) * es, dts[d], 1, Hk, T, D);
+          pe_tensor rq = tensor_bhtd(q2 + (size_t)(b * Hq * T * D) * es, dts[d], 1, Hq, T, D);
+          pe_tensor rk = tensor_bhtd(k2 + (size_t)(b * Hk * T * D) * es, dts[d], 1, Hk, T, D);
           assert_int_equal(pe_apply_rope_qk(caches[idx[b]], &rq, &rk, pos + b * T, fl, NULL), PE_OK);
         }
         assert_memory_equal(q, q2, nq * es);
@@ -133,7 +109,7 @@ static void test_multi_float64_reference(void **state) {
   memcpy(y, x, n * 4);
   int64_t pos[33];
   for (int i = 0; i < 33; i++) pos[i] = (int64_t)(rnd() % 512);
-  pe_tensor t = tensor4(y, PE_F32, B, H, T, D);
+  pe_tensor t = tensor_bhtd(y, PE_F32, B, H, T, D);
   assert_int_equal(pe_apply_rope_qk_multi((const pe_rope_cache *const *)caches, 2, idx, NULL, &t,
                                           pos, 0, NULL),
                    PE_OK);
@@ -165,7 +141,7 @@ static void test_multi_one_cache_is_apply(void **state) {
   uint16_t *a = malloc(n * 2), *b = malloc(n * 2);
   fill(a, PE_BF16, n);
   memcpy(b, a, n * 2);
-  pe_tensor ta = tensor4(a, PE_BF16, B, H, T, D), tb = tensor4(b, PE_BF16, B, H, T, D);
+  pe_tensor ta = tensor_bhtd(a, PE_BF16, B, H, T, D), tb = tensor_bhtd(b, PE_BF16, B, H, T, D);
   const pe_rope_cache *one[1] = {c};
   assert_int_equal(pe_apply_rope_qk_multi(one, 1, NULL, &ta, NULL, NULL, 0, NULL), PE_OK);
   assert_int_equal(pe_apply_rope_qk(c, &tb, NULL, NULL, 0, NULL), PE_OK);
@@ -189,7 +165,7 @@ static void run_multi(void *ctx, pe_threadpool *pool, void *out) {
   fill(out, PE_F32, ID_N);
   int64_t pos[ID_B * ID_T];
   for (int i = 0; i < ID_B * ID_T; i++) pos[i] = (int64_t)(rnd() % 300);
-  pe_tensor t = tensor4(out, PE_F32, ID_B, ID_H, ID_T, ID_D);
+  pe_tensor t = tensor_bhtd(out, PE_F32, ID_B, ID_H, ID_T, ID_D);
   assert_int_equal(pe_apply_rope_qk_multi((const pe_rope_cache *const *)caches, 3, idx, &t, NULL,
                                           pos, 0, pool),
                    PE_OK);
@@ -224,7 +200,7 @@ static void test_multi_errors_change_nothing(void **state) {
   float *x = malloc(n * 4), *x0 = malloc(n * 4);
   fill(x, PE_F32, n);
   memcpy(x0, x, n * 4);
-  pe_tensor t = tensor4(x, PE_F32, B, H, T, D);
+  pe_tensor t = tensor_bhtd(x, PE_F32, B, H, T, D);
   int64_t pos[12] = {0, 1, 2, 3, 500, 501, 502, 503, 4, 5, 6, 7};
   const pe_rope_cache *two[2] = {big, small};
   const pe_rope_cache *with_null[2] = {big, NULL};

@@ -33,31 +33,13 @@
 
 #include "posenc.h"
 
+#define TEST_RNG_SEED 0x6a09e667f3bcc909ull
 #include "isa_compare.h"
-
-/* ---- deterministic PRNG and values ---- */
-static uint64_t rng = 0x6a09e667f3bcc909ull;
-static uint64_t rnd(void) {
-  rng ^= rng >> 12;
-  rng ^= rng << 25;
-  rng ^= rng >> 27;
-  return rng * 0x2545f4914f6cdd1dull;
-}
-static float uniform(void) { return (float)((double)(rnd() >> 11) * 0x1p-53 * 4.0 - 2.0); }
+#include "test_util.h"
 
 static size_t esize(pe_dtype d) { return d == PE_F32 ? 4 : 2; }
 
 /* ---- conversions written here (not convert.h): via double arithmetic ---- */
-static float bits_f32(uint32_t u) {
-  float f;
-  memcpy(&f, &u, 4);
-  return f;
-}
-static uint32_t f32_bits(float f) {
-  uint32_t u;
-  memcpy(&u, &f, 4);
-  return u;
-}
 static float h2f(uint16_t h) {
   int e = (h >> 10) & 31, m = h & 1023;
   double v;
@@ -80,22 +62,14 @@ static uint16_t f2h(float f) {
   if (e > 15) return (uint16_t)(sign | 0x7c00);
   return (uint16_t)(sign | (uint16_t)((e + 15) << 10) | (uint16_t)(m - 1024.0));
 }
-static float b2f(uint16_t b) { return bits_f32((uint32_t)b << 16); }
-static uint16_t f2b(float f) {
-  uint32_t u = f32_bits(f);
-  if (isnan(f)) return (uint16_t)((u >> 16) | 0x40);
-  uint32_t lower = u & 0xffff, upper = u >> 16;
-  if (lower > 0x8000 || (lower == 0x8000 && (upper & 1))) upper++;
-  return (uint16_t)upper;
-}
 static float load_el(const void *p, pe_dtype d, int64_t i) {
   if (d == PE_F32) return ((const float *)p)[i];
   uint16_t h = ((const uint16_t *)p)[i];
-  return d == PE_F16 ? h2f(h) : b2f(h);
+  return d == PE_F16 ? h2f(h) : bf16_to_f32(h);
 }
 static void store_el(void *p, pe_dtype d, int64_t i, float v) {
   if (d == PE_F32) ((float *)p)[i] = v;
-  else ((uint16_t *)p)[i] = d == PE_F16 ? f2h(v) : f2b(v);
+  else ((uint16_t *)p)[i] = d == PE_F16 ? f2h(v) : bf16_rne(v);
 }
 
 /* A value of any bit pattern class (NaN, Inf, subnormal, overflow) or finite. */
@@ -137,17 +111,9 @@ static int64_t off4(const pe_tensor *t, int64_t a, int64_t b, int64_t c, int64_t
 
 static pe_rope_cache *make_cache(int32_t head_dim, int32_t rotary_dim, pe_rope_style style,
                                  int64_t max_positions, double attention_factor) {
-  pe_rope_params p;
-  pe_rope_params_init(&p);
-  p.head_dim = head_dim;
-  p.rotary_dim = rotary_dim;
-  p.style = style;
-  p.max_positions = max_positions;
+  pe_rope_params p = rope_params(head_dim, rotary_dim, style, 10000.0, max_positions);
   p.attention_factor = attention_factor;
-  p.base = 10000.0;
-  pe_rope_cache *c = NULL;
-  assert_int_equal(pe_rope_cache_create(&p, &c), PE_OK);
-  return c;
+  return new_cache(&p);
 }
 
 /* One scenario: batch x tokens of [B,T,H,D] q and k, a paged cache. */

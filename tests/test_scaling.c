@@ -25,6 +25,8 @@
 
 #include "posenc.h"
 
+#include "test_util.h"
+
 #define PI_D 3.14159265358979323846
 #define TWO_PI (2.0 * PI_D)
 #define MAXH 512
@@ -33,50 +35,9 @@
 /* helpers                                                                */
 /* ---------------------------------------------------------------------- */
 
-/* The float32 ulp at |v| (the spacing above the largest power of two <= |v|). */
-static double ulp_f32(double v) {
-  v = fabs(v);
-  if (v < 0x1p-126) return 0x1p-149;
-  int e;
-  frexp(v, &e); /* v = m * 2^e, m in [0.5, 1) */
-  return ldexp(1.0, e - 1 - 23);
-}
-
-static pe_rope_cache *make(const pe_rope_params *p) {
-  pe_rope_cache *c = NULL;
-  pe_status st = pe_rope_cache_create(p, &c);
-  if (st != PE_OK) fail_msg("pe_rope_cache_create: %s / %s", pe_status_string(st), pe_last_error());
-  assert_non_null(c);
-  return c;
-}
-
-/* Compare the cache's float32 frequencies with ref[0..half). */
-static void expect_inv(const pe_rope_cache *c, const double *ref, int half, const char *what) {
-  float got[MAXH];
-  assert_int_equal(pe_rope_cache_inv_freq(c, got), PE_OK);
-  for (int i = 0; i < half; i++) {
-    double err = fabs((double)got[i] - ref[i]);
-    if (err > ulp_f32(ref[i]))
-      fail_msg("%s: inv_freq[%d] = %.9g, expected %.17g (%.2f ulp)", what, i, (double)got[i], ref[i],
-               err / ulp_f32(ref[i]));
-  }
-}
-
-static void expect_close(double got, double want, double tol, const char *what) {
-  if (!(fabs(got - want) <= tol)) fail_msg("%s: got %.12g, expected %.12g (tol %g)", what, got, want, tol);
-}
-
-/* HF default frequency, written as HF writes it: 1 / B^(2i/d). */
-static double ref_default(double base, int i, int d) { return 1.0 / pow(base, (double)(2 * i) / d); }
-
+/* A table of 64 rows, NeoX, the rest pe_rope_params_init's. */
 static pe_rope_params base_params(int head_dim, int rotary_dim, double base) {
-  pe_rope_params p;
-  pe_rope_params_init(&p);
-  p.head_dim = head_dim;
-  p.rotary_dim = rotary_dim;
-  p.base = base;
-  p.max_positions = 64;
-  return p;
+  return rope_params(head_dim, rotary_dim, PE_ROPE_NEOX, base, 64);
 }
 
 /* ---------------------------------------------------------------------- */
@@ -90,7 +51,7 @@ static void test_none(void **state) {
       {2, 0, 10000.0}};
   for (size_t k = 0; k < sizeof cfg / sizeof cfg[0]; k++) {
     pe_rope_params p = base_params(cfg[k].hd, cfg[k].rd, cfg[k].base);
-    pe_rope_cache *c = make(&p);
+    pe_rope_cache *c = new_cache(&p);
     int d = cfg[k].rd ? cfg[k].rd : cfg[k].hd;
     double ref[MAXH];
     for (int i = 0; i < d / 2; i++) ref[i] = ref_default(cfg[k].base, i, d);
@@ -109,7 +70,7 @@ static void test_linear(void **state) {
     pe_rope_params p = base_params(cfg[k].d, 0, cfg[k].base);
     p.scaling = PE_ROPE_SCALING_LINEAR;
     p.factor = cfg[k].s;
-    pe_rope_cache *c = make(&p);
+    pe_rope_cache *c = new_cache(&p);
     double ref[MAXH];
     for (int i = 0; i < cfg[k].d / 2; i++) ref[i] = ref_default(cfg[k].base, i, cfg[k].d) / cfg[k].s;
     expect_inv(c, ref, cfg[k].d / 2, "linear");
@@ -126,7 +87,7 @@ static void test_ntk(void **state) {
     pe_rope_params p = base_params(cfg[k].hd, cfg[k].rd, cfg[k].base);
     p.scaling = PE_ROPE_SCALING_NTK;
     p.factor = cfg[k].s;
-    pe_rope_cache *c = make(&p);
+    pe_rope_cache *c = new_cache(&p);
     int d = cfg[k].rd ? cfg[k].rd : cfg[k].hd;
     double b2 = cfg[k].base * pow(cfg[k].s, (double)d / (double)(d - 2));
     double ref[MAXH];
@@ -139,7 +100,7 @@ static void test_ntk(void **state) {
   pe_rope_params p = base_params(128, 0, 10000.0);
   p.scaling = PE_ROPE_SCALING_NTK;
   p.factor = 8.0;
-  pe_rope_cache *c = make(&p);
+  pe_rope_cache *c = new_cache(&p);
   float got[64];
   pe_rope_cache_inv_freq(c, got);
   /* the last frequency is B'^(-126/128) */
@@ -171,7 +132,7 @@ static void test_dynamic(void **state) {
     p.factor = cfg[k].s;
     p.original_max_positions = cfg[k].m;
     p.seq_len = cfg[k].seq;
-    pe_rope_cache *c = make(&p);
+    pe_rope_cache *c = new_cache(&p);
     int d = cfg[k].rd ? cfg[k].rd : cfg[k].hd;
     double b2 = ref_dynamic_base(cfg[k].base, cfg[k].s, cfg[k].seq, cfg[k].m, d);
     if (cfg[k].seq <= cfg[k].m) assert_true(b2 == cfg[k].base); /* the clamp */
@@ -237,7 +198,7 @@ static pe_rope_cache *make_yarn(const yarn_cfg *y) {
   p.mscale_all_dim = y->mscale_all_dim;
   p.attention_factor = y->attn;
   p.max_positions = 0;
-  return make(&p);
+  return new_cache(&p);
 }
 
 static void check_yarn(const yarn_cfg *y, double want_attn, double want_softmax, const char *what) {
@@ -390,7 +351,7 @@ static pe_rope_cache *make_longrope(int64_t seq_len, double factor, double attn)
   p.long_factor = lr_long;
   p.attention_factor = attn;
   p.max_positions = 0; /* on the fly: any position (re-rotation tests) */
-  return make(&p);
+  return new_cache(&p);
 }
 
 static void test_longrope(void **state) {
@@ -446,7 +407,7 @@ static pe_rope_cache *make_llama3(int d, double base, double s, int64_t m0, doub
   p.original_max_positions = m0;
   p.low_freq_factor = lo;
   p.high_freq_factor = hi;
-  return make(&p);
+  return new_cache(&p);
 }
 
 static void test_llama3(void **state) {
@@ -495,7 +456,7 @@ static void test_proportional(void **state) {
     pe_rope_params p = base_params(cfg[k].hd, cfg[k].rd, cfg[k].base);
     p.scaling = PE_ROPE_SCALING_PROPORTIONAL;
     p.factor = cfg[k].s;
-    pe_rope_cache *c = make(&p);
+    pe_rope_cache *c = new_cache(&p);
     int d = cfg[k].rd ? cfg[k].rd : cfg[k].hd;
     double ref[MAXH];
     /* HF proportional: the exponent denominator is head_dim, whatever is rotated. */
@@ -513,7 +474,7 @@ static void test_custom(void **state) {
   pe_rope_params p = base_params(64, 0, 10000.0);
   p.scaling = PE_ROPE_SCALING_CUSTOM;
   p.inv_freq = f;
-  pe_rope_cache *c = make(&p);
+  pe_rope_cache *c = new_cache(&p);
   expect_inv(c, f, 32, "custom");
   f[0] = 99.0; /* the cache has its own copy */
   float got[32];
@@ -536,7 +497,7 @@ static void test_attention_factor_in_table(void **state) {
     p.factor = q.s;
     p.original_max_positions = q.m0;
     p.max_positions = onfly ? 0 : 16;
-    pe_rope_cache *c = make(&p);
+    pe_rope_cache *c = new_cache(&p);
     float cs[64], sn[64];
     assert_int_equal(pe_rope_cache_cos_sin(c, 0, cs, sn), PE_OK);
     float a = (float)(0.1 * log(4.0) + 1.0);
@@ -663,7 +624,7 @@ static void test_errors(void **state) {
  * frequencies", good to ~2^-64.
  *
  * Threshold: 1.5 float32 ulp per entry, and the worst error may not grow with
- * the position. Why not 1 ulp (the issue's target and posenc.h's claim): the
+ * the position, as posenc.h states for pe_rope_cache_create. Why not 1 ulp: the
  * kernel reduces the angle in double (exact to ~2^-100 here), rounds the
  * reduced angle to float with a first-order correction, calls SLEEF's u10
  * sincosf (<= 1.0 ulp by SLEEF's spec) and rounds once more in the fmaf
@@ -727,7 +688,7 @@ static void test_table_accuracy_2_24(void **state) {
       /* A table cannot hold 2^24 rows cheaply: on the fly for the large
        * positions, a 4096-row table for the small ones (both paths). */
       p.max_positions = table ? 4096 : 0;
-      pe_rope_cache *c = make(&p);
+      pe_rope_cache *c = new_cache(&p);
       static const int64_t fixed[] = {0, 1, 2, 3, 1000, 4095, 4096, 8191, 65535, 131071, 1000000,
                                       (1 << 23) + 1, (1 << 24) - 1, 1 << 24};
       for (size_t k = 0; k < sizeof fixed / sizeof fixed[0]; k++)
@@ -775,7 +736,7 @@ static void test_scaled_table_accuracy_2_24(void **state) {
     p.inv_freq = f;
     p.attention_factor = factors[a];
     p.max_positions = 0;
-    pe_rope_cache *c = make(&p);
+    pe_rope_cache *c = new_cache(&p);
     for (int k = 0; k < 1000; k++) {
       rng ^= rng << 13;
       rng ^= rng >> 7;
@@ -858,9 +819,9 @@ static void test_rerotate_scaled(void **state) {
   p.original_max_positions = 4096;
   p.seq_len = 4096;
   p.max_positions = 0;
-  from = make(&p);
+  from = new_cache(&p);
   p.seq_len = 32768;
-  to = make(&p);
+  to = new_cache(&p);
   double b = ref_dynamic_base(10000.0, 4.0, 32768, 4096, 128);
   for (int i = 0; i < 64; i++) f[i] = ref_default(b, i, 128);
   check_rerotate(from, to, f, 1.0, 128, "dynamic growth");
@@ -869,7 +830,7 @@ static void test_rerotate_scaled(void **state) {
   /* Default -> YaRN (attention factor 1 -> 1.1386): the ratio is applied. */
   p = base_params(128, 0, 1e6);
   p.max_positions = 0;
-  from = make(&p);
+  from = new_cache(&p);
   yarn_cfg q = {128, 1e6, 4.0, 32768, 0, 0, 1, 0, 0, 0};
   to = make_yarn(&q);
   ref_yarn(&q, f);

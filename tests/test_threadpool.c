@@ -25,6 +25,8 @@
 
 #include "posenc.h"
 
+#include "test_util.h"
+
 #define MAX_POOL 8
 
 /* ---- data --------------------------------------------------------------- */
@@ -123,16 +125,7 @@ static int64_t *random_deltas(int64_t b, int64_t tok) {
 
 static pe_rope_cache *make_cache(int32_t head_dim, int32_t rotary_dim, pe_rope_style style,
                                  int64_t max_positions, double base) {
-  pe_rope_params p;
-  pe_rope_params_init(&p);
-  p.head_dim = head_dim;
-  p.rotary_dim = rotary_dim;
-  p.style = style;
-  p.max_positions = max_positions;
-  p.base = base;
-  pe_rope_cache *c = NULL;
-  assert_int_equal(pe_rope_cache_create(&p, &c), PE_OK);
-  return c;
+  return rope_cache(head_dim, rotary_dim, style, base, max_positions);
 }
 
 /* ---- pools shared by the tests ----------------------------------------- */
