@@ -174,8 +174,8 @@ static inline void identity_check(const char *what, size_t bytes, pe_test_run_fn
 }
 
 /* The two tests over a file's identity cases (`cases` runs them all through
- * identity_check). The pool test is its own test so that PE_TEST_FILTER can
- * leave it out where threads are slow (qemu). */
+ * identity_check). The pool test is its own test so that PE_TEST_FILTER
+ * (test_env.h) can leave it out where threads are slow (qemu). */
 #define IDENTITY_TESTS(cases)                                                        \
   static void test_simd_matches_scalar(void **state) {                               \
     (void)state;                                                                     \

@@ -383,7 +383,5 @@ int main(void) {
       cmocka_unit_test(test_line_matches_rows),
       cmocka_unit_test(test_pool_matches_single_thread),
   };
-  /* e.g. PE_TEST_FILTER='*scalar*' to run a part (under qemu) */
-  if (getenv("PE_TEST_FILTER")) cmocka_set_test_filter(getenv("PE_TEST_FILTER"));
   return cmocka_run_group_tests(tests, NULL, destroy_pool);
 }

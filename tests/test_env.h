@@ -16,7 +16,12 @@
  * It runs once, at program start (a constructor: libposenc.so is loaded and
  * initialised before the executable's constructors run): a test that then
  * calls pe_force_isa() itself (test_isa.c) changes the path afterwards as it
- * likes. */
+ * likes.
+ *
+ * PE_TEST_FILTER: a cmocka name pattern ('*' and '?'); every test program
+ * then runs only the tests it matches, e.g. PE_TEST_FILTER='*isas*' for the
+ * ISA comparisons without the pool tests where threads are slow (qemu), or
+ * 'identity_*_neon' in test_isa. */
 #ifndef PE_TEST_ENV_H
 #define PE_TEST_ENV_H
 
@@ -26,7 +31,12 @@
 
 #include "posenc.h"
 
+/* cmocka's (this header comes before <cmocka.h>). */
+void cmocka_set_test_filter(const char *pattern);
+
 __attribute__((constructor)) static void pe_test_check_env(void) {
+  const char *filter = getenv("PE_TEST_FILTER");
+  if (filter && *filter) cmocka_set_test_filter(filter);
   const char *want = getenv("PE_ISA");
   if (!want) return;
   const char *got = pe_isa_name();

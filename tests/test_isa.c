@@ -662,8 +662,5 @@ int main(void) {
       PATH_ENTRIES(avx2),
       PATH_ENTRIES(neon),
   };
-  /* e.g. PE_TEST_FILTER='identity_*_neon' to rerun a part under qemu */
-  const char *filter = getenv("PE_TEST_FILTER");
-  if (filter && *filter) cmocka_set_test_filter(filter);
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -256,8 +256,5 @@ int main(void) {
       cmocka_unit_test(test_multi_pool_sizes),
       cmocka_unit_test(test_multi_errors_change_nothing),
   };
-  /* PE_TEST_FILTER="*isas*": a subset, e.g. without the pool tests under
-   * a slow emulator. */
-  if (getenv("PE_TEST_FILTER")) cmocka_set_test_filter(getenv("PE_TEST_FILTER"));
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

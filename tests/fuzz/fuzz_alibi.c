@@ -2,29 +2,20 @@
  * score tensors of any layout and dtype, slopes, query positions, flags. */
 #include "fuzz_common.h"
 
-int LLVMFuzzerInitialize(int *argc, char ***argv) {
-  (void)argc;
-  (void)argv;
-  fz_setup();
-  return 0;
-}
-
 static void fuzz_slopes(fz *f) {
   int32_t n = (fz_u8(f) & 7) ? (int32_t)fz_range(f, -2, 300) : (int32_t)fz_edge_i64(f);
   double bias = (fz_u8(f) & 1) ? 8.0 : fz_double(f);
   size_t cap = n > 0 && n <= 65536 ? (size_t)n : 16;
   fz_arena a;
-  if (!fz_arena_alloc(&a, cap * sizeof(float), 3)) return;
-  memset(a.mask + FZ_GUARD, 1, cap * sizeof(float));
-  fz_arena_snapshot(&a);
-  float *out = (fz_u8(f) & 31) ? (float *)(void *)(a.mem + FZ_GUARD) : NULL;
+  float *out = fz_guarded(&a, cap * sizeof(float), cap * sizeof(float), 3);
+  if (!out) return;
+  if (!(fz_u8(f) & 31)) out = NULL;
   int must_fail = !out || n < 1 || n > 65536 || !isfinite(bias) || !(bias > 0);
   fz_set_sentinel();
   pe_status st = pe_alibi_slopes(n, bias, out);
-  if (st != PE_OK) fz_check_error_message("pe_alibi_slopes", st);
-  if (st == PE_OK && must_fail) fz_die("pe_alibi_slopes", "accepted arguments it must refuse");
+  fz_check_call("pe_alibi_slopes", st, must_fail, NULL, NULL);
+  fz_arena_check(&a, st, "pe_alibi_slopes");
   if (st == PE_OK) {
-    fz_arena_check_mask(&a, "pe_alibi_slopes");
     for (int32_t i = 0; i < n; i++)
       /* 2^(-max_bias k / n) may underflow to 0 for a huge max_bias. */
       if (!(out[i] >= 0.0f) || !(out[i] <= 1.0f)) {
@@ -33,8 +24,6 @@ static void fuzz_slopes(fz *f) {
                  bias, (int)i, (double)out[i]);
         fz_die("pe_alibi_slopes", msg);
       }
-  } else {
-    fz_arena_check_unchanged(&a, "pe_alibi_slopes");
   }
   fz_arena_free(&a);
 }
@@ -52,13 +41,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   fz_shape(&f, shape, 3, 5, 9, 1);
   shape[3] = fz_range(&f, 1, 40); /* k_len */
   if ((fz_u8(&f) & 31) == 0) shape[3] = fz_edge_i64(&f);
-  ts.v[0].t.dtype = fz_dtype(&f);
-  fz_strides(&f, shape, ts.v[0].t.stride);
-  const int64_t c0[1] = {0}, c1[1] = {INT64_MAX};
-  if (!fz_place(&f, &ts, 1, 0, c0, c1, fz_bits(&f, 8))) {
-    fz_tensors_free(&ts);
-    return 0;
-  }
+  if (!fz_place_written(&f, &ts)) return 0;
   int64_t batch = shape[0], heads = shape[1], q_len = shape[2];
   /* Slopes: NULL (standard) or exactly `heads` floats. */
   float *slopes = NULL;
@@ -75,9 +58,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   int must_fail = fz_tensors_must_fail(&ts, 1) || (flags & ~PE_MASK_CAUSAL) || bad_pos;
   fz_set_sentinel();
   pe_status st = pe_alibi_add_bias(&ts.v[0].t, slopes, qpos, flags, pool);
-  if (st != PE_OK) fz_check_error_message("pe_alibi_add_bias", st);
-  if (st == PE_OK && must_fail) fz_die("pe_alibi_add_bias", "accepted arguments it must refuse");
-  fz_tensors_check(&ts, st, "pe_alibi_add_bias");
+  fz_check_call("pe_alibi_add_bias", st, must_fail, NULL, &ts);
   free(qpos);
 out:
   free(slopes);

@@ -244,6 +244,23 @@ static inline void fz_arena_check_mask(const fz_arena *a, const char *fn) {
     }
 }
 
+/* After a call: a success wrote only the masked bytes, a failure nothing. */
+static inline void fz_arena_check(const fz_arena *a, pe_status st, const char *fn) {
+  if (st == PE_OK)
+    fz_arena_check_mask(a, fn);
+  else
+    fz_arena_check_unchanged(a, fn);
+}
+
+/* An output array of `bytes` bytes between FZ_GUARD canary bytes, its first
+ * `writable` bytes writable, the snapshot taken. NULL if out of memory. */
+static inline void *fz_guarded(fz_arena *a, size_t bytes, size_t writable, uint64_t seed) {
+  if (!fz_arena_alloc(a, bytes, seed)) return NULL;
+  memset(a->mask + FZ_GUARD, 1, writable);
+  fz_arena_snapshot(a);
+  return a->mem + FZ_GUARD;
+}
+
 /* What the fuzzer built, and what it knows about it. */
 typedef struct fz_view {
   pe_tensor t;
@@ -422,8 +439,8 @@ static inline int fz_place(fz *f, fz_tensors *ts, int n, int share, const int64_
     __int128 span = ((__int128)v->hi - v->lo + 1) * (__int128)es;
     if (span > FZ_MAX_ARENA) return 0;
     if (share) {
-      /* Multiples of 4 bytes: every dtype stays aligned (see the report on
-       * misaligned data, which the API does not yet rule on). */
+      /* Multiples of 4 bytes: every view stays aligned to its element size
+       * (posenc.h refuses misaligned data; these targets fuzz the rest). */
       base_off[i] = i == 0 ? 0 : fz_range(f, -2048, 2048) * 4;
       int64_t l = base_off[i] + v->lo * (int64_t)es, h = base_off[i] + (v->hi + 1) * (int64_t)es;
       if (i == 0 || l < glo) glo = l;
@@ -515,12 +532,7 @@ static inline int fz_views_overlap(const fz_tensors *ts, int i, int j, int share
 }
 
 static inline void fz_tensors_check(const fz_tensors *ts, pe_status st, const char *fn) {
-  for (int i = 0; i < 4; i++) {
-    if (st == PE_OK)
-      fz_arena_check_mask(&ts->arena[i], fn);
-    else
-      fz_arena_check_unchanged(&ts->arena[i], fn);
-  }
+  for (int i = 0; i < 4; i++) fz_arena_check(&ts->arena[i], st, fn);
 }
 
 /* Any view the API requires to be refused (bad description, or a written
@@ -562,11 +574,72 @@ static inline int64_t *fz_positions(fz *f, int64_t batch, int64_t tokens, int64_
   return p;
 }
 
-/* ISA and pool: the first bytes of every input choose the kernel path, so the
- * SIMD kernels are fuzzed with the same inputs as the scalar one. */
+/* slot_mapping of a paged-cache store into a cache of shape cache_shape
+ * ([num_blocks, kv_heads, block_size, head_dim]): batch x tokens entries
+ * exactly (*n of them), or NULL (one input in 16, and large shapes).
+ * Distinct slots mostly, some -1 (padding), sometimes an int64 edge, a
+ * duplicate or one past the last slot: *bad when the API must refuse them.
+ * 0 when out of memory. */
+static inline int fz_slot_mapping(fz *f, const int64_t cache_shape[4], int64_t batch, int64_t tokens,
+                                  int64_t **out, int64_t *n, int *bad) {
+  __int128 ns = (__int128)cache_shape[0] * cache_shape[2];
+  int64_t nslots = ns > INT64_MAX ? INT64_MAX : ns < 0 ? 0 : (int64_t)ns;
+  int small = batch >= 0 && tokens >= 0 && batch <= 4096 && tokens <= 4096;
+  int64_t *slots = NULL;
+  *n = small ? batch * tokens : 0;
+  *out = NULL;
+  *bad = 0;
+  uint32_t smode = fz_u8(f) % 16;
+  if (smode == 0 || !small || *n > 4096) return 1;
+  slots = malloc((size_t)(*n ? *n : 1) * sizeof *slots);
+  if (!slots) return 0;
+  if (!*n) slots[0] = -7; /* never read by an empty call */
+  int64_t start = fz_range(f, 0, 255), step = 2 * fz_range(f, 0, 7) + 1;
+  for (int64_t i = 0; i < *n; i++) {
+    /* distinct while i < nslots (step is odd; nslots may be even: then the
+     * harness detects the duplicates below) */
+    slots[i] = i < nslots && nslots > 0 ? (start + i * step) % nslots : -1;
+    if ((fz_u8(f) & 7) == 0) slots[i] = -1;
+  }
+  if (smode == 1 && *n) slots[fz_range(f, 0, *n - 1)] = fz_edge_i64(f);
+  if (smode == 2 && *n > 1) slots[fz_range(f, 1, *n - 1)] = slots[0];
+  if (smode == 3 && *n) slots[fz_range(f, 0, *n - 1)] = nslots;
+  for (int64_t i = 0; i < *n; i++) {
+    if (slots[i] < -1 || slots[i] >= nslots) *bad = 1;
+    for (int64_t j = 0; j < i && !*bad; j++)
+      if (slots[i] >= 0 && slots[i] == slots[j]) *bad = 1;
+  }
+  *out = slots;
+  return 1;
+}
+
+/* The rows of cache view t (its data inside arena a) that the n slots
+ * used (>= 0) name, every head: writable by a successful store. */
+static inline void fz_mark_slot_rows(fz_arena *a, const pe_tensor *t, const int64_t *slots, int64_t n) {
+  size_t es = fz_esize(t->dtype);
+  for (int64_t i = 0; i < n; i++) {
+    if (slots[i] < 0) continue;
+    int64_t blk = slots[i] / t->shape[2], row = slots[i] % t->shape[2];
+    for (int64_t h = 0; h < t->shape[1]; h++) {
+      int64_t off = blk * t->stride[0] + h * t->stride[1] + row * t->stride[2];
+      unsigned char *p = (unsigned char *)t->data + off * (int64_t)es;
+      memset(a->mask + (p - a->mem), 1, (size_t)t->shape[3] * es);
+    }
+  }
+}
+
+/* ISA and pool: the first byte of every input chooses the kernel path, so the
+ * SIMD kernels are fuzzed with the same inputs as the scalar one, and
+ * whether the call gets the 2-thread pool that every target makes once, in
+ * libFuzzer's initialisation (made later, it would look like a leak of the
+ * first input). */
 static pe_threadpool *fz_pool;
-static inline void fz_setup(void) {
-  if (!fz_pool) (void)pe_threadpool_create(2, &fz_pool);
+int LLVMFuzzerInitialize(int *argc, char ***argv);
+int LLVMFuzzerInitialize(int *argc, char ***argv) {
+  (void)argc;
+  (void)argv;
+  (void)pe_threadpool_create(2, &fz_pool);
+  return 0;
 }
 
 static inline pe_threadpool *fz_choose(fz *f) {
@@ -574,6 +647,29 @@ static inline pe_threadpool *fz_choose(fz *f) {
   uint32_t b = fz_u8(f);
   (void)pe_force_isa(isas[b & 3]); /* an ISA the CPU lacks is refused, fine */
   return (b & 4) ? fz_pool : NULL;
+}
+
+/* One written view (ts->v[0], its shape set), every channel writable: its
+ * dtype and strides from the fuzz bytes, then placed. 0 when it cannot be
+ * backed (the input is skipped; nothing to free). */
+static inline int fz_place_written(fz *f, fz_tensors *ts) {
+  ts->v[0].t.dtype = fz_dtype(f);
+  fz_strides(f, ts->v[0].t.shape, ts->v[0].t.stride);
+  const int64_t c0[1] = {0}, c1[1] = {INT64_MAX};
+  if (fz_place(f, ts, 1, 0, c0, c1, fz_bits(f, 8))) return 1;
+  fz_tensors_free(ts);
+  return 0;
+}
+
+/* The contract after a call made with fz_set_sentinel() just before it: a
+ * failure sets its own error message; a call that must be refused (why,
+ * when known, says which rule) is; the bytes of ts (when given) are as
+ * fz_tensors_check requires. */
+static inline void fz_check_call(const char *fn, pe_status st, int must_fail, const char *why,
+                                 const fz_tensors *ts) {
+  if (st != PE_OK) fz_check_error_message(fn, st);
+  if (st == PE_OK && must_fail) fz_die(fn, why ? why : "accepted arguments it must refuse");
+  if (ts) fz_tensors_check(ts, st, fn);
 }
 
 #endif

@@ -6,13 +6,6 @@
  * Use with fuzz_hf_config.dict (the keys transformers reads). */
 #include "fuzz_common.h"
 
-int LLVMFuzzerInitialize(int *argc, char ***argv) {
-  (void)argc;
-  (void)argv;
-  fz_setup();
-  return 0;
-}
-
 /* The per-layer loader on the same text (tables kept small: -1 would ask
  * for max_position_embeddings rows). Same rules: *out untouched and an
  * error set on failure; every layer's cache valid on success. */

@@ -1,4 +1,4 @@
-/* fuzz_kv_quant.c - the quantized-cache entry points (issue 17):
+/* fuzz_kv_quant.c - the quantized-cache entry points (posenc.h, pe_kv_cache):
  * pe_qk_norm_rope_store into FP8 / Q8_0 / plain caches, pe_kv_read,
  * pe_rope_shift_k_cache and pe_rope_rerotate_k_cache, with fuzzed formats
  * (including values that are not a pe_kv_quant), scales (valid, 0, negative,
@@ -47,7 +47,6 @@ static void mark_rows(fz_arena *a, const unsigned char *base, uint32_t q, int64_
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   fz f = {data, size};
-  fz_setup();
   pe_threadpool *pool = fz_choose(&f);
   int op = (int)(fz_u8(&f) & 3);
   uint32_t kq = fz_u8(&f) % 5, vq = fz_u8(&f) % 5; /* 4: not a pe_kv_quant */

@@ -3,13 +3,6 @@
  * the table's end. The table is read only: no byte of it may change. */
 #include "fuzz_common.h"
 
-int LLVMFuzzerInitialize(int *argc, char ***argv) {
-  (void)argc;
-  (void)argv;
-  fz_setup();
-  return 0;
-}
-
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   fz f = {data, size};
   pe_threadpool *pool = fz_choose(&f);
@@ -46,9 +39,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   FZ_MUST_FAIL_IF(x && t && fz_views_overlap(&ts, 0, 1, share) == 1);
   fz_set_sentinel();
   pe_status st = pe_learned_add(x, t, pos, pool);
-  if (st != PE_OK) fz_check_error_message("pe_learned_add", st);
-  if (st == PE_OK && must_fail) fz_die("pe_learned_add", why);
-  fz_tensors_check(&ts, st, "pe_learned_add");
+  fz_check_call("pe_learned_add", st, must_fail, why, &ts);
   free(pos);
   fz_tensors_free(&ts);
   return 0;

@@ -8,12 +8,6 @@
 
 static const char FN[] = "pe_mrope_section_from_hf_config";
 
-int LLVMFuzzerInitialize(int *argc, char ***argv) {
-  (void)argc;
-  (void)argv;
-  return 0;
-}
-
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   char *json = malloc(size ? size : 1);
   if (!json) return 0;

@@ -12,34 +12,12 @@
 
 static const char FN_IP[] = "pe_qk_norm_rope", FN_ST[] = "pe_qk_norm_rope_store";
 
-int LLVMFuzzerInitialize(int *argc, char ***argv) {
-  (void)argc;
-  (void)argv;
-  fz_setup();
-  return 0;
-}
-
-/* Mark rows of the slots used in cache view v (arena a) writable. */
-static void mark_slots(fz_arena *a, const pe_tensor *t, const int64_t *slots, int64_t n) {
-  size_t es = fz_esize(t->dtype);
-  for (int64_t i = 0; i < n; i++) {
-    if (slots[i] < 0) continue;
-    int64_t blk = slots[i] / t->shape[2], row = slots[i] % t->shape[2];
-    for (int64_t h = 0; h < t->shape[1]; h++) {
-      int64_t off = blk * t->stride[0] + h * t->stride[1] + row * t->stride[2];
-      unsigned char *p = (unsigned char *)t->data + off * (int64_t)es;
-      memset(a->mask + (p - a->mem), 1, (size_t)t->shape[3] * es);
-    }
-  }
-}
-
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
-  fz f = {data, size};
-  pe_threadpool *pool = fz_choose(&f);
-  int32_t hd = 0, rd = 0;
-  int64_t maxp = 0;
-  pe_rope_cache *c = fz_cache(&f, FN_ST, &hd, &rd, &maxp);
+  fz_rope_target r;
+  pe_rope_cache *c = fz_rope_begin(&r, data, size, FN_ST);
   if (!c) return 0;
+  fz f = r.f; /* the bytes after the cache */
+  const int32_t hd = r.hd, rd = r.rd;
 
   /* mode 0: in place [q, k]; 1: store [q, k, k_cache]; 2: store [v, k, k_cache, v_cache] */
   int mode = (int)(fz_u8(&f) % 3);
@@ -141,35 +119,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   if ((fz_u8(&f) & 31) == 0) kv.v_scale = wbuf[0] ? wbuf[0] : (const float *)&kv, bad_reserved = 1;
 
   /* slot_mapping [batch][tokens], exactly that long */
-  int64_t *slots = NULL, n = 0, nslots = 0;
+  int64_t *slots = NULL, n = 0;
   int bad_slot = 0;
-  if (mode) {
-    const int64_t *cs = b.v[2].t.shape;
-    __int128 ns = (__int128)cs[0] * cs[2];
-    nslots = ns > INT64_MAX ? INT64_MAX : ns < 0 ? 0 : (int64_t)ns;
-    int small = batch >= 0 && tokens >= 0 && batch <= 4096 && tokens <= 4096;
-    n = small ? batch * tokens : 0;
-    uint32_t smode = fz_u8(&f) % 16;
-    if (smode != 0 && small && n <= 4096) {
-      slots = malloc((size_t)(n ? n : 1) * sizeof *slots);
-      if (!slots) goto out_w;
-      if (!n) slots[0] = -7;
-      int64_t start = fz_range(&f, 0, 255), step = 2 * fz_range(&f, 0, 7) + 1;
-      for (int64_t i = 0; i < n; i++) {
-        slots[i] = i < nslots && nslots > 0 ? (start + i * step) % nslots : -1;
-        if ((fz_u8(&f) & 7) == 0) slots[i] = -1;
-      }
-      if (smode == 1 && n) slots[fz_range(&f, 0, n - 1)] = fz_edge_i64(&f);
-      if (smode == 2 && n > 1) slots[fz_range(&f, 1, n - 1)] = slots[0];
-      for (int64_t i = 0; i < n; i++) {
-        if (slots[i] < -1 || slots[i] >= nslots) bad_slot = 1;
-        for (int64_t j = 0; j < i && !bad_slot; j++)
-          if (slots[i] >= 0 && slots[i] == slots[j]) bad_slot = 1;
-      }
-    }
-  }
+  if (mode && !fz_slot_mapping(&f, b.v[2].t.shape, batch, tokens, &slots, &n, &bad_slot)) goto out_w;
   int bad_pos = 0;
-  int64_t *pos = fz_positions(&f, batch, tokens, maxp, &bad_pos, 1);
+  int64_t *pos = fz_positions(&f, batch, tokens, r.maxp, &bad_pos, 1);
   uint32_t flags = (fz_u8(&f) & 7) == 0 ? (uint32_t)fz_bits(&f, 4) : (fz_u8(&f) & 1);
 
   int must_fail = 0;
@@ -180,7 +134,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   FZ_MUST_FAIL_IF(nm.kind <= PE_QK_NORM_L2 && nm.scope <= PE_QK_NORM_PER_TOKEN && bad_weight);
   FZ_MUST_FAIL_IF(flags & ~PE_ROPE_INVERSE);
   FZ_MUST_FAIL_IF(!all_empty && bad_pos);
-  FZ_MUST_FAIL_IF(!all_empty && !pos && maxp > 0 && tokens > maxp);
+  FZ_MUST_FAIL_IF(!all_empty && !pos && r.maxp > 0 && tokens > r.maxp);
   FZ_MUST_FAIL_IF(!q && !k);
   for (int i = 0; i < nv; i++) {
     if (i == 0 && mode != 2 && !q) continue;
@@ -213,17 +167,15 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
 
   if (!must_fail && mode) {
     fz_arena *a = share ? &b.arena[0] : &b.arena[2];
-    if (b.v[2].walked && !b.v[2].empty) mark_slots(a, kc, slots, n);
+    if (b.v[2].walked && !b.v[2].empty) fz_mark_slot_rows(a, kc, slots, n);
     if (mode == 2 && b.v[3].walked && !b.v[3].empty)
-      mark_slots(share ? &b.arena[0] : &b.arena[3], vc, slots, n);
+      fz_mark_slot_rows(share ? &b.arena[0] : &b.arena[3], vc, slots, n);
   }
 
   fz_set_sentinel();
-  pe_status st = mode ? pe_qk_norm_rope_store(c, &nm, q, k, v, &kv, slots, pos, flags, pool)
-                      : pe_qk_norm_rope(c, &nm, q, k, pos, flags, pool);
-  if (st != PE_OK) fz_check_error_message(FN, st);
-  if (st == PE_OK && must_fail) fz_die(FN, why);
-  fz_tensors_check(&b, st, FN);
+  pe_status st = mode ? pe_qk_norm_rope_store(c, &nm, q, k, v, &kv, slots, pos, flags, r.pool)
+                      : pe_qk_norm_rope(c, &nm, q, k, pos, flags, r.pool);
+  fz_check_call(FN, st, must_fail, why, &b);
   free(pos);
   free(slots);
 out_w:

@@ -5,19 +5,9 @@
 
 static const char FN[] = "pe_rope_cache_create";
 
-int LLVMFuzzerInitialize(int *argc, char ***argv) {
-  (void)argc;
-  (void)argv;
-  fz_setup();
-  return 0;
-}
-
 /* n floats with FZ_GUARD canary bytes on both sides. */
 static float *guarded_floats(fz_arena *a, size_t n) {
-  if (!fz_arena_alloc(a, n * sizeof(float), 0x5eed)) return NULL;
-  memset(a->mask + FZ_GUARD, 1, n * sizeof(float));
-  fz_arena_snapshot(a);
-  return (float *)(void *)(a->mem + FZ_GUARD);
+  return fz_guarded(a, n * sizeof(float), n * sizeof(float), 0x5eed);
 }
 
 static void check_accessors(fz *f, pe_rope_cache *c) {
@@ -43,8 +33,7 @@ static void check_accessors(fz *f, pe_rope_cache *c) {
     if (st != PE_OK) fz_check_error_message("pe_rope_cache_params", st);
     if (st == PE_OK && n < offsetof(pe_rope_params, max_positions) + sizeof(int64_t))
       fz_die("pe_rope_cache_params", "accepted a struct_size below the oldest layout");
-    if (st == PE_OK) fz_arena_check_mask(&a, "pe_rope_cache_params");
-    else fz_arena_check_unchanged(&a, "pe_rope_cache_params");
+    fz_arena_check(&a, st, "pe_rope_cache_params");
     fz_arena_free(&a);
   }
 

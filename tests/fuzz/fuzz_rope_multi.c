@@ -8,13 +8,6 @@
 
 static const char FN[] = "pe_apply_rope_qk_multi";
 
-int LLVMFuzzerInitialize(int *argc, char ***argv) {
-  (void)argc;
-  (void)argv;
-  fz_setup();
-  return 0;
-}
-
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   fz f = {data, size};
   pe_threadpool *pool = fz_choose(&f);
@@ -81,26 +74,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   }
   int32_t hd = got[0].head_dim, rd = got[0].rotary_dim;
 
-  uint32_t which = fz_u8(&f) % 8;
-  int use_q = which != 1 && which != 7, use_k = which != 0 && which != 7;
-  int share = (fz_u8(&f) & 3) == 0;
-  fz_tensors b;
-  memset(&b, 0, sizeof b);
-  int64_t *qs = b.v[0].t.shape, *ks = b.v[1].t.shape;
-  fz_shape(&f, qs, 4, 4, 6, hd);
-  memcpy(ks, qs, 4 * sizeof(int64_t));
-  ks[1] = fz_range(&f, 1, 4);
-  if ((fz_u8(&f) & 15) == 0) ks[fz_u8(&f) % 4] = fz_range(&f, 1, 5);
-  b.v[0].t.dtype = fz_dtype(&f);
-  b.v[1].t.dtype = (fz_u8(&f) & 1) ? b.v[0].t.dtype : fz_dtype(&f);
-  fz_strides(&f, qs, b.v[0].t.stride);
-  fz_strides(&f, ks, b.v[1].t.stride);
-  const int64_t c0[2] = {0, 0}, c1[2] = {rd, rd};
+  fz_qk qk;
   int32_t *index = NULL;
   int64_t *pos = NULL;
-  if (!fz_place(&f, &b, 2, share, c0, c1, fz_bits(&f, 8))) goto out;
-  const pe_tensor *q = use_q ? &b.v[0].t : NULL, *k = use_k ? &b.v[1].t : NULL;
-  int64_t batch = use_q ? qs[0] : ks[0], tokens = use_q ? qs[2] : ks[2];
+  if (!fz_qk_views(&f, &qk, 4, hd, rd, 0)) goto out;
+  int64_t batch = qk.batch, tokens = qk.tokens;
   int small = batch >= 0 && tokens >= 0 && batch <= 64 && tokens <= 64;
 
   /* cache_index [batch]: NULL is allowed only with one cache */
@@ -142,29 +120,22 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     bad_pos = 1;
   uint32_t flags = (fz_u8(&f) & 7) == 0 ? (uint32_t)fz_bits(&f, 4) : (fz_u8(&f) & 1);
 
-  int must_fail = 0;
   const char *why = NULL;
+  int must_fail = fz_qk_must_fail(&qk, hd, &why);
   FZ_MUST_FAIL_IF(bad_n);
   FZ_MUST_FAIL_IF(null_cache);
   FZ_MUST_FAIL_IF(geometry_differs);
   FZ_MUST_FAIL_IF(bad_index);
   FZ_MUST_FAIL_IF(bad_pos);
-  FZ_MUST_FAIL_IF(!q && !k);
-  FZ_MUST_FAIL_IF(q && (!b.v[0].valid_desc || b.v[0].aliased || qs[3] != hd));
-  FZ_MUST_FAIL_IF(k && (!b.v[1].valid_desc || b.v[1].aliased || ks[3] != hd));
-  FZ_MUST_FAIL_IF(q && k && (qs[0] != ks[0] || qs[2] != ks[2]));
-  FZ_MUST_FAIL_IF(q && k && fz_views_overlap(&b, 0, 1, share) == 1);
   FZ_MUST_FAIL_IF(flags & ~PE_ROPE_INVERSE);
 
   fz_set_sentinel();
-  pe_status st = pe_apply_rope_qk_multi(caches, n_caches, index, q, k, pos, flags, pool);
-  if (st != PE_OK) fz_check_error_message(FN, st);
-  if (st == PE_OK && must_fail) fz_die(FN, why);
-  fz_tensors_check(&b, st, FN);
+  pe_status st = pe_apply_rope_qk_multi(caches, n_caches, index, qk.q, qk.k, pos, flags, pool);
+  fz_check_call(FN, st, must_fail, why, &qk.b);
 out:
   free(index);
   free(pos);
-  fz_tensors_free(&b);
+  fz_tensors_free(&qk.b);
   free(caches);
 done:
   for (int i = 0; i < 4; i++) pe_rope_cache_destroy(own[i]);

@@ -114,9 +114,8 @@ static inline pe_rope_params *fz_rope_params(fz *f, fz_rope_arrays *arr, int sma
     if (zs & 1) arr->raw[sizeof *p + fz_range(f, 0, extra - 1)] = (unsigned char)(1 + fz_u8(f) % 255);
   } else if (zs >= 0xe0) {
     /* An older caller's struct ends on a field boundary. A size inside a
-     * field (a torn pointer) is left out: what the library should do with it
-     * is an open question (reported: rope.c copies the partial pointer and
-     * dereferences it). */
+     * field (half a pointer) is left out: posenc.h does not say what it does
+     * (the library refuses it), so the contract here cannot require it. */
     static const size_t ends[] = {
         0, 1, 4, offsetof(pe_rope_params, head_dim) + 4, offsetof(pe_rope_params, style) + 4,
         offsetof(pe_rope_params, base) + 8, offsetof(pe_rope_params, max_positions) + 8,
@@ -156,6 +155,119 @@ static inline pe_rope_cache *fz_cache(fz *f, const char *fn, int32_t *head_dim, 
   }
   fz_rope_arrays_free(&arr);
   return c;
+}
+
+/* The start of the rotation targets: the ISA and pool, then a cache from the
+ * fuzz bytes with its resolved geometry. */
+typedef struct fz_rope_target {
+  fz f;
+  pe_threadpool *pool;
+  pe_rope_cache *c; /* NULL: the parameters were refused, skip the input */
+  int32_t hd, rd;
+  int64_t maxp;
+} fz_rope_target;
+
+static inline pe_rope_cache *fz_rope_begin(fz_rope_target *r, const uint8_t *data, size_t size,
+                                           const char *fn) {
+  r->f = (fz){data, size};
+  r->pool = fz_choose(&r->f);
+  r->hd = r->rd = 0;
+  r->maxp = 0;
+  r->c = fz_cache(&r->f, fn, &r->hd, &r->rd, &r->maxp);
+  return r->c;
+}
+
+/* q and k of a rotation call, as the fuzzer chooses them: which are given
+ * (q only, k only, both, neither), whether they are views of one allocation
+ * (packed QKV, overlapping), q's shape (batch up to max_batch) and k's from
+ * it with its own head count and sometimes another dimension, dtypes,
+ * strides. Only the rotated channels [0, rd) may change. */
+typedef struct fz_qk {
+  fz_tensors b; /* v[0] q, v[1] k */
+  int share;
+  const pe_tensor *q, *k; /* NULL when not given */
+  int64_t batch, tokens;  /* the call's: q's, else k's */
+} fz_qk;
+
+/* 0 when the views cannot be backed (the input is skipped; nothing to
+ * free). other_dim: sometimes give q and k a head_dim of 1..300 instead of
+ * the cache's. */
+static inline int fz_qk_views(fz *f, fz_qk *v, int64_t max_batch, int32_t hd, int32_t rd,
+                              int other_dim) {
+  uint32_t which = fz_u8(f) % 8;
+  int use_q = which != 1 && which != 7, use_k = which != 0 && which != 7;
+  v->share = (fz_u8(f) & 3) == 0;
+  memset(&v->b, 0, sizeof v->b);
+  int64_t *qs = v->b.v[0].t.shape, *ks = v->b.v[1].t.shape;
+  fz_shape(f, qs, max_batch, 4, 6, hd);
+  memcpy(ks, qs, 4 * sizeof(int64_t));
+  ks[1] = fz_range(f, 1, 4);
+  if ((fz_u8(f) & 15) == 0) ks[fz_u8(f) % 4] = fz_range(f, 1, 5); /* mismatches */
+  if (other_dim && (fz_u8(f) & 31) == 0) qs[3] = ks[3] = fz_range(f, 1, 300);
+  v->b.v[0].t.dtype = fz_dtype(f);
+  v->b.v[1].t.dtype = (fz_u8(f) & 1) ? v->b.v[0].t.dtype : fz_dtype(f);
+  fz_strides(f, qs, v->b.v[0].t.stride);
+  fz_strides(f, ks, v->b.v[1].t.stride);
+  const int64_t c0[2] = {0, 0}, c1[2] = {rd, rd};
+  if (!fz_place(f, &v->b, 2, v->share, c0, c1, fz_bits(f, 8))) {
+    fz_tensors_free(&v->b);
+    return 0;
+  }
+  v->q = use_q ? &v->b.v[0].t : NULL;
+  v->k = use_k ? &v->b.v[1].t : NULL;
+  v->batch = use_q ? qs[0] : ks[0];
+  v->tokens = use_q ? qs[2] : ks[2];
+  return 1;
+}
+
+/* What every rotation call must refuse about q and k, for a cache of
+ * head_dim hd (written tensors: no aliasing, no shared element). */
+static inline int fz_qk_must_fail(const fz_qk *v, int32_t hd, const char **reason) {
+  int must_fail = 0;
+  const char *why = *reason;
+  const int64_t *qs = v->b.v[0].t.shape, *ks = v->b.v[1].t.shape;
+  const pe_tensor *q = v->q, *k = v->k;
+  FZ_MUST_FAIL_IF(!q && !k);
+  FZ_MUST_FAIL_IF(q && (!v->b.v[0].valid_desc || v->b.v[0].aliased || qs[3] != hd));
+  FZ_MUST_FAIL_IF(k && (!v->b.v[1].valid_desc || v->b.v[1].aliased || ks[3] != hd));
+  FZ_MUST_FAIL_IF(q && k && (qs[0] != ks[0] || qs[2] != ks[2]));
+  /* q and k may be views of one buffer (packed QKV) but share no element */
+  FZ_MUST_FAIL_IF(q && k && fz_views_overlap(&v->b, 0, 1, v->share) == 1);
+  *reason = why;
+  return must_fail;
+}
+
+/* Positions [n_axes][batch][tokens] of a multi-axis call, exactly that long,
+ * into *out: NULL for one input in four and for large shapes, else each axis
+ * counting from its own start (capped below maxp, when the cache has a
+ * table), sometimes with an edge value on any axis. *bad: an entry the API
+ * must refuse. 0 when out of memory. */
+static inline int fz_axis_positions(fz *f, int n_axes, int64_t batch, int64_t tokens, int64_t maxp,
+                                    int64_t **out, int *bad) {
+  *out = NULL;
+  *bad = 0;
+  if ((fz_u8(f) & 3) == 0 || batch <= 0 || tokens <= 0 || batch > 1024 || tokens > 1024 ||
+      batch * tokens > 1024)
+    return 1;
+  int64_t n = batch * tokens;
+  int64_t *pos = malloc((size_t)(n_axes * n) * sizeof *pos);
+  if (!pos) return 0;
+  int64_t top = maxp > 0 ? maxp - 1 : 1000000;
+  for (int a = 0; a < n_axes; a++) {
+    int64_t start = fz_range(f, 0, top);
+    for (int64_t i = 0; i < n; i++) {
+      int64_t v = start + (i % tokens) * (a + 1) / 2;
+      pos[a * n + i] = v > top ? top : v;
+    }
+  }
+  if ((fz_u8(f) & 3) == 0) {
+    int64_t at = fz_range(f, 0, n_axes * n - 1);
+    pos[at] = (fz_u8(f) & 1) ? fz_edge_i64(f) : maxp;
+  }
+  for (int64_t i = 0; i < n_axes * n; i++)
+    if (pos[i] < 0 || (maxp > 0 && pos[i] >= maxp) || pos[i] >= ((int64_t)1 << 53)) *bad = 1;
+  *out = pos;
+  return 1;
 }
 
 #endif

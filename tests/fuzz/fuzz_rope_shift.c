@@ -3,13 +3,6 @@
  * tensors of any layout and dtype, deltas and positions at the edges. */
 #include "fuzz_rope_params.h"
 
-int LLVMFuzzerInitialize(int *argc, char ***argv) {
-  (void)argc;
-  (void)argv;
-  fz_setup();
-  return 0;
-}
-
 static pe_rope_cache *make_cache(pe_rope_params *p, pe_rope_params *got) {
   pe_rope_cache *c = NULL;
   if (pe_rope_cache_create(p, &c) != PE_OK) return NULL;
@@ -89,9 +82,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     st = pe_rope_shift_k(from, k, d, pool);
     free(d);
   }
-  if (st != PE_OK) fz_check_error_message(fn, st);
-  if (st == PE_OK && must_fail) fz_die(fn, "accepted arguments the API requires it to refuse");
-  fz_tensors_check(&ts, st, fn);
+  fz_check_call(fn, st, must_fail, NULL, &ts);
 out_ts:
   fz_tensors_free(&ts);
 out:

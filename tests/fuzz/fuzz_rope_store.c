@@ -10,20 +10,12 @@
 
 static const char FN[] = "pe_apply_rope_qk_store";
 
-int LLVMFuzzerInitialize(int *argc, char ***argv) {
-  (void)argc;
-  (void)argv;
-  fz_setup();
-  return 0;
-}
-
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
-  fz f = {data, size};
-  pe_threadpool *pool = fz_choose(&f);
-  int32_t hd = 0, rd = 0;
-  int64_t maxp = 0;
-  pe_rope_cache *c = fz_cache(&f, FN, &hd, &rd, &maxp);
+  fz_rope_target r;
+  pe_rope_cache *c = fz_rope_begin(&r, data, size, FN);
   if (!c) return 0;
+  fz f = r.f; /* the bytes after the cache */
+  const int32_t hd = r.hd, rd = r.rd;
 
   int use_q = (fz_u8(&f) & 3) != 0, use_k = (fz_u8(&f) & 63) != 0;
   int share = (fz_u8(&f) & 3) == 0;
@@ -53,34 +45,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   int64_t batch = ks[0], tokens = ks[2];
 
   /* slot_mapping [batch][tokens], exactly that long */
-  __int128 nslots128 = (__int128)cs[0] * cs[2];
-  int64_t nslots = nslots128 > INT64_MAX ? INT64_MAX : nslots128 < 0 ? 0 : (int64_t)nslots128;
-  int small = batch >= 0 && tokens >= 0 && batch <= 4096 && tokens <= 4096;
-  int64_t *slots = NULL, n = small ? batch * tokens : 0;
+  int64_t *slots = NULL, n = 0;
   int bad_slot = 0;
-  uint32_t smode = fz_u8(&f) % 16;
-  if (smode != 0 && small && n <= 4096) {
-    slots = malloc((size_t)(n ? n : 1) * sizeof *slots);
-    if (!slots) goto out;
-    if (!n) slots[0] = -7; /* never read by an empty call */
-    int64_t start = fz_range(&f, 0, 255), step = 2 * fz_range(&f, 0, 7) + 1;
-    for (int64_t i = 0; i < n; i++) {
-      /* distinct while i < nslots (step is odd; nslots may be even: then
-       * the harness detects the duplicates below) */
-      slots[i] = i < nslots && nslots > 0 ? (start + i * step) % nslots : -1;
-      if ((fz_u8(&f) & 7) == 0) slots[i] = -1;
-    }
-    if (smode == 1 && n) slots[fz_range(&f, 0, n - 1)] = fz_edge_i64(&f);
-    if (smode == 2 && n > 1) slots[fz_range(&f, 1, n - 1)] = slots[0];
-    if (smode == 3 && n) slots[fz_range(&f, 0, n - 1)] = nslots;
-    for (int64_t i = 0; i < n; i++) {
-      if (slots[i] < -1 || slots[i] >= nslots) bad_slot = 1;
-      for (int64_t j = 0; j < i && !bad_slot; j++)
-        if (slots[i] >= 0 && slots[i] == slots[j]) bad_slot = 1;
-    }
-  }
+  if (!fz_slot_mapping(&f, cs, batch, tokens, &slots, &n, &bad_slot)) goto out;
   int bad_pos = 0;
-  int64_t *pos = fz_positions(&f, batch, tokens, maxp, &bad_pos, 1);
+  int64_t *pos = fz_positions(&f, batch, tokens, r.maxp, &bad_pos, 1);
   uint32_t flags = (fz_u8(&f) & 7) == 0 ? (uint32_t)fz_bits(&f, 4) : (fz_u8(&f) & 1);
 
   int must_fail = 0;
@@ -97,32 +66,19 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   FZ_MUST_FAIL_IF(q && (qs[0] != ks[0] || qs[2] != ks[2]));
   FZ_MUST_FAIL_IF(cs[1] != ks[1]);
   FZ_MUST_FAIL_IF(flags & ~PE_ROPE_INVERSE);
-  FZ_MUST_FAIL_IF(!pos && maxp > 0 && batch > 0 && tokens > maxp);
+  FZ_MUST_FAIL_IF(!pos && r.maxp > 0 && batch > 0 && tokens > r.maxp);
   /* no element shared between a written tensor and another */
   FZ_MUST_FAIL_IF(q && k && fz_views_overlap(&b, 0, 1, share) == 1);
   FZ_MUST_FAIL_IF(k && fz_views_overlap(&b, 1, 2, share) == 1);
   FZ_MUST_FAIL_IF(q && fz_views_overlap(&b, 0, 2, share) == 1);
 
   /* The cache rows a successful call may write: those of the slots used. */
-  if (!must_fail && b.v[2].walked && !b.v[2].empty) {
-    fz_arena *a = share ? &b.arena[0] : &b.arena[2];
-    size_t es = fz_esize(kc->dtype);
-    for (int64_t i = 0; i < n; i++) {
-      if (slots[i] < 0) continue;
-      int64_t blk = slots[i] / cs[2], row = slots[i] % cs[2];
-      for (int64_t h = 0; h < cs[1]; h++) {
-        int64_t off = blk * kc->stride[0] + h * kc->stride[1] + row * kc->stride[2];
-        unsigned char *p = (unsigned char *)kc->data + off * (int64_t)es;
-        memset(a->mask + (p - a->mem), 1, (size_t)hd * es);
-      }
-    }
-  }
+  if (!must_fail && b.v[2].walked && !b.v[2].empty)
+    fz_mark_slot_rows(share ? &b.arena[0] : &b.arena[2], kc, slots, n);
 
   fz_set_sentinel();
-  pe_status st = pe_apply_rope_qk_store(c, q, k, kc, slots, pos, flags, pool);
-  if (st != PE_OK) fz_check_error_message(FN, st);
-  if (st == PE_OK && must_fail) fz_die(FN, why);
-  fz_tensors_check(&b, st, FN);
+  pe_status st = pe_apply_rope_qk_store(c, q, k, kc, slots, pos, flags, r.pool);
+  fz_check_call(FN, st, must_fail, why, &b);
   free(pos);
 out:
   free(slots);

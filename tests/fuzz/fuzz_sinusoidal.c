@@ -2,13 +2,6 @@
  * int64 edge) and pe_sinusoidal_add (x of any layout and dtype). */
 #include "fuzz_common.h"
 
-int LLVMFuzzerInitialize(int *argc, char ***argv) {
-  (void)argc;
-  (void)argv;
-  fz_setup();
-  return 0;
-}
-
 static void fuzz_table(fz *f) {
   int64_t n = (fz_u8(f) & 7) ? fz_range(f, -2, 300) : fz_edge_i64(f);
   int32_t d = (fz_u8(f) & 7) ? (int32_t)fz_range(f, -2, 300) : (int32_t)fz_edge_i64(f);
@@ -20,10 +13,9 @@ static void fuzz_table(fz *f) {
   if (!overflow && elems * 4 > FZ_MAX_ARENA) return;
   size_t bytes = elems > 0 && !overflow ? (size_t)elems * 4 : 64;
   fz_arena a;
-  if (!fz_arena_alloc(&a, bytes, 9)) return;
-  if (!overflow) memset(a.mask + FZ_GUARD, 1, (size_t)elems * 4);
-  fz_arena_snapshot(&a);
-  float *out = (fz_u8(f) & 31) ? (float *)(void *)(a.mem + FZ_GUARD) : NULL;
+  float *out = fz_guarded(&a, bytes, overflow ? 0 : (size_t)elems * 4, 9);
+  if (!out) return;
+  if (!(fz_u8(f) & 31)) out = NULL;
   /* n_positions 0 is an empty table (the header does not forbid it). */
   int must_fail = (!out && n > 0) || n < 0 || d <= 0 || overflow || !isfinite(base) || !(base > 0) ||
                   (flags & ~PE_SINUSOIDAL_CONCAT) || ((flags & PE_SINUSOIDAL_CONCAT) && d < 4);
@@ -36,8 +28,7 @@ static void fuzz_table(fz *f) {
              (long long)n, (int)d, base, (unsigned)flags, (void *)out);
     fz_die("pe_sinusoidal_table", msg);
   }
-  if (st == PE_OK) fz_arena_check_mask(&a, "pe_sinusoidal_table");
-  else fz_arena_check_unchanged(&a, "pe_sinusoidal_table");
+  fz_arena_check(&a, st, "pe_sinusoidal_table");
   fz_arena_free(&a);
 }
 
@@ -54,13 +45,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   fz_shape(&f, shape, 3, 1, 9, 1);
   if ((fz_u8(&f) & 15) == 0) shape[1] = fz_range(&f, 1, 3); /* [B,1,T,D] is required */
   shape[3] = fz_range(&f, 1, 130);
-  ts.v[0].t.dtype = fz_dtype(&f);
-  fz_strides(&f, shape, ts.v[0].t.stride);
-  const int64_t c0[1] = {0}, c1[1] = {INT64_MAX};
-  if (!fz_place(&f, &ts, 1, 0, c0, c1, fz_bits(&f, 8))) {
-    fz_tensors_free(&ts);
-    return 0;
-  }
+  if (!fz_place_written(&f, &ts)) return 0;
   int bad_pos = 0;
   int64_t *pos = fz_positions(&f, shape[0], shape[2], 0, &bad_pos, 1);
   double base = (fz_u8(&f) & 1) ? 10000.0 : fz_double(&f);
@@ -69,9 +54,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
                   !isfinite(base) || !(base > 0);
   fz_set_sentinel();
   pe_status st = pe_sinusoidal_add(&ts.v[0].t, pos, base, flags, pool);
-  if (st != PE_OK) fz_check_error_message("pe_sinusoidal_add", st);
-  if (st == PE_OK && must_fail) fz_die("pe_sinusoidal_add", "accepted arguments it must refuse");
-  fz_tensors_check(&ts, st, "pe_sinusoidal_add");
+  fz_check_call("pe_sinusoidal_add", st, must_fail, NULL, &ts);
   free(pos);
   fz_tensors_free(&ts);
   return 0;

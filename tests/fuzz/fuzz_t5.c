@@ -2,13 +2,6 @@
  * settings, and pe_t5_add_bias with score tensors of any layout and dtype. */
 #include "fuzz_common.h"
 
-int LLVMFuzzerInitialize(int *argc, char ***argv) {
-  (void)argc;
-  (void)argv;
-  fz_setup();
-  return 0;
-}
-
 static int32_t fz_buckets(fz *f) {
   return (fz_u8(f) & 7) ? (int32_t)fz_range(f, -2, 64) : (int32_t)fz_edge_i64(f);
 }
@@ -31,13 +24,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   int64_t *shape = ts.v[0].t.shape;
   fz_shape(&f, shape, 3, 5, 9, 1);
   shape[3] = fz_range(&f, 1, 40);
-  ts.v[0].t.dtype = fz_dtype(&f);
-  fz_strides(&f, shape, ts.v[0].t.stride);
-  const int64_t c0[1] = {0}, c1[1] = {INT64_MAX};
-  if (!fz_place(&f, &ts, 1, 0, c0, c1, fz_bits(&f, 8))) {
-    fz_tensors_free(&ts);
-    return 0;
-  }
+  if (!fz_place_written(&f, &ts)) return 0;
   int64_t heads = shape[1];
   /* The table is [num_buckets][heads], exactly (over-reads are ASan reports). */
   float *table = NULL;
@@ -53,9 +40,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   int must_fail = fz_tensors_must_fail(&ts, 1) || !table || nb < 2 || (flags & ~PE_MASK_CAUSAL) || bad_pos;
   fz_set_sentinel();
   pe_status st = pe_t5_add_bias(&ts.v[0].t, table, bidi, nb, maxd, qpos, flags, pool);
-  if (st != PE_OK) fz_check_error_message("pe_t5_add_bias", st);
-  if (st == PE_OK && must_fail) fz_die("pe_t5_add_bias", "accepted arguments it must refuse");
-  fz_tensors_check(&ts, st, "pe_t5_add_bias");
+  fz_check_call("pe_t5_add_bias", st, must_fail, NULL, &ts);
   free(qpos);
 out:
   free(table);
