@@ -11,12 +11,12 @@
  *    positions up to 2^24. Measured: at most 1.32 ulp of float32 at the
  *    value's own exponent (about 0.1% of values exceed 1 ulp: SLEEF's u10
  *    sincosf is itself up to 1 ulp, and the correction's fma rounds once
- *    more), 7.9e-8 absolute. Asserted: 1.5 ulp, and 1.5e-7 absolute (the
- *    library's bound against the exact angle).
+ *    more), 7.9e-8 absolute. Asserted: what posenc.h states for
+ *    pe_rope_cache_create, 1.5 ulp and 1e-7 absolute (ABS_BOUND).
  * 2b. Large positions: cos_sin, apply, shift (+-delta) and
  *    rerotate at positions 2^31 .. 2^53-1 against mpmath's cos/sin of the
  *    exact angle for the double frequencies (tests/data/exact_angles.h, from
- *    tests/gen_exact_angles.py): within 1.5e-7.
+ *    tests/gen_exact_angles.py): within ABS_BOUND (6.3e-8 measured).
  * 3. Golden: outputs for deterministic inputs (integer PRNG, no libm), written
  *    by the x86-64 build to tests/data/golden/rope.bin and checked byte for
  *    byte on every path, including NEON under qemu. Inputs are finite: NaN
@@ -295,6 +295,11 @@ static void differential_shapes(const char *path) {
 
 /* ---- tables ---- */
 
+/* posenc.h (pe_rope_cache_create): every cos/sin entry within 1e-7 of
+ * cos/sin of the exact angle for the double frequency, at every position
+ * below 2^53. */
+#define ABS_BOUND 1e-7
+
 static void cos_sin(const pe_rope_cache *c, int64_t pos, float *out, int32_t half) {
   assert_int_equal(pe_rope_cache_cos_sin(c, pos, out, out + half), PE_OK);
 }
@@ -411,7 +416,7 @@ static void table_accuracy(const char *path) {
            "positions <= 2^24; %ld above 1 ulp\n",
            path, worst, worst_abs, samples, over1);
     assert_true(worst <= 1.5);
-    assert_true(worst_abs <= 1.5e-7);
+    assert_true(worst_abs <= ABS_BOUND);
   }
   assert_int_equal(pe_force_isa("scalar"), PE_OK);
 }
@@ -457,7 +462,7 @@ static void unit_rows(float *buf, pe_tensor *t, int64_t tokens) {
 }
 
 /* At positions 2^31 .. 2^53-1 every on-the-fly path (cos_sin,
- * apply, shift by +-delta, rerotate) is within 1.5e-7 of cos/sin of the
+ * apply, shift by +-delta, rerotate) is within ABS_BOUND of cos/sin of the
  * exact angle (mpmath), not of the rounded double product p*f. */
 static void large_positions(const char *path) {
   require_path(path);
@@ -491,14 +496,14 @@ static void large_positions(const char *path) {
     printf("# %s %-8s max |error| vs exact:", path, what[w]);
     for (int t = 0; t < EXACT_NP; t++) {
       printf(" p=%lld %.3g", (long long)exact_pos[t], err[w][t]);
-      bad |= !(err[w][t] <= 1.5e-7);
+      bad |= !(err[w][t] <= ABS_BOUND);
     }
     printf("\n");
   }
   pe_rope_cache_destroy(c);
   pe_rope_cache_destroy(to);
   assert_int_equal(pe_force_isa("scalar"), PE_OK);
-  if (bad) fail_msg("path %s: an error above 1.5e-7 at a large position (listed above)", path);
+  if (bad) fail_msg("path %s: an error above %g at a large position (listed above)", path, ABS_BOUND);
 }
 
 /* ---- golden file ---- */
