@@ -115,6 +115,26 @@ static inline void pe_pool_compare(const char *what, size_t bytes, pe_test_run_f
   free(got);
 }
 
+/* Every pool size against one thread on the path in use, as one
+ * computation for pe_isa_compare: fn without a pool, then with each of
+ * pools[0..n_pools), all the same bytes (else the test fails), the result in
+ * out. Compared on every path, every path and pool size then equals scalar
+ * without a pool. */
+typedef struct pe_pools_run {
+  pe_test_run_fn fn;
+  void *ctx;
+  size_t bytes;
+  pe_threadpool *const *pools;
+  int n_pools;
+} pe_pools_run;
+
+static inline void pe_on_every_pool(void *ctx, pe_threadpool *unused, void *out) {
+  (void)unused;
+  const pe_pools_run *r = ctx;
+  for (int i = 0; i < r->n_pools; i++) pe_pool_compare(pe_isa_name(), r->bytes, r->fn, r->ctx, r->pools[i]);
+  r->fn(r->ctx, NULL, out);
+}
+
 /* fn(ctx, path) with each path in force: scalar, then every SIMD path this
  * build and CPU run. For checks each path must pass on its own (not against
  * scalar). Returns the number of paths run, scalar included. */

@@ -293,25 +293,18 @@ static void test_read(void **state) {
   }
 }
 
-/* Under the path in use: `op` without a pool and with pools of 1..max_threads
- * threads, all the same bytes, written to out. */
-typedef struct pools_run {
-  pe_test_run_fn op;
-  void *ctx;
-  size_t bytes;
-  int max_threads;
-} pools_run;
-
-static void on_every_pool(void *ctx, pe_threadpool *unused, void *out) {
-  (void)unused;
-  const pools_run *r = ctx;
-  for (int nt = 1; nt <= r->max_threads; nt++) {
-    pe_threadpool *pool = NULL;
-    assert_int_equal(pe_threadpool_create(nt, &pool), PE_OK);
-    pe_pool_compare(pe_isa_name(), r->bytes, r->op, r->ctx, pool);
-    pe_threadpool_destroy(pool);
-  }
-  r->op(r->ctx, NULL, out);
+/* Pools of 1..3 threads for the ISA-and-pool comparisons. */
+static pe_threadpool *pools[3];
+static int make_pools(void **state) {
+  (void)state;
+  for (int i = 0; i < 3; i++)
+    if (pe_threadpool_create(i + 1, &pools[i]) != PE_OK) return -1;
+  return 0;
+}
+static int destroy_pools(void **state) {
+  (void)state;
+  for (int i = 0; i < 3; i++) pe_threadpool_destroy(pools[i]), pools[i] = NULL;
+  return 0;
 }
 
 /* The store into fresh caches: k cache then v cache bytes. */
@@ -330,10 +323,10 @@ static void test_isa_and_pools(void **state) {
   for (int kf = 0; kf < 3; kf++) {
     prob p;
     prob_make(&p, 128, 128, 128, PE_BF16, formats[kf], formats[2 - kf], PE_QK_NORM_RMS);
-    pools_run r = {run_store, &p, kc_bytes(&p) + vc_bytes(&p), 3};
+    pe_pools_run r = {run_store, &p, kc_bytes(&p) + vc_bytes(&p), pools, 3};
     compared += pe_isa_compare(kf == 0 ? "store, k e4m3 v q8_0" : kf == 1 ? "store, k e5m2 v e5m2"
                                                                           : "store, k q8_0 v e4m3",
-                               r.bytes, on_every_pool, &r);
+                               r.bytes, pe_on_every_pool, &r);
     prob_free(&p);
   }
   if (!compared) skip(); /* only scalar here: nothing to compare */
@@ -515,8 +508,8 @@ static void test_shift_cache(void **state) {
       uint8_t *c1 = malloc(kc_bytes(&p));
       memcpy(c1, p.kc, kc_bytes(&p));
       shift_run sr = {&p, c0, slots, deltas, n};
-      pools_run pr = {run_shift, &sr, kc_bytes(&p), 2};
-      pe_isa_compare("shift", pr.bytes, on_every_pool, &pr);
+      pe_pools_run pr = {run_shift, &sr, kc_bytes(&p), pools, 2};
+      pe_isa_compare("shift", pr.bytes, pe_on_every_pool, &pr);
       assert_memory_equal(p.kc, c1, kc_bytes(&p));
       /* -d: within the bound */
       assert_int_equal(pe_rope_shift_k_cache(p.c, &p.kv, slots, neg, n, NULL), PE_OK);
@@ -648,5 +641,5 @@ int main(void) {
       cmocka_unit_test(test_shift_cache_runs),
       cmocka_unit_test(test_rerotate_cache),
   };
-  return cmocka_run_group_tests(tests, NULL, NULL);
+  return cmocka_run_group_tests(tests, make_pools, destroy_pools);
 }

@@ -38,25 +38,14 @@
 
 #include <cmocka.h>
 
-#include "kv_quant_ref.h"
 #include "posenc.h"
 
-static uint64_t rng = 0x9e3779b97f4a7c15ull;
-static uint64_t rnd(void) {
-  rng ^= rng >> 12;
-  rng ^= rng << 25;
-  rng ^= rng >> 27;
-  return rng * 0x2545f4914f6cdd1dull;
-}
-static double uni(void) { return (double)(rnd() >> 11) * 0x1p-53 * 2.0 - 1.0; }
+#define TEST_RNG_SEED 0x9e3779b97f4a7c15ull
+#include "isa_compare.h"
+#include "kv_quant_ref.h"
+#include "test_util.h"
 
-/* bfloat16 of a float, round to nearest even (NaN quieted). */
-static uint16_t bf16_of(float f) {
-  uint32_t u = f32_bits(f);
-  if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40);
-  return (uint16_t)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
-}
-static float bf16_val(uint16_t h) { return bits_f32((uint32_t)h << 16); }
+static double uni(void) { return unit_double(rnd()) * 2.0 - 1.0; }
 
 /* ---- the layer shapes ---- */
 
@@ -69,17 +58,8 @@ typedef struct layer {
 static const layer V3 = {192, 128, 576, 512, 512, 0};
 static const layer V4 = {512, 448, 512, 448, 512, 1};
 
-static pe_rope_cache *rope_cache(int max_positions) {
-  pe_rope_params p;
-  pe_rope_params_init(&p);
-  p.head_dim = R;
-  p.rotary_dim = R;
-  p.style = PE_ROPE_GPTJ;
-  p.base = BASE;
-  p.max_positions = max_positions;
-  pe_rope_cache *c = NULL;
-  assert_int_equal(pe_rope_cache_create(&p, &c), PE_OK);
-  return c;
+static pe_rope_cache *mla_cache(int max_positions) {
+  return rope_cache(R, R, PE_ROPE_GPTJ, BASE, max_positions);
 }
 
 static void fill_mla(pe_mla *m, const layer *L, const float *w, pe_mla_format f, pe_mla_order o,
@@ -188,7 +168,7 @@ static void check_values(const layer *L) {
   make_data(&d, L);
   float *q0 = malloc(sizeof(float) * B * QH * T * L->q_dim);
   memcpy(q0, d.q, sizeof(float) * B * QH * T * L->q_dim);
-  pe_rope_cache *c = rope_cache(4096);
+  pe_rope_cache *c = mla_cache(4096);
   size_t cbytes = sizeof(float) * NB * BS * (L->kv_dim + 8);
   float *cache = malloc(cbytes);
   memset(cache, 0xa5, cbytes);
@@ -254,7 +234,7 @@ static void f32_result(const data *d0, float *out_cache, float *out_q) {
   size_t qn = (size_t)B * QH * T * L->q_dim;
   memcpy(out_q, d0->q, qn * 4);
   d.q = out_q;
-  pe_rope_cache *c = rope_cache(4096);
+  pe_rope_cache *c = mla_cache(4096);
   pe_mla m;
   fill_mla(&m, L, d.w, PE_MLA_PLAIN, PE_MLA_LATENT_FIRST, NULL);
   pe_tensor q = q_tensor(d.q, L, PE_F32), kv = kv_tensor(d.kv, L, PE_F32);
@@ -309,14 +289,14 @@ static void encode_row(pe_mla_format f, pe_mla_order o, const layer *L, const fl
       memcpy(row + lat + 4 * k, &s, 4);
     }
     for (int64_t i = 0; i < R; i++) {
-      uint16_t h = bf16_of(x[lat + i]);
+      uint16_t h = bf16_rne(x[lat + i]);
       memcpy(row + lat + 4 * (lat / 128) + 2 * i, &h, 2);
     }
     return;
   }
   /* PE_MLA_FP8_DS_V4 */
   float xb[1024];
-  for (int64_t i = 0; i < dim; i++) xb[i] = bf16_val(bf16_of(x[i]));
+  for (int64_t i = 0; i < dim; i++) xb[i] = bf16_to_f32(bf16_rne(x[i]));
   for (int64_t k = 0; k < lat / 64; k++) {
     float amax = 1e-4f;
     for (int i = 0; i < 64; i++)
@@ -334,7 +314,7 @@ static void encode_row(pe_mla_format f, pe_mla_order o, const layer *L, const fl
   }
   scales[lat / 64] = 0;
   for (int64_t i = 0; i < R; i++) {
-    uint16_t h = bf16_of(xb[lat + i]);
+    uint16_t h = bf16_rne(xb[lat + i]);
     memcpy(row + lat + 2 * i, &h, 2);
   }
 }
@@ -353,7 +333,7 @@ static void check_format(const layer *L, pe_mla_format f, pe_mla_order o) {
   float scale = 0.75f;
   pe_mla m;
   fill_mla(&m, L, d.w, f, o, f == PE_MLA_FP8_E4M3 ? &scale : NULL);
-  pe_rope_cache *c = rope_cache(4096);
+  pe_rope_cache *c = mla_cache(4096);
   pe_tensor q = q_tensor(d.q, L, PE_F32), kv = kv_tensor(d.kv, L, PE_F32);
   pe_tensor ct = {cache, PE_F32, {NB, 1, BS, L->kv_dim}, {ql.bstride, 0, ql.sstride, 1}};
   assert_int_equal(pe_mla_rope_store(c, &m, &q, &kv, &ct, d.slots, d.pos, 0, NULL), PE_OK);
@@ -389,7 +369,7 @@ static void check_format(const layer *L, pe_mla_format f, pe_mla_order o) {
       } else if (k >= lat) {
         uint16_t h;
         memcpy(&h, row + (f == PE_MLA_FP8_DS ? lat + 4 * (lat / 128) : lat) + 2 * (k - lat), 2);
-        v = bf16_val(h);
+        v = bf16_to_f32(h);
       } else if (f == PE_MLA_FP8_DS) {
         float ts;
         memcpy(&ts, row + lat + 4 * (k / 128), 4);
@@ -438,7 +418,7 @@ static void test_fp8_ds_v4_edges(void **state) {
   m.kv_norm = PE_QK_NORM_NONE;
   m.kv_rope_offset = 448;
   m.format = PE_MLA_FP8_DS_V4;
-  pe_rope_cache *c = rope_cache(16);
+  pe_rope_cache *c = mla_cache(16);
   pe_tensor kv = {kvr, PE_F32, {1, 1, 1, 512}, {512, 512, 512, 1}};
   pe_tensor ct = {cache, PE_F32, {1, 1, 1, 512}, {1024, 0, 576, 1}}; /* one block of one row */
   int64_t slot = 0, pos = 0;
@@ -579,7 +559,7 @@ static void test_bf16_and_order(void **state) {
   size_t n32 = (size_t)NB * BS * (L->kv_dim + 8);
   float *ref_cache = malloc(n32 * 4), *ref_q = malloc(sizeof(float) * B * QH * T * L->q_dim);
   f32_result(&d, ref_cache, ref_q);
-  pe_rope_cache *c = rope_cache(4096);
+  pe_rope_cache *c = mla_cache(4096);
   /* bf16 cache from f32 inputs: the f32 result rounded once */
   uint16_t *cb = malloc(n32 * 2);
   memset(cb, 0, n32 * 2);
@@ -598,26 +578,26 @@ static void test_bf16_and_order(void **state) {
     if (s < 0) continue;
     const float *x = f32_row(ref_cache, L, s), *y = f32_row(cr, L, s);
     const uint16_t *hb = cb + (s / BS) * BS * (L->kv_dim + 8) + (s % BS) * (L->kv_dim + 8);
-    for (int k = 0; k < L->kv_dim; k++) assert_int_equal(hb[k], bf16_of(x[k]));
+    for (int k = 0; k < L->kv_dim; k++) assert_int_equal(hb[k], bf16_rne(x[k]));
     assert_memory_equal(y, x + L->kv_off, R * 4);
     assert_memory_equal(y + R, x, (size_t)L->kv_off * 4);
   }
   /* bf16 q and kv: the f32 call on the widened inputs, rounded once */
   size_t qn = (size_t)B * QH * T * L->q_dim, kn = (size_t)B * T * L->kv_dim;
   uint16_t *qb = malloc(qn * 2), *kb = malloc(kn * 2);
-  for (size_t i = 0; i < qn; i++) d.q[i] = bf16_val(qb[i] = bf16_of(d.q[i]));
-  for (size_t i = 0; i < kn; i++) d.kv[i] = bf16_val(kb[i] = bf16_of(d.kv[i]));
+  for (size_t i = 0; i < qn; i++) d.q[i] = bf16_to_f32(qb[i] = bf16_rne(d.q[i]));
+  for (size_t i = 0; i < kn; i++) d.kv[i] = bf16_to_f32(kb[i] = bf16_rne(d.kv[i]));
   f32_result(&d, ref_cache, ref_q);
   fill_mla(&m, L, d.w, PE_MLA_PLAIN, PE_MLA_LATENT_FIRST, NULL);
   pe_tensor qt = q_tensor((float *)(void *)qb, L, PE_BF16), kvt = kv_tensor((float *)(void *)kb, L, PE_BF16);
   assert_int_equal(pe_mla_rope_store(c, &m, &qt, &kvt, &ct, d.slots, d.pos, 0, NULL), PE_OK);
-  for (size_t i = 0; i < qn; i++) assert_int_equal(qb[i], bf16_of(ref_q[i]));
+  for (size_t i = 0; i < qn; i++) assert_int_equal(qb[i], bf16_rne(ref_q[i]));
   for (int i = 0; i < B * T; i++) {
     int64_t s = d.slots[i];
     if (s < 0) continue;
     const float *x = f32_row(ref_cache, L, s);
     const uint16_t *hb = cb + (s / BS) * BS * (L->kv_dim + 8) + (s % BS) * (L->kv_dim + 8);
-    for (int k = 0; k < L->kv_dim; k++) assert_int_equal(hb[k], bf16_of(x[k]));
+    for (int k = 0; k < L->kv_dim; k++) assert_int_equal(hb[k], bf16_rne(x[k]));
   }
   free(qb);
   free(kb);
@@ -637,17 +617,17 @@ static void run_all(const layer *L, pe_mla_format f, pe_dtype dt, pe_threadpool 
   void *q = malloc(qn * 4), *kv = malloc(kn * 4);
   for (size_t i = 0; i < qn; i++) {
     if (dt == PE_F32) ((float *)q)[i] = d->q[i];
-    else ((uint16_t *)q)[i] = bf16_of(d->q[i]);
+    else ((uint16_t *)q)[i] = bf16_rne(d->q[i]);
   }
   for (size_t i = 0; i < kn; i++) {
     if (dt == PE_F32) ((float *)kv)[i] = d->kv[i];
-    else ((uint16_t *)kv)[i] = bf16_of(d->kv[i]);
+    else ((uint16_t *)kv)[i] = bf16_rne(d->kv[i]);
   }
   memset(cache, 0x33, cbytes);
   float scale = 1.5f;
   pe_mla m;
   fill_mla(&m, L, d->w, f, PE_MLA_LATENT_FIRST, f == PE_MLA_FP8_E4M3 ? &scale : NULL);
-  pe_rope_cache *c = rope_cache(0); /* on the fly: the other row source */
+  pe_rope_cache *c = mla_cache(0); /* on the fly: the other row source */
   qlayout ql = layout_of(L, f);
   pe_tensor ct = f == PE_MLA_PLAIN ? plain_cache(cache, L, dt)
                                    : (pe_tensor){cache, PE_F32, {NB, 1, BS, L->kv_dim}, {ql.bstride, 0, ql.sstride, 1}};
@@ -659,13 +639,26 @@ static void run_all(const layer *L, pe_mla_format f, pe_dtype dt, pe_threadpool 
   free(kv);
 }
 
+/* run_all as one computation: the cache bytes, then q's. */
+typedef struct mla_run {
+  const layer *L;
+  pe_mla_format f;
+  pe_dtype dt;
+  const data *d;
+  size_t cbytes;
+} mla_run;
+
+static void run_mla(void *ctx, pe_threadpool *pool, void *out) {
+  const mla_run *r = ctx;
+  run_all(r->L, r->f, r->dt, pool, out, r->cbytes, (uint8_t *)out + r->cbytes, r->d);
+}
+
 static void test_isa_identity(void **state) {
   (void)state;
-  static const char *const paths[] = {"avx2", "avx512", "avx512bf16", "neon"};
+  if (!pe_test_any_simd_path()) skip(); /* only scalar here: nothing to compare */
   static const pe_mla_format fmts[] = {PE_MLA_PLAIN, PE_MLA_FP8_E4M3, PE_MLA_FP8_DS, PE_MLA_FP8_DS_V4};
   pe_threadpool *pool = NULL;
   assert_int_equal(pe_threadpool_create(2, &pool), PE_OK);
-  int compared = 0;
   for (int li = 0; li < 2; li++) {
     const layer *L = li ? &V4 : &V3;
     data d;
@@ -681,36 +674,18 @@ static void test_isa_identity(void **state) {
       if (f == PE_MLA_FP8_DS_V4 && !L->v4) continue;
       for (int di = 0; di < 2; di++) {
         pe_dtype dt = di ? PE_BF16 : PE_F32;
-        size_t cbytes = (size_t)NB * BS * (L->kv_dim + 8) * 4 + 4096;
-        size_t qbytes = (size_t)B * QH * T * L->q_dim * 4;
-        uint8_t *c0 = malloc(cbytes), *c1 = malloc(cbytes), *q0 = calloc(qbytes, 1), *q1 = calloc(qbytes, 1);
-        assert_int_equal(pe_force_isa("scalar"), PE_OK);
-        run_all(L, f, dt, NULL, c0, cbytes, q0, &d);
-        for (int pi = 0; pi < 4; pi++) {
-          if (pe_force_isa(paths[pi]) != PE_OK) continue;
-          for (int pool_on = 0; pool_on < 2; pool_on++) {
-            run_all(L, f, dt, pool_on ? pool : NULL, c1, cbytes, q1, &d);
-            if (memcmp(c0, c1, cbytes) || memcmp(q0, q1, qbytes))
-              fail_msg("%s (pool %d) differs from scalar: layer %s format %d dtype %d", paths[pi],
-                       pool_on, L->v4 ? "V4" : "V3", (int)f, (int)dt);
-            compared++;
-          }
-        }
-        free(c0);
-        free(c1);
-        free(q0);
-        free(q1);
+        mla_run m = {L, f, dt, &d, (size_t)NB * BS * (L->kv_dim + 8) * 4 + 4096};
+        size_t qbytes = (size_t)B * QH * T * L->q_dim * (dt == PE_F32 ? 4 : 2);
+        pe_pools_run r = {run_mla, &m, m.cbytes + qbytes, &pool, 1};
+        char what[64];
+        snprintf(what, sizeof what, "layer %s format %d dtype %d (cache, then q)",
+                 L->v4 ? "V4" : "V3", (int)f, (int)dt);
+        pe_isa_compare(what, r.bytes, pe_on_every_pool, &r);
       }
     }
     free_data(&d);
   }
-  assert_int_equal(pe_force_isa("auto"), PE_OK);
   pe_threadpool_destroy(pool);
-  if (!compared) {
-    printf("# no SIMD path on this machine: nothing compared\n");
-    skip();
-  }
-  printf("# %d ISA/pool runs equal to scalar\n", compared);
 }
 
 /* ---- errors: a sentence, nothing written ---- */
@@ -727,7 +702,7 @@ static void test_errors(void **state) {
   memcpy(q0, d.q, qn * 4);
   memcpy(kv0, d.kv, kn * 4);
   memcpy(c0, cache, n32 * 4);
-  pe_rope_cache *c = rope_cache(4096);
+  pe_rope_cache *c = mla_cache(4096);
   pe_tensor q = q_tensor(d.q, L, PE_F32), kv = kv_tensor(d.kv, L, PE_F32), ct = plain_cache(cache, L, PE_F32);
   pe_mla m;
 #define EXPECT(call, status, text)                                                            \
