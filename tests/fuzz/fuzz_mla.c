@@ -12,13 +12,6 @@
 
 static const char FN[] = "pe_mla_rope_store";
 
-int LLVMFuzzerInitialize(int *argc, char ***argv) {
-  (void)argc;
-  (void)argv;
-  fz_setup();
-  return 0;
-}
-
 static void fill_floats(unsigned char *p, size_t n, pe_dtype dt, uint64_t seed) {
   uint64_t s = seed;
   for (size_t i = 0; i < n; i++) {
@@ -193,15 +186,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   fz_arena_snapshot(&ca);
   fz_set_sentinel();
   pe_status st = pe_mla_rope_store(c, m, qp, kvp, cp, sp, pos, flags, pool);
-  if (st != PE_OK) {
-    fz_check_error_message(FN, st);
-    fz_arena_check_unchanged(&qa, FN);
-    fz_arena_check_unchanged(&ca, FN);
-  } else {
-    if (must_fail) fz_die(FN, why);
-    fz_arena_check_mask(&qa, FN);
-    fz_arena_check_mask(&ca, FN);
-  }
+  fz_check_call(FN, st, must_fail, why, NULL);
+  fz_arena_check(&qa, st, FN);
+  fz_arena_check(&ca, st, FN);
   fz_arena_check_unchanged(&ka, FN); /* kv is only read */
 
   /* the read back: out [B, 1, T, kv_dim] */
@@ -217,17 +204,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
       fz_arena_snapshot(&ca);
       fz_set_sentinel();
       st = pe_mla_cache_read(m, cp, &out, sp);
-      if (st != PE_OK) {
-        fz_check_error_message("pe_mla_cache_read", st);
-        fz_arena_check_unchanged(&oa, "pe_mla_cache_read");
-      } else {
-        if (sp && bad_slot && n > 0) {
-          int bad_range = 0;
-          for (int64_t i = 0; i < n; i++) bad_range |= slots[i] < -1 || slots[i] >= nslots;
-          if (bad_range) fz_die("pe_mla_cache_read", "accepted a slot out of range");
-        }
-        fz_arena_check_mask(&oa, "pe_mla_cache_read");
-      }
+      int bad_range = 0;
+      for (int64_t i = 0; sp && bad_slot && i < n; i++) bad_range |= slots[i] < -1 || slots[i] >= nslots;
+      fz_check_call("pe_mla_cache_read", st, bad_range, "accepted a slot out of range", NULL);
+      fz_arena_check(&oa, st, "pe_mla_cache_read");
       fz_arena_check_unchanged(&ca, "pe_mla_cache_read");
       fz_arena_free(&oa);
     }
