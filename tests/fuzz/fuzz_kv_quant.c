@@ -1,13 +1,14 @@
 /* fuzz_kv_quant.c - the quantized-cache entry points (posenc.h, pe_kv_cache):
- * pe_qk_norm_rope_store into FP8 / Q8_0 / plain caches, pe_kv_read,
- * pe_rope_shift_k_cache and pe_rope_rerotate_k_cache, with fuzzed formats
+ * pe_qk_norm_rope_store into FP8 / Q8_0 / FP8-with-row-scales / plain caches,
+ * pe_kv_read, pe_rope_shift_k_cache and pe_rope_rerotate_k_cache, with fuzzed formats
  * (including values that are not a pe_kv_quant), scales (valid, 0, negative,
  * NaN, Inf, missing, given to a format without one), head_dim (multiples of
  * 32 and not), byte strides, cache placements (the v cache may share bytes
  * with the k cache), slots (out of range, duplicates, -1) and the ISA/pool.
  * Enforced (fuzz_common.h's contract):
- *   - refused arguments: Q8_0 with head_dim % 32, a bad format or scale, a
- *     slot outside [-1, n) or twice (store, shift), caches sharing bytes;
+ *   - refused arguments: Q8_0 with head_dim % 32, row scales with more than
+ *     one kv head, a bad format or scale, a slot outside [-1, n) or twice
+ *     (store, shift), caches sharing bytes;
  *   - a failing call writes nothing (whole arenas with guards compared) and
  *     sets pe_last_error();
  *   - a successful call writes only the cache rows (or output rows) of the
@@ -18,30 +19,37 @@
 enum { OP_STORE, OP_READ, OP_SHIFT, OP_REROTATE };
 
 static int64_t rowb(uint32_t q, int64_t d) {
-  return q == PE_KV_Q8_0 ? d / 32 * 34 : (q == PE_KV_FP8_E4M3 || q == PE_KV_FP8_E5M2) ? d : 4 * d;
+  return q == PE_KV_Q8_0 ? d / 32 * 34 : (q >= 1 && q <= 2) || q == PE_KV_FP8_E4M3_ROWSCALE ? d : 4 * d;
+}
+
+/* Bytes of one block [bs][heads][row]: PE_KV_FP8_E4M3_ROWSCALE's float32
+ * scales of its bs tokens follow the rows. */
+static int64_t blockb(uint32_t q, int64_t h, int64_t bs, int64_t d) {
+  return bs * h * rowb(q, d) + (q == PE_KV_FP8_E4M3_ROWSCALE ? 4 * bs : 0);
 }
 
 /* A cache [nb, heads, bs, d] laid out [nb][bs][heads][row] at base;
  * strides in bytes for a quantized format, in float32 elements for plain. */
 static pe_tensor cache_at(unsigned char *base, uint32_t q, int64_t nb, int64_t h, int64_t bs,
                           int64_t d) {
-  int64_t rb = rowb(q, d), u = (q >= 1 && q <= 3) ? 1 : 4;
+  int64_t rb = rowb(q, d), u = (q >= 1 && q <= 4) ? 1 : 4;
   pe_tensor t = {.data = base, .dtype = PE_F32, .shape = {nb, h, bs, d},
-                 .stride = {bs * h * rb / u, rb / u, h * rb / u, 1}};
+                 .stride = {blockb(q, h, bs, d) / u, rb / u, h * rb / u, 1}};
   return t;
 }
 
-/* Mark (or test) the bytes of the rows at the used slots. */
+/* Mark (or test) the bytes of the rows at the used slots, and their scales. */
 static void mark_rows(fz_arena *a, const unsigned char *base, uint32_t q, int64_t h, int64_t bs,
                       int64_t d, const int64_t *slots, int64_t n) {
-  int64_t rb = rowb(q, d);
+  int64_t rb = rowb(q, d), blk = blockb(q, h, bs, d);
   for (int64_t i = 0; i < n; i++) {
     if (slots[i] < 0) continue;
     int64_t s = slots[i];
-    for (int64_t hh = 0; hh < h; hh++) {
-      size_t off = (size_t)(base - a->mem) + (size_t)(((s / bs) * bs * h + (s % bs) * h + hh) * rb);
-      memset(a->mask + off, 1, (size_t)rb);
-    }
+    size_t block = (size_t)(base - a->mem) + (size_t)((s / bs) * blk);
+    for (int64_t hh = 0; hh < h; hh++)
+      memset(a->mask + block + (size_t)(((s % bs) * h + hh) * rb), 1, (size_t)rb);
+    if (q == PE_KV_FP8_E4M3_ROWSCALE)
+      memset(a->mask + block + (size_t)(bs * h * rb + 4 * (s % bs)), 1, 4);
   }
 }
 
@@ -49,11 +57,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   fz f = {data, size};
   pe_threadpool *pool = fz_choose(&f);
   int op = (int)(fz_u8(&f) & 3);
-  /* PLAIN, E4M3, E5M2, Q8_0 or 255 (not a pe_kv_quant). The block-major
-   * PE_KV_FP8_E4M3_ROWSCALE layout is not built by this target. */
-  uint32_t kq = fz_u8(&f) % 5, vq = fz_u8(&f) % 5;
-  if (kq == 4) kq = 255;
-  if (vq == 4) vq = 255;
+  /* PLAIN, E4M3, E5M2, Q8_0, E4M3_ROWSCALE (block-major, its scales after
+   * the block's rows) or 255 (not a pe_kv_quant) */
+  uint32_t kq = fz_u8(&f) % 6, vq = fz_u8(&f) % 6;
+  if (kq == 5) kq = 255;
+  if (vq == 5) vq = 255;
   static const int64_t dims[] = {32, 64, 96, 128, 48, 40, 2, 16};
   int64_t hd = dims[fz_u8(&f) & 7], vd = dims[fz_u8(&f) & 7];
   int64_t rot = (fz_u8(&f) & 1) ? hd : (hd / 2) & ~(int64_t)1;
@@ -81,7 +89,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   /* inputs: k, v f32 [B, H, T, d]; outputs of pe_kv_read the same */
   int64_t nk = B * H * T * hd, nv = B * H * T * vd;
   fz_arena in, cc, out;
-  size_t kcb = (size_t)(nb * bs * H * rowb(kq, hd)), vcb = (size_t)(nb * bs * H * rowb(vq, vd));
+  size_t kcb = (size_t)(nb * blockb(kq, H, bs, hd)), vcb = (size_t)(nb * blockb(vq, H, bs, vd));
   int64_t voff = fz_range(&f, 0, 2) == 0 ? (int64_t)(kcb / 2) : (int64_t)kcb; /* may share bytes */
   if (!fz_arena_alloc(&in, (size_t)(nk + nv) * 4, seed) ||
       !fz_arena_alloc(&cc, (size_t)voff + vcb > kcb ? (size_t)voff + vcb : kcb, seed + 1) ||
@@ -119,10 +127,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
 
   int must_fail = 0;
   const char *why = NULL;
-  int kbad = kq > 3 || (kfp8 && (!kv.k_scale || !(ks > 0) || !isfinite(ks))) ||
-             (!kfp8 && kv.k_scale) || (kq == 3 && hd % 32);
-  int vbad = vq > 3 || (vfp8 && (!kv.v_scale || !(vs > 0) || !isfinite(vs))) ||
-             (!vfp8 && kv.v_scale) || (vq == 3 && vd % 32);
+  int kbad = kq > 4 || (kfp8 && (!kv.k_scale || !(ks > 0) || !isfinite(ks))) ||
+             (!kfp8 && kv.k_scale) || (kq == 3 && hd % 32) || (kq == 4 && H != 1);
+  int vbad = vq > 4 || (vfp8 && (!kv.v_scale || !(vs > 0) || !isfinite(vs))) ||
+             (!vfp8 && kv.v_scale) || (vq == 3 && vd % 32) || (vq == 4 && H != 1);
   int share = voff < (int64_t)kcb && (kq || vq) && kcb && vcb && B && T;
   int empty = op >= OP_SHIFT ? n == 0 : (B == 0 || T == 0);
 
