@@ -284,6 +284,24 @@ PE_AI void rows_walk(int dt, int style, const pe_rope_block *b, void *data, int6
     return;
   }
 #endif
+#if defined(VEC_EO_PREP)
+  /* bf16 rows in the even/odd order walked as token_rows' (heads inner, or
+   * a decode step's rows nearer than 4 KiB): NeoX with the token's cos/sin
+   * prepared once for its heads (store_template.h), GPT-J (pairs in order,
+   * cos/sin as they are) row by row below */
+  if (EO_DT(dt) && n >= 2 * VL &&
+      (n_tokens == 1 ? (hs < 0 ? -hs : hs) < 4096 : heads_inner(hs, ts))) {
+    for (int64_t t = 0; t < n_tokens; t++) {
+      const float *c = b->cos[t], *s = b->sin[t];
+      char *row = base + t * ts;
+      if (style == PE_ROPE_GPTJ)
+        for (int64_t h = 0; h < n_heads; h++) rope_row(dt, style, row + h * hs, c, s, n, dist);
+      else
+        eo_token(dt, dt, 1, row, hs, row, hs, n_heads, c, s, n, dist);
+    }
+    return;
+  }
+#endif
 #if defined(PE_ROPE_GROUP)
   /* A decode step and heads farther apart than tokens: rope_template.h (one
    * call site, so that rows_grouped is expanded once per (dtype, style)). */
@@ -339,6 +357,12 @@ PE_AI void store_walk(int sd, int dd, int style, const pe_rope_block *b,
     const float *c = b->cos[t], *sn = b->sin[t]; /* in locals: see rows_walk */
     const int64_t n_heads = b->n_heads;
     const int32_t n = b->n_pairs, dist = b->pair_dist;
+#if defined(VEC_EO_PREP)
+    if (EO_PAIR(sd, dd) && style != PE_ROPE_GPTJ && n >= 2 * VL) { /* store_template.h */
+      eo_token(sd, dd, 0, s, shs, d, dhs, n_heads, c, sn, n, dist);
+      continue;
+    }
+#endif
     for (int64_t h = 0; h < n_heads; h++)
       store_row(sd, dd, style, s + h * shs, d + h * dhs, c, sn, n, dist);
   }

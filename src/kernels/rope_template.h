@@ -6,7 +6,9 @@
  * the vf_/vd_ operations, vld/vst2/vstw/vst per dtype with an n-lane tail,
  * and for GPT-J either vf_deinterleave / vf_interleave / vf_gptj_cs or, with
  * VEC_LD2, vldi/vsti; optionally VEC_BF16_EO, bf16 rows in even/odd order:
- * bf16_ld_eo/bf16_st_eo_g, AVX-512). Bit-identical to
+ * bf16_ld_eo/bf16_st_eo_g for the dtype EO_DT names (AVX-512 with
+ * AVX512-BF16, AVX2), and VEC_GPTJ_ORDERED when vf_deinterleave leaves the
+ * pairs in order (AVX-512)). Bit-identical to
  * scalar.c by construction: the same operations in the same order, lane by
  * lane; lanes past a tail are computed on zeros and never stored. */
 
@@ -268,8 +270,8 @@ PE_AI void gptj_ld(int sd, const char *sp, int32_t m, vf *x, vf *y) {
   vldi(sd, sp, m, x, y);
 #else
   const int64_t ses = pe__esize(sd);
-#if defined(VEC_BF16_EO)
-  if (sd == PE_BF16 || sd == PE_BF16_CVT) { /* x even, y odd: in pair order */
+#if defined(VEC_BF16_EO) && defined(VEC_GPTJ_ORDERED)
+  if (sd == PE_BF16 || EO_DT(sd)) { /* x even, y odd: in pair order */
     bf16_ld_eo(sp, 2 * m, x, y);
     return;
   }
@@ -288,8 +290,8 @@ PE_AI void gptj_st(int dd, char *dp, int32_t m, int whole, vf x, vf y, vf c, vf 
   (void)whole;
 #else
   const int64_t des = pe__esize(dd);
-#if defined(VEC_BF16_EO)
-  if (dd == PE_BF16_CVT) { /* one vpermw back to pair order, one store (whole or masked) */
+#if defined(VEC_BF16_EO) && defined(VEC_GPTJ_ORDERED)
+  if (EO_DT(dd)) { /* one vpermw back to pair order, one store (whole or masked) */
     bf16_st_eo_g(1, &dp, 2 * m, &xn, &yn);
     return;
   }
@@ -302,12 +304,47 @@ PE_AI void gptj_st(int dd, char *dp, int32_t m, int whole, vf x, vf y, vf c, vf 
     vst2(dd, dp, 2 * m, lo, dp + VL * des, 2 * m - VL, hi);
 #endif
 }
+/* The plain rows' GPT-J steps (the QK-norm's rows use gptj_ld/gptj_st,
+ * whose lane order does not depend on the dtype). GPTJ_EO(sd, dd): bf16 to
+ * the even/odd dtype, x and y the even and odd elements, in pair order, and
+ * cos/sin as they are, without vf_deinterleave, vf_interleave and
+ * vf_gptj_cs (AVX2: 5 of a step's shuffles, 2 of them lane-crossing). */
+#if defined(VEC_BF16_EO)
+#define GPTJ_EO(sd, dd) (((sd) == PE_BF16 || EO_DT(sd)) && EO_DT(dd))
+#else
+#define GPTJ_EO(sd, dd) 0
+#endif
+PE_AI vf row_gptj_cs(int sd, int dd, const float *c, int32_t m) {
+  return GPTJ_EO(sd, dd) ? vf_loadn(c, m) : gptj_cs(c, m);
+}
+PE_AI void row_gptj_ld(int sd, int dd, const char *sp, int32_t m, vf *x, vf *y) {
+#if defined(VEC_BF16_EO)
+  if (GPTJ_EO(sd, dd)) {
+    bf16_ld_eo(sp, 2 * m, x, y);
+    return;
+  }
+#endif
+  (void)dd;
+  gptj_ld(sd, sp, m, x, y);
+}
+PE_AI void row_gptj_st(int sd, int dd, char *dp, int32_t m, int whole, vf x, vf y, vf c, vf s) {
+#if defined(VEC_BF16_EO)
+  if (GPTJ_EO(sd, dd)) {
+    vf xn, yn;
+    rotate(x, y, c, s, &xn, &yn);
+    bf16_st_eo_g(1, &dp, 2 * m, &xn, &yn);
+    return;
+  }
+#endif
+  (void)sd;
+  gptj_st(dd, dp, m, whole, x, y, c, s);
+}
 /* Both: the pairs at sp written to dp (the same address in place). */
 PE_AI void gptj_step(int sd, int dd, const char *sp, char *dp, const float *c, const float *s,
                      int32_t m, int whole) {
   vf x, y;
-  gptj_ld(sd, sp, m, &x, &y);
-  gptj_st(dd, dp, m, whole, x, y, gptj_cs(c, m), gptj_cs(s, m));
+  row_gptj_ld(sd, dd, sp, m, &x, &y);
+  row_gptj_st(sd, dd, dp, m, whole, x, y, row_gptj_cs(sd, dd, c, m), row_gptj_cs(sd, dd, s, m));
 }
 
 /* One row in place: full steps of VL pairs, then one tail step. */
@@ -352,10 +389,10 @@ PE_AI void group_step(int dt, int style, int64_t g, char *row, int64_t hs, const
   const int64_t es = pe__esize(dt);
   vf x[PE_ROPE_GROUP], y[PE_ROPE_GROUP];
   if (style == PE_ROPE_GPTJ) {
-    const vf vc = gptj_cs(c + j, m), vs = gptj_cs(s + j, m);
+    const vf vc = row_gptj_cs(dt, dt, c + j, m), vs = row_gptj_cs(dt, dt, s + j, m);
     char *p = row + 2 * j * es;
-    for (int64_t h = 0; h < g; h++) gptj_ld(dt, p + h * hs, m, &x[h], &y[h]);
-    for (int64_t h = 0; h < g; h++) gptj_st(dt, p + h * hs, m, 0, x[h], y[h], vc, vs);
+    for (int64_t h = 0; h < g; h++) row_gptj_ld(dt, dt, p + h * hs, m, &x[h], &y[h]);
+    for (int64_t h = 0; h < g; h++) row_gptj_st(dt, dt, p + h * hs, m, 0, x[h], y[h], vc, vs);
   } else {
     char *px = row + j * es, *py = px + dist * es;
     for (int64_t h = 0; h < g; h++) neox_ld(dt, px + h * hs, py + h * hs, m, &x[h], &y[h]);
@@ -365,6 +402,13 @@ PE_AI void group_step(int dt, int style, int64_t g, char *row, int64_t hs, const
 }
 
 #if defined(VEC_BF16_EO)
+/* 2*VL consecutive cos (or sin) values split into the even and odd ones,
+ * each in order (vf_gptj_cs undoes vf_deinterleave's lane order). */
+PE_AI void cs_eo(const float *c, vf *e, vf *o) {
+  vf_deinterleave(vf_load(c), vf_load(c + VL), e, o);
+  *e = vf_gptj_cs(*e);
+  *o = vf_gptj_cs(*o);
+}
 /* The even/odd order's step (VEC_BF16_EO) of one NeoX chunk of 2*VL pairs:
  * x at px and y dist elements on (bf16, 2 bytes an element) loaded into
  * e[0], o[0] (x) and e[1], o[1] (y) and rotated by cos/sin deinterleaved
@@ -379,7 +423,9 @@ PE_AI void eo_chunk(char *px, int32_t dist, vf ce, vf co, vf se, vf so, char **p
   rotate(o[0], o[1], co, so, &o[0], &o[1]);
 }
 /* group_step for 2*VL NeoX pairs from pair j in the even/odd order:
- * cos/sin deinterleaved once for the group's rows. */
+ * cos/sin deinterleaved once for the group's rows. With VEC_EO_RAW every
+ * row's words are loaded first, then each row widened, rotated and stored
+ * in turn. */
 PE_AI void group_step_eo(int64_t g, char *row, int64_t hs, const float *c, const float *s,
                          int32_t j, int32_t dist) {
   const vf z = vf_set1(0.0f); /* rows past g: for the compiler's warning */
@@ -387,12 +433,34 @@ PE_AI void group_step_eo(int64_t g, char *row, int64_t hs, const float *c, const
   vf o[2 * PE_ROPE_GROUP] = {z, z, z, z, z, z, z, z};
   char *p[2 * PE_ROPE_GROUP] = {row, row, row, row, row, row, row, row};
   vf ce, co, se, so;
-  vf_deinterleave(vf_load(c + j), vf_load(c + j + VL), &ce, &co);
-  vf_deinterleave(vf_load(s + j), vf_load(s + j + VL), &se, &so);
+  cs_eo(c + j, &ce, &co);
+  cs_eo(s + j, &se, &so);
+#if defined(VEC_EO_RAW)
+  vw w[2 * PE_ROPE_GROUP];
+  memset(w, 0, sizeof w); /* rows past g: for the compiler's warning */
+#pragma GCC unroll 4 /* so that w stays in registers */
+  for (int h = 0; h < PE_ROPE_GROUP; h++)
+    if (h < g) {
+      w[2 * h] = bf16_ld_w(row + h * hs + j * 2, 2 * VL);
+      w[2 * h + 1] = bf16_ld_w(row + h * hs + (j + dist) * 2, 2 * VL);
+    }
+#pragma GCC unroll 4
+  for (int h = 0; h < PE_ROPE_GROUP; h++)
+    if (h < g) {
+      bf16_w_eo(w[2 * h], &e[0], &o[0]);
+      bf16_w_eo(w[2 * h + 1], &e[1], &o[1]);
+      rotate(e[0], e[1], ce, se, &e[0], &e[1]);
+      rotate(o[0], o[1], co, so, &o[0], &o[1]);
+      p[0] = row + h * hs + j * 2;
+      p[1] = p[0] + dist * 2;
+      bf16_st_eo_g(2, p, 2 * VL, e, o);
+    }
+#else
   for (int h = 0; h < PE_ROPE_GROUP; h++)
     if (h < g)
       eo_chunk(row + h * hs + j * 2, dist, ce, co, se, so, p + 2 * h, e + 2 * h, o + 2 * h);
   bf16_st_eo_g(2 * (int)g, p, 2 * VL, e, o);
+#endif
 }
 #endif
 /* g <= PE_ROPE_GROUP rows of one token in place (each as scalar.c's
@@ -401,7 +469,7 @@ PE_AI void rope_group(int dt, int style, int64_t g, char *row, int64_t hs, const
                       const float *s, int32_t n, int32_t dist) {
   int32_t j = 0;
 #if defined(VEC_BF16_EO)
-  if (dt == PE_BF16_CVT && style != PE_ROPE_GPTJ)
+  if (EO_DT(dt) && style != PE_ROPE_GPTJ)
     for (; j + 2 * VL <= n; j += 2 * VL) group_step_eo(g, row, hs, c, s, j, dist);
 #endif
   for (; j + VL <= n; j += VL) group_step(dt, style, g, row, hs, c, s, j, VL, dist);
@@ -504,8 +572,8 @@ PE_AI void held_step(int dt, int style, char *r, int32_t k, int32_t dist, vf c, 
   vf x, y;
   if (style == PE_ROPE_GPTJ) {
     char *p = r + 2 * k * VL * es;
-    gptj_ld(dt, p, VL, &x, &y);
-    gptj_st(dt, p, VL, 0, x, y, c, s);
+    row_gptj_ld(dt, dt, p, VL, &x, &y);
+    row_gptj_st(dt, dt, p, VL, 0, x, y, c, s);
   } else {
     char *px = r + k * VL * es, *py = px + dist * es;
     neox_ld(dt, px, py, VL, &x, &y);
@@ -513,9 +581,12 @@ PE_AI void held_step(int dt, int style, char *r, int32_t k, int32_t dist, vf c, 
   }
 }
 /* m <= VL pairs' cos (or sin) at p as a step uses them (GPT-J: gptj_cs's
- * lane order). */
+ * lane order; the plain rows of dtype dt: row_pair_cs). */
 PE_AI vf pair_cs(int style, const float *p, int32_t m) {
   return style == PE_ROPE_GPTJ ? gptj_cs(p, m) : vf_loadn(p, m);
+}
+PE_AI vf row_pair_cs(int dt, int style, const float *p, int32_t m) {
+  return style == PE_ROPE_GPTJ ? row_gptj_cs(dt, dt, p, m) : vf_loadn(p, m);
 }
 
 #if defined(VEC_BF16_EO)
@@ -528,8 +599,8 @@ PE_AI void token_rows_eo(char *row, int64_t hs, int64_t n_heads, const float *c,
   vf ce[2], co[2], se[2], so[2];
   for (int k = 0; k < 2; k++) {
     const int32_t o = k < q ? 2 * VL * k : 0;
-    vf_deinterleave(vf_load(c + o), vf_load(c + o + VL), &ce[k], &co[k]);
-    vf_deinterleave(vf_load(s + o), vf_load(s + o + VL), &se[k], &so[k]);
+    cs_eo(c + o, &ce[k], &co[k]);
+    cs_eo(s + o, &se[k], &so[k]);
   }
   for (int64_t h = 0; h < n_heads; h++) {
     char *r = row + h * hs;
@@ -555,15 +626,15 @@ PE_AI void token_rows_eo(char *row, int64_t hs, int64_t n_heads, const float *c,
 PE_AI void token_rows(int dt, int style, char *row, int64_t hs, int64_t n_heads, const float *c,
                       const float *s, int32_t n, int32_t dist) {
 #if defined(VEC_BF16_EO)
-  if (dt == PE_BF16_CVT && style != PE_ROPE_GPTJ && n % (2 * VL) == 0) {
+  if (EO_DT(dt) && style != PE_ROPE_GPTJ && n % (2 * VL) == 0) {
     token_rows_eo(row, hs, n_heads, c, s, n, dist);
     return;
   }
 #endif
   const int32_t steps = n / VL;
 #define HELD_(k)                                                                                 \
-  const vf c##k = steps > k ? pair_cs(style, c + k * VL, VL) : vf_set1(0.0f);                    \
-  const vf s##k = steps > k ? pair_cs(style, s + k * VL, VL) : vf_set1(0.0f);
+  const vf c##k = steps > k ? row_pair_cs(dt, style, c + k * VL, VL) : vf_set1(0.0f);            \
+  const vf s##k = steps > k ? row_pair_cs(dt, style, s + k * VL, VL) : vf_set1(0.0f);
   HELD_(0) HELD_(1) HELD_(2) HELD_(3)
 #undef HELD_
   for (int64_t h = 0; h < n_heads; h++) {

@@ -162,6 +162,61 @@ PE_AI void bf16_st2(void *pa, int32_t na, vf a, void *pb, int32_t nb, vf b) {
 }
 PE_AI void bf16_stw(void *p, vf a, vf b) { _mm256_storeu_si256(p, bf16_pair(a, b)); }
 
+/* bf16 rows in even/odd order (VEC_BF16_EO, rope_template.h): 16 elements
+ * in one 32-byte load, a 32-bit word holding elements 2i and 2i+1 widened
+ * to the float of the even one by vpslld 16 and of the odd one by vpand
+ * 0xffff0000 (no shuffle); rounded back, the even lanes' bits shifted down
+ * (vpsrld 16) and the odd lanes' kept in place, joined by one vpblendw
+ * into one 32-byte store. Per 16 elements 2 shift/shuffle operations
+ * instead of vldf's 2 vpshufb and bf16_pair's 2 vpsrld, vpackusdw and
+ * vpermq, one NaN test. EO_DT(dt): the dtype the even/odd rows take. */
+#define VEC_BF16_EO 1
+#define EO_DT(dt) ((dt) == PE_BF16)
+/* NeoX rows of more pairs than token_rows holds in registers (head_dim 128:
+ * 64 pairs) take the even/odd order too, their token's cos/sin
+ * deinterleaved once into a buffer for its heads (store_template.h's
+ * eo_token): the [B,T,H,D] rows in place and the cache write. */
+#define VEC_EO_PREP 1
+/* 2*VL elements at p (n <= 2*VL of them: the rest read as 0) as they are
+ * (vw), and widened: e the even elements, o the odd ones. VEC_EO_RAW: the
+ * NeoX groups of rows (rope_template.h's group_step_eo) load every row's
+ * words first and widen each row as they rotate it, so that 4 rows' 16
+ * widened vectors are not live at once in AVX2's 16 registers (gcc spilled
+ * them; AMD EPYC Zen 3, [B,H,T,D] bf16 rows in L1: 61.5-62.5 -> 59.7-61.3
+ * cycles per 128-channel row). */
+#define VEC_EO_RAW 1
+typedef __m256i vw;
+PE_AI vw bf16_ld_w(const void *p, int32_t n) {
+  if (n >= 2 * VL) return _mm256_loadu_si256(p);
+  uint16_t b[2 * VL] = {0};
+  memcpy(b, p, (size_t)(n > 0 ? n : 0) * 2);
+  return _mm256_loadu_si256((const void *)b);
+}
+PE_AI void bf16_w_eo(vw w, vf *e, vf *o) {
+  *e = _mm256_castsi256_ps(_mm256_slli_epi32(w, 16));
+  *o = _mm256_castsi256_ps(_mm256_and_si256(w, _mm256_set1_epi32((int)0xffff0000u)));
+}
+PE_AI void bf16_ld_eo(const void *p, int32_t n, vf *e, vf *o) { bf16_w_eo(bf16_ld_w(p, n), e, o); }
+/* g vectors of 2*VL elements (e[i] even, o[i] odd) rounded (bf16_round,
+ * NaN lanes quieted) and written to p[i] (n elements each, n <= 2*VL). */
+PE_AI void bf16_st_eo_g(int g, char *const *p, int32_t n, const vf *e, const vf *o) {
+  for (int i = 0; i < g; i++) {
+    __m256i re = bf16_round(e[i]), ro = bf16_round(o[i]);
+    if (__builtin_expect(any_nan2(e[i], o[i]), 0)) {
+      re = bf16_quiet(e[i], re);
+      ro = bf16_quiet(o[i], ro);
+    }
+    __m256i w = _mm256_blend_epi16(_mm256_srli_epi32(re, 16), ro, 0xaa);
+    if (n >= 2 * VL) {
+      _mm256_storeu_si256((void *)p[i], w);
+    } else {
+      uint16_t b[2 * VL];
+      _mm256_storeu_si256((void *)b, w);
+      memcpy(p[i], b, (size_t)(n > 0 ? n : 0) * 2);
+    }
+  }
+}
+
 /* F16C: exact widening (a signaling NaN comes out quiet: the rotation's
  * load, scalar.c) and RNE narrowing keeping subnormals, NaN quieted with its
  * top payload bits (convert.h). bf16 widening is a shift. */

@@ -214,6 +214,11 @@ BF16_TARGET static inline __m512i bf16_pack_cvt(vf a, vf b) {
  * stores instead of 8 and 8), GPT-J 48-55 -> 28-31 (4 shuffles instead of
  * 28). */
 #define VEC_BF16_EO 1
+#define EO_DT(dt) ((dt) == PE_BF16_CVT) /* the dtype of the even/odd rows */
+/* vf_deinterleave leaves GPT-J's pairs in order (vf_gptj_cs is the
+ * identity), so gptj_ld and gptj_st themselves take the even/odd order for
+ * bf16 (rope_template.h), the QK-norm's rows included. */
+#define VEC_GPTJ_ORDERED 1
 /* 32 elements at p (n <= 32 of them: the rest read as 0). */
 PE_AI void bf16_ld_eo(const void *p, int32_t n, vf *e, vf *o) {
   __m512i w = n >= 2 * VL ? _mm512_loadu_si512(p)
