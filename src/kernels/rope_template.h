@@ -147,6 +147,19 @@ PE_AI void rotate(vf x, vf y, vf c, vf s, vf *xo, vf *yo) {
   *xo = vf_fma(x, c, nys);
   *yo = vf_fma(y, c, vf_mul(x, s));
 }
+#if defined(VEC_ROT_FAST)
+/* The rotation without isa.h's sign flip (VEC_ROT_FAST, the even/odd bf16
+ * rows): x' = x*c - y*s as one vfmsub, which is fmaf(x, c, -(y*s)) for
+ * every result but a NaN (the negation of the rounded product is exact),
+ * whose sign may differ (the vfmsub keeps y*s's NaN as it is). The caller
+ * tests the results for a NaN (vf_any_nan2 / vf_any_nan4) before it stores
+ * anything and then does the step again with rotate(), from memory. One
+ * operation fewer per step, and no sign constant held in a register. */
+PE_AI void rotate_fast(vf x, vf y, vf c, vf s, vf *xo, vf *yo) {
+  *xo = vf_fms(x, c, vf_mul(y, s));
+  *yo = vf_fma(y, c, vf_mul(x, s));
+}
+#endif
 
 /* ---- the QK-norm's sum of squares ---- */
 
@@ -327,16 +340,48 @@ PE_AI void row_gptj_ld(int sd, int dd, const char *sp, int32_t m, vf *x, vf *y) 
   (void)dd;
   gptj_ld(sd, sp, m, x, y);
 }
-PE_AI void row_gptj_st(int sd, int dd, char *dp, int32_t m, int whole, vf x, vf y, vf c, vf s) {
+#if defined(VEC_ROT_FAST)
+/* Pointers the compiler must take as unknown: the loads of a step's exact
+ * path (gptj_eo_exact, neox_eo_exact) are then not merged with the fast
+ * path's, whose vectors would stay live across its NaN test. */
+#define PE_OPAQUE_PTR(p) __asm__("" : "+r"(p))
+/* m <= VL GPT-J pairs at sp rotated as isa.h says and written to dp (bf16,
+ * the even/odd order): the plain step's path for a step with a NaN
+ * (row_gptj_st). It loads the pairs and cos/sin again, which are still in
+ * memory, so that the fast path keeps no register for it. Inline: a call
+ * would clobber every vector register, and gcc then rebuilt the loop's
+ * constants after the test in every step. */
+PE_AI void gptj_eo_exact(const char *sp, char *dp, const float *c, const float *s, int32_t m) {
+  PE_OPAQUE_PTR(sp);
+  PE_OPAQUE_PTR(c);
+  PE_OPAQUE_PTR(s);
+  vf x, y, xn, yn;
+  bf16_ld_eo(sp, 2 * m, &x, &y);
+  rotate(x, y, vf_loadn(c, m), vf_loadn(s, m), &xn, &yn);
+  bf16_st_eo_g(1, &dp, 2 * m, &xn, &yn);
+}
+#endif
+/* x, y (row_gptj_ld's, loaded from sp) rotated by c, s (row_gptj_cs's of
+ * the m pairs at cp, sn) and written to dp. */
+PE_AI void row_gptj_st(int sd, int dd, const char *sp, char *dp, int32_t m, int whole, vf x, vf y,
+                       vf c, vf s, const float *cp, const float *sn) {
 #if defined(VEC_BF16_EO)
   if (GPTJ_EO(sd, dd)) {
     vf xn, yn;
+#if defined(VEC_ROT_FAST)
+    rotate_fast(x, y, c, s, &xn, &yn);
+    if (__builtin_expect(vf_any_nan2(xn, yn), 0))
+      gptj_eo_exact(sp, dp, cp, sn, m);
+    else
+      bf16_st_eo_fast(dp, 2 * m, xn, yn);
+#else
     rotate(x, y, c, s, &xn, &yn);
     bf16_st_eo_g(1, &dp, 2 * m, &xn, &yn);
+#endif
     return;
   }
 #endif
-  (void)sd;
+  (void)sd, (void)sp, (void)cp, (void)sn;
   gptj_st(dd, dp, m, whole, x, y, c, s);
 }
 /* Both: the pairs at sp written to dp (the same address in place). */
@@ -344,7 +389,8 @@ PE_AI void gptj_step(int sd, int dd, const char *sp, char *dp, const float *c, c
                      int32_t m, int whole) {
   vf x, y;
   row_gptj_ld(sd, dd, sp, m, &x, &y);
-  row_gptj_st(sd, dd, dp, m, whole, x, y, row_gptj_cs(sd, dd, c, m), row_gptj_cs(sd, dd, s, m));
+  row_gptj_st(sd, dd, sp, dp, m, whole, x, y, row_gptj_cs(sd, dd, c, m), row_gptj_cs(sd, dd, s, m),
+              c, s);
 }
 
 /* One row in place: full steps of VL pairs, then one tail step. */
@@ -392,7 +438,8 @@ PE_AI void group_step(int dt, int style, int64_t g, char *row, int64_t hs, const
     const vf vc = row_gptj_cs(dt, dt, c + j, m), vs = row_gptj_cs(dt, dt, s + j, m);
     char *p = row + 2 * j * es;
     for (int64_t h = 0; h < g; h++) row_gptj_ld(dt, dt, p + h * hs, m, &x[h], &y[h]);
-    for (int64_t h = 0; h < g; h++) row_gptj_st(dt, dt, p + h * hs, m, 0, x[h], y[h], vc, vs);
+    for (int64_t h = 0; h < g; h++)
+      row_gptj_st(dt, dt, p + h * hs, p + h * hs, m, 0, x[h], y[h], vc, vs, c + j, s + j);
   } else {
     char *px = row + j * es, *py = px + dist * es;
     for (int64_t h = 0; h < g; h++) neox_ld(dt, px + h * hs, py + h * hs, m, &x[h], &y[h]);
@@ -409,6 +456,42 @@ PE_AI void cs_eo(const float *c, vf *e, vf *o) {
   *e = vf_gptj_cs(*e);
   *o = vf_gptj_cs(*o);
 }
+#if defined(VEC_ROT_FAST)
+/* One NeoX chunk of 2*VL pairs, x at sx and y at sy (bf16) to dx, dy,
+ * rotated by the cos/sin at c, s (pair order) as isa.h says: the fast
+ * chunk's path for a NaN (neox_eo_fast), from memory as gptj_eo_exact. */
+PE_AI void neox_eo_exact(const char *sx, const char *sy, char *dx, char *dy, const float *c,
+                         const float *s) {
+  PE_OPAQUE_PTR(sx);
+  PE_OPAQUE_PTR(sy);
+  PE_OPAQUE_PTR(c);
+  PE_OPAQUE_PTR(s);
+  vf e[2], o[2], ce, co, se, so;
+  bf16_ld_eo(sx, 2 * VL, &e[0], &o[0]);
+  bf16_ld_eo(sy, 2 * VL, &e[1], &o[1]);
+  cs_eo(c, &ce, &co);
+  cs_eo(s, &se, &so);
+  rotate(e[0], e[1], ce, se, &e[0], &e[1]);
+  rotate(o[0], o[1], co, so, &o[0], &o[1]);
+  char *p[2] = {dx, dy};
+  bf16_st_eo_g(2, p, 2 * VL, e, o);
+}
+/* The same chunk from its loaded halves (x: ex, ox; y: ey, oy) and cs_eo's
+ * vectors of c, s, with rotate_fast: both results written if neither holds
+ * a NaN, else neox_eo_exact. */
+PE_AI void neox_eo_fast(const char *sx, const char *sy, char *dx, char *dy, vf ex, vf ox, vf ey,
+                        vf oy, vf ce, vf co, vf se, vf so, const float *c, const float *s) {
+  vf xe, xo, ye, yo;
+  rotate_fast(ex, ey, ce, se, &xe, &ye);
+  rotate_fast(ox, oy, co, so, &xo, &yo);
+  if (__builtin_expect(vf_any_nan4(xe, xo, ye, yo), 0)) {
+    neox_eo_exact(sx, sy, dx, dy, c, s);
+    return;
+  }
+  bf16_st_eo_fast(dx, 2 * VL, xe, xo);
+  bf16_st_eo_fast(dy, 2 * VL, ye, yo);
+}
+#endif
 /* The even/odd order's step (VEC_BF16_EO) of one NeoX chunk of 2*VL pairs:
  * x at px and y dist elements on (bf16, 2 bytes an element) loaded into
  * e[0], o[0] (x) and e[1], o[1] (y) and rotated by cos/sin deinterleaved
@@ -428,10 +511,6 @@ PE_AI void eo_chunk(char *px, int32_t dist, vf ce, vf co, vf se, vf so, char **p
  * in turn. */
 PE_AI void group_step_eo(int64_t g, char *row, int64_t hs, const float *c, const float *s,
                          int32_t j, int32_t dist) {
-  const vf z = vf_set1(0.0f); /* rows past g: for the compiler's warning */
-  vf e[2 * PE_ROPE_GROUP] = {z, z, z, z, z, z, z, z};
-  vf o[2 * PE_ROPE_GROUP] = {z, z, z, z, z, z, z, z};
-  char *p[2 * PE_ROPE_GROUP] = {row, row, row, row, row, row, row, row};
   vf ce, co, se, so;
   cs_eo(c + j, &ce, &co);
   cs_eo(s + j, &se, &so);
@@ -447,15 +526,17 @@ PE_AI void group_step_eo(int64_t g, char *row, int64_t hs, const float *c, const
 #pragma GCC unroll 4
   for (int h = 0; h < PE_ROPE_GROUP; h++)
     if (h < g) {
-      bf16_w_eo(w[2 * h], &e[0], &o[0]);
-      bf16_w_eo(w[2 * h + 1], &e[1], &o[1]);
-      rotate(e[0], e[1], ce, se, &e[0], &e[1]);
-      rotate(o[0], o[1], co, so, &o[0], &o[1]);
-      p[0] = row + h * hs + j * 2;
-      p[1] = p[0] + dist * 2;
-      bf16_st_eo_g(2, p, 2 * VL, e, o);
+      char *px = row + h * hs + j * 2, *py = px + dist * 2;
+      vf ex, ox, ey, oy;
+      bf16_w_eo(w[2 * h], &ex, &ox);
+      bf16_w_eo(w[2 * h + 1], &ey, &oy);
+      neox_eo_fast(px, py, px, py, ex, ox, ey, oy, ce, co, se, so, c + j, s + j);
     }
 #else
+  const vf z = vf_set1(0.0f); /* rows past g: for the compiler's warning */
+  vf e[2 * PE_ROPE_GROUP] = {z, z, z, z, z, z, z, z};
+  vf o[2 * PE_ROPE_GROUP] = {z, z, z, z, z, z, z, z};
+  char *p[2 * PE_ROPE_GROUP] = {row, row, row, row, row, row, row, row};
   for (int h = 0; h < PE_ROPE_GROUP; h++)
     if (h < g)
       eo_chunk(row + h * hs + j * 2, dist, ce, co, se, so, p + 2 * h, e + 2 * h, o + 2 * h);
@@ -566,18 +647,21 @@ PE_AI void rows_grouped(int dt, int style, const pe_rope_block *b, char *base, i
  * heads of a token (token_rows): n_pairs <= PE_ROPE_HELD * VL. */
 #define PE_ROPE_HELD 4
 
-/* Step k (VL pairs) of the row at r with the vectors c, s (from pair_cs). */
-PE_AI void held_step(int dt, int style, char *r, int32_t k, int32_t dist, vf c, vf s) {
+/* Step k (VL pairs) of the row at r with the vectors c, s (row_pair_cs's of
+ * the token's cos/sin at cp, sn). */
+PE_AI void held_step(int dt, int style, char *r, int32_t k, int32_t dist, vf c, vf s,
+                     const float *cp, const float *sn) {
   const int64_t es = pe__esize(dt);
   vf x, y;
   if (style == PE_ROPE_GPTJ) {
     char *p = r + 2 * k * VL * es;
     row_gptj_ld(dt, dt, p, VL, &x, &y);
-    row_gptj_st(dt, dt, p, VL, 0, x, y, c, s);
+    row_gptj_st(dt, dt, p, p, VL, 0, x, y, c, s, cp + k * VL, sn + k * VL);
   } else {
     char *px = r + k * VL * es, *py = px + dist * es;
     neox_ld(dt, px, py, VL, &x, &y);
     neox_st(dt, px, py, VL, x, y, c, s);
+    (void)cp, (void)sn;
   }
 }
 /* m <= VL pairs' cos (or sin) at p as a step uses them (GPT-J: gptj_cs's
@@ -604,6 +688,17 @@ PE_AI void token_rows_eo(char *row, int64_t hs, int64_t n_heads, const float *c,
   }
   for (int64_t h = 0; h < n_heads; h++) {
     char *r = row + h * hs;
+#if defined(VEC_ROT_FAST)
+    for (int k = 0; k < 2; k++)
+      if (k < q) { /* chunk k: pairs from 2*VL*k, 2 bytes an element */
+        char *px = r + 2 * k * VL * 2, *py = px + dist * 2;
+        vf ex, ox, ey, oy;
+        bf16_ld_eo(px, 2 * VL, &ex, &ox);
+        bf16_ld_eo(py, 2 * VL, &ey, &oy);
+        neox_eo_fast(px, py, px, py, ex, ox, ey, oy, ce[k], co[k], se[k], so[k], c + 2 * VL * k,
+                     s + 2 * VL * k);
+      }
+#else
     const vf z = vf_set1(0.0f); /* unused when q is 1: for the compiler's warning */
     vf e[4] = {z, z, z, z}, o[4] = {z, z, z, z};
     char *p[4] = {r, r, r, r};
@@ -612,6 +707,7 @@ PE_AI void token_rows_eo(char *row, int64_t hs, int64_t n_heads, const float *c,
         eo_chunk(r + 2 * k * VL * 2, dist, ce[k], co[k], se[k], so[k], p + 2 * k, e + 2 * k,
                  o + 2 * k);
     bf16_st_eo_g(2 * q, p, 2 * VL, e, o);
+#endif
   }
 }
 #endif
@@ -639,10 +735,10 @@ PE_AI void token_rows(int dt, int style, char *row, int64_t hs, int64_t n_heads,
 #undef HELD_
   for (int64_t h = 0; h < n_heads; h++) {
     char *r = row + h * hs;
-    held_step(dt, style, r, 0, dist, c0, s0);
-    if (steps > 1) held_step(dt, style, r, 1, dist, c1, s1);
-    if (steps > 2) held_step(dt, style, r, 2, dist, c2, s2);
-    if (steps > 3) held_step(dt, style, r, 3, dist, c3, s3);
+    held_step(dt, style, r, 0, dist, c0, s0, c, s);
+    if (steps > 1) held_step(dt, style, r, 1, dist, c1, s1, c, s);
+    if (steps > 2) held_step(dt, style, r, 2, dist, c2, s2, c, s);
+    if (steps > 3) held_step(dt, style, r, 3, dist, c3, s3, c, s);
   }
 }
 

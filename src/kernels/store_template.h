@@ -54,19 +54,19 @@ PE_AI void store_row(int sd, int dd, int style, const void *src, void *dst, cons
 enum { EO_CH = 128 }; /* a multiple of every 2*VL */
 #define EO_PAIR(sd, dd) (((sd) == PE_BF16 || EO_DT(sd)) && EO_DT(dd))
 /* The m pairs (a multiple of 2*VL) of one row from src (x at src, y dist
- * elements on) to dst, 2 bytes an element, with the prepared cos/sin ce,
- * se (eo_token). In place when dst == src: each chunk is loaded before it
- * is stored. */
+ * elements on) to dst, 2 bytes an element, with the prepared cos/sin ce, se
+ * (eo_token) of the pairs at c, s (for a chunk with a NaN: neox_eo_fast).
+ * In place when dst == src: each chunk is loaded before it is stored. */
 PE_AI void eo_row(const char *src, char *dst, int32_t m, int32_t dist, const float *ce,
-                  const float *se) {
+                  const float *se, const float *c, const float *s) {
   for (int32_t j = 0; j < m; j += 2 * VL) {
-    vf e[2], o[2];
-    bf16_ld_eo(src + 2 * j, 2 * VL, &e[0], &o[0]);
-    bf16_ld_eo(src + 2 * (j + dist), 2 * VL, &e[1], &o[1]);
-    rotate(e[0], e[1], vf_load(ce + j), vf_load(se + j), &e[0], &e[1]);
-    rotate(o[0], o[1], vf_load(ce + j + VL), vf_load(se + j + VL), &o[0], &o[1]);
-    char *p[2] = {dst + 2 * j, dst + 2 * (j + dist)};
-    bf16_st_eo_g(2, p, 2 * VL, e, o);
+    const char *sx = src + 2 * j, *sy = src + 2 * (j + dist);
+    char *dx = dst + 2 * j, *dy = dst + 2 * (j + dist);
+    vf ex, ox, ey, oy;
+    bf16_ld_eo(sx, 2 * VL, &ex, &ox);
+    bf16_ld_eo(sy, 2 * VL, &ey, &oy);
+    neox_eo_fast(sx, sy, dx, dy, ex, ox, ey, oy, vf_load(ce + j), vf_load(ce + j + VL),
+                 vf_load(se + j), vf_load(se + j + VL), c + j, s + j);
   }
 }
 /* The NeoX rows of one token's n_heads heads, src (dtype sd, head h at src +
@@ -93,7 +93,7 @@ PE_AI void eo_token(int sd, int dd, int inplace, const char *src, int64_t shs, c
     for (int64_t h = 0; h < n_heads; h++) {
       const char *r = src + h * shs + 2 * j0;
       char *w = dst + h * dhs + 2 * j0;
-      eo_row(r, w, m, dist, ce, se);
+      eo_row(r, w, m, dist, ce, se, c + j0, s + j0);
       if (m < k) { /* the pairs past the chunks (the last piece only) */
         if (inplace)
           rope_row(dd, PE_ROPE_NEOX, w + 2 * m, c + j0 + m, s + j0 + m, k - m, dist);
@@ -103,6 +103,35 @@ PE_AI void eo_token(int sd, int dd, int inplace, const char *src, int64_t shs, c
       }
     }
   }
+}
+#endif
+
+#if defined(VEC_EO_PREP)
+/* The rows of one token's heads at a time (isa_template.h's walks of heads
+ * inner and of a decode step's rows nearer than 4 KiB, and the cache
+ * write), for the shapes that prepare cos/sin once per token: NeoX bf16 in
+ * even/odd order (eo_token); GPT-J bf16 in even/odd order needs nothing
+ * prepared and goes row by row. */
+#define VEC_TOKEN_HEADS 1
+PE_AI int token_heads_take(int sd, int dd, int style, int32_t n) {
+  (void)style;
+  return EO_PAIR(sd, dd) && n >= 2 * VL;
+}
+/* Rows src -> dst of n_heads heads (head h at src + h*shs, dst + h*dhs
+ * bytes); in place when inplace (a constant; dst == src, sd == dd). */
+PE_AI void token_heads(int sd, int dd, int style, int inplace, const char *src, int64_t shs,
+                       char *dst, int64_t dhs, int64_t n_heads, const float *c, const float *s,
+                       int32_t n, int32_t dist) {
+  if (style == PE_ROPE_GPTJ) {
+    for (int64_t h = 0; h < n_heads; h++) {
+      if (inplace)
+        rope_row(dd, style, dst + h * dhs, c, s, n, dist);
+      else
+        store_row(sd, dd, style, src + h * shs, dst + h * dhs, c, s, n, dist);
+    }
+    return;
+  }
+  eo_token(sd, dd, inplace, src, shs, dst, dhs, n_heads, c, s, n, dist);
 }
 #endif
 

@@ -28,6 +28,7 @@ typedef __m256d vd;
 #define vf_mul _mm256_mul_ps
 #define vf_fma _mm256_fmadd_ps   /* a*b + c, one rounding */
 #define vf_fnma _mm256_fnmadd_ps /* c - a*b, one rounding */
+#define vf_fms _mm256_fmsub_ps   /* a*b - c, one rounding */
 /* A sign flip, as C's unary minus: NaN bits follow. */
 PE_AI vf vf_neg(vf a) { return _mm256_xor_ps(a, _mm256_set1_ps(-0.0f)); }
 
@@ -117,17 +118,22 @@ PE_AI __m256i bf16_quiet(vf v, __m256i r) {
   __m256i q = _mm256_or_si256(_mm256_castps_si256(v), _mm256_set1_epi32(0x400000));
   return _mm256_blendv_epi8(r, q, _mm256_castps_si256(_mm256_cmp_ps(v, v, _CMP_UNORD_Q)));
 }
-/* Whether a lane of a or b is NaN. */
-PE_AI int any_nan2(vf a, vf b) {
-  __m256 n = _mm256_cmp_ps(a, b, _CMP_UNORD_Q);
-  return !_mm256_testz_ps(n, n);
+/* Whether a lane of a or b (of a, b, c or d) is NaN: vmovmskps, where
+ * vtestps (2 operations on Zen 3) took 2.5 cycles more per 128-channel row
+ * in an L1 loop of eo_row (AMD EPYC Zen 3). */
+PE_AI int vf_any_nan2(vf a, vf b) {
+  return _mm256_movemask_ps(_mm256_cmp_ps(a, b, _CMP_UNORD_Q)) != 0;
+}
+PE_AI int vf_any_nan4(vf a, vf b, vf c, vf d) {
+  __m256 n = _mm256_or_ps(_mm256_cmp_ps(a, b, _CMP_UNORD_Q), _mm256_cmp_ps(c, d, _CMP_UNORD_Q));
+  return _mm256_movemask_ps(n) != 0;
 }
 /* The bf16 bits of one vector (the encodings' rows, vst): the top halves
  * gathered by one vpshufb (bytes 2, 3 of each lane to the low 8 bytes of its
  * 128-bit half) and one vpermq. */
 PE_AI __m128i bf16_narrow(vf v) {
   __m256i r = bf16_round(v);
-  if (__builtin_expect(any_nan2(v, v), 0)) r = bf16_quiet(v, r);
+  if (__builtin_expect(vf_any_nan2(v, v), 0)) r = bf16_quiet(v, r);
   const __m256i top = _mm256_setr_epi8(2, 3, 6, 7, 10, 11, 14, 15, -1, -1, -1, -1, -1, -1, -1, -1,
                                        2, 3, 6, 7, 10, 11, 14, 15, -1, -1, -1, -1, -1, -1, -1, -1);
   return _mm256_castsi256_si128(_mm256_permute4x64_epi64(_mm256_shuffle_epi8(r, top), 0x08));
@@ -138,7 +144,7 @@ PE_AI __m128i bf16_narrow(vf v) {
  * both. Per 8 halves 2.5 shuffles instead of 3, and half the tests. */
 PE_AI __m256i bf16_pair(vf a, vf b) {
   __m256i ra = bf16_round(a), rb = bf16_round(b);
-  if (__builtin_expect(any_nan2(a, b), 0)) {
+  if (__builtin_expect(vf_any_nan2(a, b), 0)) {
     ra = bf16_quiet(a, ra);
     rb = bf16_quiet(b, rb);
   }
@@ -184,7 +190,11 @@ PE_AI void bf16_stw(void *p, vf a, vf b) { _mm256_storeu_si256(p, bf16_pair(a, b
  * widened vectors are not live at once in AVX2's 16 registers (gcc spilled
  * them; AMD EPYC Zen 3, [B,H,T,D] bf16 rows in L1: 61.5-62.5 -> 59.7-61.3
  * cycles per 128-channel row). */
-#define VEC_EO_RAW 1
+#define VEC_EO_RAW 1 /* with VEC_ROT_FAST's neox_eo_fast */
+/* The even/odd rows rotate with rotate_fast (rope_template.h): vfmsub
+ * instead of the sign flip and vfmadd, a step with a NaN result done again
+ * as isa.h says. */
+#define VEC_ROT_FAST 1
 typedef __m256i vw;
 PE_AI vw bf16_ld_w(const void *p, int32_t n) {
   if (n >= 2 * VL) return _mm256_loadu_si256(p);
@@ -197,12 +207,40 @@ PE_AI void bf16_w_eo(vw w, vf *e, vf *o) {
   *o = _mm256_castsi256_ps(_mm256_and_si256(w, _mm256_set1_epi32((int)0xffff0000u)));
 }
 PE_AI void bf16_ld_eo(const void *p, int32_t n, vf *e, vf *o) { bf16_w_eo(bf16_ld_w(p, n), e, o); }
+/* The 2*VL bf16 of e (even) and o (odd) interleaved, rounded as bf16_round
+ * (no NaN lane: the caller knows there is none), in 16-bit lanes: the top
+ * halves t (the truncated bf16) and the bottom halves l of all 2*VL floats
+ * gathered by two blends, then t + carry, where carry = (l + 0x7fff +
+ * (t & 1)) >> 16 is bit 15 of vpavgw(l, 0x7ffe | (t & 1)) = (l + 0x7fff +
+ * (t & 1)) >> 1 (17 bits inside vpavgw). convert.h's (u + 0x7fff + lsb)
+ * >> 16 is t + carry, and t + carry <= 0xffff for every float but a NaN.
+ * 9 operations for 2*VL halves instead of 10, one of them on the shift
+ * pipes fewer. */
+PE_AI __m256i bf16_eo_bits(vf e, vf o) {
+  __m256i ue = _mm256_castps_si256(e), uo = _mm256_castps_si256(o);
+  __m256i t = _mm256_blend_epi16(_mm256_srli_epi32(ue, 16), uo, 0xaa);
+  __m256i l = _mm256_blend_epi16(ue, _mm256_slli_epi32(uo, 16), 0xaa);
+  __m256i lsb = _mm256_and_si256(t, _mm256_set1_epi16(1));
+  __m256i v = _mm256_or_si256(lsb, _mm256_set1_epi16(0x7ffe));
+  return _mm256_add_epi16(t, _mm256_srli_epi16(_mm256_avg_epu16(l, v), 15));
+}
+/* e and o (n <= 2*VL elements, no NaN lane) rounded and written to p. */
+PE_AI void bf16_st_eo_fast(void *p, int32_t n, vf e, vf o) {
+  __m256i w = bf16_eo_bits(e, o);
+  if (n >= 2 * VL) {
+    _mm256_storeu_si256(p, w);
+  } else {
+    uint16_t b[2 * VL];
+    _mm256_storeu_si256((void *)b, w);
+    memcpy(p, b, (size_t)(n > 0 ? n : 0) * 2);
+  }
+}
 /* g vectors of 2*VL elements (e[i] even, o[i] odd) rounded (bf16_round,
  * NaN lanes quieted) and written to p[i] (n elements each, n <= 2*VL). */
 PE_AI void bf16_st_eo_g(int g, char *const *p, int32_t n, const vf *e, const vf *o) {
   for (int i = 0; i < g; i++) {
     __m256i re = bf16_round(e[i]), ro = bf16_round(o[i]);
-    if (__builtin_expect(any_nan2(e[i], o[i]), 0)) {
+    if (__builtin_expect(vf_any_nan2(e[i], o[i]), 0)) {
       re = bf16_quiet(e[i], re);
       ro = bf16_quiet(o[i], ro);
     }
