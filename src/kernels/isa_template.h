@@ -286,9 +286,9 @@ PE_AI void rows_walk(int dt, int style, const pe_rope_block *b, void *data, int6
 #endif
 #if defined(VEC_TOKEN_HEADS)
   /* The shapes that prepare a token's cos/sin once for its heads
-   * (store_template.h's token_heads: AVX2's bf16 rows in even/odd order),
-   * walked as token_rows' (heads inner, or a decode step's rows nearer than
-   * 4 KiB). */
+   * (store_template.h's token_heads: AVX2's bf16 rows in even/odd order
+   * and its GPT-J rows of f16), walked as token_rows' (heads inner, or a
+   * decode step's rows nearer than 4 KiB). */
   if (token_heads_take(dt, dt, style, n) &&
       (n_tokens == 1 ? (hs < 0 ? -hs : hs) < 4096 : heads_inner(hs, ts))) {
     for (int64_t t = 0; t < n_tokens; t++)

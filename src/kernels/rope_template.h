@@ -384,9 +384,62 @@ PE_AI void row_gptj_st(int sd, int dd, const char *sp, char *dp, int32_t m, int 
   (void)sd, (void)sp, (void)cp, (void)sn;
   gptj_st(dd, dp, m, whole, x, y, c, s);
 }
+#if defined(VEC_GPTJ_IL)
+/* GPT-J in pair order, the pairs as they lie (VEC_GPTJ_IL, IL_PAIR(sd, dd)):
+ * v (VL/2 pairs) rotated by the duplicated cos/sin c, s (vf_dup4), isa.h's
+ * operations lane by lane (vec_avx2.h). */
+PE_AI vf il_rotate(vf v, vf c, vf s) {
+  PE_OPAQUE(v);
+  PE_OPAQUE(c);
+  PE_OPAQUE(s);
+  vf p = vf_mul(vf_swap_pairs(v), s); /* y*s in the even lanes, x*s in the odd */
+  PE_OPAQUE(p);
+  p = vf_neg_even(p); /* -(y*s) */
+  PE_OPAQUE(p);
+  return vf_fma(v, c, p);
+}
+/* m <= VL pairs' cos (or sin) at c duplicated: pairs [0, VL/2) in *lo, the
+ * rest in *hi (zeros past m). */
+PE_AI void il_cs(const float *c, int32_t m, vf *lo, vf *hi) {
+  if (m >= VL) {
+    *lo = vf_dup4(c);
+    *hi = vf_dup4(c + VL / 2);
+    return;
+  }
+  _Alignas(32) float b[VL] = {0};
+  memcpy(b, c, (size_t)m * sizeof(float));
+  *lo = vf_dup4(b);
+  *hi = vf_dup4(b + VL / 2);
+}
+/* m <= VL pairs at sp (dtype sd) rotated by il_cs's c0, c1, s0, s1 and
+ * written to dp (dtype dd; whole: as 2*VL contiguous elements, vstw). */
+PE_AI void il_ld(int sd, const char *sp, int32_t m, vf *v0, vf *v1) {
+  *v0 = vld(sd, sp, 2 * m);
+  *v1 = vld(sd, sp + VL * pe__esize(sd), 2 * m - VL);
+}
+PE_AI void il_st(int dd, char *dp, int32_t m, int whole, vf v0, vf v1, vf c0, vf c1, vf s0,
+                 vf s1) {
+  v0 = il_rotate(v0, c0, s0);
+  v1 = il_rotate(v1, c1, s1);
+  if (whole)
+    vstw(dd, dp, v0, v1);
+  else
+    vst2(dd, dp, 2 * m, v0, dp + VL * pe__esize(dd), 2 * m - VL, v1);
+}
+#endif
 /* Both: the pairs at sp written to dp (the same address in place). */
 PE_AI void gptj_step(int sd, int dd, const char *sp, char *dp, const float *c, const float *s,
                      int32_t m, int whole) {
+#if defined(VEC_GPTJ_IL)
+  if (IL_PAIR(sd, dd)) {
+    vf v0, v1, c0, c1, s0, s1;
+    il_ld(sd, sp, m, &v0, &v1);
+    il_cs(c, m, &c0, &c1);
+    il_cs(s, m, &s0, &s1);
+    il_st(dd, dp, m, whole && m >= VL, v0, v1, c0, c1, s0, s1);
+    return;
+  }
+#endif
   vf x, y;
   row_gptj_ld(sd, dd, sp, m, &x, &y);
   row_gptj_st(sd, dd, sp, dp, m, whole, x, y, row_gptj_cs(sd, dd, c, m), row_gptj_cs(sd, dd, s, m),
@@ -435,8 +488,18 @@ PE_AI void group_step(int dt, int style, int64_t g, char *row, int64_t hs, const
   const int64_t es = pe__esize(dt);
   vf x[PE_ROPE_GROUP], y[PE_ROPE_GROUP];
   if (style == PE_ROPE_GPTJ) {
-    const vf vc = row_gptj_cs(dt, dt, c + j, m), vs = row_gptj_cs(dt, dt, s + j, m);
     char *p = row + 2 * j * es;
+#if defined(VEC_GPTJ_IL)
+    if (IL_PAIR(dt, dt)) { /* every row's pairs loaded first, cos/sin duplicated once */
+      vf c0, c1, s0, s1;
+      for (int64_t h = 0; h < g; h++) il_ld(dt, p + h * hs, m, &x[h], &y[h]);
+      il_cs(c + j, m, &c0, &c1);
+      il_cs(s + j, m, &s0, &s1);
+      for (int64_t h = 0; h < g; h++) il_st(dt, p + h * hs, m, 0, x[h], y[h], c0, c1, s0, s1);
+      return;
+    }
+#endif
+    const vf vc = row_gptj_cs(dt, dt, c + j, m), vs = row_gptj_cs(dt, dt, s + j, m);
     for (int64_t h = 0; h < g; h++) row_gptj_ld(dt, dt, p + h * hs, m, &x[h], &y[h]);
     for (int64_t h = 0; h < g; h++)
       row_gptj_st(dt, dt, p + h * hs, p + h * hs, m, 0, x[h], y[h], vc, vs, c + j, s + j);

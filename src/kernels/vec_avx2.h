@@ -307,6 +307,30 @@ PE_AI vf vf_gptj_cs(vf v) {
   return _mm256_castpd_ps(_mm256_permute4x64_pd(_mm256_castps_pd(v), 0xd8));
 }
 
+/* GPT-J's pairs as they lie (VEC_GPTJ_IL, rope_template.h): a vector v of
+ * VL/2 pairs (x0 y0 x1 y1 ...) rotates as fma(v, c', (swap(v) * s') with
+ * the even lanes' sign flipped), c' and s' each pair's cos and sin twice
+ * (c0 c0 c1 c1 ...): lane 2i is fmaf(x, c, -(y*s)), lane 2i+1 fmaf(y, c,
+ * x*s), isa.h's operations on the same operands in the same order. No
+ * deinterleave, no interleave, and no lane-crossing vpermpd for cos/sin,
+ * which on Zen 3 shares a unit with F16C's conversions (a vpermpd next to
+ * each vcvtph2ps: 17 cycles per 8 of each, against 8 for either alone).
+ * IL_PAIR(sd, dd): the rows that take it (a 16-bit dtype on either side but
+ * not bf16 to bf16, which goes in even/odd order). */
+#define VEC_GPTJ_IL 1
+#define IL_PAIR(sd, dd) \
+  (((sd) != PE_F32 || (dd) != PE_F32) && !((sd) == PE_BF16 && (dd) == PE_BF16))
+PE_AI vf vf_swap_pairs(vf v) { return _mm256_permute_ps(v, 0xb1); }
+PE_AI vf vf_neg_even(vf v) {
+  return _mm256_xor_ps(v, _mm256_castsi256_ps(_mm256_set1_epi64x(0x80000000)));
+}
+/* The 4 floats at c each twice: c0 c0 c1 c1 | c2 c2 c3 c3 (a 16-byte
+ * broadcast load and one in-lane vpermilps). */
+PE_AI vf vf_dup4(const float *c) {
+  return _mm256_permutevar_ps(_mm256_broadcast_ps((const __m128 *)(const void *)c),
+                              _mm256_setr_epi32(0, 0, 1, 1, 2, 2, 3, 3));
+}
+
 /* The cache write's NEOX rows take 2*VL pairs a step: each 64-byte line of
  * the row is written by two adjacent stores (a row is written, not updated). */
 #define VEC_WHOLE_LINES 1
