@@ -446,6 +446,209 @@ static void test_rope_store_rows(void **state) {
   printf("# %s rope_store_rows: %lld cases\n", isa->name, (long long)cases);
 }
 
+/* ---- special values in every lane position ---- */
+
+/* The element patterns that decide bit identity, per dtype: signed zeros,
+ * Inf, quiet and signaling NaNs with payloads and both signs, the largest
+ * finite values, subnormals; f16 and bf16 also 1.0 and its odd neighbour
+ * and the smallest normals, f32 exact bf16 rounding ties of both parities,
+ * the f16 overflow boundary (65520) and a value just above half the
+ * smallest f16 subnormal. */
+static const uint32_t lane_f32[] = {0x00000000u, 0x80000000u, 0x7f800000u, 0xff800000u,
+                                    0x7fc00000u, 0xffc12345u, 0x7f800001u, 0xff812345u,
+                                    0x7f7fffffu, 0xff7fffffu, 0x00000001u, 0x807fffffu,
+                                    0x3f808000u, 0x3f818000u, 0x477ff000u, 0x33000001u};
+static const uint16_t lane_f16[] = {0x0000, 0x8000, 0x7c00, 0xfc00, 0x7e00, 0xfe01,
+                                    0x7c01, 0xfd55, 0x7bff, 0xfbff, 0x0001, 0x83ff,
+                                    0x3c00, 0x3c01, 0x0400, 0x8400};
+static const uint16_t lane_bf16[] = {0x0000, 0x8000, 0x7f80, 0xff80, 0x7fc0, 0xffc1,
+                                     0x7f81, 0xff81, 0x7f7f, 0xff7f, 0x0001, 0x807f,
+                                     0x3f80, 0x3f81, 0x0080, 0x8080};
+enum { N_LANE_SPECIALS = 16 };
+/* cos/sin of one pair (never NaN, isa.h): Inf with a finite partner (Inf
+ * results; Inf*0 when the element is 0), huge values (overflow, Inf - Inf),
+ * zeros, subnormals, and multipliers that make exact ties of 1.0 for bf16
+ * (1 + 2^-8, 1 + 3*2^-8) and f16 (1 + 2^-11, 1 + 3*2^-11) with sin 0. */
+static const uint32_t lane_cs[][2] = {
+    {0x7f800000u, 0x3f000000u}, {0x3f000000u, 0xff800000u}, {0x00000000u, 0x7f800000u},
+    {0x7f61e1c6u, 0x7f61e1c6u}, {0xff61e1c6u, 0x7f61e1c6u}, {0x80000000u, 0x00000000u},
+    {0x00000001u, 0x807fffffu}, {0x3f808000u, 0x00000000u}, {0x3f818000u, 0x00000000u},
+    {0x3f801000u, 0x00000000u}, {0x3f803000u, 0x80000000u}};
+#define N_LANE_CS (sizeof lane_cs / sizeof lane_cs[0])
+
+/* Ordinary finite values (magnitude 2^-20 .. 2^8, either sign) of each
+ * dtype, made once: the rows are copied from them. */
+enum { LANE_POOL = 4096 };
+static char lane_pool[3][LANE_POOL * 4];
+static float lane_cos[LANE_POOL], lane_sin[LANE_POOL]; /* fill_cs's rows, made once */
+static void lane_pool_init(void) {
+  for (int i = 0; i < LANE_POOL; i += 256) fill_cs(lane_cos + i, lane_sin + i, 256);
+  for (int i = 0; i < LANE_POOL; i++) {
+    uint32_t u = (uint32_t)((rnd() & 0x807fffffu) | ((107u + rnd_below(29)) << 23));
+    uint16_t h = (uint16_t)((rnd() & 0x83ffu) | ((5u + rnd_below(18)) << 10));
+    uint16_t b = (uint16_t)(u >> 16);
+    memcpy(lane_pool[PE_F32] + 4 * i, &u, 4);
+    memcpy(lane_pool[PE_F16] + 2 * i, &h, 2);
+    memcpy(lane_pool[PE_BF16] + 2 * i, &b, 2);
+  }
+}
+/* Elements [0, n) of a row of dtype dt: ordinary values, or 1.0 (ones). */
+static void put_row(void *p, int dt, int64_t n, int ones) {
+  const size_t es = esz(dt);
+  if (ones) {
+    for (int64_t i = 0; i < n; i++) {
+      uint32_t u = 0x3f800000u;
+      uint16_t h = dt == PE_F16 ? 0x3c00 : 0x3f80;
+      memcpy((char *)p + (size_t)i * es, dt == PE_F32 ? (void *)&u : (void *)&h, es);
+    }
+    return;
+  }
+  memcpy(p, lane_pool[dt] + rnd_below((uint32_t)(LANE_POOL - n)) * es, (size_t)n * es);
+}
+/* Element i of a row of dtype dt set to special k. */
+static void put_special(void *p, int dt, int64_t i, int k) {
+  if (dt == PE_F32)
+    memcpy((char *)p + 4 * i, &lane_f32[k], 4);
+  else
+    memcpy((char *)p + 2 * i, dt == PE_F16 ? &lane_f16[k] : &lane_bf16[k], 2);
+}
+
+/* The block shapes the walks tell apart (isa_template.h, rope_template.h):
+ * a decode step with rows near (token_heads, token_rows, the groups) and 4
+ * KiB or more apart (the groups), tokens with heads inner ([B,T,H,D]) and
+ * heads outer ([B,H,T,D]: two groups, one a token behind, and a remainder
+ * group). */
+typedef struct lane_walk {
+  int64_t tokens, heads;
+  int head_major, wide;
+} lane_walk;
+static const lane_walk lane_walks[] = {{1, 12, 0, 0}, {1, 8, 0, 1}, {3, 4, 0, 0}, {3, 9, 1, 0}};
+
+/* One call of rope_rows (sd == dd) or rope_store_rows of the walk w on both
+ * structs: row r's element at pos[r] set to special spec[r] (pos -1: none;
+ * ones: every element 1.0), token t's pair cpair[t] (-1: none) given the
+ * cos/sin lane_cs[cspec[t]]. */
+static void lane_call(const pe_isa *isa, int store, int sd, int dd, int style, int32_t n,
+                      const lane_walk *w, const int64_t *pos, const int *spec, int ones,
+                      const int32_t *cpair, const int *cspec) {
+  const size_t ses = esz(sd), des = esz(dd);
+  const int64_t T = w->tokens, H = w->heads, R = T * H;
+  const int64_t extent = 2 * (int64_t)n; /* NeoX: pair_dist == n */
+  int64_t rs = extent + 3 + (w->wide ? 2048 : 0);
+  int64_t hs = w->head_major ? rs * T : rs, ts = w->head_major ? rs : rs * H;
+  const int64_t total = rs * R + 8;
+  char *a = xmalloc((size_t)total * ses), *b = xmalloc((size_t)total * ses);
+  char *da = xmalloc((size_t)total * des), *db = xmalloc((size_t)total * des);
+  memset(a, 0xa5, (size_t)total * ses); /* gaps and guards: any pattern, kept by both */
+  for (int64_t t = 0; t < T; t++)
+    for (int64_t h = 0; h < H; h++) {
+      const int64_t r = t * H + h;
+      char *row = a + (4 + t * ts + h * hs) * (int64_t)ses;
+      put_row(row, sd, extent, ones);
+      if (pos[r] >= 0) put_special(row, sd, pos[r], spec[r]);
+    }
+  memcpy(b, a, (size_t)total * ses);
+  memset(da, 0x5a, (size_t)total * des);
+  memset(db, 0x5a, (size_t)total * des);
+  float *cs = xmalloc((size_t)T * 2 * (size_t)n * sizeof(float));
+  const float *cp[3], *sp[3];
+  const void *src[3];
+  void *d0[3], *d1[3];
+  for (int64_t t = 0; t < T; t++) {
+    float *c = cs + t * 2 * n;
+    const uint32_t o = rnd_below((uint32_t)(LANE_POOL - n));
+    memcpy(c, lane_cos + o, (size_t)n * sizeof(float));
+    memcpy(c + n, lane_sin + o, (size_t)n * sizeof(float));
+    if (cpair[t] >= 0) {
+      c[cpair[t]] = bits_f32(lane_cs[cspec[t]][0]);
+      c[n + cpair[t]] = bits_f32(lane_cs[cspec[t]][1]);
+    }
+    cp[t] = c;
+    sp[t] = c + n;
+    src[t] = a + (4 + t * ts) * (int64_t)ses;
+    d0[t] = da + (4 + t * ts) * (int64_t)des;
+    d1[t] = db + (4 + t * ts) * (int64_t)des;
+  }
+  pe_rope_block blk = {.cos = cp, .sin = sp, .n_tokens = T, .n_heads = H, .n_pairs = n,
+                       .pair_dist = n, .style = style};
+  char what[160];
+  snprintf(what, sizeof what, "%s %d -> %d style %d n_pairs %d tokens %lld heads %lld hs %lld",
+           store ? "rope_store_rows" : "rope_rows", sd, dd, style, (int)n, (long long)T,
+           (long long)H, (long long)hs);
+  if (store) {
+    ref->rope_store_rows[sd][dd](&blk, src, hs, d0, hs);
+    isa->rope_store_rows[sd][dd](&blk, src, hs, d1, hs);
+    assert_same(da, db, (size_t)total * des, des, what);
+  } else {
+    ref->rope_rows[sd](&blk, a + 4 * (int64_t)ses, hs, ts);
+    isa->rope_rows[sd](&blk, b + 4 * (int64_t)ses, hs, ts);
+    assert_same(a, b, (size_t)total * ses, ses, what);
+  }
+  free(a);
+  free(b);
+  free(da);
+  free(db);
+  free(cs);
+}
+
+/* Every special at every lane offset of the vectors (positions taken
+ * modulo 32 elements: AVX-512's 32-element even/odd words, AVX2's two
+ * chunks) and every position of the row (a row of p positions modulo 32
+ * takes each special over ceil(16 / p) rounds), and every (pair, cos/sin
+ * special) of the tokens; a few rows per call. */
+static int64_t lane_cases(const pe_isa *isa, int store, int sd, int dd, int style, int32_t n,
+                          const lane_walk *w) {
+  const int64_t T = w->tokens, R = T * w->heads, extent = 2 * (int64_t)n;
+  const int64_t per = (extent + 31) / 32, rounds = (N_LANE_SPECIALS + per - 1) / per;
+  int64_t pos[32], calls = 0; /* R <= 32 rows (lane_walks) */
+  int spec[32] = {0}, cspec[3] = {0, 0, 0};
+  int32_t cpair[3] = {-1, -1, -1};
+  for (int64_t k = 0; k * R < extent * rounds; k++, calls++) {
+    for (int64_t r = 0; r < R; r++) {
+      const int64_t c = k * R + r, p = c % extent, round = c / extent;
+      pos[r] = c < extent * rounds ? p : -1;
+      spec[r] = (int)((p / 32 + round * per) % N_LANE_SPECIALS);
+    }
+    lane_call(isa, store, sd, dd, style, n, w, pos, spec, 0, cpair, cspec);
+  }
+  /* cos/sin specials the same way, pairs modulo 16 */
+  const int64_t cper = (n + 15) / 16, crounds = ((int64_t)N_LANE_CS + cper - 1) / cper;
+  for (int64_t r = 0; r < R; r++) pos[r] = -1;
+  for (int64_t k = 0; k * T < n * crounds; k++, calls++) {
+    int ones = 0;
+    for (int64_t t = 0; t < T; t++) {
+      const int64_t c = k * T + t, j = c % n, round = c / n;
+      cpair[t] = c < n * crounds ? (int32_t)j : -1;
+      cspec[t] = (int)((j / 16 + round * cper) % (int64_t)N_LANE_CS);
+      if ((lane_cs[cspec[t]][1] & 0x7fffffffu) == 0) ones = 1; /* the ties: x = y = 1.0 */
+    }
+    lane_call(isa, store, sd, dd, style, n, w, pos, spec, ones, cpair, cspec);
+  }
+  return calls;
+}
+
+static void test_rope_special_lanes(void **state) {
+  const pe_isa *isa = isa_or_skip(test_path(state));
+  /* pairs: AVX2's even/odd chunks of 16 and token_rows_eo's 16 and 32,
+   * eo_token's pieces of 128 with a chunk and a tail after them, tails of
+   * every step width */
+  static const int32_t ns[] = {16, 32, 64, 67, 136};
+  int64_t calls = 0;
+  lane_pool_init();
+  for (int dt = 0; dt < 3; dt++)
+    for (int style = 0; style < 2; style++)
+      for (size_t i = 0; i < sizeof ns / sizeof ns[0]; i++)
+        for (size_t w = 0; w < sizeof lane_walks / sizeof lane_walks[0]; w++)
+          calls += lane_cases(isa, 0, dt, dt, style, ns[i], &lane_walks[w]);
+  for (int sd = 0; sd < 3; sd++) /* the cache write: a whole chunk, a tail, two pieces */
+    for (int dd = 0; dd < 3; dd++)
+      for (int style = 0; style < 2; style++)
+        for (size_t i = 0; i < sizeof ns / sizeof ns[0]; i++)
+          if (ns[i] != 32 && ns[i] != 64)
+            calls += lane_cases(isa, 1, sd, dd, style, ns[i], &lane_walks[2]);
+  printf("# %s special lanes: %lld calls\n", isa->name, (long long)calls);
+}
+
 /* ---- convert ---- */
 
 static const int64_t lengths[] = {0, 1, 2, 3, 5, 7, 8, 9, 15, 16, 17, 31, 32, 33, 47, 64, 100, 1000};
@@ -1007,6 +1210,7 @@ int main(void) {
   static const path_check checks[] = {{"rope_sincos", test_rope_sincos},
                                       {"rope_rows", test_rope_rows},
                                       {"rope_store_rows", test_rope_store_rows},
+                                      {"rope_special_lanes", test_rope_special_lanes},
                                       {"convert", test_convert},
                                       {"norm_kernels", test_norm_kernels},
                                       {"enc_rows", test_enc_rows},

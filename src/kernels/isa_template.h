@@ -284,6 +284,19 @@ PE_AI void rows_walk(int dt, int style, const pe_rope_block *b, void *data, int6
     return;
   }
 #endif
+#if defined(VEC_TOKEN_HEADS)
+  /* The shapes that prepare a token's cos/sin once for its heads
+   * (store_template.h's token_heads: AVX2's bf16 rows in even/odd order
+   * and its GPT-J rows of f16), walked as token_rows' (heads inner, or a
+   * decode step's rows nearer than 4 KiB). */
+  if (token_heads_take(dt, dt, style, n) &&
+      (n_tokens == 1 ? (hs < 0 ? -hs : hs) < 4096 : heads_inner(hs, ts))) {
+    for (int64_t t = 0; t < n_tokens; t++)
+      token_heads(dt, dt, style, 1, base + t * ts, hs, base + t * ts, hs, n_heads, b->cos[t],
+                  b->sin[t], n, dist);
+    return;
+  }
+#endif
 #if defined(PE_ROPE_GROUP)
   /* A decode step and heads farther apart than tokens: rope_template.h (one
    * call site, so that rows_grouped is expanded once per (dtype, style)). */
@@ -339,6 +352,12 @@ PE_AI void store_walk(int sd, int dd, int style, const pe_rope_block *b,
     const float *c = b->cos[t], *sn = b->sin[t]; /* in locals: see rows_walk */
     const int64_t n_heads = b->n_heads;
     const int32_t n = b->n_pairs, dist = b->pair_dist;
+#if defined(VEC_TOKEN_HEADS)
+    if (token_heads_take(sd, dd, style, n)) { /* store_template.h */
+      token_heads(sd, dd, style, 0, s, shs, d, dhs, n_heads, c, sn, n, dist);
+      continue;
+    }
+#endif
     for (int64_t h = 0; h < n_heads; h++)
       store_row(sd, dd, style, s + h * shs, d + h * dhs, c, sn, n, dist);
   }

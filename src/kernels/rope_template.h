@@ -6,7 +6,9 @@
  * the vf_/vd_ operations, vld/vst2/vstw/vst per dtype with an n-lane tail,
  * and for GPT-J either vf_deinterleave / vf_interleave / vf_gptj_cs or, with
  * VEC_LD2, vldi/vsti; optionally VEC_BF16_EO, bf16 rows in even/odd order:
- * bf16_ld_eo/bf16_st_eo_g, AVX-512). Bit-identical to
+ * bf16_ld_eo/bf16_st_eo_g for the dtype EO_DT names (AVX-512: PE_BF16_CVT
+ * with AVX512-BF16, PE_BF16 without; AVX2: PE_BF16), and VEC_GPTJ_ORDERED
+ * when vf_deinterleave leaves the pairs in order (AVX-512)). Bit-identical to
  * scalar.c by construction: the same operations in the same order, lane by
  * lane; lanes past a tail are computed on zeros and never stored. */
 
@@ -145,6 +147,19 @@ PE_AI void rotate(vf x, vf y, vf c, vf s, vf *xo, vf *yo) {
   *xo = vf_fma(x, c, nys);
   *yo = vf_fma(y, c, vf_mul(x, s));
 }
+#if defined(VEC_ROT_FAST)
+/* The rotation without isa.h's sign flip (VEC_ROT_FAST, the even/odd bf16
+ * rows): x' = x*c - y*s as one vfmsub, which is fmaf(x, c, -(y*s)) for
+ * every result but a NaN (the negation of the rounded product is exact),
+ * whose sign may differ (the vfmsub keeps y*s's NaN as it is). The caller
+ * tests the results for a NaN (vf_any_nan2 / vf_any_nan4) before it stores
+ * anything and then does the step again with rotate(), from memory. One
+ * operation fewer per step, and no sign constant held in a register. */
+PE_AI void rotate_fast(vf x, vf y, vf c, vf s, vf *xo, vf *yo) {
+  *xo = vf_fms(x, c, vf_mul(y, s));
+  *yo = vf_fma(y, c, vf_mul(x, s));
+}
+#endif
 
 /* ---- the QK-norm's sum of squares ---- */
 
@@ -268,8 +283,8 @@ PE_AI void gptj_ld(int sd, const char *sp, int32_t m, vf *x, vf *y) {
   vldi(sd, sp, m, x, y);
 #else
   const int64_t ses = pe__esize(sd);
-#if defined(VEC_BF16_EO)
-  if (sd == PE_BF16 || sd == PE_BF16_CVT) { /* x even, y odd: in pair order */
+#if defined(VEC_BF16_EO) && defined(VEC_GPTJ_ORDERED)
+  if (sd == PE_BF16 || EO_DT(sd)) { /* x even, y odd: in pair order */
     bf16_ld_eo(sp, 2 * m, x, y);
     return;
   }
@@ -288,8 +303,8 @@ PE_AI void gptj_st(int dd, char *dp, int32_t m, int whole, vf x, vf y, vf c, vf 
   (void)whole;
 #else
   const int64_t des = pe__esize(dd);
-#if defined(VEC_BF16_EO)
-  if (dd == PE_BF16_CVT) { /* one vpermw back to pair order, one store (whole or masked) */
+#if defined(VEC_BF16_EO) && defined(VEC_GPTJ_ORDERED)
+  if (EO_DT(dd)) { /* back to pair order, one store (whole or masked) */
     bf16_st_eo_g(1, &dp, 2 * m, &xn, &yn);
     return;
   }
@@ -302,12 +317,133 @@ PE_AI void gptj_st(int dd, char *dp, int32_t m, int whole, vf x, vf y, vf c, vf 
     vst2(dd, dp, 2 * m, lo, dp + VL * des, 2 * m - VL, hi);
 #endif
 }
+/* The plain rows' GPT-J steps (the QK-norm's rows use gptj_ld/gptj_st,
+ * whose lane order does not depend on the dtype). GPTJ_EO(sd, dd): bf16 to
+ * the even/odd dtype, x and y the even and odd elements, in pair order, and
+ * cos/sin as they are, without vf_deinterleave, vf_interleave and
+ * vf_gptj_cs (AVX2: 5 of a step's shuffles, 2 of them lane-crossing). */
+#if defined(VEC_BF16_EO)
+#define GPTJ_EO(sd, dd) (((sd) == PE_BF16 || EO_DT(sd)) && EO_DT(dd))
+#else
+#define GPTJ_EO(sd, dd) 0
+#endif
+PE_AI vf row_gptj_cs(int sd, int dd, const float *c, int32_t m) {
+  return GPTJ_EO(sd, dd) ? vf_loadn(c, m) : gptj_cs(c, m);
+}
+PE_AI void row_gptj_ld(int sd, int dd, const char *sp, int32_t m, vf *x, vf *y) {
+#if defined(VEC_BF16_EO)
+  if (GPTJ_EO(sd, dd)) {
+    bf16_ld_eo(sp, 2 * m, x, y);
+    return;
+  }
+#endif
+  (void)dd;
+  gptj_ld(sd, sp, m, x, y);
+}
+#if defined(VEC_ROT_FAST)
+/* Pointers the compiler must take as unknown: the loads of a step's exact
+ * path (gptj_eo_exact, neox_eo_exact) are then not merged with the fast
+ * path's, whose vectors would stay live across its NaN test. */
+#define PE_OPAQUE_PTR(p) __asm__("" : "+r"(p))
+/* m <= VL GPT-J pairs at sp rotated as isa.h says and written to dp (bf16,
+ * the even/odd order): the plain step's path for a step with a NaN
+ * (row_gptj_st). It loads the pairs and cos/sin again, which are still in
+ * memory, so that the fast path keeps no register for it. Inline: a call
+ * would clobber every vector register, and gcc then rebuilt the loop's
+ * constants after the test in every step. */
+PE_AI void gptj_eo_exact(const char *sp, char *dp, const float *c, const float *s, int32_t m) {
+  PE_OPAQUE_PTR(sp);
+  PE_OPAQUE_PTR(c);
+  PE_OPAQUE_PTR(s);
+  vf x, y, xn, yn;
+  bf16_ld_eo(sp, 2 * m, &x, &y);
+  rotate(x, y, vf_loadn(c, m), vf_loadn(s, m), &xn, &yn);
+  bf16_st_eo_g(1, &dp, 2 * m, &xn, &yn);
+}
+#endif
+/* x, y (row_gptj_ld's, loaded from sp) rotated by c, s (row_gptj_cs's of
+ * the m pairs at cp, sn) and written to dp. */
+PE_AI void row_gptj_st(int sd, int dd, const char *sp, char *dp, int32_t m, int whole, vf x, vf y,
+                       vf c, vf s, const float *cp, const float *sn) {
+#if defined(VEC_BF16_EO)
+  if (GPTJ_EO(sd, dd)) {
+    vf xn, yn;
+#if defined(VEC_ROT_FAST)
+    rotate_fast(x, y, c, s, &xn, &yn);
+    if (__builtin_expect(vf_any_nan2(xn, yn), 0))
+      gptj_eo_exact(sp, dp, cp, sn, m);
+    else
+      bf16_st_eo_fast(dp, 2 * m, xn, yn);
+#else
+    rotate(x, y, c, s, &xn, &yn);
+    bf16_st_eo_g(1, &dp, 2 * m, &xn, &yn);
+#endif
+    return;
+  }
+#endif
+  (void)sd, (void)sp, (void)cp, (void)sn;
+  gptj_st(dd, dp, m, whole, x, y, c, s);
+}
+#if defined(VEC_GPTJ_IL)
+/* GPT-J in pair order, the pairs as they lie (VEC_GPTJ_IL, IL_PAIR(sd, dd)):
+ * v (VL/2 pairs) rotated by the duplicated cos/sin c, s (vf_dup4), isa.h's
+ * operations lane by lane (vec_avx2.h). */
+PE_AI vf il_rotate(vf v, vf c, vf s) {
+  PE_OPAQUE(v);
+  PE_OPAQUE(c);
+  PE_OPAQUE(s);
+  vf p = vf_mul(vf_swap_pairs(v), s); /* y*s in the even lanes, x*s in the odd */
+  PE_OPAQUE(p);
+  p = vf_neg_even(p); /* -(y*s) */
+  PE_OPAQUE(p);
+  return vf_fma(v, c, p);
+}
+/* m <= VL pairs' cos (or sin) at c duplicated: pairs [0, VL/2) in *lo, the
+ * rest in *hi (zeros past m). */
+PE_AI void il_cs(const float *c, int32_t m, vf *lo, vf *hi) {
+  if (m >= VL) {
+    *lo = vf_dup4(c);
+    *hi = vf_dup4(c + VL / 2);
+    return;
+  }
+  _Alignas(32) float b[VL] = {0};
+  memcpy(b, c, (size_t)m * sizeof(float));
+  *lo = vf_dup4(b);
+  *hi = vf_dup4(b + VL / 2);
+}
+/* m <= VL pairs at sp (dtype sd) rotated by il_cs's c0, c1, s0, s1 and
+ * written to dp (dtype dd; whole: as 2*VL contiguous elements, vstw). */
+PE_AI void il_ld(int sd, const char *sp, int32_t m, vf *v0, vf *v1) {
+  *v0 = vld(sd, sp, 2 * m);
+  *v1 = vld(sd, sp + VL * pe__esize(sd), 2 * m - VL);
+}
+PE_AI void il_st(int dd, char *dp, int32_t m, int whole, vf v0, vf v1, vf c0, vf c1, vf s0,
+                 vf s1) {
+  v0 = il_rotate(v0, c0, s0);
+  v1 = il_rotate(v1, c1, s1);
+  if (whole)
+    vstw(dd, dp, v0, v1);
+  else
+    vst2(dd, dp, 2 * m, v0, dp + VL * pe__esize(dd), 2 * m - VL, v1);
+}
+#endif
 /* Both: the pairs at sp written to dp (the same address in place). */
 PE_AI void gptj_step(int sd, int dd, const char *sp, char *dp, const float *c, const float *s,
                      int32_t m, int whole) {
+#if defined(VEC_GPTJ_IL)
+  if (IL_PAIR(sd, dd)) {
+    vf v0, v1, c0, c1, s0, s1;
+    il_ld(sd, sp, m, &v0, &v1);
+    il_cs(c, m, &c0, &c1);
+    il_cs(s, m, &s0, &s1);
+    il_st(dd, dp, m, whole && m >= VL, v0, v1, c0, c1, s0, s1);
+    return;
+  }
+#endif
   vf x, y;
-  gptj_ld(sd, sp, m, &x, &y);
-  gptj_st(dd, dp, m, whole, x, y, gptj_cs(c, m), gptj_cs(s, m));
+  row_gptj_ld(sd, dd, sp, m, &x, &y);
+  row_gptj_st(sd, dd, sp, dp, m, whole, x, y, row_gptj_cs(sd, dd, c, m), row_gptj_cs(sd, dd, s, m),
+              c, s);
 }
 
 /* One row in place: full steps of VL pairs, then one tail step. */
@@ -352,10 +488,21 @@ PE_AI void group_step(int dt, int style, int64_t g, char *row, int64_t hs, const
   const int64_t es = pe__esize(dt);
   vf x[PE_ROPE_GROUP], y[PE_ROPE_GROUP];
   if (style == PE_ROPE_GPTJ) {
-    const vf vc = gptj_cs(c + j, m), vs = gptj_cs(s + j, m);
     char *p = row + 2 * j * es;
-    for (int64_t h = 0; h < g; h++) gptj_ld(dt, p + h * hs, m, &x[h], &y[h]);
-    for (int64_t h = 0; h < g; h++) gptj_st(dt, p + h * hs, m, 0, x[h], y[h], vc, vs);
+#if defined(VEC_GPTJ_IL)
+    if (IL_PAIR(dt, dt)) { /* every row's pairs loaded first, cos/sin duplicated once */
+      vf c0, c1, s0, s1;
+      for (int64_t h = 0; h < g; h++) il_ld(dt, p + h * hs, m, &x[h], &y[h]);
+      il_cs(c + j, m, &c0, &c1);
+      il_cs(s + j, m, &s0, &s1);
+      for (int64_t h = 0; h < g; h++) il_st(dt, p + h * hs, m, 0, x[h], y[h], c0, c1, s0, s1);
+      return;
+    }
+#endif
+    const vf vc = row_gptj_cs(dt, dt, c + j, m), vs = row_gptj_cs(dt, dt, s + j, m);
+    for (int64_t h = 0; h < g; h++) row_gptj_ld(dt, dt, p + h * hs, m, &x[h], &y[h]);
+    for (int64_t h = 0; h < g; h++)
+      row_gptj_st(dt, dt, p + h * hs, p + h * hs, m, 0, x[h], y[h], vc, vs, c + j, s + j);
   } else {
     char *px = row + j * es, *py = px + dist * es;
     for (int64_t h = 0; h < g; h++) neox_ld(dt, px + h * hs, py + h * hs, m, &x[h], &y[h]);
@@ -365,6 +512,49 @@ PE_AI void group_step(int dt, int style, int64_t g, char *row, int64_t hs, const
 }
 
 #if defined(VEC_BF16_EO)
+/* 2*VL consecutive cos (or sin) values split into the even and odd ones,
+ * each in order (vf_gptj_cs undoes vf_deinterleave's lane order). */
+PE_AI void cs_eo(const float *c, vf *e, vf *o) {
+  vf_deinterleave(vf_load(c), vf_load(c + VL), e, o);
+  *e = vf_gptj_cs(*e);
+  *o = vf_gptj_cs(*o);
+}
+#if defined(VEC_ROT_FAST)
+/* One NeoX chunk of 2*VL pairs, x at sx and y at sy (bf16) to dx, dy,
+ * rotated by the cos/sin at c, s (pair order) as isa.h says: the fast
+ * chunk's path for a NaN (neox_eo_fast), from memory as gptj_eo_exact. */
+PE_AI void neox_eo_exact(const char *sx, const char *sy, char *dx, char *dy, const float *c,
+                         const float *s) {
+  PE_OPAQUE_PTR(sx);
+  PE_OPAQUE_PTR(sy);
+  PE_OPAQUE_PTR(c);
+  PE_OPAQUE_PTR(s);
+  vf e[2], o[2], ce, co, se, so;
+  bf16_ld_eo(sx, 2 * VL, &e[0], &o[0]);
+  bf16_ld_eo(sy, 2 * VL, &e[1], &o[1]);
+  cs_eo(c, &ce, &co);
+  cs_eo(s, &se, &so);
+  rotate(e[0], e[1], ce, se, &e[0], &e[1]);
+  rotate(o[0], o[1], co, so, &o[0], &o[1]);
+  char *p[2] = {dx, dy};
+  bf16_st_eo_g(2, p, 2 * VL, e, o);
+}
+/* The same chunk from its loaded halves (x: ex, ox; y: ey, oy) and cs_eo's
+ * vectors of c, s, with rotate_fast: both results written if neither holds
+ * a NaN, else neox_eo_exact. */
+PE_AI void neox_eo_fast(const char *sx, const char *sy, char *dx, char *dy, vf ex, vf ox, vf ey,
+                        vf oy, vf ce, vf co, vf se, vf so, const float *c, const float *s) {
+  vf xe, xo, ye, yo;
+  rotate_fast(ex, ey, ce, se, &xe, &ye);
+  rotate_fast(ox, oy, co, so, &xo, &yo);
+  if (__builtin_expect(vf_any_nan4(xe, xo, ye, yo), 0)) {
+    neox_eo_exact(sx, sy, dx, dy, c, s);
+    return;
+  }
+  bf16_st_eo_fast(dx, 2 * VL, xe, xo);
+  bf16_st_eo_fast(dy, 2 * VL, ye, yo);
+}
+#endif
 /* The even/odd order's step (VEC_BF16_EO) of one NeoX chunk of 2*VL pairs:
  * x at px and y dist elements on (bf16, 2 bytes an element) loaded into
  * e[0], o[0] (x) and e[1], o[1] (y) and rotated by cos/sin deinterleaved
@@ -379,20 +569,42 @@ PE_AI void eo_chunk(char *px, int32_t dist, vf ce, vf co, vf se, vf so, char **p
   rotate(o[0], o[1], co, so, &o[0], &o[1]);
 }
 /* group_step for 2*VL NeoX pairs from pair j in the even/odd order:
- * cos/sin deinterleaved once for the group's rows. */
+ * cos/sin deinterleaved once for the group's rows. With VEC_EO_RAW every
+ * row's words are loaded first, then each row widened, rotated and stored
+ * in turn. */
 PE_AI void group_step_eo(int64_t g, char *row, int64_t hs, const float *c, const float *s,
                          int32_t j, int32_t dist) {
+  vf ce, co, se, so;
+  cs_eo(c + j, &ce, &co);
+  cs_eo(s + j, &se, &so);
+#if defined(VEC_EO_RAW)
+  vw w[2 * PE_ROPE_GROUP];
+  memset(w, 0, sizeof w); /* rows past g: for the compiler's warning */
+#pragma GCC unroll 4 /* so that w stays in registers */
+  for (int h = 0; h < PE_ROPE_GROUP; h++)
+    if (h < g) {
+      w[2 * h] = bf16_ld_w(row + h * hs + j * 2, 2 * VL);
+      w[2 * h + 1] = bf16_ld_w(row + h * hs + (j + dist) * 2, 2 * VL);
+    }
+#pragma GCC unroll 4
+  for (int h = 0; h < PE_ROPE_GROUP; h++)
+    if (h < g) {
+      char *px = row + h * hs + j * 2, *py = px + dist * 2;
+      vf ex, ox, ey, oy;
+      bf16_w_eo(w[2 * h], &ex, &ox);
+      bf16_w_eo(w[2 * h + 1], &ey, &oy);
+      neox_eo_fast(px, py, px, py, ex, ox, ey, oy, ce, co, se, so, c + j, s + j);
+    }
+#else
   const vf z = vf_set1(0.0f); /* rows past g: for the compiler's warning */
   vf e[2 * PE_ROPE_GROUP] = {z, z, z, z, z, z, z, z};
   vf o[2 * PE_ROPE_GROUP] = {z, z, z, z, z, z, z, z};
   char *p[2 * PE_ROPE_GROUP] = {row, row, row, row, row, row, row, row};
-  vf ce, co, se, so;
-  vf_deinterleave(vf_load(c + j), vf_load(c + j + VL), &ce, &co);
-  vf_deinterleave(vf_load(s + j), vf_load(s + j + VL), &se, &so);
   for (int h = 0; h < PE_ROPE_GROUP; h++)
     if (h < g)
       eo_chunk(row + h * hs + j * 2, dist, ce, co, se, so, p + 2 * h, e + 2 * h, o + 2 * h);
   bf16_st_eo_g(2 * (int)g, p, 2 * VL, e, o);
+#endif
 }
 #endif
 /* g <= PE_ROPE_GROUP rows of one token in place (each as scalar.c's
@@ -401,7 +613,7 @@ PE_AI void rope_group(int dt, int style, int64_t g, char *row, int64_t hs, const
                       const float *s, int32_t n, int32_t dist) {
   int32_t j = 0;
 #if defined(VEC_BF16_EO)
-  if (dt == PE_BF16_CVT && style != PE_ROPE_GPTJ)
+  if (EO_DT(dt) && style != PE_ROPE_GPTJ)
     for (; j + 2 * VL <= n; j += 2 * VL) group_step_eo(g, row, hs, c, s, j, dist);
 #endif
   for (; j + VL <= n; j += VL) group_step(dt, style, g, row, hs, c, s, j, VL, dist);
@@ -498,24 +710,30 @@ PE_AI void rows_grouped(int dt, int style, const pe_rope_block *b, char *base, i
  * heads of a token (token_rows): n_pairs <= PE_ROPE_HELD * VL. */
 #define PE_ROPE_HELD 4
 
-/* Step k (VL pairs) of the row at r with the vectors c, s (from pair_cs). */
-PE_AI void held_step(int dt, int style, char *r, int32_t k, int32_t dist, vf c, vf s) {
+/* Step k (VL pairs) of the row at r with the vectors c, s (row_pair_cs's of
+ * the token's cos/sin at cp, sn). */
+PE_AI void held_step(int dt, int style, char *r, int32_t k, int32_t dist, vf c, vf s,
+                     const float *cp, const float *sn) {
   const int64_t es = pe__esize(dt);
   vf x, y;
   if (style == PE_ROPE_GPTJ) {
     char *p = r + 2 * k * VL * es;
-    gptj_ld(dt, p, VL, &x, &y);
-    gptj_st(dt, p, VL, 0, x, y, c, s);
+    row_gptj_ld(dt, dt, p, VL, &x, &y);
+    row_gptj_st(dt, dt, p, p, VL, 0, x, y, c, s, cp + k * VL, sn + k * VL);
   } else {
     char *px = r + k * VL * es, *py = px + dist * es;
     neox_ld(dt, px, py, VL, &x, &y);
     neox_st(dt, px, py, VL, x, y, c, s);
+    (void)cp, (void)sn;
   }
 }
 /* m <= VL pairs' cos (or sin) at p as a step uses them (GPT-J: gptj_cs's
- * lane order). */
+ * lane order; the plain rows of dtype dt: row_pair_cs). */
 PE_AI vf pair_cs(int style, const float *p, int32_t m) {
   return style == PE_ROPE_GPTJ ? gptj_cs(p, m) : vf_loadn(p, m);
+}
+PE_AI vf row_pair_cs(int dt, int style, const float *p, int32_t m) {
+  return style == PE_ROPE_GPTJ ? row_gptj_cs(dt, dt, p, m) : vf_loadn(p, m);
 }
 
 #if defined(VEC_BF16_EO)
@@ -528,11 +746,22 @@ PE_AI void token_rows_eo(char *row, int64_t hs, int64_t n_heads, const float *c,
   vf ce[2], co[2], se[2], so[2];
   for (int k = 0; k < 2; k++) {
     const int32_t o = k < q ? 2 * VL * k : 0;
-    vf_deinterleave(vf_load(c + o), vf_load(c + o + VL), &ce[k], &co[k]);
-    vf_deinterleave(vf_load(s + o), vf_load(s + o + VL), &se[k], &so[k]);
+    cs_eo(c + o, &ce[k], &co[k]);
+    cs_eo(s + o, &se[k], &so[k]);
   }
   for (int64_t h = 0; h < n_heads; h++) {
     char *r = row + h * hs;
+#if defined(VEC_ROT_FAST)
+    for (int k = 0; k < 2; k++)
+      if (k < q) { /* chunk k: pairs from 2*VL*k, 2 bytes an element */
+        char *px = r + 2 * k * VL * 2, *py = px + dist * 2;
+        vf ex, ox, ey, oy;
+        bf16_ld_eo(px, 2 * VL, &ex, &ox);
+        bf16_ld_eo(py, 2 * VL, &ey, &oy);
+        neox_eo_fast(px, py, px, py, ex, ox, ey, oy, ce[k], co[k], se[k], so[k], c + 2 * VL * k,
+                     s + 2 * VL * k);
+      }
+#else
     const vf z = vf_set1(0.0f); /* unused when q is 1: for the compiler's warning */
     vf e[4] = {z, z, z, z}, o[4] = {z, z, z, z};
     char *p[4] = {r, r, r, r};
@@ -541,6 +770,7 @@ PE_AI void token_rows_eo(char *row, int64_t hs, int64_t n_heads, const float *c,
         eo_chunk(r + 2 * k * VL * 2, dist, ce[k], co[k], se[k], so[k], p + 2 * k, e + 2 * k,
                  o + 2 * k);
     bf16_st_eo_g(2 * q, p, 2 * VL, e, o);
+#endif
   }
 }
 #endif
@@ -555,23 +785,23 @@ PE_AI void token_rows_eo(char *row, int64_t hs, int64_t n_heads, const float *c,
 PE_AI void token_rows(int dt, int style, char *row, int64_t hs, int64_t n_heads, const float *c,
                       const float *s, int32_t n, int32_t dist) {
 #if defined(VEC_BF16_EO)
-  if (dt == PE_BF16_CVT && style != PE_ROPE_GPTJ && n % (2 * VL) == 0) {
+  if (EO_DT(dt) && style != PE_ROPE_GPTJ && n % (2 * VL) == 0) {
     token_rows_eo(row, hs, n_heads, c, s, n, dist);
     return;
   }
 #endif
   const int32_t steps = n / VL;
 #define HELD_(k)                                                                                 \
-  const vf c##k = steps > k ? pair_cs(style, c + k * VL, VL) : vf_set1(0.0f);                    \
-  const vf s##k = steps > k ? pair_cs(style, s + k * VL, VL) : vf_set1(0.0f);
+  const vf c##k = steps > k ? row_pair_cs(dt, style, c + k * VL, VL) : vf_set1(0.0f);            \
+  const vf s##k = steps > k ? row_pair_cs(dt, style, s + k * VL, VL) : vf_set1(0.0f);
   HELD_(0) HELD_(1) HELD_(2) HELD_(3)
 #undef HELD_
   for (int64_t h = 0; h < n_heads; h++) {
     char *r = row + h * hs;
-    held_step(dt, style, r, 0, dist, c0, s0);
-    if (steps > 1) held_step(dt, style, r, 1, dist, c1, s1);
-    if (steps > 2) held_step(dt, style, r, 2, dist, c2, s2);
-    if (steps > 3) held_step(dt, style, r, 3, dist, c3, s3);
+    held_step(dt, style, r, 0, dist, c0, s0, c, s);
+    if (steps > 1) held_step(dt, style, r, 1, dist, c1, s1, c, s);
+    if (steps > 2) held_step(dt, style, r, 2, dist, c2, s2, c, s);
+    if (steps > 3) held_step(dt, style, r, 3, dist, c3, s3, c, s);
   }
 }
 

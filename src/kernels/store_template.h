@@ -43,6 +43,153 @@ PE_AI void store_row(int sd, int dd, int style, const void *src, void *dst, cons
               c + j, s + j, n - j);
 }
 
+#if defined(VEC_EO_PREP)
+/* NeoX bf16 rows in even/odd order (VEC_EO_PREP) with their token's cos/sin
+ * deinterleaved once into a buffer for all its heads: where token_rows_eo
+ * keeps them in registers, a row here costs 2 loads of them per 2*VL pairs
+ * instead of cs_eo's 2 loads and 4 shuffles. Against bf16_pair's natural
+ * order: AVX2, AMD EPYC Zen 3, 128-channel rows in L1, 76 -> 59 cycles per
+ * [B,T,H,D] row in place, 71 -> 60 per row written to a cache. EO_CH pairs
+ * a piece (head_dim 256 in one). */
+enum { EO_CH = 128 }; /* a multiple of every 2*VL */
+#define EO_PAIR(sd, dd) (((sd) == PE_BF16 || EO_DT(sd)) && EO_DT(dd))
+/* The m pairs (a multiple of 2*VL) of one row from src (x at src, y dist
+ * elements on) to dst, 2 bytes an element, with the prepared cos/sin ce, se
+ * (eo_token) of the pairs at c, s (for a chunk with a NaN: neox_eo_fast).
+ * In place when dst == src: each chunk is loaded before it is stored. */
+PE_AI void eo_row(const char *src, char *dst, int32_t m, int32_t dist, const float *ce,
+                  const float *se, const float *c, const float *s) {
+  for (int32_t j = 0; j < m; j += 2 * VL) {
+    const char *sx = src + 2 * j, *sy = src + 2 * (j + dist);
+    char *dx = dst + 2 * j, *dy = dst + 2 * (j + dist);
+    vf ex, ox, ey, oy;
+    bf16_ld_eo(sx, 2 * VL, &ex, &ox);
+    bf16_ld_eo(sy, 2 * VL, &ey, &oy);
+    neox_eo_fast(sx, sy, dx, dy, ex, ox, ey, oy, vf_load(ce + j), vf_load(ce + j + VL),
+                 vf_load(se + j), vf_load(se + j + VL), c + j, s + j);
+  }
+}
+/* The NeoX rows of one token's n_heads heads, src (dtype sd, head h at src +
+ * h*shs bytes) to dst (dtype dd, dst + h*dhs), EO_PAIR(sd, dd): in place
+ * (rope_row) when inplace (a constant; dst == src), else written as
+ * store_row writes them. Per piece of EO_CH pairs its whole chunks of 2*VL
+ * in the even/odd order, then the pairs past them as rope_row / store_row. */
+PE_AI void eo_token(int sd, int dd, int inplace, const char *src, int64_t shs, char *dst,
+                    int64_t dhs, int64_t n_heads, const float *c, const float *s, int32_t n,
+                    int32_t dist) {
+  _Alignas(32) float ce[EO_CH], se[EO_CH];
+  for (int32_t j0 = 0; j0 < n; j0 += EO_CH) {
+    const int32_t k = n - j0 < EO_CH ? n - j0 : EO_CH; /* the piece's pairs */
+    const int32_t m = k / (2 * VL) * (2 * VL);         /* ... in whole chunks */
+    for (int32_t j = 0; j < m; j += 2 * VL) {
+      vf e, o;
+      cs_eo(c + j0 + j, &e, &o);
+      vf_store(ce + j, e);
+      vf_store(ce + j + VL, o);
+      cs_eo(s + j0 + j, &e, &o);
+      vf_store(se + j, e);
+      vf_store(se + j + VL, o);
+    }
+    for (int64_t h = 0; h < n_heads; h++) {
+      const char *r = src + h * shs + 2 * j0;
+      char *w = dst + h * dhs + 2 * j0;
+      eo_row(r, w, m, dist, ce, se, c + j0, s + j0);
+      if (m < k) { /* the pairs past the chunks (the last piece only) */
+        if (inplace)
+          rope_row(dd, PE_ROPE_NEOX, w + 2 * m, c + j0 + m, s + j0 + m, k - m, dist);
+        else
+          store_row(sd, dd, PE_ROPE_NEOX, r + 2 * m, w + 2 * m, c + j0 + m, s + j0 + m, k - m,
+                    dist);
+      }
+    }
+  }
+}
+#endif
+
+#if defined(VEC_GPTJ_IL)
+/* GPT-J rows of IL_PAIR(sd, dd) (the pairs as they lie, rope_template.h's
+ * il_rotate) with their token's cos/sin duplicated once into a buffer for
+ * all its heads: per VL pairs 4 loads of them instead of il_cs's 4
+ * broadcast loads and 4 shuffles (AVX2, AMD EPYC Zen 3, f16 rows in L1 in
+ * a standalone loop: 55 -> 38 cycles per 128-channel row). IL_CH pairs a
+ * piece; the pairs past its whole steps as rope_row / store_row (inplace:
+ * dst == src, sd == dd). */
+enum { IL_CH = 128 }; /* a multiple of every VL */
+PE_AI void il_token(int sd, int dd, int inplace, const char *src, int64_t shs, char *dst,
+                    int64_t dhs, int64_t n_heads, const float *c, const float *s, int32_t n) {
+  _Alignas(32) float cd[2 * IL_CH], sdp[2 * IL_CH];
+  const int64_t ses = pe__esize(sd), des = pe__esize(dd);
+  for (int32_t j0 = 0; j0 < n; j0 += IL_CH) {
+    const int32_t k = n - j0 < IL_CH ? n - j0 : IL_CH; /* the piece's pairs */
+    const int32_t m = k / VL * VL;                     /* ... in whole steps */
+    for (int32_t j = 0; j < m; j += VL / 2) {
+      vf_store(cd + 2 * j, vf_dup4(c + j0 + j));
+      vf_store(sdp + 2 * j, vf_dup4(s + j0 + j));
+    }
+    for (int64_t h = 0; h < n_heads; h++) {
+      const char *r = src + h * shs + 2 * j0 * ses;
+      char *w = dst + h * dhs + 2 * j0 * des;
+      for (int32_t j = 0; j < m; j += VL) {
+        vf v0, v1;
+        il_ld(sd, r + 2 * j * ses, VL, &v0, &v1);
+        il_st(dd, w + 2 * j * des, VL, 1, v0, v1, vf_load(cd + 2 * j), vf_load(cd + 2 * j + VL),
+              vf_load(sdp + 2 * j), vf_load(sdp + 2 * j + VL));
+      }
+      if (m < k) { /* the pairs past the steps (the last piece only) */
+        if (inplace)
+          rope_row(dd, PE_ROPE_GPTJ, w + 2 * m * des, c + j0 + m, s + j0 + m, k - m, 0);
+        else
+          store_row(sd, dd, PE_ROPE_GPTJ, r + 2 * m * ses, w + 2 * m * des, c + j0 + m,
+                    s + j0 + m, k - m, 0);
+      }
+    }
+  }
+}
+#endif
+
+#if defined(VEC_EO_PREP) || defined(VEC_GPTJ_IL)
+/* The rows of one token's heads at a time (isa_template.h's walks of heads
+ * inner and of a decode step's rows nearer than 4 KiB, and the cache
+ * write), for the shapes that prepare cos/sin once per token: NeoX bf16 in
+ * even/odd order (eo_token), GPT-J of IL_PAIR (il_token); GPT-J bf16 in
+ * even/odd order needs nothing prepared and goes row by row. */
+#define VEC_TOKEN_HEADS 1
+PE_AI int token_heads_take(int sd, int dd, int style, int32_t n) {
+#if defined(VEC_EO_PREP)
+  if (EO_PAIR(sd, dd)) return n >= 2 * VL;
+#endif
+#if defined(VEC_GPTJ_IL)
+  if (style == PE_ROPE_GPTJ && IL_PAIR(sd, dd)) return n >= VL;
+#endif
+  (void)sd, (void)dd, (void)style, (void)n;
+  return 0;
+}
+/* Rows src -> dst of n_heads heads (head h at src + h*shs, dst + h*dhs
+ * bytes); in place when inplace (a constant; dst == src, sd == dd). */
+PE_AI void token_heads(int sd, int dd, int style, int inplace, const char *src, int64_t shs,
+                       char *dst, int64_t dhs, int64_t n_heads, const float *c, const float *s,
+                       int32_t n, int32_t dist) {
+#if defined(VEC_GPTJ_IL)
+  if (style == PE_ROPE_GPTJ && IL_PAIR(sd, dd)) {
+    il_token(sd, dd, inplace, src, shs, dst, dhs, n_heads, c, s, n);
+    return;
+  }
+#endif
+  if (style == PE_ROPE_GPTJ) {
+    for (int64_t h = 0; h < n_heads; h++) {
+      if (inplace)
+        rope_row(dd, style, dst + h * dhs, c, s, n, dist);
+      else
+        store_row(sd, dd, style, src + h * shs, dst + h * dhs, c, s, n, dist);
+    }
+    return;
+  }
+#if defined(VEC_EO_PREP)
+  eo_token(sd, dd, inplace, src, shs, dst, dhs, n_heads, c, s, n, dist);
+#endif
+}
+#endif
+
 /* VL elements of dtype dt widened as convert.h does: exactly, an f16
  * signaling NaN kept signaling (unlike the rotation's load, vld). */
 PE_AI vf vld_exact(int dt, const void *p) { return dt == PE_F16 ? vld_f16_exact(p) : vld(dt, p, VL); }

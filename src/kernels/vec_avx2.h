@@ -28,6 +28,7 @@ typedef __m256d vd;
 #define vf_mul _mm256_mul_ps
 #define vf_fma _mm256_fmadd_ps   /* a*b + c, one rounding */
 #define vf_fnma _mm256_fnmadd_ps /* c - a*b, one rounding */
+#define vf_fms _mm256_fmsub_ps   /* a*b - c, one rounding */
 /* A sign flip, as C's unary minus: NaN bits follow. */
 PE_AI vf vf_neg(vf a) { return _mm256_xor_ps(a, _mm256_set1_ps(-0.0f)); }
 
@@ -99,25 +100,159 @@ PE_AI void vmask_store(void *p, vmask k) { _mm256_storeu_si256((__m256i *)p, k);
 
 /* ---- dtypes: full vectors ---- */
 
-/* bf16 bits of 8 floats: convert.h's integer round-to-nearest-even, NaN
- * quieted (top half | 0x40, i.e. the top half of u | 0x400000, blended only
- * when the vector holds a NaN); not a hardware conversion, which would
- * flush subnormals. The top halves are gathered by one vpshufb (bytes 2, 3
- * of each lane to the low 8 bytes of its 128-bit half) and one vpermq,
- * instead of a shift, an extract and a pack. */
-PE_AI __m128i bf16_narrow(vf v) {
+/* bf16 rounding, convert.h's integer round-to-nearest-even (not a hardware
+ * conversion, which would flush subnormals): the 32-bit lane u + 0x7fff +
+ * (bit 16 of u), the bf16 bits in its top half. A NaN lane takes u |
+ * 0x400000 instead (its top half | 0x40: quieted), blended only when a
+ * vector holds a NaN: one vcmpunordps finds the NaN lanes of two vectors
+ * (unordered: either lane NaN) and one vtestps the branch; a NaN's bits can
+ * carry into the exponent and sign (0x7fffffff + 0x7fff), every other
+ * float's cannot (at most 0xff800000 + 0x8000). */
+PE_AI __m256i bf16_round(vf v) {
   __m256i u = _mm256_castps_si256(v);
-  __m256i bias = _mm256_add_epi32(_mm256_set1_epi32(0x7fff),
-                                  _mm256_and_si256(_mm256_srli_epi32(u, 16), _mm256_set1_epi32(1)));
-  __m256i r = _mm256_add_epi32(u, bias);
-  /* |u| and 0x7f800000 are non-negative, so the signed compare is exact */
-  __m256i nan = _mm256_cmpgt_epi32(_mm256_and_si256(u, _mm256_set1_epi32(0x7fffffff)),
-                                   _mm256_set1_epi32(0x7f800000));
-  if (__builtin_expect(!_mm256_testz_si256(nan, nan), 0))
-    r = _mm256_blendv_epi8(r, _mm256_or_si256(u, _mm256_set1_epi32(0x400000)), nan);
+  __m256i lsb = _mm256_and_si256(_mm256_srli_epi32(u, 16), _mm256_set1_epi32(1));
+  return _mm256_add_epi32(_mm256_add_epi32(u, _mm256_set1_epi32(0x7fff)), lsb);
+}
+/* r (bf16_round(v)) with v's NaN lanes quieted. */
+PE_AI __m256i bf16_quiet(vf v, __m256i r) {
+  __m256i q = _mm256_or_si256(_mm256_castps_si256(v), _mm256_set1_epi32(0x400000));
+  return _mm256_blendv_epi8(r, q, _mm256_castps_si256(_mm256_cmp_ps(v, v, _CMP_UNORD_Q)));
+}
+/* Whether a lane of a or b (of a, b, c or d) is NaN: vmovmskps, where
+ * vtestps (2 operations on Zen 3) took 2.5 cycles more per 128-channel row
+ * in an L1 loop of eo_row (AMD EPYC Zen 3). */
+PE_AI int vf_any_nan2(vf a, vf b) {
+  return _mm256_movemask_ps(_mm256_cmp_ps(a, b, _CMP_UNORD_Q)) != 0;
+}
+PE_AI int vf_any_nan4(vf a, vf b, vf c, vf d) {
+  __m256 n = _mm256_or_ps(_mm256_cmp_ps(a, b, _CMP_UNORD_Q), _mm256_cmp_ps(c, d, _CMP_UNORD_Q));
+  return _mm256_movemask_ps(n) != 0;
+}
+/* The bf16 bits of one vector (the encodings' rows, vst): the top halves
+ * gathered by one vpshufb (bytes 2, 3 of each lane to the low 8 bytes of its
+ * 128-bit half) and one vpermq. */
+PE_AI __m128i bf16_narrow(vf v) {
+  __m256i r = bf16_round(v);
+  if (__builtin_expect(vf_any_nan2(v, v), 0)) r = bf16_quiet(v, r);
   const __m256i top = _mm256_setr_epi8(2, 3, 6, 7, 10, 11, 14, 15, -1, -1, -1, -1, -1, -1, -1, -1,
                                        2, 3, 6, 7, 10, 11, 14, 15, -1, -1, -1, -1, -1, -1, -1, -1);
   return _mm256_castsi256_si128(_mm256_permute4x64_epi64(_mm256_shuffle_epi8(r, top), 0x08));
+}
+/* Two vectors at once: [a's 8 halves | b's 8 halves]. The top halves
+ * shifted down (vpsrld), then one vpackusdw (in-lane: a0-3 b0-3 | a4-7
+ * b4-7, values <= 0xffff, so no saturation) and one vpermq; one NaN test for
+ * both. Per 8 halves 2.5 shuffles instead of 3, and half the tests. */
+PE_AI __m256i bf16_pair(vf a, vf b) {
+  __m256i ra = bf16_round(a), rb = bf16_round(b);
+  if (__builtin_expect(vf_any_nan2(a, b), 0)) {
+    ra = bf16_quiet(a, ra);
+    rb = bf16_quiet(b, rb);
+  }
+  __m256i w = _mm256_packus_epi32(_mm256_srli_epi32(ra, 16), _mm256_srli_epi32(rb, 16));
+  return _mm256_permute4x64_epi64(w, 0xd8);
+}
+/* vec_buffered.h's vst2 and vstw for bf16: a (na lanes) to pa and b (nb > 0
+ * lanes) to pb, rounded together; 2*VL contiguous lanes a | b in one store. */
+#define VEC_BF16_PAIR 1
+PE_AI void bf16_st2(void *pa, int32_t na, vf a, void *pb, int32_t nb, vf b) {
+  __m256i w = bf16_pair(a, b);
+  if (na >= VL && nb >= VL) {
+    _mm_storeu_si128(pa, _mm256_castsi256_si128(w));
+    _mm_storeu_si128(pb, _mm256_extracti128_si256(w, 1));
+    return;
+  }
+  uint16_t t[2 * VL];
+  _mm256_storeu_si256((void *)t, w);
+  memcpy(pa, t, (size_t)(na < VL ? (na > 0 ? na : 0) : VL) * 2);
+  memcpy(pb, t + VL, (size_t)(nb < VL ? nb : VL) * 2);
+}
+PE_AI void bf16_stw(void *p, vf a, vf b) { _mm256_storeu_si256(p, bf16_pair(a, b)); }
+
+/* bf16 rows in even/odd order (VEC_BF16_EO, rope_template.h): 16 elements
+ * in one 32-byte load, a 32-bit word holding elements 2i and 2i+1 widened
+ * to the float of the even one by vpslld 16 and of the odd one by vpand
+ * 0xffff0000 (no shuffle); rounded back, the even lanes' bits shifted down
+ * (vpsrld 16) and the odd lanes' kept in place, joined by one vpblendw
+ * into one 32-byte store. Per 16 elements 2 shift/shuffle operations
+ * instead of vldf's 2 vpshufb and bf16_pair's 2 vpsrld, vpackusdw and
+ * vpermq, one NaN test. EO_DT(dt): the dtype the even/odd rows take. */
+#define VEC_BF16_EO 1
+#define EO_DT(dt) ((dt) == PE_BF16)
+/* NeoX rows of more pairs than token_rows holds in registers (head_dim 128:
+ * 64 pairs) take the even/odd order too, their token's cos/sin
+ * deinterleaved once into a buffer for its heads (store_template.h's
+ * eo_token): the [B,T,H,D] rows in place and the cache write. */
+#define VEC_EO_PREP 1
+/* 2*VL elements at p (n <= 2*VL of them: the rest read as 0) as they are
+ * (vw), and widened: e the even elements, o the odd ones. VEC_EO_RAW: the
+ * NeoX groups of rows (rope_template.h's group_step_eo) load every row's
+ * words first and widen each row as they rotate it, so that 4 rows' 16
+ * widened vectors are not live at once in AVX2's 16 registers (gcc spilled
+ * them; AMD EPYC Zen 3, [B,H,T,D] bf16 rows in L1: 61.5-62.5 -> 59.7-61.3
+ * cycles per 128-channel row). */
+#define VEC_EO_RAW 1 /* with VEC_ROT_FAST's neox_eo_fast */
+/* The even/odd rows rotate with rotate_fast (rope_template.h): vfmsub
+ * instead of the sign flip and vfmadd, a step with a NaN result done again
+ * as isa.h says. */
+#define VEC_ROT_FAST 1
+typedef __m256i vw;
+PE_AI vw bf16_ld_w(const void *p, int32_t n) {
+  if (n >= 2 * VL) return _mm256_loadu_si256(p);
+  uint16_t b[2 * VL] = {0};
+  memcpy(b, p, (size_t)(n > 0 ? n : 0) * 2);
+  return _mm256_loadu_si256((const void *)b);
+}
+PE_AI void bf16_w_eo(vw w, vf *e, vf *o) {
+  *e = _mm256_castsi256_ps(_mm256_slli_epi32(w, 16));
+  *o = _mm256_castsi256_ps(_mm256_and_si256(w, _mm256_set1_epi32((int)0xffff0000u)));
+}
+PE_AI void bf16_ld_eo(const void *p, int32_t n, vf *e, vf *o) { bf16_w_eo(bf16_ld_w(p, n), e, o); }
+/* The 2*VL bf16 of e (even) and o (odd) interleaved, rounded as bf16_round
+ * (no NaN lane: the caller knows there is none), in 16-bit lanes: the top
+ * halves t (the truncated bf16) and the bottom halves l of all 2*VL floats
+ * gathered by two blends, then t + carry, where carry = (l + 0x7fff +
+ * (t & 1)) >> 16 is bit 15 of vpavgw(l, 0x7ffe | (t & 1)) = (l + 0x7fff +
+ * (t & 1)) >> 1 (17 bits inside vpavgw). convert.h's (u + 0x7fff + lsb)
+ * >> 16 is t + carry, and t + carry <= 0xffff for every float but a NaN.
+ * 9 operations for 2*VL halves instead of 10, one of them on the shift
+ * pipes fewer. */
+PE_AI __m256i bf16_eo_bits(vf e, vf o) {
+  __m256i ue = _mm256_castps_si256(e), uo = _mm256_castps_si256(o);
+  __m256i t = _mm256_blend_epi16(_mm256_srli_epi32(ue, 16), uo, 0xaa);
+  __m256i l = _mm256_blend_epi16(ue, _mm256_slli_epi32(uo, 16), 0xaa);
+  __m256i lsb = _mm256_and_si256(t, _mm256_set1_epi16(1));
+  __m256i v = _mm256_or_si256(lsb, _mm256_set1_epi16(0x7ffe));
+  return _mm256_add_epi16(t, _mm256_srli_epi16(_mm256_avg_epu16(l, v), 15));
+}
+/* e and o (n <= 2*VL elements, no NaN lane) rounded and written to p. */
+PE_AI void bf16_st_eo_fast(void *p, int32_t n, vf e, vf o) {
+  __m256i w = bf16_eo_bits(e, o);
+  if (n >= 2 * VL) {
+    _mm256_storeu_si256(p, w);
+  } else {
+    uint16_t b[2 * VL];
+    _mm256_storeu_si256((void *)b, w);
+    memcpy(p, b, (size_t)(n > 0 ? n : 0) * 2);
+  }
+}
+/* g vectors of 2*VL elements (e[i] even, o[i] odd) rounded (bf16_round,
+ * NaN lanes quieted) and written to p[i] (n elements each, n <= 2*VL). */
+PE_AI void bf16_st_eo_g(int g, char *const *p, int32_t n, const vf *e, const vf *o) {
+  for (int i = 0; i < g; i++) {
+    __m256i re = bf16_round(e[i]), ro = bf16_round(o[i]);
+    if (__builtin_expect(vf_any_nan2(e[i], o[i]), 0)) {
+      re = bf16_quiet(e[i], re);
+      ro = bf16_quiet(o[i], ro);
+    }
+    __m256i w = _mm256_blend_epi16(_mm256_srli_epi32(re, 16), ro, 0xaa);
+    if (n >= 2 * VL) {
+      _mm256_storeu_si256((void *)p[i], w);
+    } else {
+      uint16_t b[2 * VL];
+      _mm256_storeu_si256((void *)b, w);
+      memcpy(p[i], b, (size_t)(n > 0 ? n : 0) * 2);
+    }
+  }
 }
 
 /* F16C: exact widening (a signaling NaN comes out quiet: the rotation's
@@ -170,6 +305,30 @@ PE_AI void vf_interleave(vf x, vf y, vf *lo, vf *hi) {
 }
 PE_AI vf vf_gptj_cs(vf v) {
   return _mm256_castpd_ps(_mm256_permute4x64_pd(_mm256_castps_pd(v), 0xd8));
+}
+
+/* GPT-J's pairs as they lie (VEC_GPTJ_IL, rope_template.h): a vector v of
+ * VL/2 pairs (x0 y0 x1 y1 ...) rotates as fma(v, c', (swap(v) * s') with
+ * the even lanes' sign flipped), c' and s' each pair's cos and sin twice
+ * (c0 c0 c1 c1 ...): lane 2i is fmaf(x, c, -(y*s)), lane 2i+1 fmaf(y, c,
+ * x*s), isa.h's operations on the same operands in the same order. No
+ * deinterleave, no interleave, and no lane-crossing vpermpd for cos/sin,
+ * which on Zen 3 shares a unit with F16C's conversions (a vpermpd next to
+ * each vcvtph2ps: 17 cycles per 8 of each, against 8 for either alone).
+ * IL_PAIR(sd, dd): the rows that take it (a 16-bit dtype on either side but
+ * not bf16 to bf16, which goes in even/odd order). */
+#define VEC_GPTJ_IL 1
+#define IL_PAIR(sd, dd) \
+  (((sd) != PE_F32 || (dd) != PE_F32) && !((sd) == PE_BF16 && (dd) == PE_BF16))
+PE_AI vf vf_swap_pairs(vf v) { return _mm256_permute_ps(v, 0xb1); }
+PE_AI vf vf_neg_even(vf v) {
+  return _mm256_xor_ps(v, _mm256_castsi256_ps(_mm256_set1_epi64x(0x80000000)));
+}
+/* The 4 floats at c each twice: c0 c0 c1 c1 | c2 c2 c3 c3 (a 16-byte
+ * broadcast load and one in-lane vpermilps). */
+PE_AI vf vf_dup4(const float *c) {
+  return _mm256_permutevar_ps(_mm256_broadcast_ps((const __m128 *)(const void *)c),
+                              _mm256_setr_epi32(0, 0, 1, 1, 2, 2, 3, 3));
 }
 
 /* The cache write's NEOX rows take 2*VL pairs a step: each 64-byte line of

@@ -52,13 +52,26 @@ PE_AI void vstn(int dt, void *p, int32_t n, vf v) {
   vstf(dt, b, v);
   memcpy(p, b, vbytes(dt, n));
 }
-/* a to pa (na lanes), b to pb (nb lanes). */
+/* a to pa (na lanes), b to pb (nb lanes). With VEC_BF16_PAIR the ISA
+ * rounds two vectors to bf16 at once (bf16_st2, bf16_stw). */
 PE_AI void vst2(int dt, void *pa, int32_t na, vf a, void *pb, int32_t nb, vf b) {
+#if defined(VEC_BF16_PAIR)
+  if (dt == PE_BF16 && nb > 0) {
+    bf16_st2(pa, na, a, pb, nb, b);
+    return;
+  }
+#endif
   vstn(dt, pa, na, a);
   vstn(dt, pb, nb, b);
 }
 /* 2*VL contiguous lanes a | b (the cache write's whole-line store). */
 PE_AI void vstw(int dt, void *p, vf a, vf b) {
+#if defined(VEC_BF16_PAIR)
+  if (dt == PE_BF16) {
+    bf16_stw(p, a, b);
+    return;
+  }
+#endif
   vstf(dt, p, a);
   vstf(dt, (char *)p + VL * pe__esize(dt), b);
 }
