@@ -185,10 +185,19 @@ FA void rot_rows(const floor_stage *st, floor_data *d, int64_t rows, int sd, int
     q8_finish(&pipe, PE_F32, width);
     return;
   }
-#define ROW(h) (d->src + (i + (h)) % d->n_rows * d->src_stride)
-#define DST(h) (st->inplace ? (char *)ROW(h) : d->dst + (i + (h)) % d->n_rows * d->dst_stride)
+  /* The token's rows, found once per token: a modulo per row and chunk
+   * (two integer divides) cost more than the rotation of a short row. */
+  const char *rp[FL_HEADS];
+  char *wp[FL_HEADS];
+#define ROW(h) rp[h]
+#define DST(h) wp[h]
   for (int64_t n0 = 0; n0 < rows; n0 += heads) {
     const int hn = rows - n0 < heads ? (int)(rows - n0) : heads;
+    for (int h = 0; h < hn; h++) {
+      rp[h] = d->src + i * d->src_stride;
+      wp[h] = st->inplace ? (char *)rp[h] : d->dst + i * d->dst_stride;
+      if (++i == d->n_rows) i = 0;
+    }
     if (norm)
       for (int h = 0; h < hn; h++) rs[h] = norm_scale(sd, ROW(h), width, d->eps);
     vf c[4], s[4];
@@ -212,7 +221,6 @@ FA void rot_rows(const floor_stage *st, floor_data *d, int64_t rows, int sd, int
       else if (!st->inplace)
         f_copy(AT(DST(h), rot, out), AT(ROW(h), rot, sd), (width - rot) * esz(sd));
     }
-    i = (i + hn) % d->n_rows;
   }
 #undef ROW
 #undef DST
