@@ -6,7 +6,8 @@
  * the vf_/vd_ operations, vld/vst2/vstw/vst per dtype with an n-lane tail,
  * and for GPT-J either vf_deinterleave / vf_interleave / vf_gptj_cs or, with
  * VEC_LD2, vldi/vsti; optionally VEC_BF16_EO, bf16 rows in even/odd order:
- * bf16_ld_eo/bf16_st_eo_g, AVX-512). Bit-identical to
+ * bf16_ld_eo/bf16_st_eo_g, AVX-512; or VEC_BF16_PAIRS, a full step of bf16
+ * GPT-J pairs as 32-bit words: bf16_ld_pairs/bf16_st_pairs, AVX2). Bit-identical to
  * scalar.c by construction: the same operations in the same order, lane by
  * lane; lanes past a tail are computed on zeros and never stored. */
 
@@ -274,6 +275,12 @@ PE_AI void gptj_ld(int sd, const char *sp, int32_t m, vf *x, vf *y) {
     return;
   }
 #endif
+#if defined(VEC_BF16_PAIRS)
+  if (sd == PE_BF16 && m == VL) { /* a pair a 32-bit word, in vf_deinterleave's order */
+    bf16_ld_pairs(sp, x, y);
+    return;
+  }
+#endif
   vf_deinterleave(vld(sd, sp, 2 * m), vld(sd, sp + VL * ses, 2 * m - VL), x, y);
 #endif
 }
@@ -291,6 +298,12 @@ PE_AI void gptj_st(int dd, char *dp, int32_t m, int whole, vf x, vf y, vf c, vf 
 #if defined(VEC_BF16_EO)
   if (dd == PE_BF16_CVT) { /* one vpermw back to pair order, one store (whole or masked) */
     bf16_st_eo_g(1, &dp, 2 * m, &xn, &yn);
+    return;
+  }
+#endif
+#if defined(VEC_BF16_PAIRS)
+  if (dd == PE_BF16 && m == VL) { /* both rounded, joined as words, one store */
+    bf16_st_pairs(dp, xn, yn);
     return;
   }
 #endif
