@@ -34,10 +34,10 @@
 options opt;
 
 static const char *const all_suites[] = {"rope",    "table", "alibi",  "t5",     "sinusoidal",
-                                         "learned", "cutover", "fused", "qknorm", "kvquant"};
+                                         "learned", "cutover", "fused", "qknorm", "kvquant", "mla"};
 #define N_SUITES (int)(sizeof all_suites / sizeof all_suites[0])
 #define DEFAULT_SUITES "rope,table,alibi,t5,sinusoidal,learned"
-#define ALL_SUITES DEFAULT_SUITES ",cutover,fused,qknorm,kvquant"
+#define ALL_SUITES DEFAULT_SUITES ",cutover,fused,qknorm,kvquant,mla"
 
 static void usage(FILE *f) {
   fprintf(f,
@@ -50,7 +50,10 @@ static void usage(FILE *f) {
           "                     equivalent), qknorm (QK-norm + RoPE + K/V into the cache,\n"
           "                     Qwen3-8B, against the unfused sequence), kvquant (RoPE + K/V\n"
           "                     into fp8/q8_0 caches and the q8_0 shift, Llama-3-8B, against\n"
-          "                     the unfused libposenc calls) or all\n"
+          "                     the unfused libposenc calls), mla (DeepSeek-V3's MLA step:\n"
+          "                     the latent's RMSNorm, RoPE of k_pe and q's rope slices, the\n"
+          "                     row into a paged cache, plain and fp8, against the unfused\n"
+          "                     sequence) or all\n"
           "                     (default: " DEFAULT_SUITES ")\n"
           "  --model NAME       a published model's heads, kv heads, head_dim, rotary_dim,\n"
           "                     pairing and rope (default llama3-8b); --model list: the names\n"
@@ -101,13 +104,13 @@ static void usage(FILE *f) {
           "the library's ISA (widening loads, the rotation's multiplies and FMAs, the norm,\n"
           "the narrowing stores, the quantizer), timed on L1-resident data interleaved with\n"
           "the kernel's samples (docs/compute-floor.md; rope rows with a cos/sin table,\n"
-          "fused, qknorm, kvquant); 'x floor' [ratio_floor] = max(bound, floor) / kernel\n"
-          "time: 1.0 = as fast as the slower of moving the bytes and doing the arithmetic;\n"
-          "'x textbook loop' [ratio_textbook]\n"
+          "fused, qknorm, kvquant, mla); 'x floor' [ratio_floor] = max(bound, floor) /\n"
+          "kernel time: 1.0 = as fast as the slower of moving the bytes and doing the\n"
+          "arithmetic; 'x textbook loop' [ratio_textbook]\n"
           "= baseline time / kernel time: for rope (NeoX, one thread, each dtype and\n"
           "layout) a plain C loop over a float cos/sin table built with the project's flags\n"
-          "and -O3 ('x textbook'), for fused, qknorm and kvquant the unfused sequence the\n"
-          "note names ('x unfused'); 'x textbook-native' [ratio_textbook_native] ('x\n"
+          "and -O3 ('x textbook'), for fused, qknorm, kvquant and mla the unfused sequence\n"
+          "the note names ('x unfused'); 'x textbook-native' [ratio_textbook_native] ('x\n"
           "native') = the textbook loop's source built -O3 -march=native -ffp-contract=fast\n"
           "(what a user's compiler makes of it for this CPU; the library is not built\n"
           "native) / kernel time; 'x 1 thread' [speedup_vs_1_thread] = the same case's\n"
@@ -235,8 +238,8 @@ static int set_threads(const char *v) {
 static const struct {
   const char *option, *suites;
 } scope[] = {
-    {"--tokens", "rope,sinusoidal,learned,fused,qknorm,kvquant"},
-    {"--batch", "rope,sinusoidal,learned,fused,qknorm,kvquant"},
+    {"--tokens", "rope,sinusoidal,learned,fused,qknorm,kvquant,mla"},
+    {"--batch", "rope,sinusoidal,learned,fused,qknorm,kvquant,mla"},
     {"--max-positions", "rope"},
     {"--layout", "rope,cutover"},
     {"--model", "rope,cutover,fused,alibi,t5,sinusoidal,learned"},
@@ -246,7 +249,7 @@ static const struct {
     {"--rotary-dim", "rope,cutover,fused"},
     {"--style", "rope,cutover,fused"},
     {"--hf-config", "rope,cutover,fused"},
-    {"--dtype", "rope,alibi,t5,sinusoidal,learned,fused,qknorm,kvquant"},
+    {"--dtype", "rope,alibi,t5,sinusoidal,learned,fused,qknorm,kvquant,mla"},
 };
 
 static int check_scope(const char *option) {
@@ -329,6 +332,11 @@ static int check_options(void) {
     rope_geom g = geometry();
     double per_token = (double)(g.heads + g.kv_heads) * g.head_dim;
     if (per_token < 48.0 * 128) per_token = 48.0 * 128; /* the packed QKV rows of qknorm/kvquant */
+    if (suite_selected("mla")) { /* DeepSeek-V3's q, 128 heads of 192 channels */
+      const model_preset *ds = model_find("deepseek-v3");
+      double q = (double)ds->heads * (ds->mla.qk_nope_head_dim + ds->mla.qk_rope_head_dim);
+      if (per_token < q) per_token = q;
+    }
     double tokens = (double)opt.batch * (double)(opt.tokens ? opt.tokens : 4096);
     double need = tokens * per_token * 4 * 3; /* f32 tensors, the bound's copy, caches */
     double have = (double)sysconf(_SC_PHYS_PAGES) * (double)sysconf(_SC_PAGESIZE);
@@ -478,6 +486,7 @@ static void run_suites(void) {
   if (suite_selected("fused")) suite_fused();
   if (suite_selected("qknorm")) suite_qknorm();
   if (suite_selected("kvquant")) suite_kvquant();
+  if (suite_selected("mla")) suite_mla();
 }
 
 int main(int argc, char **argv) {

@@ -26,9 +26,25 @@ int64_t floor_row_bytes(int dt, int fmt, int width) {
   return (int64_t)width * (dt == PE_F32 ? 4 : 2);
 }
 
+int64_t floor_out_bytes(const floor_stage *st) {
+  if (st->kind == FL_SHIFT) return floor_row_bytes(0, FL_Q8_0, st->width);
+  if (st->kind == FL_MLA && st->fmt == FL_FP8_DS) { /* codes, a scale per tile, bf16 rope */
+    const int64_t lat = st->width - st->rot;
+    return lat + 4 * (lat / 128) + 2 * (int64_t)st->rot;
+  }
+  return floor_row_bytes(st->inplace ? st->src : st->dst, st->kind == FL_COPY ? FL_NONE : st->fmt,
+                         st->width);
+}
+
 int floor_supported(const floor_stage *st) {
   const int w = st->width, rot = st->rot, half = rot / 2;
   if (w <= 0 || w % 16 || rot < 0 || rot % 2 || rot > w || (w - rot) % 16) return 0;
+  if (st->kind == FL_MLA) { /* a latent and rope channels; DS: tiles of 128 */
+    if (rot == w || w > 4096 || st->fmt == FL_Q8_0) return 0;
+    if (st->fmt == FL_FP8_DS && (w - rot) % 128) return 0;
+  } else if (st->fmt == FL_FP8_DS) {
+    return 0;
+  }
   const int rotates = st->kind != FL_COPY && st->kind != FL_QUANT;
   if (rotates && (st->style == PE_ROPE_NEOX ? half % 16 : rot % 16)) return 0;
   if (st->kind == FL_SHIFT || st->fmt == FL_Q8_0) { /* whole 32-value blocks of outputs */
@@ -37,7 +53,9 @@ int floor_supported(const floor_stage *st) {
       return 0;
   }
   if (st->fmt == FL_FP8 && w > 4096) return 0;
-  if ((st->kind == FL_ROT || st->kind == FL_NORM_ROT) && !st->fmt && st->dst != st->src) return 0;
+  if ((st->kind == FL_ROT || st->kind == FL_NORM_ROT || st->kind == FL_MLA) && !st->fmt &&
+      st->dst != st->src)
+    return 0;
   return 1;
 }
 
@@ -125,7 +143,7 @@ int floor_alloc(const floor_stage *st, floor_data *d) {
   const int w = st->width;
   const int64_t sb = st->kind == FL_SHIFT ? floor_row_bytes(0, FL_Q8_0, w)
                                           : floor_row_bytes(st->src, FL_NONE, w);
-  const int64_t db = floor_row_bytes(st->dst, st->kind == FL_COPY ? FL_NONE : st->fmt, w);
+  const int64_t db = floor_out_bytes(st);
   d->src_stride = (sb + 63) & ~(int64_t)63;
   d->dst_stride = (db + 63) & ~(int64_t)63;
   /* A token's heads each their own row where they fit in 8 KiB (a quarter

@@ -14,7 +14,15 @@
  *                into a cache of the same dtype);
  *   FL_QUANT     quantize `width` channels of src (fmt);
  *   FL_SHIFT     a q8_0 row dequantized, rotated and quantized again in
- *                place (the context shift of a quantized key cache).
+ *                place (the context shift of a quantized key cache);
+ *   FL_MLA       an MLA kv row (DeepSeek-V3's kv_a row: width - rot latent
+ *                channels, then rot rope channels) into its cache row: the
+ *                latent RMSNorm'd in float32 (sum of squares, scale,
+ *                weight) and converted, the rope channels rotated; or every
+ *                channel as fp8 codes (FL_FP8), or vLLM's fp8_ds_mla row
+ *                (FL_FP8_DS: the latent as e4m3 codes in tiles of 128
+ *                channels with a float32 scale each, the rope channels as
+ *                bf16).
  * The kernels are written per ISA (floor_avx2.c, floor_avx512.c - built a
  * second time with AVX512-BF16 as floor_avx512bf16.c - and floor_scalar.c)
  * and chosen at run time by the library's path and the CPU's features. */
@@ -25,8 +33,9 @@
 #include <stdint.h>
 #include <string.h>
 
-enum { FL_ROT, FL_NORM_ROT, FL_COPY, FL_QUANT, FL_SHIFT };
-enum { FL_NONE = 0, FL_FP8 = 1, FL_Q8_0 = 2 }; /* quantized outputs (fmt) */
+enum { FL_ROT, FL_NORM_ROT, FL_COPY, FL_QUANT, FL_SHIFT, FL_MLA };
+/* quantized outputs (fmt); FL_FP8_DS: FL_MLA only */
+enum { FL_NONE = 0, FL_FP8 = 1, FL_Q8_0 = 2, FL_FP8_DS = 3 };
 
 #define FL_STAGES 4
 
@@ -101,6 +110,8 @@ int floor_kernels(floor_fn *fns, const char **names, int max);
 
 /* Bytes of a row of `width` channels in dtype dt, or quantized (fmt). */
 int64_t floor_row_bytes(int dt, int fmt, int width);
+/* Bytes of a row a stage writes (in place: its src rows). */
+int64_t floor_out_bytes(const floor_stage *st);
 
 /* A stage's L1 rows for one thread (values in [-1, 1), a cos/sin row,
  * weights); 0, or -1 when out of memory. floor_free releases them. */

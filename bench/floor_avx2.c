@@ -2,6 +2,7 @@
  * float lanes; built with -mavx2 -mfma -mf16c (bench/CMakeLists.txt) and run
  * only when the library runs its avx2 path (a CPU with those features).
  * docs/compute-floor.md counts each primitive's instructions. */
+#include <float.h>
 #include <immintrin.h>
 #include <math.h>
 #include <stdint.h>
@@ -81,6 +82,16 @@ FP vf f_swap(vf v) { return _mm256_permute_ps(v, 0xb1); }
 FP vf f_dup(const float *p) { /* one 16-byte load, one vpermps */
   return _mm256_permutevar8x32_ps(_mm256_castps128_ps256(_mm_loadu_ps(p)),
                                   _mm256_setr_epi32(0, 0, 1, 1, 2, 2, 3, 3));
+}
+/* The running maximum of |v| (vandps, vmaxps: a NaN lane of v leaves m's,
+ * as fmaxf ignores it) and the largest lane. */
+FP vf f_absmax(vf m, vf v) {
+  return _mm256_max_ps(_mm256_and_ps(v, _mm256_castsi256_ps(i1(0x7fffffff))), m);
+}
+FP float f_hmax(vf v) {
+  __m128 s = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  s = _mm_max_ps(s, _mm_movehl_ps(s, s));
+  return _mm_cvtss_f32(_mm_max_ss(s, _mm_movehdup_ps(s)));
 }
 FP float f_hsum(vf v) {
   __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));

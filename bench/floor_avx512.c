@@ -5,6 +5,7 @@
  * -mavx512bf16: bf16 narrowing by vcvtne2ps2bf16 (one instruction for 32
  * values, nearest even, NaN quieted), chosen on CPUs that have it.
  * docs/compute-floor.md counts each primitive's instructions. */
+#include <float.h>
 #include <immintrin.h>
 #include <math.h>
 #include <stdint.h>
@@ -98,6 +99,9 @@ FP vf f_dup(const float *p) { /* one 32-byte load, one vpermps */
       _mm512_castps256_ps512(_mm256_loadu_ps(p)));
 }
 FP float f_hsum(vf v) { return _mm512_reduce_add_ps(v); }
+/* As floor_avx2.c's: vpandd, vmaxps; the largest lane. */
+FP vf f_absmax(vf m, vf v) { return _mm512_max_ps(_mm512_abs_ps(v), m); }
+FP float f_hmax(vf v) { return _mm512_reduce_max_ps(v); }
 
 /* e4m3fn codes, as floor_avx2.c's, the selections by mask. */
 FP __m512i fp8_code(vf y) {

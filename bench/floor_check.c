@@ -6,8 +6,10 @@
  *  2. the scalar floor kernel gives the library's bytes: the rotation
  *     (pe_apply_rope_qk) with the cache's cos/sin row, the fused rotation
  *     into fp8 and q8_0 rows (pe_qk_norm_rope_store), v quantized
- *     (pe_kv_write), a q8_0 key shifted (pe_rope_shift_k_cache); the norm,
- *     which the library computes in float64, within 4 ulp of the output dtype.
+ *     (pe_kv_write), a q8_0 key shifted (pe_rope_shift_k_cache), an MLA kv
+ *     row into its cache row in each format (pe_mla_rope_store); the norm,
+ *     which the library computes in float64, within 4 ulp of the output
+ *     dtype (an fp8 code: the same or its neighbour).
  * Prints one line per failure and a summary; exit status 1 on any failure. */
 #include <math.h>
 #include <stdio.h>
@@ -22,24 +24,50 @@ static int failures, checks;
 static const char *dt_name(int dt) { return dt == PE_F32 ? "f32" : dt == PE_F16 ? "f16" : "bf16"; }
 
 static void describe(const floor_stage *st, char *out, size_t len) {
-  static const char *const kinds[] = {"rot", "norm+rot", "copy", "quant", "shift"};
-  snprintf(out, len, "%s %s%s%s %s w%d r%d%s", kinds[st->kind], dt_name(st->src),
+  static const char *const kinds[] = {"rot", "norm+rot", "copy", "quant", "shift", "mla"};
+  snprintf(out, len, "%s %s%s%s%s %s w%d r%d%s", kinds[st->kind], dt_name(st->src),
            st->fmt == FL_FP8 ? (st->fp8_mul ? " -> fp8 (x 1/scale)" : " -> fp8 (/ scale)") : "",
-           st->fmt == FL_Q8_0 ? " -> q8_0" : "", st->style == PE_ROPE_GPTJ ? "gptj" : "neox",
-           st->width, st->rot, st->inplace ? " in place" : "");
+           st->fmt == FL_Q8_0 ? " -> q8_0" : "", st->fmt == FL_FP8_DS ? " -> fp8_ds" : "",
+           st->style == PE_ROPE_GPTJ ? "gptj" : "neox", st->width, st->rot,
+           st->inplace ? " in place" : "");
 }
 
 /* The bytes a stage writes in its data (src rows in place, else dst). */
 static const char *out_rows(const floor_stage *st, const floor_data *d) {
   return st->inplace || st->kind == FL_SHIFT ? d->src : d->dst;
 }
-static int64_t out_row_bytes(const floor_stage *st) {
-  if (st->kind == FL_SHIFT) return floor_row_bytes(0, FL_Q8_0, st->width);
-  return floor_row_bytes(st->inplace ? st->src : st->dst, st->kind == FL_COPY ? FL_NONE : st->fmt,
-                         st->width);
-}
 static int64_t out_stride(const floor_stage *st, const floor_data *d) {
   return st->inplace || st->kind == FL_SHIFT ? d->src_stride : d->dst_stride;
+}
+
+/* An MLA row's fp8 codes of a normed latent (FL_FP8, FL_FP8_DS) against
+ * the reference's: each code the same or its neighbour of the same sign
+ * (the magnitudes' codes are in order), an FP8_DS tile scale within 8 ulp
+ * (the amax of normed values), the rope channels the same bytes. */
+static void compare_codes(const char *what, const char *desc, const floor_stage *st,
+                          const char *a, const char *b) {
+  const int64_t lat = st->width - st->rot, n = floor_out_bytes(st);
+  const int64_t codes = st->fmt == FL_FP8_DS ? lat : st->width;
+  for (int64_t i = 0; i < n; i++) {
+    const unsigned ca = (unsigned char)a[i], cb = (unsigned char)b[i];
+    int ok = ca == cb;
+    if (!ok && i < lat) /* a normed value: its neighbour */
+      ok = (ca & 0x80) == (cb & 0x80) &&
+           ((ca & 0x7f) + 1 == (cb & 0x7f) || (cb & 0x7f) + 1 == (ca & 0x7f));
+    if (!ok && i >= codes && i < codes + 4 * (lat / 128)) { /* FP8_DS: a tile's scale */
+      const int64_t k = (i - codes) / 4;
+      float x, y;
+      memcpy(&x, a + codes + 4 * k, 4);
+      memcpy(&y, b + codes + 4 * k, 4);
+      ok = fabsf(x - y) <= 8 * 0x1p-23f * fabsf(y);
+    }
+    if (!ok) {
+      printf("FAIL %s: %s: byte %lld is 0x%02x, the reference's 0x%02x\n", what, desc,
+             (long long)i, ca, cb);
+      failures++;
+      return;
+    }
+  }
 }
 
 /* A row of a (the floor under test) against b (the reference): the same
@@ -52,7 +80,7 @@ static void compare(const char *what, const floor_stage *st, const char *a, cons
   char desc[96];
   describe(st, desc, sizeof desc);
   checks++;
-  int64_t n = out_row_bytes(st);
+  int64_t n = floor_out_bytes(st);
   if (!ulps) {
     for (int64_t i = 0; i < n; i++)
       if (a[i] != b[i]) {
@@ -61,6 +89,10 @@ static void compare(const char *what, const floor_stage *st, const char *a, cons
         failures++;
         return;
       }
+    return;
+  }
+  if (st->fmt) { /* an MLA row's codes */
+    compare_codes(what, desc, st, a, b);
     return;
   }
   const int dt = st->dst;
@@ -99,7 +131,8 @@ static void check_isa(floor_fn fn, const char *name, const floor_stage *st) {
   snprintf(what, sizeof what, "%s against scalar", name);
   for (int r = 0; r < d.n_rows; r++)
     compare(what, st, out_rows(st, &got) + r * out_stride(st, &got),
-            out_rows(st, &ref) + r * out_stride(st, &ref), st->kind == FL_NORM_ROT ? 4 : 0);
+            out_rows(st, &ref) + r * out_stride(st, &ref),
+            st->kind == FL_NORM_ROT || st->kind == FL_MLA ? 4 : 0);
   floor_free(&d);
   free(ref.src);
   free(got.src);
@@ -111,7 +144,7 @@ static void check_library(const floor_stage *st) {
   if (st->kind == FL_COPY) return; /* a copy */
   pe_rope_params p;
   pe_rope_params_init(&p);
-  p.head_dim = st->width;
+  p.head_dim = st->kind == FL_MLA ? st->rot : st->width; /* MLA: the rope channels' cache */
   p.rotary_dim = st->rot ? st->rot : st->width;
   p.style = (pe_rope_style)st->style;
   p.max_positions = 64;
@@ -160,6 +193,21 @@ static void check_library(const floor_stage *st) {
     kv.k_quant = st->fmt == FL_FP8 ? PE_KV_FP8_E4M3 : PE_KV_Q8_0;
     if (st->fmt == FL_FP8) kv.k_scale = &scale;
     s = pe_kv_write(&kv, &row, NULL, &slot);
+  } else if (st->kind == FL_MLA) { /* pe_mla_rope_store of the kv row alone */
+    const int64_t rb = floor_out_bytes(st);
+    pe_mla m;
+    pe_mla_init(&m);
+    m.rope_dim = st->rot;
+    m.kv_norm_dim = m.kv_rope_offset = (int32_t)(w - st->rot);
+    m.kv_eps = d.eps;
+    m.kv_weight = d.w;
+    m.format = st->fmt == FL_FP8 ? PE_MLA_FP8_E4M3 : st->fmt == FL_FP8_DS ? PE_MLA_FP8_DS
+                                                                          : PE_MLA_PLAIN;
+    if (st->fmt == FL_FP8) m.scale = &scale;
+    pe_tensor cache_row = {out, (pe_dtype)st->src, {1, 1, 1, w}, {w, w, w, 1}};
+    if (st->fmt) cache_row.stride[0] = cache_row.stride[1] = cache_row.stride[2] = rb;
+    s = pe_mla_rope_store(cache, &m, NULL, &row, &cache_row, &slot, &pos, 0, NULL);
+    ulps = 4;
   } else { /* FL_SHIFT: the q8_0 row in place */
     kv.k = &qc;
     kv.k_quant = PE_KV_Q8_0;
@@ -210,6 +258,14 @@ int main(void) {
         s = b, s.kind = FL_COPY, s.rot = 0, sts[n++] = s;
       }
       if (i == 0) s = b, s.kind = FL_SHIFT, sts[n++] = s;
+      /* MLA: DeepSeek-V3's q rope slices (64 channels in place) and kv rows
+       * (512 latent + 64 rope) into each cache format */
+      s = b, s.kind = FL_ROT, s.width = 64, s.rot = 64, s.inplace = 1, sts[n++] = s;
+      b.kind = FL_MLA, b.width = 576, b.rot = 64, b.heads = 1;
+      s = b, sts[n++] = s;
+      s = b, s.fmt = FL_FP8, s.scale = 0.05f, sts[n++] = s;
+      s = b, s.fmt = FL_FP8, s.scale = 1.0f, s.fp8_mul = 1, sts[n++] = s;
+      s = b, s.fmt = FL_FP8_DS, sts[n++] = s;
     }
   for (int k = 0; k < n; k++) {
     if (!floor_supported(&sts[k])) {

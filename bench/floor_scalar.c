@@ -2,6 +2,7 @@
  * path: one element at a time, with the project's flags (fmaf is libm's
  * where the baseline ISA has no FMA, as for the library's scalar kernels),
  * the same stages as floor_vec.h (docs/compute-floor.md). */
+#include <float.h>
 #include <math.h>
 #include <stdint.h>
 #include <string.h>
@@ -76,7 +77,7 @@ FS void q8_ld(const uint8_t *in, float *x) {
 
 /* The stage loops, inlined with constant dtype, output, pairing, norm and
  * fp8 multiply (as floor_vec.h's): out is a dtype, O_FP8 or O_Q8. */
-enum { O_FP8 = 3, O_Q8 = 4 };
+enum { O_FP8 = 3, O_Q8 = 4, O_DS = 5 };
 
 FS void put(int out, int mul, char *dst, int e, float v, float *qrow, float scale) {
   if (out == O_FP8) ((uint8_t *)dst)[e] = fp8(mul ? v * scale : v / scale);
@@ -144,6 +145,52 @@ FS void shift_rows(const floor_stage *st, floor_data *d, int64_t rows, int style
       x[ey] = fmaf(b, c, a * sn);
     }
     for (int b = 0; b < w / 32; b++) q8_block(row + 34 * b, x + 32 * b);
+    if (++i == d->n_rows) i = 0;
+  }
+}
+
+/* FL_MLA (floor_vec.h's mla_rows): the latent normed, converted or coded,
+ * the rope channels rotated; O_DS through a float32 row per tile for its
+ * amax. */
+FS void mla_rows(const floor_stage *st, floor_data *d, int64_t rows, int sd, int out, int style,
+                 int mul) {
+  const int rot = st->rot, lat = st->width - rot, half = rot / 2;
+  const int lout = out == O_DS ? O_FP8 : out, rout = out == O_DS ? PE_BF16 : out;
+  const int64_t lb = lout == O_FP8 ? 1 : (lout == PE_F32 ? 4 : 2);
+  const int64_t ro = out == O_DS ? lat + 4 * (lat / 128) : lat * lb;
+  const float scale = mul ? 1.0f / d->scale : d->scale;
+  int i = 0;
+  for (int64_t n = 0; n < rows; n++) {
+    const char *src = d->src + i * d->src_stride;
+    char *dst = d->dst + i * d->dst_stride;
+    float ss = 0.0f;
+    for (int e = 0; e < lat; e++) ss = fmaf(ld(sd, src, e), ld(sd, src, e), ss);
+    const float r = 1.0f / sqrtf(ss / (float)lat + d->eps);
+    if (out == O_DS) {
+      float *x = d->scratch;
+      for (int t = 0; t < lat; t += 128) {
+        float amax = 0.0f;
+        for (int e = t; e < t + 128; e++) {
+          x[e] = ld(sd, src, e) * r * d->w[e];
+          amax = fmaxf(amax, fabsf(x[e]));
+        }
+        const float sc = fmaxf(amax / 448.0f, FLT_MIN);
+        for (int e = t; e < t + 128; e++) ((uint8_t *)dst)[e] = fp8(x[e] / sc);
+        memcpy(dst + lat + 4 * (t / 128), &sc, 4);
+      }
+    } else {
+      for (int e = 0; e < lat; e++)
+        put(lout, mul, dst, e, ld(sd, src, e) * r * d->w[e], NULL, scale);
+    }
+    const char *rs = src + (int64_t)lat * (sd == PE_F32 ? 4 : 2);
+    char *rd = dst + ro;
+    for (int j = 0; j < half; j++) {
+      const int ex = style == PE_ROPE_NEOX ? j : 2 * j;
+      const int ey = style == PE_ROPE_NEOX ? half + j : 2 * j + 1;
+      float x = ld(sd, rs, ex), y = ld(sd, rs, ey), c = d->cs[j], sn = d->cs[half + j];
+      put(rout, mul, rd, ex, fmaf(x, c, -(y * sn)), NULL, scale);
+      put(rout, mul, rd, ey, fmaf(y, c, x * sn), NULL, scale);
+    }
     if (++i == d->n_rows) i = 0;
   }
 }

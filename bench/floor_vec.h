@@ -11,7 +11,8 @@
  *   vf   f_fmaddsub(a, b, c)    a*b - c in even lanes, a*b + c in odd lanes
  *   vf   f_swap(v)              lanes 2i and 2i+1 exchanged
  *   vf   f_dup(p)               p[0], p[0], p[1], p[1], ... (VL/2 floats)
- *   float f_hsum(v)
+ *   float f_hsum(v), f_hmax(v)
+ *   vf   f_absmax(m, v)         max(|v|, m) per lane (a NaN lane of v leaves m)
  *   void f_fp8_st4(out, y0..y3) 4*VL e4m3 codes of y (already scaled)
  *   void f_fp8_st1(out, y)      VL codes
  *   void f_q8_block(out, v)     one Q8_0 block (34 bytes) of v[0 .. 32/VL)
@@ -27,7 +28,7 @@
 
 #define FA static inline __attribute__((always_inline))
 
-enum { O_F32 = PE_F32, O_F16 = PE_F16, O_BF16 = PE_BF16, O_FP8 = 3, O_Q8 = 4 };
+enum { O_F32 = PE_F32, O_F16 = PE_F16, O_BF16 = PE_BF16, O_FP8 = 3, O_Q8 = 4, O_DS = 5 };
 enum { QV = 32 / VL }; /* vectors per Q8_0 block */
 
 FA int64_t esz(int dt) { return dt == PE_F32 ? 4 : 2; }
@@ -136,20 +137,26 @@ FA void rot_chunk(int sd, int out, int style, int norm, int mul, const char *src
   if (style == PE_ROPE_NEOX) emit(out, dst, half + j, yo, k, vs, mul);
 }
 
-/* The float32 RMSNorm scale of a row: 1 / sqrt(sum(x^2) / width + eps). */
-FA float norm_scale(int sd, const char *src, int width, float eps) {
-  vf a0 = f_set1(0.0f), a1 = f_set1(0.0f);
+/* The float32 RMSNorm scale of a row: 1 / sqrt(sum(x^2) / width + eps),
+ * in na (a constant, 2 or 4) accumulators: each is a chain of dependent
+ * FMAs, and a long row's sum waits on their latency unless enough of them
+ * are in flight. Two for a token's head rows of 128 channels (the rows'
+ * chains overlap each other's), four for an MLA latent of 512 channels
+ * (one row a token). */
+FA float norm_scale(int sd, const char *src, int width, float eps, int na) {
+  vf a[4] = {f_set1(0.0f), f_set1(0.0f), f_set1(0.0f), f_set1(0.0f)};
   int e = 0;
-  for (; e + 2 * VL <= width; e += 2 * VL) {
-    vf x0 = f_ld(sd, AT(src, e, sd)), x1 = f_ld(sd, AT(src, e + VL, sd));
-    a0 = f_fmadd(x0, x0, a0);
-    a1 = f_fmadd(x1, x1, a1);
+  for (; e + na * VL <= width; e += na * VL)
+    for (int k = 0; k < na; k++) {
+      vf x = f_ld(sd, AT(src, e + k * VL, sd));
+      a[k] = f_fmadd(x, x, a[k]);
+    }
+  for (; e < width; e += VL) { /* width a multiple of VL only */
+    vf x = f_ld(sd, AT(src, e, sd));
+    a[0] = f_fmadd(x, x, a[0]);
   }
-  if (e < width) { /* width a multiple of VL only */
-    vf x0 = f_ld(sd, AT(src, e, sd));
-    a0 = f_fmadd(x0, x0, a0);
-  }
-  return 1.0f / sqrtf(f_hsum(f_add(a0, a1)) / (float)width + eps);
+  vf t = na == 4 ? f_add(f_add(a[0], a[1]), f_add(a[2], a[3])) : f_add(a[0], a[1]);
+  return 1.0f / sqrtf(f_hsum(t) / (float)width + eps);
 }
 
 #define FL_HEADS 256 /* heads of a token sharing one load of a cos/sin chunk, at most */
@@ -185,12 +192,21 @@ FA void rot_rows(const floor_stage *st, floor_data *d, int64_t rows, int sd, int
     q8_finish(&pipe, PE_F32, width);
     return;
   }
-#define ROW(h) (d->src + (i + (h)) % d->n_rows * d->src_stride)
-#define DST(h) (st->inplace ? (char *)ROW(h) : d->dst + (i + (h)) % d->n_rows * d->dst_stride)
+  /* The token's rows, found once per token: a modulo per row and chunk
+   * (two integer divides) cost more than the rotation of a short row. */
+  const char *rp[FL_HEADS];
+  char *wp[FL_HEADS];
+#define ROW(h) rp[h]
+#define DST(h) wp[h]
   for (int64_t n0 = 0; n0 < rows; n0 += heads) {
     const int hn = rows - n0 < heads ? (int)(rows - n0) : heads;
+    for (int h = 0; h < hn; h++) {
+      rp[h] = d->src + i * d->src_stride;
+      wp[h] = st->inplace ? (char *)rp[h] : d->dst + i * d->dst_stride;
+      if (++i == d->n_rows) i = 0;
+    }
     if (norm)
-      for (int h = 0; h < hn; h++) rs[h] = norm_scale(sd, ROW(h), width, d->eps);
+      for (int h = 0; h < hn; h++) rs[h] = norm_scale(sd, ROW(h), width, d->eps, 2);
     vf c[4], s[4];
     int j = 0;
     for (; j + g * VL <= n; j += g * VL) {
@@ -212,10 +228,79 @@ FA void rot_rows(const floor_stage *st, floor_data *d, int64_t rows, int sd, int
       else if (!st->inplace)
         f_copy(AT(DST(h), rot, out), AT(ROW(h), rot, sd), (width - rot) * esz(sd));
     }
-    i = (i + hn) % d->n_rows;
   }
 #undef ROW
 #undef DST
+}
+
+/* FL_MLA: rows of an MLA step's kv rows (width channels: lat = width - rot
+ * latent, then rot rope channels) into their cache rows: the latent's
+ * float32 RMSNorm (norm_scale, then (x * r) * w per channel) converted to
+ * the dtype out or coded as fp8 (O_FP8); the rope channels rotated (a cos/
+ * sin chunk per token: each row is a token of its own) into the same
+ * format. O_DS (vLLM's fp8_ds_mla): per tile of 128 latent channels the
+ * normed values go through a float32 scratch row while their amax is
+ * taken, the tile's scale max(amax / 448, FLT_MIN) is one scalar divide,
+ * the codes x / scale (vdivps: the library divides), the scale's 4 bytes
+ * after the latent's codes, then the rope channels as bf16. */
+FA void mla_rows(const floor_stage *st, floor_data *d, int64_t rows, int sd, int out, int style,
+                 int mul) {
+  const int rot = st->rot, lat = st->width - rot, half = rot / 2;
+  const int n = style == PE_ROPE_NEOX ? half : rot;
+  const int lout = out == O_DS ? O_FP8 : out;            /* the latent's codes */
+  const int rout = out == O_DS ? O_BF16 : out;           /* the rope channels' */
+  const int g = group(lout), gr = group(rout);
+  const int64_t lb = lout == O_FP8 ? 1 : esz(lout);      /* bytes of a latent output */
+  const int64_t ro = out == O_DS ? lat + 4 * (lat / 128) : lat * lb; /* rope's first byte */
+  const vf vs = f_set1(mul ? 1.0f / d->scale : d->scale), one = f_set1(1.0f);
+  int i = 0;
+  for (int64_t n0 = 0; n0 < rows; n0++) {
+    const char *src = d->src + i * d->src_stride;
+    char *dst = d->dst + i * d->dst_stride;
+    const vf r = f_set1(norm_scale(sd, src, lat, d->eps, 4));
+    if (out == O_DS) {
+      float *x = d->scratch;
+      for (int t = 0; t < lat; t += 128) {
+        vf m = f_set1(0.0f);
+        for (int e = t; e < t + 128; e += VL) {
+          vf v = ld_x(sd, src, e, 1, r, d->w);
+          f_st(PE_F32, x + e, v);
+          m = f_absmax(m, v);
+        }
+        const float scale = fmaxf(f_hmax(m) / 448.0f, FLT_MIN);
+        const vf vsc = f_set1(scale);
+        for (int e = t; e < t + 128; e += 4 * VL)
+          f_fp8_st4((uint8_t *)dst + e, f_div(f_ldf(x + e), vsc),
+                    f_div(f_ldf(x + e + VL), vsc), f_div(f_ldf(x + e + 2 * VL), vsc),
+                    f_div(f_ldf(x + e + 3 * VL), vsc));
+        memcpy(dst + lat + 4 * (t / 128), &scale, 4);
+      }
+    } else {
+      int e = 0;
+      for (; e + g * VL <= lat; e += g * VL) {
+        vf o[4];
+        for (int k = 0; k < g; k++) o[k] = ld_x(sd, src, e + k * VL, 1, r, d->w);
+        emit(lout, dst, e, o, g, vs, mul);
+      }
+      for (; e < lat; e += VL) {
+        vf o = ld_x(sd, src, e, 1, r, d->w);
+        emit(lout, dst, e, &o, 1, vs, mul);
+      }
+    }
+    const char *rs = AT(src, lat, sd);
+    char *rd = dst + ro;
+    vf c[4], s[4];
+    int j = 0;
+    for (; j + gr * VL <= n; j += gr * VL) {
+      cs_chunk(style, d->cs, half, j, gr, c, s);
+      rot_chunk(sd, rout, style, 0, mul, rs, rd, half, j, gr, c, s, d->w, one, vs);
+    }
+    for (; j < n; j += VL) {
+      cs_chunk(style, d->cs, half, j, 1, c, s);
+      rot_chunk(sd, rout, style, 0, mul, rs, rd, half, j, 1, c, s, d->w, one, vs);
+    }
+    if (++i == d->n_rows) i = 0;
+  }
 }
 
 /* FL_QUANT: width channels of src quantized (v into a quantized cache). */

@@ -255,6 +255,11 @@ pe_status rope_cache_for(rope_geom *g, int64_t max_positions, pe_rope_cache **ou
     g->style = p.style;
     return PE_OK;
   }
+  return rope_cache_preset(g, max_positions, out, why, why_len);
+}
+
+pe_status rope_cache_preset(const rope_geom *g, int64_t max_positions, pe_rope_cache **out,
+                            char *why, size_t why_len) {
   pe_rope_params p;
   pe_rope_params_init(&p);
   p.head_dim = g->head_dim;

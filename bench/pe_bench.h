@@ -12,6 +12,7 @@
  *   suite_enc.c    alibi, t5, sinusoidal, learned;
  *   suite_fused.c  fused (store, mrope, multi) and kvquant;
  *   suite_qknorm.c qknorm, and the packed QKV buffer kvquant shares;
+ *   suite_mla.c    mla (DeepSeek-V3's MLA step, pe_mla_rope_store);
  *   report.c       the table (narrow or --wide), --csv and --json;
  *   floor*.c       the compute floor (floor.h).
  * bench.h declares the pieces built with other flags (bound.c, textbook.c). */
@@ -22,6 +23,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <string.h>
 
 #include "bench.h"
 #include "floor.h"
@@ -84,6 +86,9 @@ void hf_free(void);
  * or from the geometry and the preset's scaling. */
 pe_status rope_cache_for(rope_geom *g, int64_t max_positions, pe_rope_cache **out, char *why,
                          size_t why_len);
+/* The rope cache of a geometry and its preset's scaling (never --hf-config). */
+pe_status rope_cache_preset(const rope_geom *g, int64_t max_positions, pe_rope_cache **out,
+                            char *why, size_t why_len);
 
 /* ---- options (cli.c) -------------------------------------------------- */
 
@@ -247,6 +252,7 @@ void suite_embed(const char *suite); /* sinusoidal, learned */
 void suite_fused(void);
 void suite_kvquant(void);
 void suite_qknorm(void);
+void suite_mla(void);
 
 #define FUSED_BLOCK 16 /* paged cache block size (tokens), vLLM's default */
 #define LEARNED_MAX_LEN 2048 /* rows of the learned suite's table */
@@ -255,6 +261,62 @@ void suite_qknorm(void);
 int packed_qkv(const char *suite, int64_t hq, int64_t hkv, int64_t hd, double theta, int64_t batch,
                int64_t tokens, int dt, pe_rope_cache **cache, void **qkv, pe_tensor *q,
                pe_tensor *k, pe_tensor *v);
+
+/* The conversions of the unfused sequences' plain RMSNorm loops (qknorm,
+ * mla): bf16 by shifts (round to nearest even; no NaN in these tensors),
+ * f16 as textbook.c converts it: the compiler's _Float16 where it has the
+ * type, else the exact bit-level conversion. Inline, as a loop written in
+ * the engine's own file would have them. */
+static inline float pb_load(int dt, const void *p, int64_t i) {
+  if (dt == PE_F32) return ((const float *)p)[i];
+  uint16_t h = ((const uint16_t *)p)[i];
+  uint32_t u = (uint32_t)h << 16; /* bf16 */
+  if (dt == PE_F16) {
+#if defined(__FLT16_MAX__)
+    _Float16 x;
+    memcpy(&x, &h, 2);
+    return (float)x;
+#else
+    uint32_t sign = (uint32_t)(h & 0x8000) << 16, e = (h >> 10) & 0x1f, m = h & 0x3ffu;
+    if (e == 0) return (sign ? -1.0f : 1.0f) * (float)m * 0x1p-24f;
+    u = sign | (e == 31 ? 0x7f800000u : (e + 112) << 23) | m << 13;
+#endif
+  }
+  float f;
+  memcpy(&f, &u, 4);
+  return f;
+}
+static inline void pb_store(int dt, void *p, int64_t i, float f) {
+  if (dt == PE_F32) {
+    ((float *)p)[i] = f;
+    return;
+  }
+  uint32_t u;
+  memcpy(&u, &f, 4);
+  if (dt == PE_F16) {
+#if defined(__FLT16_MAX__)
+    _Float16 x = (_Float16)f;
+    memcpy((uint16_t *)p + i, &x, 2);
+#else
+    uint32_t a = u & 0x7fffffffu;
+    uint16_t h;
+    if (a > 0x7f800000u) {
+      h = 0x7e00; /* NaN */
+    } else if (a >= 0x477ff000u) {
+      h = 0x7c00; /* |f| >= 65520 rounds to Inf */
+    } else if (a < 0x38800000u) { /* below 2^-14: subnormal, an exact multiple of 2^-24 */
+      float v;
+      memcpy(&v, &a, 4);
+      h = (uint16_t)(int)rintf(v * 0x1p24f);
+    } else {
+      h = (uint16_t)((a + 0xfffu + ((a >> 13) & 1u) - 0x38000000u) >> 13);
+    }
+    ((uint16_t *)p)[i] = (uint16_t)((u >> 16 & 0x8000u) | h);
+#endif
+    return;
+  }
+  ((uint16_t *)p)[i] = (uint16_t)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16); /* RNE, no NaN here */
+}
 
 /* ---- report (report.c) -------------------------------------------------- */
 

@@ -231,7 +231,7 @@ static void print_narrow(void) {
     int cols[N_COLS], nc = 0;
     const char *names[N_COLS];
     int serving = !strcmp(f->suite, "fused") || !strcmp(f->suite, "qknorm") ||
-                  !strcmp(f->suite, "kvquant");
+                  !strcmp(f->suite, "kvquant") || !strcmp(f->suite, "mla");
 #define COL(c, name) (cols[nc] = (c), names[nc++] = (name))
     COL(C_CASE, "case");
     COL(C_DTYPE, "dtype");

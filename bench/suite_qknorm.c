@@ -38,60 +38,6 @@ static pe_status qkn_call(bench_case *c) {
                                c->pool);
 }
 
-/* The loop's conversions: bf16 by shifts (round to nearest even; no NaN in
- * these tensors), f16 as textbook.c converts it: the compiler's _Float16
- * where it has the type, else the exact bit-level conversion. */
-static float qkn_load(int dt, const void *p, int64_t i) {
-  if (dt == PE_F32) return ((const float *)p)[i];
-  uint16_t h = ((const uint16_t *)p)[i];
-  uint32_t u = (uint32_t)h << 16; /* bf16 */
-  if (dt == PE_F16) {
-#if defined(__FLT16_MAX__)
-    _Float16 x;
-    memcpy(&x, &h, 2);
-    return (float)x;
-#else
-    uint32_t sign = (uint32_t)(h & 0x8000) << 16, e = (h >> 10) & 0x1f, m = h & 0x3ffu;
-    if (e == 0) return (sign ? -1.0f : 1.0f) * (float)m * 0x1p-24f;
-    u = sign | (e == 31 ? 0x7f800000u : (e + 112) << 23) | m << 13;
-#endif
-  }
-  float f;
-  memcpy(&f, &u, 4);
-  return f;
-}
-static void qkn_store(int dt, void *p, int64_t i, float f) {
-  if (dt == PE_F32) {
-    ((float *)p)[i] = f;
-    return;
-  }
-  uint32_t u;
-  memcpy(&u, &f, 4);
-  if (dt == PE_F16) {
-#if defined(__FLT16_MAX__)
-    _Float16 x = (_Float16)f;
-    memcpy((uint16_t *)p + i, &x, 2);
-#else
-    uint32_t a = u & 0x7fffffffu;
-    uint16_t h;
-    if (a > 0x7f800000u) {
-      h = 0x7e00; /* NaN */
-    } else if (a >= 0x477ff000u) {
-      h = 0x7c00; /* |f| >= 65520 rounds to Inf */
-    } else if (a < 0x38800000u) { /* below 2^-14: subnormal, an exact multiple of 2^-24 */
-      float v;
-      memcpy(&v, &a, 4);
-      h = (uint16_t)(int)rintf(v * 0x1p24f);
-    } else {
-      h = (uint16_t)((a + 0xfffu + ((a >> 13) & 1u) - 0x38000000u) >> 13);
-    }
-    ((uint16_t *)p)[i] = (uint16_t)((u >> 16 & 0x8000u) | h);
-#endif
-    return;
-  }
-  ((uint16_t *)p)[i] = (uint16_t)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16); /* RNE, no NaN here */
-}
-
 /* The plain RMSNorm of every head row of x, in place (Qwen3RMSNorm). */
 static void qkn_rmsnorm(const pe_tensor *x, const float *w, float eps) {
   int dt = x->dtype;
@@ -102,11 +48,11 @@ static void qkn_rmsnorm(const pe_tensor *x, const float *w, float eps) {
         char *row = (char *)x->data + (b * x->stride[0] + t * x->stride[2] + h * x->stride[1]) * es;
         float ss = 0;
         for (int64_t e = 0; e < hd; e++) {
-          float v = qkn_load(dt, row, e);
+          float v = pb_load(dt, row, e);
           ss += v * v;
         }
         float r = 1.0f / sqrtf(ss / (float)hd + eps);
-        for (int64_t e = 0; e < hd; e++) qkn_store(dt, row, e, qkn_load(dt, row, e) * r * w[e]);
+        for (int64_t e = 0; e < hd; e++) pb_store(dt, row, e, pb_load(dt, row, e) * r * w[e]);
       }
 }
 

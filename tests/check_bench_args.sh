@@ -3,8 +3,8 @@
 # measuring anything with exit status 2, nothing on stdout and exactly one
 # line on stderr that names the offending value; then a few good ones must
 # run (--model list with the published models, one quick measured case, the
-# label of an overridden shape, DeepSeek-V3's MLA rope shape, the narrow
-# table within 120 columns).
+# label of an overridden shape, DeepSeek-V3's MLA rope shape, the mla
+# suite's rows, the narrow table within 120 columns).
 # usage: check_bench_args.sh PE_BENCH
 bench=$1
 out=$(mktemp) err=$(mktemp)
@@ -72,6 +72,9 @@ bad '--batch 1100 with the learned suite' --suite learned --batch 1100
 bad '--model gpt-j and --hf-config' --model gpt-j --hf-config /nonexistent.json
 bad '--head-dim 64 with --hf-config' --hf-config /nonexistent.json --head-dim 64
 bad 'needs about' --suite rope --tokens 4194304 --batch 4096
+bad '--model shapes the' --suite mla --model gpt-j
+bad 'needs about' --suite mla --tokens 200000 --batch 8
+bad '--layout shapes the' --suite mla --layout bthd
 
 # --model list: the presets, with the published numbers of the newer models.
 if "$bench" --model list >"$out" 2>"$err"; then
@@ -132,6 +135,28 @@ else
   fail "--model deepseek-v3 exited $?: $(cat "$err")"
 fi
 
+# The mla suite: DeepSeek-V3's MLA step in each cache format, its bytes
+# (q's rope slices read and written, the kv row read, the cache row written:
+# 656 bytes for fp8_ds), a floor and an unfused sequence (none for fp8_ds).
+# shellcheck disable=SC2086
+if "$bench" --suite mla $quick --dtype bf16 --csv >"$out" 2>"$err"; then
+  awk -F, -v q=$(( 2 * 128 * 64 * 2 )) '
+    NR == 1 { for (i = 1; i <= NF; i++) col[$i] = i; next }
+    { n++
+      split("prefill 1x4,fp8 prefill 1x4,fp8_ds prefill 1x4", names, ",")
+      split("1152,576,656", rows, ",")
+      if ($2 != names[n]) { print "row " n ": case \"" $2 "\""; bad = 1 }
+      if ($(NF - 2) != "128q x192 rot64 gptj kv 512+64") { print "row " n ": shape " $(NF - 2); bad = 1 }
+      if ($col["bytes"] != 4 * (q + 1152 + rows[n])) { print "row " n ": bytes " $col["bytes"]; bad = 1 }
+      if ($4 != "neon" && !($(NF - 1) > 0)) { print "row " n ": no floor"; bad = 1 }
+      if ((n < 3) != ($col["ratio_textbook"] > 0)) { print "row " n ": ratio_textbook \"" $col["ratio_textbook"] "\""; bad = 1 } }
+    END { if (n != 3) { print n " rows, not 3"; bad = 1 }; exit bad }' "$out" \
+    && echo "ok   pe-bench --suite mla $quick --dtype bf16 --csv: 3 rows measured" \
+    || fail "pe-bench --suite mla $quick --dtype bf16 --csv: $(cat "$out")"
+else
+  fail "pe-bench --suite mla $quick --dtype bf16 --csv exited $?: $(cat "$err")"
+fi
+
 # The default table fits in 120 columns.
 # shellcheck disable=SC2086
 if "$bench" $quick --suite rope,kvquant >"$out" 2>"$err"; then
@@ -141,6 +166,17 @@ if "$bench" $quick --suite rope,kvquant >"$out" 2>"$err"; then
   echo "ok   the table is $w columns wide"
 else
   fail "pe-bench $quick --suite rope,kvquant exited $?: $(cat "$err")"
+fi
+# ... and so does the mla suite's, every case of it.
+if "$bench" --suite mla --threads 1 --reps 3 --warmup 0 >"$out" 2>"$err"; then
+  w=$(awk '{ if (length($0) > m) m = length($0) } END { print m + 0 }' "$out")
+  [ "$w" -le 120 ] || fail "the mla table is $w columns wide: $(cat "$out")"
+  rows=$(grep -c -E '^(fp8 |fp8_ds )?(decode|prefill) ' "$out")
+  [ "$rows" -eq 10 ] || fail "the mla table has $rows rows, not 10: $(cat "$out")"
+  grep -q '^mla, 1 thread: 128q x192 rot64 gptj kv 512+64$' "$out" || fail "no mla block in: $(cat "$out")"
+  echo "ok   the mla table is $w columns wide, $rows rows"
+else
+  fail "pe-bench --suite mla --threads 1 exited $?: $(cat "$err")"
 fi
 
 [ "$fails" -eq 0 ] || { echo "$fails checks failed"; exit 1; }
