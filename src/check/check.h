@@ -109,6 +109,13 @@ PE_HIDDEN pe_status pe__check_deltas(const char *fn, const int64_t *d, int64_t b
  * depend on the order of writes; reads may repeat). */
 PE_HIDDEN pe_status pe__check_slots(const char *fn, const int64_t *slots, int64_t batch,
                                     int64_t tokens, int64_t n_slots, int distinct);
+/* The slots of a paged cache [num_blocks, heads, block_size, ...]:
+ * num_blocks * block_size, INT64_MAX when the product does not fit (such a
+ * cache may still be valid when another of its extents is 0). */
+static inline int64_t pe__cache_slots(const pe_tensor *t) {
+  int64_t n;
+  return __builtin_mul_overflow(t->shape[0], t->shape[2], &n) ? INT64_MAX : n;
+}
 
 /* ---- caches, norms, the store call, scores (store.c) ---- */
 

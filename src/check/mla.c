@@ -242,7 +242,7 @@ pe_status pe__check_mla(const pe__mla_call *c, pe__mla_checked *out) {
                       .bound = c->bound};
   if ((st = pe__check_positions(&pc)) != PE_OK) return st;
   if (cache && (st = pe__check_slots(fn, c->slot_mapping, batch, tokens,
-                                     cache->shape[0] * cache->shape[2], 1)) != PE_OK)
+                                     pe__cache_slots(cache), 1)) != PE_OK)
     return st;
   out->empty = (!q || pe__tensor_empty(q)) && (!kv || pe__tensor_empty(kv));
   return PE_OK;
@@ -272,5 +272,5 @@ pe_status pe__check_mla_read(const char *fn, const pe_mla *user, const pe_tensor
     return pe__fail(PE_ERR_SHAPE, "%s: out and the cache overlap in memory", fn);
   if (pe__tensor_empty(out)) return PE_OK;
   return pe__check_slots(fn, slot_mapping, out->shape[0], out->shape[2],
-                         cache->shape[0] * cache->shape[2], 0);
+                         pe__cache_slots(cache), 0);
 }

@@ -327,7 +327,7 @@ pe_status pe__check_store(const pe__store_call *c, pe__store_checked *out) {
   if ((st = pe__check_positions(&pc)) != PE_OK) return st;
   if (store &&
       (st = pe__check_slots(fn, c->slot_mapping, out->batch, out->tokens,
-                            kc->shape[0] * kc->shape[2], 1)) != PE_OK)
+                            pe__cache_slots(kc), 1)) != PE_OK)
     return st;
   out->k_cache = store ? kc : NULL;
   out->v_cache = store && c->v ? vc : NULL;

@@ -126,7 +126,7 @@ static pe_status kv_move(const char *fn, const pe_kv_cache *kv_cache, const pe_t
   const pe_tensor *any = kt ? kt : vt;
   const pe_tensor *cache = kt ? kv.k : kv.v;
   if (pe__tensor_empty(any)) return PE_OK;
-  int64_t batch = any->shape[0], tokens = any->shape[2], n_slots = cache->shape[0] * cache->shape[2];
+  int64_t batch = any->shape[0], tokens = any->shape[2], n_slots = pe__cache_slots(cache);
   /* a slot written twice would depend on the order of writes; reads may repeat */
   if ((st = pe__check_slots(fn, slot_mapping, batch, tokens, n_slots, write)) != PE_OK) return st;
   if (kt) move_rows(kv.k, kv.k_quant, ks, kt, slot_mapping, write);

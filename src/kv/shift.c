@@ -21,7 +21,7 @@ static pe_status cache_plan(const char *fn, const pe_rope_cache *c, const pe_kv_
   if ((st = pe__check_kv_tensor(fn, "kv_cache->k", t, kv.k_quant, c->p.head_dim)) != PE_OK)
     return st;
   if (n < 0) return pe__fail(PE_ERR_SHAPE, "%s: n_slots %" PRId64 " must be >= 0", fn, n);
-  if (n && (st = pe__check_slots(fn, slots, 1, n, t->shape[0] * t->shape[2], 1)) != PE_OK)
+  if (n && (st = pe__check_slots(fn, slots, 1, n, pe__cache_slots(t), 1)) != PE_OK)
     return st;
   *empty = !n || pe__tensor_empty(t);
   memset(p, 0, sizeof *p);
