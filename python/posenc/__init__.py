@@ -10,7 +10,9 @@ inference on the CPU).
     cache.apply_(q, k, positions=np.arange(100, 116))       # in place, no copy
 
 A model whose layers differ (Gemma 3's local and global layers, NoPE layers):
-posenc.ModelRope.from_hf_config(config) and m.layer(i), a RopeCache or None.
+posenc.ModelRope.from_hf_config(config) and m.layer(i), a RopeCache or None;
+m.layer(i, posenc.ROLE_INDEXER) and m.slice(i) give a layer's other
+rotations and where their channels sit (DeepSeek's MLA: q[..., 128:192]).
 
 Arrays are [batch, heads, tokens, head_dim] numpy arrays or CPU torch
 tensors of float32, float16 or bfloat16 (numpy: uint16 arrays with
@@ -56,13 +58,15 @@ from ._lib import (PosencError, BusyError, Status, library_path, has_symbol as _
                    DEFAULT_MAX_POSITIONS, MAX_POSITIONS_FROM_CONFIG)
 from . import _lib, _ext
 from .rope import RopeCache, rerotate_k_
-from .model import ModelRope
+from .model import (ModelRope, RopeSlice, QKNorm, slice_view, ROLE_ATTENTION, ROLE_INDEXER,
+                    ROLE_COMPRESSOR)
 from .threads import ThreadPool, isa_name, force_isa
 from .encodings import (alibi_slopes, alibi_add_bias_, t5_bucket, t5_add_bias_,
                         sinusoidal_table, sinusoidal_add_, learned_add_)
 from .rope_ext import (apply_rope_qk_store_, apply_mrope_, apply_rope_qk_multi_,
                        mrope_section_from_hf_config)
 from .qk_norm import qk_norm_rope_, qk_norm_rope_store_
+from .mla import MLA, mla_rope_store_, mla_cache_read
 
 _ext.bind()
 
@@ -74,6 +78,8 @@ __all__ = [
     "apply_rope_qk_store_", "apply_mrope_", "apply_rope_qk_multi_",
     "mrope_section_from_hf_config", "qk_norm_rope_", "qk_norm_rope_store_",
     "DEFAULT_MAX_POSITIONS", "MAX_POSITIONS_FROM_CONFIG",
+    "RopeSlice", "QKNorm", "slice_view", "ROLE_ATTENTION", "ROLE_INDEXER", "ROLE_COMPRESSOR",
+    "MLA", "mla_rope_store_", "mla_cache_read",
 ]
 
 def version():

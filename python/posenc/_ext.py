@@ -33,6 +33,7 @@ FUNCTIONS = (
     "pe_apply_rope_qk_multi", "pe_apply_mrope_qk", "pe_apply_rope_qk_store",
     "pe_qk_norm_init", "pe_kv_cache_init", "pe_qk_norm_rope", "pe_qk_norm_rope_store",
     "pe_alibi_add_bias", "pe_t5_add_bias", "pe_sinusoidal_add", "pe_learned_add",
+    "pe_mla_rope_store", "pe_mla_cache_read",
 )
 
 
@@ -49,10 +50,13 @@ def bind():
     from . import _arrays
     from .rope import RopeCache
     from .threads import ThreadPool
-    if ext.SIZEOF_TENSOR != ctypes.sizeof(_lib.Tensor):
-        raise ImportError("posenc: posenc._posenc was built with a pe_tensor of %d bytes, "
-                          "posenc._lib declares %d: rebuild the package"
-                          % (ext.SIZEOF_TENSOR, ctypes.sizeof(_lib.Tensor)))
+    from .mla import MLA, cache_view
+    for name, size, struct in (("pe_tensor", ext.SIZEOF_TENSOR, _lib.Tensor),
+                               ("pe_mla", ext.SIZEOF_MLA, _lib.MLAParams)):
+        if size != ctypes.sizeof(struct):
+            raise ImportError("posenc: posenc._posenc was built with a %s of %d bytes, "
+                              "posenc._lib declares %d: rebuild the package"
+                              % (name, size, ctypes.sizeof(struct)))
     if _version_tuple(_lib.version()) < _version_tuple(ext.HEADER_VERSION):
         raise ImportError("posenc: %s is libposenc %s, older than the %s this package was built "
                           "with: install libposenc %s or newer, or set POSENC_LIBRARY to one"
@@ -61,12 +65,12 @@ def bind():
     functions = {name: ctypes.cast(getattr(_lib.lib, name), ctypes.c_void_p).value
                  for name in FUNCTIONS if _lib.has_symbol(name)}
     ext._bind(functions, {
-        "ndarray": np.ndarray, "RopeCache": RopeCache, "ThreadPool": ThreadPool,
+        "ndarray": np.ndarray, "RopeCache": RopeCache, "ThreadPool": ThreadPool, "MLA": MLA,
         "PosencError": _lib.PosencError, "BusyError": _lib.BusyError,
         "tensor": _arrays.tensor_view, "int64_grid": _arrays.int64_grid,
         "mrope_positions": _arrays.mrope_positions, "int32_vector": _arrays.int32_vector,
         "float_vector": _arrays.float_vector, "float_table": _arrays.float_table,
         "weight": _arrays.norm_weight, "handle_of": _arrays.handle_of,
         "requested": _arrays._requested, "missing": _lib.missing,
-        "layout_error": _arrays.layout_of,
+        "layout_error": _arrays.layout_of, "mla_cache": cache_view,
     })

@@ -29,7 +29,8 @@ import enum
 import os
 
 __all__ = ["Status", "PosencError", "BusyError", "lib", "fn", "has_symbol", "check",
-           "library_path", "RopeParams", "Tensor", "SONAME_MAJOR", "Handle", "config_text"]
+           "library_path", "RopeParams", "Tensor", "RopeSlice", "QKNorm", "MLAParams",
+           "SONAME_MAJOR", "Handle", "config_text"]
 
 #: The major version (ABI) this binding is written for; the SONAME carries it.
 SONAME_MAJOR = 0
@@ -121,6 +122,52 @@ class Tensor(ctypes.Structure):
     ]
 
 
+class RopeSlice(ctypes.Structure):
+    """struct pe_rope_slice: where a rotation's channels sit in q and k."""
+    _fields_ = [
+        ("struct_size", ctypes.c_uint32),
+        ("q_head_dim", ctypes.c_int32),
+        ("q_offset", ctypes.c_int32),
+        ("k_head_dim", ctypes.c_int32),
+        ("k_offset", ctypes.c_int32),
+        ("rotary_dim", ctypes.c_int32),
+        ("flags", ctypes.c_uint32),
+    ]
+
+
+class QKNorm(ctypes.Structure):
+    """struct pe_qk_norm (the binding's hot calls fill it in C; the model
+    reports one through this)."""
+    _fields_ = [
+        ("struct_size", ctypes.c_uint32),
+        ("kind", c_enum),                        # pe_qk_norm_kind
+        ("scope", c_enum),                       # pe_qk_norm_scope
+        ("eps", ctypes.c_float),
+        ("q_weight", ctypes.POINTER(ctypes.c_float)),
+        ("k_weight", ctypes.POINTER(ctypes.c_float)),
+    ]
+
+
+class MLAParams(ctypes.Structure):
+    """struct pe_mla: one MLA layer's step (posenc.MLA keeps one, and
+    posenc._posenc reads it through its buffer)."""
+    _fields_ = [
+        ("struct_size", ctypes.c_uint32),
+        ("rope_dim", ctypes.c_int32),
+        ("kv_norm_dim", ctypes.c_int32),
+        ("kv_rope_offset", ctypes.c_int32),
+        ("q_rope_offset", ctypes.c_int32),
+        ("kv_norm", c_enum),                     # pe_qk_norm_kind
+        ("kv_eps", ctypes.c_float),
+        ("kv_weight", ctypes.POINTER(ctypes.c_float)),
+        ("q_norm", c_enum),                      # pe_qk_norm_kind
+        ("q_eps", ctypes.c_float),
+        ("format", ctypes.c_uint32),             # pe_mla_format
+        ("order", ctypes.c_uint32),              # pe_mla_order
+        ("scale", ctypes.POINTER(ctypes.c_float)),
+    ]
+
+
 # ---- prototypes ---------------------------------------------------------------
 
 _p = ctypes.c_void_p          # handles and array pointers (numpy .ctypes.data)
@@ -170,6 +217,13 @@ _PROTOTYPES = {
     "pe_model_rope_nope_temperature": (_st, [_p, _i32, ctypes.POINTER(_dbl),
                                              ctypes.POINTER(_dbl)]),
     "pe_model_rope_destroy": (None, [_p]),
+    "pe_model_rope_layer_role": (_p, [_p, _i32, _i32]),
+    "pe_rope_slice_init": (None, [ctypes.POINTER(RopeSlice)]),
+    "pe_model_rope_layer_slice": (_st, [_p, _i32, _i32, ctypes.POINTER(RopeSlice)]),
+    "pe_qk_norm_init": (None, [ctypes.POINTER(QKNorm)]),
+    "pe_model_rope_layer_qk_norm": (_st, [_p, _i32, _i32, ctypes.POINTER(QKNorm)]),
+    "pe_model_rope_latent_norm_eps": (_st, [_p, ctypes.POINTER(_dbl)]),
+    "pe_mla_init": (None, [ctypes.POINTER(MLAParams)]),
 }
 
 # Flags and enum values of include/posenc.h: the only copy in the binding
@@ -182,6 +236,12 @@ PE_SINUSOIDAL_CONCAT = 0x10000
 PE_CONFIG_GUESS = 0x1000000
 PE_F32, PE_F16, PE_BF16 = 0, 1, 2
 PE_MAX_POSITIONS_FROM_CONFIG = -1
+PE_ROPE_ROLE_ATTENTION, PE_ROPE_ROLE_INDEXER, PE_ROPE_ROLE_COMPRESSOR = 0, 1, 2
+PE_SLICE_DEROTATE_OUTPUT = 0x1
+PE_QK_NORM_NONE, PE_QK_NORM_RMS, PE_QK_NORM_RMS_UNIT_OFFSET, PE_QK_NORM_L2 = 0, 1, 2, 3
+PE_QK_NORM_PER_HEAD, PE_QK_NORM_PER_TOKEN = 0, 1
+PE_MLA_PLAIN, PE_MLA_FP8_E4M3, PE_MLA_FP8_DS, PE_MLA_FP8_DS_V4 = 0, 1, 2, 3
+PE_MLA_LATENT_FIRST, PE_MLA_ROPE_FIRST = 0, 1
 
 
 # ---- loading ------------------------------------------------------------------

@@ -6,14 +6,15 @@
  *
  * Arrays are read, without a copy, through
  *   - the buffer protocol for numpy arrays (float32 'f', float16 'e',
- *     uint16 'H' read as bfloat16 when the caller asks for it; int64 for
- *     positions), which also says whether the array is writable;
+ *     uint16 'H' read as bfloat16 when the caller asks for it; uint8 'B'
+ *     for the byte caches of MLA; int64 for positions), which also says
+ *     whether the array is writable;
  *   - torch.Tensor's own accessors for torch tensors (data_ptr, shape,
  *     stride, dtype, is_cpu; requires_grad for tensors written and the lazy
  *     negation bit, which DLPack could not carry): float32, float16 and
- *     bfloat16 on the CPU;
- *   - DLPack (__dlpack__(), kDLFloat 32/16, kDLBfloat 16, CPU) for any other
- *     object that speaks it.
+ *     bfloat16 on the CPU (uint8 for a byte cache);
+ *   - DLPack (__dlpack__(), kDLFloat 32/16, kDLBfloat 16, kDLUInt 8 for a
+ *     byte cache, CPU) for any other object that speaks it.
  * Anything else, and anything these paths refuse (a read-only array to be
  * written, a dtype or shape that does not fit, an odd stride), is handed to
  * the binding's Python helper for that argument (posenc._arrays), which
@@ -68,6 +69,10 @@ typedef struct DLManagedTensor {
 
 enum { DL_UINT = 1, DL_FLOAT = 2, DL_BFLOAT = 4, DL_CPU = 1 };
 
+/* The element kind of a byte tensor (uint8: an MLA cache of a quantized
+ * format), beside the pe_dtype values; its descriptor's dtype is not read. */
+enum { DT_BYTES = 0x100 };
+
 /* ---- the library's functions, set by _bind ------------------------------- */
 
 #define PE_FUNCTIONS(X)                                                        \
@@ -75,7 +80,7 @@ enum { DL_UINT = 1, DL_FLOAT = 2, DL_BFLOAT = 4, DL_CPU = 1 };
   X(pe_apply_rope_qk_multi) X(pe_apply_mrope_qk) X(pe_apply_rope_qk_store)     \
   X(pe_qk_norm_init) X(pe_kv_cache_init) X(pe_qk_norm_rope)                    \
   X(pe_qk_norm_rope_store) X(pe_alibi_add_bias) X(pe_t5_add_bias)              \
-  X(pe_sinusoidal_add) X(pe_learned_add)
+  X(pe_sinusoidal_add) X(pe_learned_add) X(pe_mla_rope_store) X(pe_mla_cache_read)
 
 static struct {
 #define X(name) __typeof__(name) *name;
@@ -87,12 +92,12 @@ static struct {
  * handles it reads, the exceptions, and the helpers of posenc._arrays that
  * take an argument the fast paths do not. */
 static struct {
-  PyObject *ndarray, *RopeCache, *ThreadPool, *PosencError, *BusyError;
+  PyObject *ndarray, *RopeCache, *ThreadPool, *MLA, *PosencError, *BusyError;
   PyObject *tensor, *int64_grid, *mrope_positions, *int32_vector, *float_vector,
-      *float_table, *weight, *handle_of, *requested, *missing, *layout_error;
+      *float_table, *weight, *handle_of, *requested, *missing, *layout_error, *mla_cache;
 } G;
 
-static PyObject *S_ptr, *S_t, *S_dlpack, *S_torch;
+static PyObject *S_ptr, *S_t, *S_dlpack, *S_torch, *S_c;
 
 /* ---- errors --------------------------------------------------------------- */
 
@@ -162,6 +167,7 @@ enum {
 typedef struct {
   pe_tensor t;
   int src;
+  int ndim; /* of the object described (before the mapping to 4-D) */
   Py_buffer buf;
   PyObject *ref; /* the DLPack capsule, or the View of the Python helper */
 } targ;
@@ -233,7 +239,8 @@ static int describe(targ *a, void *data, int dt, int ndim, const Py_ssize_t *sha
     a->t.stride[i] = o[i] < 0 ? 0 : st[o[i]];
   }
   a->t.data = data;
-  a->t.dtype = (pe_dtype)dt;
+  a->t.dtype = dt == DT_BYTES ? PE_F32 : (pe_dtype)dt; /* a byte tensor's is not read */
+  a->ndim = ndim;
   return 0;
 }
 
@@ -261,6 +268,7 @@ static int from_buffer(PyObject *obj, int want, int writable, int map, targ *a) 
            : f[0] == 'f' && b->itemsize == 4                    ? PE_F32
            : f[0] == 'e' && b->itemsize == 2                    ? PE_F16
            : f[0] == 'H' && b->itemsize == 2 && want == PE_BF16 ? PE_BF16
+           : f[0] == 'B' && b->itemsize == 1 && want == DT_BYTES ? DT_BYTES
                                                                 : -1;
   if (dt < 0 || (want >= 0 && want != dt) ||
       describe(a, b->buf, dt, b->ndim, b->shape, b->strides, (int)b->itemsize, map)) {
@@ -288,6 +296,7 @@ static int from_capsule(PyObject *cap, int want, int map, targ *a) {
            : t.code == DL_FLOAT && t.bits == 16 ? PE_F16
            : (t.code == DL_BFLOAT || (t.code == DL_UINT && want == PE_BF16)) && t.bits == 16
                ? PE_BF16
+           : t.code == DL_UINT && t.bits == 8 && want == DT_BYTES ? DT_BYTES
                : -1;
   int size = t.bits / 8;
   Py_ssize_t shape[4], bs[4];
@@ -315,7 +324,7 @@ static struct {
   PyObject *type;
   PyObject *data_ptr, *stride, *is_neg;              /* method descriptors */
   PyObject *shape, *dtype, *is_cpu, *requires_grad;  /* attribute descriptors */
-  PyObject *f32, *f16, *bf16, *i64;
+  PyObject *f32, *f16, *bf16, *i64, *u8;
 } T;
 
 static PyObject *torch_tensor_type(void) {
@@ -330,6 +339,7 @@ static PyObject *torch_tensor_type(void) {
       {&T.shape, tt, "shape"},       {&T.dtype, tt, "dtype"},   {&T.is_cpu, tt, "is_cpu"},
       {&T.requires_grad, tt, "requires_grad"}, {&T.f32, torch, "float32"},
       {&T.f16, torch, "float16"},    {&T.bf16, torch, "bfloat16"}, {&T.i64, torch, "int64"},
+      {&T.u8, torch, "uint8"},
   };
   int ok = tt && PyType_Check(tt);
   for (size_t i = 0; ok && i < sizeof get / sizeof get[0]; i++)
@@ -410,8 +420,9 @@ static int from_torch(PyObject *obj, int want, int writable, int map, targ *a) {
   if ((writable && t_true(t_get(T.requires_grad, obj)) != 0) ||
       t_true(t_call(T.is_neg, obj)) != 0 || torch_layout(obj, &data, &dtype, &ndim, shape, bs))
     return 1;
-  int dt = dtype == T.f32 ? PE_F32 : dtype == T.f16 ? PE_F16 : dtype == T.bf16 ? PE_BF16 : -1;
-  int size = dt == PE_F32 ? 4 : 2;
+  int dt = dtype == T.f32 ? PE_F32 : dtype == T.f16 ? PE_F16 : dtype == T.bf16 ? PE_BF16
+           : dtype == T.u8 && want == DT_BYTES ? DT_BYTES : -1;
+  int size = dt == PE_F32 ? 4 : dt == DT_BYTES ? 1 : 2;
   if (dt < 0 || (want >= 0 && want != dt))
     return 1;
   for (int i = 0; i < ndim; i++)
@@ -422,11 +433,10 @@ static int from_torch(PyObject *obj, int want, int writable, int map, targ *a) {
   return 0;
 }
 
-/* The Python helper's View: its pe_tensor (a ctypes Structure, read through
- * its buffer) is the descriptor. The helper raises for what is refused. */
-static int from_helper(PyObject *obj, const char *name, int writable, int map, PyObject *dtype,
-                       targ *a) {
-  PyObject *v = PyObject_CallFunction(G.tensor, "OsOii", obj, name, dtype, writable, map);
+/* A View a Python helper returned (a new reference, or NULL: it raised):
+ * its pe_tensor (a ctypes Structure, read through its buffer) is the
+ * descriptor. */
+static int from_view(PyObject *v, targ *a) {
   if (!v)
     return -1;
   a->ref = v;
@@ -447,13 +457,16 @@ static int from_helper(PyObject *obj, const char *name, int writable, int map, P
   return ok ? 0 : -1;
 }
 
-/* obj (None -> no tensor when optional) as a descriptor. */
-static int tensor(PyObject *obj, const char *name, PyObject *dtype, int want, int writable,
-                  int map, int optional, targ *a) {
-  a->src = SRC_NONE;
-  a->ref = NULL;
-  if (obj == Py_None && optional)
-    return 0;
+/* The Python helper's View of a tensor argument (posenc._arrays.tensor_view),
+ * which raises for what is refused. */
+static int from_helper(PyObject *obj, const char *name, int writable, int map, PyObject *dtype,
+                       targ *a) {
+  return from_view(PyObject_CallFunction(G.tensor, "OsOii", obj, name, dtype, writable, map), a);
+}
+
+/* obj described by the fast paths (numpy, torch, DLPack): 0, or 1 when
+ * the Python helper must decide (nothing held). */
+static int tensor_fast(PyObject *obj, int want, int writable, int map, targ *a) {
   int r = 1;
   if (Py_TYPE(obj) == (PyTypeObject *)G.ndarray)
     r = from_buffer(obj, want, writable, map, a);
@@ -467,6 +480,17 @@ static int tensor(PyObject *obj, const char *name, PyObject *dtype, int want, in
     else
       PyErr_Clear();
   }
+  return r;
+}
+
+/* obj (None -> no tensor when optional) as a descriptor. */
+static int tensor(PyObject *obj, const char *name, PyObject *dtype, int want, int writable,
+                  int map, int optional, targ *a) {
+  a->src = SRC_NONE;
+  a->ref = NULL;
+  if (obj == Py_None && optional)
+    return 0;
+  int r = tensor_fast(obj, want, writable, map, a);
   return r <= 0 ? r : from_helper(obj, name, writable, map, dtype, a);
 }
 
@@ -639,17 +663,22 @@ typedef struct {
 
 enum { OPTIONAL = 1, WRITTEN = 2 };
 
-static int begin(frame *f, const char *fname, void *fn, Py_ssize_t nargs, Py_ssize_t n,
-                 PyObject *pool, const timing *tm) {
+/* The frame of a call of fn taking n arguments a[], the pool in a[pool]
+ * (pool < 0: the call takes none). */
+static int begin(frame *f, const char *fname, void *fn, PyObject *const *a, Py_ssize_t nargs,
+                 Py_ssize_t n, Py_ssize_t pool, const timing *tm) {
   f->nt = f->ng = f->failed = 0;
   f->result = f->held = NULL;
   f->mem = NULL;
+  f->pool = NULL;
   f->tm = tm;
   if (nargs != n) {
     PyErr_Format(PyExc_TypeError, "%s takes %zd arguments (%zd given)", fname + 3, n, nargs);
     return -1;
   }
-  return need(fn, fname) || handle(pool, G.ThreadPool, "pool", 1, &f->pool) ? -1 : 0;
+  return need(fn, fname) || (pool >= 0 && handle(a[pool], G.ThreadPool, "pool", 1, &f->pool))
+             ? -1
+             : 0;
 }
 
 static PyObject *end(frame *f) {
@@ -761,12 +790,12 @@ static int64_t now_ns(clockid_t clock) {
   } while (0)
 
 /* An entry point's first and last statements: BEGIN declares its frame f
- * (the library function fn, n arguments a[], the pool in a[pool]) or returns
- * NULL; FINISH runs the call (RUN) and returns its result, every argument
- * released. */
+ * (the library function fn, n arguments a[], the pool in a[pool], or no
+ * pool for pool -1) or returns NULL; FINISH runs the call (RUN) and returns
+ * its result, every argument released. */
 #define BEGIN(fn, n, pool)                                                      \
   frame f;                                                                      \
-  if (begin(&f, #fn, F.fn, nargs, (n), a[pool], tm))                            \
+  if (begin(&f, #fn, F.fn, a, nargs, (n), (pool), tm))                          \
   return NULL
 
 #define FINISH(CALL)                                                            \
@@ -1035,6 +1064,130 @@ static PyObject *do_learned_add(PyObject *const *a, Py_ssize_t nargs, const timi
   FINISH(F.pe_learned_add(&x->t, &t->t, pos, f.pool));
 }
 
+/* ---- multi-head latent attention -------------------------------------------- */
+
+/* The pe_mla of a posenc.MLA: its ctypes structure (_c, read through its
+ * buffer), whose kv_weight and scale point into arrays the object keeps. */
+static void arg_mla(frame *f, PyObject *obj, pe_mla *m) {
+  memset(m, 0, sizeof *m);
+  if (f->failed)
+    return;
+  if (!PyObject_TypeCheck(obj, (PyTypeObject *)G.MLA)) {
+    PyErr_Format(PyExc_TypeError, "mla must be a posenc.MLA, got %s", Py_TYPE(obj)->tp_name);
+    fail_if(f, 1);
+    return;
+  }
+  PyObject *c = PyObject_GetAttr(obj, S_c);
+  Py_buffer b;
+  if (fail_if(f, !c || PyObject_GetBuffer(c, &b, PyBUF_SIMPLE) < 0)) {
+    Py_XDECREF(c);
+    return;
+  }
+  int ok = b.len == (Py_ssize_t)sizeof(pe_mla);
+  if (ok)
+    memcpy(m, b.buf, sizeof *m);
+  PyBuffer_Release(&b);
+  Py_DECREF(c);
+  if (fail_if(f, !ok))
+    PyErr_SetString(PyExc_RuntimeError, "posenc: the MLAParams struct does not match pe_mla");
+}
+
+/* A byte cache (uint8) described as [N, 1, BS, X] (3-D or 4-D rows) or, for
+ * PE_MLA_FP8_DS_V4, [1, 1, N, B] (2-D blocks of B bytes), made the
+ * descriptor of m's format (posenc.h's pe_mla_rope_store): shape[3] the kv
+ * row's channels, strides in bytes. 0, or 1 when posenc.mla's helper must
+ * decide (it raises what does not fit). */
+static int byte_rows(targ *a, const pe_mla *m, long block_size) {
+  pe_tensor *t = &a->t;
+  const int64_t ro = m->kv_rope_offset, R = m->rope_dim;
+  if (ro < 0 || R < 0)
+    return 1;
+  switch (m->format) {
+  case PE_MLA_FP8_E4M3: /* a byte per channel */
+    return a->ndim < 3;
+  case PE_MLA_FP8_DS: /* latent codes, a float32 scale per 128, the rope as bf16 */
+    if (a->ndim < 3 || ro % 128 || t->shape[3] != ro + 4 * (ro / 128) + 2 * R)
+      return 1;
+    t->shape[3] = ro + R;
+    return 0;
+  case PE_MLA_FP8_DS_V4: { /* block_size rows of codes and bf16 rope, then their scales */
+    const int64_t row = ro + 2 * R, per = row + ro / 64 + 1;
+    if (a->ndim != 2 || block_size < 1 || ro % 64 || block_size > t->shape[3] / per)
+      return 1;
+    const int64_t n = t->shape[2], s0 = t->stride[2];
+    const int64_t shape[4] = {n, 1, block_size, ro + R}, stride[4] = {s0, 0, row, 1};
+    memcpy(t->shape, shape, sizeof shape);
+    memcpy(t->stride, stride, sizeof stride);
+    return 0;
+  }
+  default:
+    return 1;
+  }
+}
+
+/* The MLA cache of m's format: a float tensor (PE_MLA_PLAIN: [num_blocks,
+ * block_size, kv_dim] or [num_blocks, 1, block_size, kv_dim]) or a uint8
+ * one (byte_rows); anything else through posenc.mla.cache_view. */
+static targ *arg_mla_cache(frame *f, PyObject *obj, const pe_mla *m, PyObject *mla,
+                           PyObject *block_size, PyObject *dtype, int flags) {
+  const int v4 = m->format == PE_MLA_FP8_DS_V4;
+  if (f->failed || (m->format == PE_MLA_PLAIN && block_size == Py_None))
+    return arg_tensor(f, obj, "mla_cache", dtype, flags, MAP_ROWS);
+  targ *a = &f->t[f->nt++];
+  a->src = SRC_NONE;
+  a->ref = NULL;
+  if (obj == Py_None && (flags & OPTIONAL))
+    return a;
+  long bs = block_size == Py_None ? 0 : PyLong_AsLong(block_size);
+  if (bs == -1 && PyErr_Occurred()) {
+    PyErr_Clear(); /* the helper names it */
+    bs = 0;
+  }
+  /* block_size is read by fp8_ds_v4 only: given to another format, the helper refuses it */
+  int r = v4 || block_size == Py_None ? tensor_fast(obj, DT_BYTES, flags & WRITTEN,
+                                                    v4 ? MAP_TABLE : MAP_ROWS, a)
+                                      : 1;
+  if (r == 0 && byte_rows(a, m, bs)) {
+    targ_release(a);
+    r = 1;
+  }
+  if (r == 1)
+    r = from_view(PyObject_CallFunction(G.mla_cache, "OsOOi", obj, "mla_cache", mla, block_size,
+                                        flags & WRITTEN),
+                  a);
+  fail_if(f, r < 0);
+  return a;
+}
+
+/* mla_rope_store(cache, mla, q, kv, mla_cache, slot_mapping, positions, pool, dtype,
+ *                cache_dtype, block_size, layout); layout 1: q is [B, T, H, D] */
+static PyObject *do_mla_rope_store(PyObject *const *a, Py_ssize_t nargs, const timing *tm) {
+  BEGIN(pe_mla_rope_store, 12, 7);
+  void *c = arg_cache(&f, a[0], "cache");
+  pe_mla m;
+  arg_mla(&f, a[1], &m);
+  targ *q = arg_tensor(&f, a[2], "q", a[8], OPTIONAL | WRITTEN, MAP_4D);
+  targ *kv = arg_tensor(&f, a[3], "kv", a[8], OPTIONAL, MAP_ROWS);
+  targ *mc = arg_mla_cache(&f, a[4], &m, a[1], a[10], a[9], OPTIONAL | WRITTEN);
+  if (arg_long(&f, a[11]) == 1 && q->src != SRC_NONE)
+    swap12(&q->t);
+  const targ *x = kv->src != SRC_NONE ? kv : q; /* batch and tokens of the grids */
+  const int64_t *slots = arg_grid(&f, a[5], "slot_mapping", x, 0, 0);
+  const int64_t *pos = arg_grid(&f, a[6], "positions", x, 0, 0);
+  FINISH(F.pe_mla_rope_store(c, &m, P(q), P(kv), P(mc), slots, pos, 0, f.pool));
+}
+
+/* mla_cache_read(mla, mla_cache, out, slot_mapping, dtype, cache_dtype, block_size) */
+static PyObject *do_mla_cache_read(PyObject *const *a, Py_ssize_t nargs, const timing *tm) {
+  BEGIN(pe_mla_cache_read, 7, -1);
+  pe_mla m;
+  arg_mla(&f, a[0], &m);
+  targ *mc = arg_mla_cache(&f, a[1], &m, a[0], a[6], a[5], 0);
+  targ *out = arg_tensor(&f, a[2], "out", a[4], WRITTEN, MAP_ROWS);
+  const int64_t *slots = arg_grid(&f, a[3], "slot_mapping", out, 0, 0);
+  FINISH(F.pe_mla_cache_read(&m, &mc->t, &out->t, slots));
+}
+
 /* ---- the module ---------------------------------------------------------------- */
 
 #define STR_(x) #x
@@ -1048,7 +1201,7 @@ typedef PyObject *(*entry_fn)(PyObject *const *, Py_ssize_t, const timing *);
   X(apply_rope_qk) X(rope_shift_k) X(rope_rerotate_k) X(apply_mrope_qk)          \
   X(apply_rope_qk_multi) X(apply_rope_qk_store) X(qk_norm_rope)                  \
   X(qk_norm_rope_store) X(alibi_add_bias) X(t5_add_bias) X(sinusoidal_add)       \
-  X(learned_add)
+  X(learned_add) X(mla_rope_store) X(mla_cache_read)
 
 #define X(name)                                                                 \
   static PyObject *py_##name(PyObject *self, PyObject *const *args, Py_ssize_t nargs) { \
@@ -1112,13 +1265,15 @@ static PyObject *py_bind(PyObject *self, PyObject *const *args, Py_ssize_t nargs
 #undef X
   struct { const char *key; PyObject **slot; } objs[] = {
       {"ndarray", &G.ndarray},         {"RopeCache", &G.RopeCache},
-      {"ThreadPool", &G.ThreadPool},   {"PosencError", &G.PosencError},
+      {"ThreadPool", &G.ThreadPool},   {"MLA", &G.MLA},
+      {"PosencError", &G.PosencError},
       {"BusyError", &G.BusyError},     {"tensor", &G.tensor},
       {"int64_grid", &G.int64_grid},   {"mrope_positions", &G.mrope_positions},
       {"int32_vector", &G.int32_vector}, {"float_vector", &G.float_vector},
       {"float_table", &G.float_table}, {"weight", &G.weight},
       {"handle_of", &G.handle_of},     {"requested", &G.requested},
       {"missing", &G.missing},         {"layout_error", &G.layout_error},
+      {"mla_cache", &G.mla_cache},
   };
   for (size_t i = 0; i < sizeof objs / sizeof objs[0]; i++) {
     PyObject *o = PyDict_GetItemString(args[1], objs[i].key);
@@ -1155,12 +1310,14 @@ static struct PyModuleDef module = {
 PyMODINIT_FUNC PyInit__posenc(void) {
   struct { PyObject **s; const char *v; } names[] = {
       {&S_ptr, "_ptr"}, {&S_t, "t"}, {&S_dlpack, "__dlpack__"}, {&S_torch, "torch"},
+      {&S_c, "_c"},
   };
   for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
     if (!*names[i].s && !(*names[i].s = PyUnicode_InternFromString(names[i].v)))
       return NULL;
   PyObject *m = PyModule_Create(&module);
   if (m && (PyModule_AddIntConstant(m, "SIZEOF_TENSOR", (long)sizeof(pe_tensor)) < 0 ||
+            PyModule_AddIntConstant(m, "SIZEOF_MLA", (long)sizeof(pe_mla)) < 0 ||
             PyModule_AddStringConstant(m, "HEADER_VERSION", HEADER_VERSION) < 0)) {
     Py_DECREF(m);
     return NULL;

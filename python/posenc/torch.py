@@ -40,8 +40,22 @@ RopeCache) itself must stay alive:
         = posenc.apply_rope_qk_store_(cache, k, k_cache, slot_mapping, q, positions)
 Through the dispatcher (to a Python kernel) a call costs about 4 us more.
 
+Multi-head latent attention (DeepSeek-V2/V3/V3.2, Kimi-K2, GLM-5,
+DeepSeek-V4): mla_rope_store_ is posenc.mla_rope_store_ with q in either
+layout (unsqueeze_dim); for DeepSeek-V4, deepseek_v4_q_ norms (weightless
+RMS) and rotates q heads on their last 64 channels, and derotate_output_
+rotates the attention output's rope slice back before o_proj:
+
+    mla = posenc.MLA.from_model(model_rope, i, kv_weight=attn.kv_norm.weight,
+                                format="fp8_ds_v4")
+    rope = model_rope.layer(i)
+    mla_rope_store_(rope, mla, q, kv, kv_cache, slot_mapping, position_ids, block_size=64)
+    o = attention(q, kv_cache)                    # [batch, heads, tokens, 512]
+    derotate_output_(o, rope, position_ids)
+
 This module imports torch; the rest of posenc does not need it.
 """
+import functools
 import itertools
 import weakref
 
@@ -50,11 +64,14 @@ import torch
 from . import _lib
 from ._arrays import layout_of
 from ._ext import ext
+from .mla import MLA
+from .model import slice_view
 from .rope import RopeCache
 
 _LAYOUTS = {None: -1, 1: 0, 2: 1}
 
-__all__ = ["RotaryEmbedding", "apply_rotary_pos_emb", "op_id"]
+__all__ = ["RotaryEmbedding", "apply_rotary_pos_emb", "op_id", "mla_rope_store_",
+           "deepseek_v4_q_", "derotate_output_"]
 
 
 class RotaryEmbedding(torch.nn.Module):
@@ -135,6 +152,90 @@ def apply_rotary_pos_emb(q, k, position_ids, rotary, unsqueeze_dim=None, pool=No
                            how_other="pass unsqueeze_dim=%d" % (1 if layout == 1 else 2))
         raise
     return q, k
+
+
+# ---- multi-head latent attention ------------------------------------------------
+
+def _rope_cache(rotary):
+    cache = rotary.cache if isinstance(rotary, RotaryEmbedding) else rotary
+    if not isinstance(cache, RopeCache):
+        raise TypeError("cache must be a posenc.RopeCache or a posenc.torch.RotaryEmbedding, got %s"
+                        % type(rotary).__name__)
+    return cache
+
+
+def _fixed_layout(unsqueeze_dim):
+    """0 for [B, H, T, D] (unsqueeze_dim 1), 1 for [B, T, H, D] (2)."""
+    if unsqueeze_dim not in (1, 2) or isinstance(unsqueeze_dim, bool):
+        raise ValueError("unsqueeze_dim must be 1 ([B, H, T, D]) or 2 ([B, T, H, D]), got %r"
+                         % (unsqueeze_dim,))
+    return unsqueeze_dim - 1
+
+
+def mla_rope_store_(cache, mla, q, kv, mla_cache, slot_mapping, positions=None, pool=None, *,
+                    unsqueeze_dim=1, block_size=None):
+    """posenc.mla_rope_store_ (the MLA step: q's rope slices rotated in
+    place, each kv row normed, rotated and written at its slot) for torch
+    tensors: q float32 / float16 / bfloat16 in transformers' layout
+    [batch, heads, tokens, q_head_dim] (unsqueeze_dim=1, DeepseekV3Attention's
+    q_states after .transpose(1, 2)) or [batch, tokens, heads, q_head_dim]
+    (unsqueeze_dim=2, the projection's .view()), or None; kv [batch, tokens,
+    kv_dim] (kv_a_proj_with_mqa's output) or None; mla_cache a float tensor
+    or, for a quantized format, a torch.uint8 tensor (posenc.mla); positions
+    and slot_mapping int64 [batch, tokens] or [tokens]. cache may be a
+    RotaryEmbedding. Under torch.no_grad(): q is written in place."""
+    cache = _rope_cache(cache)
+    if not isinstance(mla, MLA):
+        raise TypeError("mla must be a posenc.MLA, got %s" % type(mla).__name__)
+    ext.mla_rope_store(cache, mla, q, kv, mla_cache, slot_mapping, positions, pool, None, None,
+                       block_size, _fixed_layout(unsqueeze_dim))
+
+
+@functools.lru_cache(maxsize=64)
+def _v4_q(rope_dim, q_rope_offset, eps):
+    return MLA(rope_dim, 0, 0, q_rope_offset, kv_norm="none", q_norm="l2", q_eps=eps)
+
+
+def deepseek_v4_q_(q, cache, positions=None, *, eps=1e-6, unsqueeze_dim=1, pool=None):
+    """DeepSeek-V4's query step, in place: each q head normed without a
+    weight, x * rsqrt(mean(x^2) + eps) over its head_dim channels, then its
+    last cache.head_dim (64) channels rotated at positions (the layer's
+    rope: posenc.ModelRope.layer(i)). q [batch, heads, tokens, head_dim]
+    (unsqueeze_dim=1) or [batch, tokens, heads, head_dim] (2). The same as
+    mla_rope_store_ with kv None and an MLA of q_norm "l2"; float32
+    arithmetic, one rounding. Returns q."""
+    cache = _rope_cache(cache)
+    layout = _fixed_layout(unsqueeze_dim)
+    if not isinstance(q, torch.Tensor):
+        raise TypeError("q must be a torch.Tensor, got %s" % type(q).__name__)
+    r = cache.head_dim
+    mla = _v4_q(r, max(int(q.shape[-1]) - r, 0) if q.dim() else 0, float(eps))
+    ext.mla_rope_store(cache, mla, q, None, None, None, positions, pool, None, None, None, layout)
+    return q
+
+
+def derotate_output_(o, cache, positions=None, *, offset=None, unsqueeze_dim=1, pool=None):
+    """Rotate the attention output's rope slice back, in place
+    (PE_SLICE_DEROTATE_OUTPUT: DeepSeek-V4, whose k is its v, so v's rope
+    slice carried the keys' rotation): o[..., offset:offset + R] rotated by
+    -angle at the query positions (PE_ROPE_INVERSE), R = cache.head_dim,
+    before o_proj. offset: the slice's (RopeSlice.q_offset,
+    MLA.q_rope_offset); None = the last R channels (V4: 448 of 512).
+    o [batch, heads, tokens, head_dim] (unsqueeze_dim=1) or [batch, tokens,
+    heads, head_dim] (2), float32 / float16 / bfloat16. Returns o."""
+    cache = _rope_cache(cache)
+    layout = _fixed_layout(unsqueeze_dim)
+    if not isinstance(o, torch.Tensor):
+        raise TypeError("o must be a torch.Tensor, got %s" % type(o).__name__)
+    r = cache.head_dim
+    view = slice_view(o, int(o.shape[-1]) - r if offset is None else offset, r)
+    try:
+        ext.apply_rope_qk(cache, view, None, positions, _lib.PE_ROPE_INVERSE, pool, None, layout)
+    except _lib.PosencError:
+        cache._check_apply(view, None, positions, None, bthd=layout == 1,
+                           how_other="pass unsqueeze_dim=%d" % (1 if layout == 1 else 2))
+        raise
+    return o
 
 
 # ---- torch.ops.posenc: the calls as operators (TorchScript) ----------------------

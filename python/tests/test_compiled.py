@@ -127,8 +127,8 @@ def test_bench_prints_every_row(capsys):
     assert bench.main(["--reps", "3", "--rounds", "1", "--case", "decode"]) == 0
     rows = [line.split() for line in capsys.readouterr().out.splitlines()
             if line.startswith("decode")]
-    # f32 and bf16; numpy's 3 calls, torch's 4
-    assert len(rows) == 2 * (3 + (4 if have_torch else 0))
+    # f32 and bf16; numpy's 5 calls (rope, store, qk_norm_store, mla, mla_fp8_ds), torch's 7
+    assert len(rows) == 2 * (5 + (7 if have_torch else 0))
     for row in rows:
         c, p, over = (float(x) for x in row[4:7])
         assert c > 0 and p > 0 and over == pytest.approx(p - c, abs=0.011)
