@@ -45,7 +45,7 @@ major=${version%%.*}
 libdir=$(sed -n 's/^CMAKE_INSTALL_LIBDIR:[A-Z]*=//p' "$build/CMakeCache.txt")
 libdir=${libdir:-lib}
 have_numpy() { "$PYTHON" -c "import numpy" 2>/dev/null; }
-EXAMPLES="quickstart hf_config rope_decode alibi_scores mla_decode dlopen_demo"
+EXAMPLES="quickstart hf_config rope_decode alibi_scores mla_decode qwen3_store gemma3_layers indexer_v32 deepseek_v4 dlopen_demo"
 
 # The lines of the README's "## Install" and "## Examples" sh code blocks
 # that contain $1 (a fixed string), comments and `make build` dropped, with
