@@ -277,8 +277,9 @@ PE_API pe_status pe_rope_cache_create(const pe_rope_params *p, pe_rope_cache **o
  * PE_ERR_UNSUPPORTED naming the key.
  * Models that rotate a second slice per layer (DeepSeek-V3.2 and GLM-5's
  * sparse-attention indexer, DeepSeek-V4's compressor: index_n_heads,
- * index_head_dim, index_topk, compress_* keys) are PE_ERR_UNSUPPORTED naming
- * the key, here and in pe_model_rope_from_hf_config; attention without
+ * index_head_dim, index_topk, compress_* keys) are PE_ERR_UNSUPPORTED here,
+ * naming the key: pe_model_rope_from_hf_config gives each of those rotations
+ * (pe_model_rope_layer_role); attention without
  * positional encoding (Nemotron-H, Jamba, Granite-4.0-H, mla_use_nope) is
  * PE_ERR_UNSUPPORTED here and NULL for every layer there.
  * For ONE-cache models only: a model whose layers use different ropes
