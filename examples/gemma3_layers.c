@@ -14,15 +14,14 @@
 #include <posenc.h>
 
 /* google/gemma-3-27b-it's config.json without vision_config and token ids. The
- * keys it leaves out take Gemma3TextConfig's defaults: rope_theta 1e6,
- * rope_local_base_freq 10000, max_position_embeddings 131072 - and rms_norm_eps
- * 1e-6, written out here: libposenc does not assume a norm's epsilon
- * (pe_model_rope_layer_qk_norm names the key a config lacks). */
+ * keys it leaves out take Gemma3TextConfig's defaults, as in transformers:
+ * rope_theta 1e6, rope_local_base_freq 10000, max_position_embeddings 131072
+ * and rms_norm_eps 1e-6 (the QK-norm's epsilon). */
 static const char gemma3_27b[] =
     "{\"architectures\": [\"Gemma3ForConditionalGeneration\"], \"model_type\": \"gemma3\","
     " \"text_config\": {\"head_dim\": 128, \"hidden_size\": 5376, \"intermediate_size\": 21504,"
     " \"model_type\": \"gemma3_text\", \"num_attention_heads\": 32, \"num_hidden_layers\": 62,"
-    " \"num_key_value_heads\": 16, \"query_pre_attn_scalar\": 168, \"rms_norm_eps\": 1e-06,"
+    " \"num_key_value_heads\": 16, \"query_pre_attn_scalar\": 168,"
     " \"rope_scaling\": {\"factor\": 8.0, \"rope_type\": \"linear\"}, \"sliding_window\": 1024,"
     " \"sliding_window_pattern\": 6}, \"torch_dtype\": \"bfloat16\"}";
 

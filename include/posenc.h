@@ -1349,7 +1349,9 @@ PE_API pe_status pe_model_rope_layer_slice(const pe_model_rope *m, int32_t layer
  * mean-subtracting LayerNorm (Cohere use_qk_norm, Phi / StableLM /
  * Persimmon qk_layernorm, the V3.2 / GLM-5 indexer's k_norm), and a norm the
  * census has not read (Gemma 4) is PE_ERR_UNSUPPORTED too, never reported as
- * none. PE_ERR_NULL_POINTER,
+ * none. PE_ERR_PARSE (out untouched, key and value named) when the config
+ * sets the eps key to something that is not a finite float32 >= 0 (a JSON
+ * null is not set: the default). PE_ERR_NULL_POINTER,
  * PE_ERR_INVALID_ARGUMENT (layer, role, struct_size). Thread-safe. */
 PE_API pe_status pe_model_rope_layer_qk_norm(const pe_model_rope *m, int32_t layer, int32_t role,
                                              pe_qk_norm *out);

@@ -20,8 +20,8 @@ TEMPLATE = ROOT / "docs" / "pages" / "models.md.in"
 PAGE = ROOT / "docs" / "pages" / "models.md"
 
 FIELDS = ["type", "arch", "pair", "width", "theta", "head_dim", "heads", "kv_heads", "hidden", "layers",
-          "max_pos", "layers_rule", "roles", "slice", "qk", "qk_scope", "qk_eps_key", "qk_when",
-          "qk_when_default", "latent_eps", "source"]
+          "max_pos", "layers_rule", "roles", "slice", "qk", "qk_scope", "qk_eps_key", "qk_eps_default",
+          "qk_when", "qk_when_default", "latent_eps", "source"]
 
 PAIR = {"PAIR_GPTJ": "interleaved (GPTJ)", "PAIR_NEOX": "half-split (NEOX)",
         "PAIR_MLA": "interleaved; half-split if `rope_interleave` is false",
@@ -131,6 +131,8 @@ def models_table(rs):
             qk += f", {lookup(SCOPE, r['qk_scope'], 'scope', r)}"
             if r["qk_eps_key"]:
                 qk += f", eps `{r['qk_eps_key']}`"
+                d = float(r["qk_eps_default"])
+                qk += f" (default {d:g})" if d else " (no default: required)"
             if r["qk_when"]:
                 qk += f", when `{r['qk_when']}` (default {'true' if r['qk_when_default'] == '1' else 'false'})"
         if float(r["latent_eps"]) != 0:

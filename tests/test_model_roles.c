@@ -431,13 +431,6 @@ static void test_qk_norms(void **state) {
   assert_int_equal(pe_model_rope_latent_norm_eps(m, &le), PE_OK);
   assert_true(le == 0.0);
   pe_model_rope_destroy(m);
-  /* Without rms_norm_eps the norm's epsilon is not known: refused by name. */
-  m = model_text("{\"model_type\":\"qwen3\",\"head_dim\":128,\"rope_theta\":1e6,\"num_hidden_layers\":1}", 0);
-  pe_qk_norm n;
-  pe_qk_norm_init(&n);
-  assert_int_equal(pe_model_rope_layer_qk_norm(m, 0, PE_ROPE_ROLE_ATTENTION, &n), PE_ERR_PARSE);
-  assert_non_null(strstr(pe_last_error(), "rms_norm_eps"));
-  pe_model_rope_destroy(m);
   /* One layer's norm per model: OLMo 2, OLMoE and MiniMax-M2 over all of a
    * token's heads; GLM-4.5 per head only with use_qk_norm; Llama 4 without
    * use_qk_norm none. */
@@ -512,6 +505,164 @@ static void test_qk_norms(void **state) {
   pe_model_rope_destroy(m);
 }
 
+/* A config without the norm's epsilon key gets its config class's default
+ * for it, as transformers' class does (the dataclass field default, which a
+ * config dict without the key leaves in place); with the key, its value. */
+static void test_qk_norm_eps_defaults(void **state) {
+  (void)state;
+  /* The defaults, each read from transformers' configuration class in
+   * src/transformers/models/<dir>/configuration_<dir>.py:
+   *   qwen3        Qwen3Config            rms_norm_eps: float = 1e-6
+   *   qwen3_moe    Qwen3MoeConfig         rms_norm_eps: float = 1e-6
+   *   qwen3_next   Qwen3NextConfig        rms_norm_eps: float = 1e-6
+   *   qwen3_5      Qwen3_5TextConfig      rms_norm_eps: float = 1e-6
+   *   qwen3_5_moe  Qwen3_5MoeTextConfig   rms_norm_eps: float = 1e-6
+   *   qwen3_vl     Qwen3VLTextConfig      rms_norm_eps = 1e-6
+   *   gemma3       Gemma3TextConfig       rms_norm_eps = 1e-6
+   *   gemma3n      Gemma3nTextConfig      rms_norm_eps: float = 1e-6
+   *   olmo2        Olmo2Config            rms_norm_eps: float = 1e-5
+   *                (Olmo3Config subclasses Olmo2Config: modular_olmo3.py)
+   *   olmoe        OlmoeConfig            rms_norm_eps: float = 1e-05
+   *   exaone4      Exaone4Config          rms_norm_eps: float = 1e-5
+   *   glm4_moe     Glm4MoeConfig          rms_norm_eps: float = 1e-5
+   *   minimax_m2   MiniMaxM2Config        rms_norm_eps: float = 1e-06
+   *   llama4       Llama4TextConfig       rms_norm_eps: float = 1e-5
+   *   deepseek_v4  DeepseekV4Config       rms_norm_eps: float = 1.0e-6
+   * The composite configs (qwen3_5, qwen3_vl, gemma3, gemma3n, llama4) build
+   * their text_config with the text class, so its default holds there too. */
+  /* The keys the loader needs besides model_type (no eps): */
+#define HEAD_128 "\"head_dim\":128,\"rope_theta\":1e6,\"num_hidden_layers\":1"
+#define HYBRID "\"head_dim\":256,\"partial_rotary_factor\":0.25,\"rope_theta\":1e7,\"num_hidden_layers\":4"
+#define GEMMA3N "\"head_dim\":256,\"rope_theta\":1e6,\"rope_local_base_freq\":1e4,\"num_hidden_layers\":5"
+  static const struct {
+    const char *type, *body;
+    int layer, role;
+    pe_qk_norm_kind kind;
+    pe_qk_norm_scope scope;
+    double dflt;
+  } row[] = {
+      {"qwen3", HEAD_128, 0, 0, PE_QK_NORM_RMS, PE_QK_NORM_PER_HEAD, 1e-6},
+      {"qwen3_moe", HEAD_128, 0, 0, PE_QK_NORM_RMS, PE_QK_NORM_PER_HEAD, 1e-6},
+      /* the hybrids' layer 3 is the first full-attention layer */
+      {"qwen3_next", HYBRID, 3, 0, PE_QK_NORM_RMS_UNIT_OFFSET, PE_QK_NORM_PER_HEAD, 1e-6},
+      {"qwen3_5", HYBRID, 3, 0, PE_QK_NORM_RMS_UNIT_OFFSET, PE_QK_NORM_PER_HEAD, 1e-6},
+      {"qwen3_5_text", HYBRID, 3, 0, PE_QK_NORM_RMS_UNIT_OFFSET, PE_QK_NORM_PER_HEAD, 1e-6},
+      {"qwen3_5_moe", HYBRID, 3, 0, PE_QK_NORM_RMS_UNIT_OFFSET, PE_QK_NORM_PER_HEAD, 1e-6},
+      {"qwen3_5_moe_text", HYBRID, 3, 0, PE_QK_NORM_RMS_UNIT_OFFSET, PE_QK_NORM_PER_HEAD, 1e-6},
+      {"qwen3_vl", HEAD_128, 0, 0, PE_QK_NORM_RMS, PE_QK_NORM_PER_HEAD, 1e-6},
+      {"qwen3_vl_text", HEAD_128, 0, 0, PE_QK_NORM_RMS, PE_QK_NORM_PER_HEAD, 1e-6},
+      {"gemma3_text", "\"num_hidden_layers\":6", 5, 0, PE_QK_NORM_RMS_UNIT_OFFSET,
+       PE_QK_NORM_PER_HEAD, 1e-6},
+      {"gemma3", "\"num_hidden_layers\":6", 0, 0, PE_QK_NORM_RMS_UNIT_OFFSET, PE_QK_NORM_PER_HEAD,
+       1e-6},
+      {"gemma3n_text", GEMMA3N, 4, 0, PE_QK_NORM_RMS, PE_QK_NORM_PER_HEAD, 1e-6},
+      {"gemma3n", GEMMA3N, 0, 0, PE_QK_NORM_RMS, PE_QK_NORM_PER_HEAD, 1e-6},
+      {"olmo2", HEAD_128, 0, 0, PE_QK_NORM_RMS, PE_QK_NORM_PER_TOKEN, 1e-5},
+      {"olmo3", "\"head_dim\":128,\"num_hidden_layers\":4", 3, 0, PE_QK_NORM_RMS,
+       PE_QK_NORM_PER_TOKEN, 1e-5},
+      {"olmoe", HEAD_128, 0, 0, PE_QK_NORM_RMS, PE_QK_NORM_PER_TOKEN, 1e-5},
+      /* EXAONE 4's global layer 3 norms without rotating */
+      {"exaone4", "\"head_dim\":128,\"num_hidden_layers\":4", 3, 0, PE_QK_NORM_RMS,
+       PE_QK_NORM_PER_HEAD, 1e-5},
+      {"glm4_moe", HEAD_128 ",\"partial_rotary_factor\":0.5,\"use_qk_norm\":true", 0, 0,
+       PE_QK_NORM_RMS, PE_QK_NORM_PER_HEAD, 1e-5},
+      {"minimax_m2", "\"num_hidden_layers\":1", 0, 0, PE_QK_NORM_RMS, PE_QK_NORM_PER_TOKEN, 1e-6},
+      {"llama4_text", "\"num_hidden_layers\":4", 0, 0, PE_QK_NORM_L2, PE_QK_NORM_PER_HEAD, 1e-5},
+      {"llama4", "\"num_hidden_layers\":4", 2, 0, PE_QK_NORM_L2, PE_QK_NORM_PER_HEAD, 1e-5},
+      /* V4: the attention and the compressor of HCA layer 0, the indexer of
+       * CSA layer 3 (DeepseekV4Config's default layer_types) */
+      {"deepseek_v4", "\"num_hidden_layers\":4", 0, PE_ROPE_ROLE_ATTENTION, PE_QK_NORM_RMS,
+       PE_QK_NORM_PER_HEAD, 1e-6},
+      {"deepseek_v4", "\"num_hidden_layers\":4", 0, PE_ROPE_ROLE_COMPRESSOR, PE_QK_NORM_RMS,
+       PE_QK_NORM_PER_HEAD, 1e-6},
+      {"deepseek_v4", "\"num_hidden_layers\":4", 3, PE_ROPE_ROLE_INDEXER, PE_QK_NORM_RMS,
+       PE_QK_NORM_PER_HEAD, 1e-6},
+  };
+#undef HEAD_128
+#undef HYBRID
+#undef GEMMA3N
+  char json[512], what[64];
+  for (size_t k = 0; k < sizeof row / sizeof row[0]; k++) {
+    snprintf(json, sizeof json, "{\"model_type\":\"%s\",%s}", row[k].type, row[k].body);
+    snprintf(what, sizeof what, "%s without rms_norm_eps", row[k].type);
+    pe_model_rope *m = model_text(json, 0);
+    expect_qk(what, m, row[k].layer, row[k].role, row[k].kind, row[k].scope, row[k].dflt);
+    pe_model_rope_destroy(m);
+    /* JSON null is "not set", as for every key the loaders read */
+    snprintf(json, sizeof json, "{\"model_type\":\"%s\",%s,\"rms_norm_eps\":null}", row[k].type,
+             row[k].body);
+    m = model_text(json, 0);
+    expect_qk(json, m, row[k].layer, row[k].role, row[k].kind, row[k].scope, row[k].dflt);
+    pe_model_rope_destroy(m);
+    /* the config's own value, whatever the default */
+    snprintf(json, sizeof json, "{\"model_type\":\"%s\",%s,\"rms_norm_eps\":2.5e-7}", row[k].type,
+             row[k].body);
+    m = model_text(json, 0);
+    expect_qk(json, m, row[k].layer, row[k].role, row[k].kind, row[k].scope, 2.5e-7);
+    pe_model_rope_destroy(m);
+  }
+  /* The published google/gemma-3 configs: their text_config has no
+   * rms_norm_eps, so every layer's QK-norm is Gemma3TextConfig's 1e-6. */
+  static const struct {
+    const char *file;
+    int layers;
+  } gemma[] = {{"per_layer/gemma-3-4b-it.json", 34},
+               {"per_layer/gemma-3-12b-it.json", 48},
+               {"per_layer/gemma-3-27b-it.json", 62}};
+  for (size_t k = 0; k < sizeof gemma / sizeof gemma[0]; k++) {
+    pe_model_rope *m = model_file(gemma[k].file);
+    assert_int_equal(pe_model_rope_num_layers(m), gemma[k].layers);
+    for (int l = 0; l < gemma[k].layers; l++)
+      expect_qk(gemma[k].file, m, l, PE_ROPE_ROLE_ATTENTION, PE_QK_NORM_RMS_UNIT_OFFSET,
+                PE_QK_NORM_PER_HEAD, 1e-6);
+    pe_model_rope_destroy(m);
+  }
+}
+
+/* An epsilon the config sets to something that is not one is refused when
+ * asked for, with the key and the value named and nothing written; the
+ * rotation itself still loads. */
+static void test_qk_norm_eps_refused(void **state) {
+  (void)state;
+  static const struct {
+    const char *value, *needle;
+  } bad[] = {
+      {"\"1e-6\"", "rms_norm_eps \"1e-6\" (a string), not a number"},
+      {"true", "rms_norm_eps true, not a number"},
+      {"[1e-6]", "rms_norm_eps as an array, not a number"},
+      {"{\"eps\":1e-6}", "rms_norm_eps as an object, not a number"},
+      {"-1e-6", "rms_norm_eps -1e-06, not a finite float32 >= 0"},
+      {"1e999", "rms_norm_eps inf, not a finite float32 >= 0"},  /* overflows a double */
+      {"1e39", "rms_norm_eps 1e+39, not a finite float32 >= 0"}, /* overflows a float32 */
+  };
+  char json[256];
+  for (size_t k = 0; k < sizeof bad / sizeof bad[0]; k++) {
+    snprintf(json, sizeof json,
+             "{\"model_type\":\"qwen3\",\"head_dim\":128,\"rope_theta\":1e6,"
+             "\"num_hidden_layers\":2,\"rms_norm_eps\":%s}", bad[k].value);
+    pe_model_rope *m = model_text(json, 0);
+    assert_non_null(pe_model_rope_layer(m, 1));
+    pe_qk_norm n;
+    pe_qk_norm_init(&n);
+    n.kind = PE_QK_NORM_L2; /* untouched on error */
+    assert_int_equal(pe_model_rope_layer_qk_norm(m, 1, PE_ROPE_ROLE_ATTENTION, &n), PE_ERR_PARSE);
+    assert_int_equal(n.kind, PE_QK_NORM_L2);
+    const char *e = pe_last_error();
+    if (!strstr(e, bad[k].needle) || !strstr(e, "layer 1's QK norm"))
+      fail_msg("%s: \"%s\" lacks \"%s\"", json, e, bad[k].needle);
+    pe_model_rope_destroy(m);
+  }
+  /* V4's compressor reads the same key. */
+  pe_model_rope *m =
+      model_text("{\"model_type\":\"deepseek_v4\",\"num_hidden_layers\":1,\"rms_norm_eps\":-1}", 0);
+  pe_qk_norm n;
+  pe_qk_norm_init(&n);
+  assert_int_equal(pe_model_rope_layer_qk_norm(m, 0, PE_ROPE_ROLE_COMPRESSOR, &n), PE_ERR_PARSE);
+  if (!strstr(pe_last_error(), "layer 0's compressor norm: config.json has rms_norm_eps -1,"))
+    fail_msg("\"%s\"", pe_last_error());
+  pe_model_rope_destroy(m);
+}
+
 static void test_architectures(void **state) {
   (void)state;
   /* No model_type: architectures[0] names the class. */
@@ -573,7 +724,8 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_deepseek_v32),    cmocka_unit_test(test_glm5),
       cmocka_unit_test(test_deepseek_v4),     cmocka_unit_test(test_slice_views),
-      cmocka_unit_test(test_qk_norms),        cmocka_unit_test(test_architectures),
+      cmocka_unit_test(test_qk_norms),        cmocka_unit_test(test_qk_norm_eps_defaults),
+      cmocka_unit_test(test_qk_norm_eps_refused), cmocka_unit_test(test_architectures),
       cmocka_unit_test(test_accessor_errors),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);

@@ -298,11 +298,14 @@ class ModelRope:
         """QKNorm(kind, scope, eps): the QK-norm rotation `role` of layer
         `layer` applies before it rotates (pe_model_rope_layer_qk_norm), in
         the names posenc.qk_norm_rope_ takes; kind "none" for a layer or
-        role without one. The weights are the checkpoint's. A norm the
-        library does not compute (a mean-subtracting LayerNorm: Cohere,
-        Phi, StableLM, the DeepSeek-V3.2 / GLM-5 indexer's k_norm; a norm
-        it has not read) raises PosencError(ERR_UNSUPPORTED) with the
-        library's sentence naming it - never reported as none."""
+        role without one. eps is the config's (rms_norm_eps or the model's
+        key), its config class's default when the config has none; a value
+        that cannot be one raises PosencError(ERR_PARSE) naming it. The
+        weights are the checkpoint's. A norm the library does not compute
+        (a mean-subtracting LayerNorm: Cohere, Phi, StableLM, the
+        DeepSeek-V3.2 / GLM-5 indexer's k_norm; a norm it has not read)
+        raises PosencError(ERR_UNSUPPORTED) with the library's sentence
+        naming it - never reported as none."""
         from .qk_norm import KINDS, SCOPES
         self._check_open()
         i = self._index(layer, "qk_norm")

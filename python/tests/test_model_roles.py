@@ -197,6 +197,28 @@ def test_qk_norm_of_gqa_models_names_the_kwargs_of_qk_norm_rope(rng):
     assert s == (cache.head_dim, 0, cache.head_dim, 0, cache.rotary_dim, 0)
 
 
+def test_qk_norm_eps_of_a_config_without_the_key_is_the_config_class_default():
+    # google/gemma-3-27b-it as published: its text_config has no rms_norm_eps,
+    # so transformers' Gemma3TextConfig default (1e-6) holds on every layer
+    cfg = json.loads((CONFIGS / "per_layer" / "gemma-3-27b-it.json").read_text())
+    assert "rms_norm_eps" not in cfg["text_config"] and "rms_norm_eps" not in cfg
+    m = load("per_layer/gemma-3-27b-it.json", max_positions=64)
+    assert len(m) == 62
+    assert {m.qk_norm(i) for i in range(len(m))} == {("rms_unit_offset", "head", F32_1E6)}
+    # OLMo 2: Olmo2Config's rms_norm_eps default is 1e-5; the config's own wins
+    olmo2 = dict(model_type="olmo2", head_dim=128, rope_theta=5e5, num_hidden_layers=1)
+    n = posenc.ModelRope.from_hf_config(olmo2, max_positions=64).qk_norm(0)
+    assert n == ("rms", "token", float(np.float32(1e-5)))
+    n = posenc.ModelRope.from_hf_config(dict(olmo2, rms_norm_eps=3e-6), max_positions=64).qk_norm(0)
+    assert n == ("rms", "token", float(np.float32(3e-6)))
+    # a value that cannot be an eps: the key and the value named
+    bad = posenc.ModelRope.from_hf_config(dict(olmo2, rms_norm_eps=-1e-6), max_positions=64)
+    with pytest.raises(posenc.PosencError) as e:
+        bad.qk_norm(0)
+    assert e.value.status == posenc.Status.ERR_PARSE
+    assert "rms_norm_eps -1e-06, not a finite float32 >= 0" in e.value.message
+
+
 def test_slice_views_are_views_of_the_model_tensors(rng):
     m = load("deepseek-v3.json", max_positions=64)
     s, c = m.slice(0), m.layer(0)

@@ -2,6 +2,7 @@
  * config.json (pe_model_rope_from_hf_config and its accessors), and the
  * one-rotation loader pe_rope_cache_create_from_hf_config, which is the
  * same build for a model whose layers all rotate alike. */
+#include <float.h>
 #include <inttypes.h>
 #include <math.h>
 #include <stdio.h>
@@ -27,7 +28,7 @@ typedef struct role_qk {
   double eps;
   int rope_layers_only;
   const char *refusal;
-  char eps_missing[64];     /* the eps key the config lacks ("" = none) */
+  char eps_problem[128];    /* why the config gives no eps ("" = none): "lacks ..." */
 } role_qk;
 
 struct pe_model_rope {
@@ -680,6 +681,34 @@ static pe_status fill_slices(pe_model_rope *m, const cJSON *tr, const model_info
   return PE_OK;
 }
 
+/* Role q's epsilon: the config's `key`, or dflt (its config class's
+ * default, models.def qk_eps_default) when the config does not set it
+ * (absent or null, as everywhere in the loaders). A config without it whose
+ * class has no default (dflt 0), or a value that is not a finite float32
+ * >= 0, leaves a phrase in q->eps_problem, which pe_model_rope_layer_qk_norm
+ * refuses with. */
+static void qk_eps(const cJSON *tr, const char *key, double dflt, role_qk *q) {
+  char *why = q->eps_problem;
+  size_t n = sizeof q->eps_problem;
+  const cJSON *v = pe__json_get(tr, key);
+  if (!v) {
+    if (dflt > 0.0)
+      q->eps = dflt;
+    else
+      snprintf(why, n, "lacks %s and its config class has no default for it", key);
+  } else if (cJSON_IsString(v)) {
+    snprintf(why, n, "has %s \"%.40s\" (a string), not a number", key, v->valuestring);
+  } else if (cJSON_IsBool(v)) {
+    snprintf(why, n, "has %s %s, not a number", key, cJSON_IsTrue(v) ? "true" : "false");
+  } else if (!cJSON_IsNumber(v)) {
+    snprintf(why, n, "has %s as %s, not a number", key, pe__json_type(v));
+  } else if (!(v->valuedouble >= 0.0 && v->valuedouble <= FLT_MAX)) {
+    snprintf(why, n, "has %s %g, not a finite float32 >= 0", key, v->valuedouble);
+  } else {
+    q->eps = v->valuedouble;
+  }
+}
+
 /* The QK-norm of each role. */
 static void fill_qk(pe_model_rope *m, const cJSON *tr, const model_info *mi) {
   for (int r = 0; r < N_ROLES; r++) {
@@ -718,20 +747,16 @@ static void fill_qk(pe_model_rope *m, const cJSON *tr, const model_info *mi) {
         "the indexer's k_norm, a LayerNorm (mean subtracted, with bias, eps 1e-6), which "
         "pe_qk_norm does not compute; its q has none";
   if (mi->roles == ROLES_V4) {
-    /* The compressors' kv_norm: RMS with weight over the entry (no query). */
+    /* The compressors' kv_norm: RMS with weight over the entry (no query),
+     * DeepseekV4RMSNorm(eps=config.rms_norm_eps) like the attention's: the
+     * same key and DeepseekV4Config's default for it. */
     m->qk[PE_ROPE_ROLE_COMPRESSOR].kind = PE_QK_NORM_RMS;
     m->qk[PE_ROPE_ROLE_INDEXER].kind = PE_QK_NORM_RMS;
     eps_key = "rms_norm_eps";
   }
-  for (int r = 0; r < N_ROLES; r++) {
-    if (m->qk[r].kind == PE_QK_NORM_NONE || !eps_key) continue;
-    double e = 0.0;
-    int found = 0;
-    if (pe__json_number(tr, "", eps_key, &e, &found) != PE_OK || !found || !(e >= 0.0))
-      snprintf(m->qk[r].eps_missing, sizeof m->qk[r].eps_missing, "%s", eps_key);
-    else
-      m->qk[r].eps = e;
-  }
+  for (int r = 0; r < N_ROLES; r++)
+    if (m->qk[r].kind != PE_QK_NORM_NONE && eps_key)
+      qk_eps(tr, eps_key, mi->qk_eps_default, &m->qk[r]);
 }
 
 /* Build the model. single: called for pe_rope_cache_create_from_hf_config
@@ -1096,9 +1121,11 @@ PE_API pe_status pe_model_rope_layer_qk_norm(const pe_model_rope *m, int32_t lay
   pe_qk_norm n;
   pe_qk_norm_init(&n);
   if (applies && q->kind != PE_QK_NORM_NONE) {
-    if (q->eps_missing[0])
-      return pe__fail(PE_ERR_PARSE, "%s: config.json lacks %s, the epsilon of layer %d's QK-norm",
-                      fn, q->eps_missing, (int)layer);
+    if (q->eps_problem[0])
+      return pe__fail(PE_ERR_PARSE, "%s: the epsilon of layer %d's %s norm: config.json %s", fn,
+                      (int)layer, role == PE_ROPE_ROLE_ATTENTION ? "QK"
+                                  : role == PE_ROPE_ROLE_INDEXER ? "indexer" : "compressor",
+                      q->eps_problem);
     n.kind = q->kind;
     n.scope = q->scope;
     n.eps = (float)q->eps;

@@ -4,11 +4,11 @@
 #include "config/models.h"
 
 #define PE_MODEL(type, arch, pair, width, theta, head_dim, heads, kv_heads, hidden, layers,      \
-                 max_pos, layers_rule, roles, slice, qk, qk_scope, qk_eps_key, qk_when,          \
-                 qk_when_default, latent_eps, source)                                            \
+                 max_pos, layers_rule, roles, slice, qk, qk_scope, qk_eps_key, qk_eps_default,   \
+                 qk_when, qk_when_default, latent_eps, source)                                   \
   {type, arch, pair, width, (pair) == PAIR_GPTJ || (pair) == PAIR_MLA ? PE_ROPE_GPTJ : PE_ROPE_NEOX, \
    theta, head_dim, heads, kv_heads, hidden, layers, max_pos, layers_rule, roles, slice, qk,      \
-   qk_scope, qk_eps_key, qk_when, qk_when_default, latent_eps, source},
+   qk_scope, qk_eps_key, qk_eps_default, qk_when, qk_when_default, latent_eps, source},
 #define PE_POSITION_KEY(key)
 static const model_info models[] = {
 #include "config/models.def"

@@ -23,8 +23,9 @@ typedef enum model_qk {
 typedef enum model_qk_scope { QKS_HEAD, QKS_TOKEN } model_qk_scope;
 
 /* One census row. style: the pairing as a pe_rope_style (PAIR_MLA's
- * default, GPTJ; PAIR_NONE: unused). The defaults (theta .. max_pos) are the
- * config class's for omitted keys, 0 = none. */
+ * default, GPTJ; PAIR_NONE: unused). The defaults (theta .. max_pos, and
+ * qk_eps_default for qk_eps_key) are the config class's for omitted keys,
+ * 0 = none. */
 typedef struct model_info {
   const char *type, *arch;
   model_pair pair;
@@ -38,7 +39,9 @@ typedef struct model_info {
   model_slice slice;
   model_qk qk;
   model_qk_scope qk_scope;
-  const char *qk_eps_key, *qk_when;
+  const char *qk_eps_key;
+  double qk_eps_default;
+  const char *qk_when;
   int qk_when_default;
   double latent_eps;
   const char *source;
