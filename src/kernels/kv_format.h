@@ -6,6 +6,7 @@
 #define PE_KV_FORMAT_H
 
 #include <math.h>
+#include <string.h>
 
 #include "base/internal.h"
 
@@ -46,13 +47,32 @@ static inline int pe__ceil_log2(float y) {
   return f == 0.5f ? ex - 1 : ex;
 }
 
+/* The largest |x_i| of n floats, NaN ignored (fmaxf's rule, from +0), as the
+ * FP8 formats' per-row and per-tile scales take it: the maximum of the
+ * magnitudes' bits, which order as the magnitudes do up to +Inf
+ * (0x7f800000), NaN lanes (above it) left out; as int32 (a magnitude's bits
+ * are below 2^31), a max reduction the compiler vectorizes with the
+ * baseline's SSE2, where fmaxf is a libm call per value (AMD EPYC Zen 3,
+ * DeepSeek-V3's fp8_ds kv rows alone, 512 tokens: 851-853 -> 357-358 us). */
+static inline float pe__amax(const float *x, int64_t n) {
+  int32_t m = 0;
+  for (int64_t i = 0; i < n; i++) {
+    int32_t a;
+    memcpy(&a, &x[i], 4);
+    a &= 0x7fffffff;
+    a = a <= 0x7f800000 ? a : 0;
+    m = a > m ? a : m;
+  }
+  float f;
+  memcpy(&f, &m, 4);
+  return f;
+}
+
 /* PE_KV_FP8_E4M3_ROWSCALE: the scale of a row of n float32 values, and where
  * token t of a block's scale is (block: the block's first byte, bs tokens of
  * dim channels). */
 static inline float pe__kv_rowscale(const float *x, int64_t n) {
-  float amax = 1e-4f;
-  for (int64_t i = 0; i < n; i++) amax = fmaxf(amax, fabsf(x[i])); /* NaN ignored */
-  return ldexpf(1.0f, pe__ceil_log2(amax / 448.0f));
+  return ldexpf(1.0f, pe__ceil_log2(fmaxf(pe__amax(x, n), 1e-4f) / 448.0f));
 }
 static inline char *pe__kv_rowscale_at(char *block, int64_t bs, int64_t dim, int64_t t) {
   return block + bs * dim + 4 * t;

@@ -93,27 +93,6 @@ static char *cache_row_at(const pe__mla_plan *m, int64_t slot, char **scales) {
   return base + t * m->s_slot * m->c_esize;
 }
 
-/* The largest |x_i| of n floats, NaN ignored (fmaxf's rule, from +0): the
- * maximum of the magnitudes' bits, which order as the magnitudes do up to
- * +Inf (0x7f800000), NaN lanes (above it) left out; as int32 (a magnitude's
- * bits are below 2^31), whose max reduction the compiler vectorizes with
- * the baseline's SSE2 (an unsigned one it cannot). fmaxf was a libm call
- * per value (AMD EPYC Zen 3, DeepSeek-V3's fp8_ds kv rows alone, 512 tokens:
- * 851-853 -> 357-358 us). */
-static float amax_of(const float *x, int n) {
-  int32_t m = 0;
-  for (int i = 0; i < n; i++) {
-    int32_t a;
-    memcpy(&a, &x[i], 4);
-    a &= 0x7fffffff;
-    a = a <= 0x7f800000 ? a : 0;
-    m = a > m ? a : m;
-  }
-  float f;
-  memcpy(&f, &m, 4);
-  return f;
-}
-
 /* One token's kv row (row: float32, kv order, normed and rotated) into its
  * quantized cache row. */
 static void kv_quantize(const pe__rope_plan *p, const pe__mla_plan *m, float *row, char *dst,
@@ -129,7 +108,7 @@ static void kv_quantize(const pe__rope_plan *p, const pe__mla_plan *m, float *ro
     case PE_MLA_FP8_DS: /* vLLM's concat_and_cache_ds_mla */
       for (int64_t k = 0; k < lat / PE_MLA_DS_TILE; k++) {
         const float *x = row + k * PE_MLA_DS_TILE;
-        float scale = fmaxf(amax_of(x, PE_MLA_DS_TILE) / 448.0f, FLT_MIN);
+        float scale = fmaxf(pe__amax(x, PE_MLA_DS_TILE) / 448.0f, FLT_MIN);
         e4m3(x, dst + k * PE_MLA_DS_TILE, PE_MLA_DS_TILE, scale);
         memcpy(dst + lat + 4 * k, &scale, 4); /* little-endian hosts: x86-64, aarch64 */
       }
@@ -142,7 +121,7 @@ static void kv_quantize(const pe__rope_plan *p, const pe__mla_plan *m, float *ro
       isa->convert[PE_BF16][PE_F32](all16, row, dim);
       for (int64_t k = 0; k < lat / PE_MLA_V4_TILE; k++) {
         float *x = row + k * PE_MLA_V4_TILE;
-        int e = pe__ceil_log2(fmaxf(amax_of(x, PE_MLA_V4_TILE), 1e-4f) / 448.0f);
+        int e = pe__ceil_log2(fmaxf(pe__amax(x, PE_MLA_V4_TILE), 1e-4f) / 448.0f);
         float inv = ldexpf(1.0f, -e);
         for (int i = 0; i < PE_MLA_V4_TILE; i++) x[i] = fminf(fmaxf(x[i] * inv, -448.0f), 448.0f);
         scales[k] = (char)(unsigned char)(e + 127 < 0 ? 0 : e + 127 > 255 ? 255 : e + 127);
