@@ -34,6 +34,12 @@ static pe_status position_error(const pe__pos_check *c, int64_t v, int64_t b, in
 pe_status pe__check_positions(const pe__pos_check *c) {
   if (!c->pos && !c->null_is_index) return PE_OK;
   pe__pos_bound bound = c->bound;
+  /* NULL positions (0..tokens-1) under one bound: one comparison, not one
+   * per batch row (an empty call may have any batch) */
+  if (!c->pos && !c->bound_of)
+    return c->batch > 0 && c->tokens > bound.limit
+               ? position_error(c, c->tokens - 1, 0, -1, bound, 0)
+               : PE_OK;
   int32_t ci = 0, bound_ci = -1;
   for (int64_t b = 0; b < c->batch; b++) {
     if (c->bound_of) { /* the row's cache's bound, looked up when it changes */
