@@ -70,6 +70,34 @@ FP void f_st2(int dt, void *p, vf a, vf b) {
   }
 }
 
+/* bf16 rows in even/odd order (FL_EO, floor_vec.h): 2*VL halves in one
+ * 32-byte load, the 32-bit word of elements 2i and 2i+1 widened to the even
+ * one's float by vpslld 16 and the odd one's by vpand 0xffff0000. Back: in
+ * 16-bit lanes, the truncated bf16 t (the even floats' top halves shifted
+ * down, blended with the odd ones' in place) plus the rounding carry, bit
+ * 15 of vpavgw(l, 0x7ffe | (t & 1)) where l are the bottom halves (one
+ * blend with the odd floats shifted up): (l + 0x7fff + lsb) >> 16 without a
+ * 17-bit lane; 9 operations and a NaN test (vcmpps unordered of e and o,
+ * vmovmskps, a branch) for 2*VL halves. A NaN takes bf16_rne per float. */
+#define FL_EO 1
+FP void f_ld_eo(const void *p, vf *e, vf *o) {
+  __m256i w = _mm256_loadu_si256(p);
+  *e = _mm256_castsi256_ps(_mm256_slli_epi32(w, 16));
+  *o = _mm256_castsi256_ps(_mm256_and_si256(w, i1((int32_t)0xffff0000u)));
+}
+FP void f_st_eo(void *p, vf e, vf o) {
+  __m256i ue = _mm256_castps_si256(e), uo = _mm256_castps_si256(o), w;
+  if (__builtin_expect(_mm256_movemask_ps(_mm256_cmp_ps(e, o, _CMP_UNORD_Q)) != 0, 0)) {
+    w = _mm256_blend_epi16(_mm256_srli_epi32(bf16_rne(e), 16), bf16_rne(o), 0xaa);
+  } else {
+    __m256i t = _mm256_blend_epi16(_mm256_srli_epi32(ue, 16), uo, 0xaa);
+    __m256i l = _mm256_blend_epi16(ue, _mm256_slli_epi32(uo, 16), 0xaa);
+    __m256i v = _mm256_or_si256(_mm256_and_si256(t, _mm256_set1_epi16(1)), _mm256_set1_epi16(0x7ffe));
+    w = _mm256_add_epi16(t, _mm256_srli_epi16(_mm256_avg_epu16(l, v), 15));
+  }
+  _mm256_storeu_si256(p, w);
+}
+
 FP vf f_ldf(const float *p) { return _mm256_loadu_ps(p); }
 FP vf f_set1(float x) { return _mm256_set1_ps(x); }
 FP vf f_mul(vf a, vf b) { return _mm256_mul_ps(a, b); }

@@ -137,6 +137,63 @@ FA void rot_chunk(int sd, int out, int style, int norm, int mul, const char *src
   if (style == PE_ROPE_NEOX) emit(out, dst, half + j, yo, k, vs, mul);
 }
 
+/* bf16 to bf16 rows in even/odd order where the includer has it (FL_EO:
+ * f_ld_eo gives the even and the odd elements of 2*VL, f_st_eo stores them
+ * back in order), the cheapest form of the rotation without bf16
+ * instructions: a pair's x and y are the lanes of two vectors in the same
+ * place (GPT-J: the even and odd elements; NeoX: x's even elements and y's,
+ * x's odd and y's), so no lane moves. The cos/sin and the weights are read
+ * in that order (cs_eo, w_eo: prepared once, as a library prepares them
+ * per token or per call). A unit is 2*VL pairs (NeoX) or channels (GPT-J). */
+#if defined(FL_EO)
+_Static_assert(VL == FL_EO_VL, "cs_eo and w_eo are laid out for FL_EO_VL lanes");
+#define EO(sd, out) ((sd) == O_BF16 && (out) == O_BF16)
+#else
+#define EO(sd, out) 0
+#endif
+/* Whether a stage's rotated channels go in even/odd units: every unit of
+ * x, y (and of their weights) starts a block of cs_eo / w_eo. */
+FA int eo_fits(int style, int rot) { return rot % (style == PE_ROPE_NEOX ? 4 * VL : 2 * VL) == 0; }
+
+#if defined(FL_EO)
+FA void cs_chunk_eo(int style, const floor_data *d, int half, int j, int k, vf *c, vf *s) {
+  for (int i = 0; i < k; i++) {
+    const int u = j + 2 * VL * i;
+    if (style == PE_ROPE_NEOX) {
+      c[2 * i] = f_ldf(d->cs_eo + u), c[2 * i + 1] = f_ldf(d->cs_eo + u + VL);
+      s[2 * i] = f_ldf(d->cs_eo + half + u), s[2 * i + 1] = f_ldf(d->cs_eo + half + u + VL);
+    } else {
+      c[i] = f_ldf(d->cs + u / 2), s[i] = f_ldf(d->cs + half + u / 2);
+    }
+  }
+}
+/* The even and odd elements of the unit at channel e, normed ((x * r) * w). */
+FA void ld_eo_x(const char *row, int e, int norm, vf r, const float *w_eo, vf *xe, vf *xo) {
+  f_ld_eo(AT(row, e, O_BF16), xe, xo);
+  if (norm) *xe = f_mul(f_mul(*xe, r), f_ldf(w_eo + e)), *xo = f_mul(f_mul(*xo, r), f_ldf(w_eo + e + VL));
+}
+/* k units from pair (NeoX) or channel (GPT-J) j with cs_chunk_eo's c, s. */
+FA void rot_chunk_eo(int style, int norm, const char *src, char *dst, int half, int j, int k,
+                     const vf *c, const vf *s, const float *w_eo, vf r) {
+  for (int i = 0; i < k; i++) {
+    const int e = j + 2 * VL * i;
+    vf xe, xo;
+    ld_eo_x(src, e, norm, r, w_eo, &xe, &xo);
+    if (style == PE_ROPE_NEOX) {
+      vf ye, yo;
+      ld_eo_x(src, half + e, norm, r, w_eo, &ye, &yo);
+      const vf ce = c[2 * i], co = c[2 * i + 1], se = s[2 * i], so = s[2 * i + 1];
+      f_st_eo(AT(dst, e, O_BF16), f_fmsub(xe, ce, f_mul(ye, se)), f_fmsub(xo, co, f_mul(yo, so)));
+      f_st_eo(AT(dst, half + e, O_BF16), f_fmadd(ye, ce, f_mul(xe, se)),
+              f_fmadd(yo, co, f_mul(xo, so)));
+    } else { /* xe: the pairs' x, xo: their y */
+      f_st_eo(AT(dst, e, O_BF16), f_fmsub(xe, c[i], f_mul(xo, s[i])),
+              f_fmadd(xo, c[i], f_mul(xe, s[i])));
+    }
+  }
+}
+#endif
+
 /* The float32 RMSNorm scale of a row: 1 / sqrt(sum(x^2) / width + eps),
  * in na (a constant, 2 or 4) accumulators: each is a chain of dependent
  * FMAs, and a long row's sum waits on their latency unless enough of them
@@ -209,6 +266,22 @@ FA void rot_rows(const floor_stage *st, floor_data *d, int64_t rows, int sd, int
       for (int h = 0; h < hn; h++) rs[h] = norm_scale(sd, ROW(h), width, d->eps, 2);
     vf c[4], s[4];
     int j = 0;
+#if defined(FL_EO)
+    if (EO(sd, out) && eo_fits(style, rot)) {
+      for (; j + 4 * VL <= n; j += 4 * VL) {
+        cs_chunk_eo(style, d, half, j, 2, c, s);
+        for (int h = 0; h < hn; h++)
+          rot_chunk_eo(style, norm, ROW(h), DST(h), half, j, 2, c, s, d->w_eo,
+                       norm ? f_set1(rs[h]) : one);
+      }
+      for (; j + 2 * VL <= n; j += 2 * VL) {
+        cs_chunk_eo(style, d, half, j, 1, c, s);
+        for (int h = 0; h < hn; h++)
+          rot_chunk_eo(style, norm, ROW(h), DST(h), half, j, 1, c, s, d->w_eo,
+                       norm ? f_set1(rs[h]) : one);
+      }
+    }
+#endif
     for (; j + g * VL <= n; j += g * VL) {
       cs_chunk(style, d->cs, half, j, g, c, s);
       for (int h = 0; h < hn; h++)
@@ -222,9 +295,19 @@ FA void rot_rows(const floor_stage *st, floor_data *d, int64_t rows, int sd, int
                   norm ? f_set1(rs[h]) : one, vs);
     }
     for (int h = 0; h < hn && rot < width; h++) {
-      if (norm)
-        for (int e = rot; e < width; e += VL)
+      if (norm) {
+        int e = rot;
+#if defined(FL_EO)
+        if (EO(sd, out) && rot % (2 * VL) == 0)
+          for (; e + 2 * VL <= width; e += 2 * VL) {
+            vf xe, xo;
+            ld_eo_x(ROW(h), e, 1, f_set1(rs[h]), d->w_eo, &xe, &xo);
+            f_st_eo(AT(DST(h), e, out), xe, xo);
+          }
+#endif
+        for (; e < width; e += VL)
           f_st(out, AT(DST(h), e, out), ld_x(sd, ROW(h), e, 1, f_set1(rs[h]), d->w));
+      }
       else if (!st->inplace)
         f_copy(AT(DST(h), rot, out), AT(ROW(h), rot, sd), (width - rot) * esz(sd));
     }
@@ -291,6 +374,13 @@ FA void mla_rows(const floor_stage *st, floor_data *d, int64_t rows, int sd, int
     char *rd = dst + ro;
     vf c[4], s[4];
     int j = 0;
+#if defined(FL_EO)
+    if (EO(sd, rout) && eo_fits(style, rot))
+      for (; j + 2 * VL <= n; j += 2 * VL) {
+        cs_chunk_eo(style, d, half, j, 1, c, s);
+        rot_chunk_eo(style, 0, rs, rd, half, j, 1, c, s, d->w_eo, one);
+      }
+#endif
     for (; j + gr * VL <= n; j += gr * VL) {
       cs_chunk(style, d->cs, half, j, gr, c, s);
       rot_chunk(sd, rout, style, 0, mul, rs, rd, half, j, gr, c, s, d->w, one, vs);
