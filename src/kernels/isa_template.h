@@ -103,12 +103,25 @@ __attribute__((noinline)) static void FN(nwalk)(const pe_rope_block *b, pe_nrow_
     }
   }
 }
+/* rope_template.h's even/odd normed rows where the ISA has them. */
+#if defined(VEC_NORM_EO)
+#define NEO_TAKE neo_take
+#define NEO_ROWS neo_rows
+#else
+#define NEO_TAKE(...) 0
+#define NEO_ROWS(...) (void)0
+#endif
 #define NROW_(S, sd, D, dd, ST, SN, M, MN)                                                      \
   __attribute__((noinline)) static void FN(nrow_##S##_##D##_##SN##_##MN)(                      \
       const char *src, int64_t sstep, char *dst, int64_t dstep, const float *const *cp,        \
       const float *const *sp, int64_t cinc, int32_t n, int32_t dist, const float *rs,         \
       int64_t rstep, const float *w, int64_t wstep, int64_t count, int64_t pf) {               \
     const int64_t pfe = ST == PE_ROPE_GPTJ ? 2 * (int64_t)n : (int64_t)dist + n;             \
+    if (NEO_TAKE(sd, dd, ST, M, n, cinc, wstep)) {                                             \
+      NEO_ROWS(sd, dd, ST, M, src, sstep, dst, dstep, *cp, *sp, n, dist, rs, rstep, w, count,   \
+               pf, pfe);                                                                       \
+      return;                                                                                  \
+    }                                                                                          \
     for (; count > 0; count--) {                                                               \
       if (pf) nprefetch(src, pf, pfe, sd);                                                     \
       nstore_row(sd, dd, ST, M, src, dst, *cp, *sp, n, dist, *rs, w);                          \

@@ -866,6 +866,88 @@ PE_AI void nprefetch(const char *row, int64_t pf, int64_t elems, int dt) {
   for (uintptr_t l = a & ~(uintptr_t)63; l < end; l += 64) __builtin_prefetch((const void *)l);
 }
 
+#if defined(VEC_BF16_EO) && defined(VEC_ROT_FAST)
+/* Normed bf16 rows to bf16 in even/odd order (VEC_BF16_EO): the rows of a
+ * token's heads, which share its cos/sin and the norm's weights, with both
+ * deinterleaved once for all of them (cs_eo) into a stack buffer of at
+ * most NEO_MAX channels. Per 2*VL elements: one load widened by a shift
+ * and a mask, normed as nnorm (the same operations per element), rotated
+ * by rotate_fast with no lane moved, rounded back by bf16_st_eo_fast; a
+ * unit whose results hold a NaN is done again by nstep (the exact path,
+ * from memory: the unit is not stored yet). NeoX: a unit is 2*VL pairs
+ * (x's even and odd elements, y's), GPT-J 2*VL channels (x even, y odd). */
+#define VEC_NORM_EO 1
+enum { NEO_MAX = 256 };
+PE_AI int neo_take(int sd, int dd, int style, int mode, int32_t n, int64_t cinc,
+                   int64_t wstep) {
+  return (sd == PE_BF16 || EO_DT(sd)) && EO_DT(dd) && cinc == 0 &&
+         (mode == PE_NORM_UNIT || wstep == 0) && 2 * n <= NEO_MAX &&
+         n % (style == PE_ROPE_NEOX ? 2 * VL : VL) == 0;
+}
+/* The even and odd values of the 2*VL floats at v into b (even first). */
+PE_AI void neo_split(const float *v, float *b) {
+  vf e, o;
+  cs_eo(v, &e, &o);
+  vf_store(b, e);
+  vf_store(b + VL, o);
+}
+PE_AI vf neo_norm(int mode, vf x, vf r, const float *w) {
+  return nnorm(mode, x, r, mode == PE_NORM_UNIT ? r : vf_load(w));
+}
+PE_AI void neo_rows(int sd, int dd, int style, int mode, const char *src, int64_t sstep, char *dst,
+                    int64_t dstep, const float *c, const float *s, int32_t n, int32_t dist,
+                    const float *rs, int64_t rstep, const float *w, int64_t count, int64_t pf,
+                    int64_t pfe) {
+  /* NeoX: cos, sin, x's weights, y's (n floats each); GPT-J: the weights
+   * of the 2n channels (cos/sin are read as they are) */
+  _Alignas(32) float b[2 * NEO_MAX];
+  float *bc = b, *bs = b + n, *bwx = b + 2 * n, *bwy = b + 3 * n;
+  if (style == PE_ROPE_NEOX) {
+    for (int32_t j = 0; j < n; j += 2 * VL) {
+      neo_split(c + j, bc + j);
+      neo_split(s + j, bs + j);
+      if (mode != PE_NORM_UNIT) neo_split(w + j, bwx + j), neo_split(w + dist + j, bwy + j);
+    }
+  } else if (mode != PE_NORM_UNIT) {
+    for (int32_t e = 0; e < 2 * n; e += 2 * VL) neo_split(w + e, b + e);
+  }
+  for (; count > 0; count--, src += sstep, dst += dstep, rs += rstep) {
+    if (pf) nprefetch(src, pf, pfe, sd);
+    const vf rv = vf_set1(*rs);
+    if (style == PE_ROPE_NEOX) {
+      for (int32_t j = 0; j < n; j += 2 * VL) {
+        vf ex, ox, ey, oy, xe, xo, ye, yo;
+        bf16_ld_eo(src + 2 * j, 2 * VL, &ex, &ox);
+        bf16_ld_eo(src + 2 * (dist + j), 2 * VL, &ey, &oy);
+        ex = neo_norm(mode, ex, rv, bwx + j), ox = neo_norm(mode, ox, rv, bwx + j + VL);
+        ey = neo_norm(mode, ey, rv, bwy + j), oy = neo_norm(mode, oy, rv, bwy + j + VL);
+        rotate_fast(ex, ey, vf_load(bc + j), vf_load(bs + j), &xe, &ye);
+        rotate_fast(ox, oy, vf_load(bc + j + VL), vf_load(bs + j + VL), &xo, &yo);
+        if (__builtin_expect(vf_any_nan4(xe, xo, ye, yo), 0)) {
+          nstep(sd, dd, style, mode, src, dst, j, VL, dist, rv, c, s, w);
+          nstep(sd, dd, style, mode, src, dst, j + VL, VL, dist, rv, c, s, w);
+          continue;
+        }
+        bf16_st_eo_fast(dst + 2 * j, 2 * VL, xe, xo);
+        bf16_st_eo_fast(dst + 2 * (dist + j), 2 * VL, ye, yo);
+      }
+    } else {
+      for (int32_t e = 0; e < 2 * n; e += 2 * VL) {
+        vf x, y, xn, yn;
+        bf16_ld_eo(src + 2 * e, 2 * VL, &x, &y);
+        x = neo_norm(mode, x, rv, b + e), y = neo_norm(mode, y, rv, b + e + VL);
+        rotate_fast(x, y, vf_load(c + e / 2), vf_load(s + e / 2), &xn, &yn);
+        if (__builtin_expect(vf_any_nan2(xn, yn), 0)) {
+          nstep(sd, dd, style, mode, src, dst, e / 2, VL, dist, rv, c, s, w);
+          continue;
+        }
+        bf16_st_eo_fast(dst + 2 * e, 2 * VL, xn, yn);
+      }
+    }
+  }
+}
+#endif
+
 /* m lanes of weights at w (zeros for UNIT: not read). */
 PE_AI vf nw_ld(int mode, const float *w, int32_t m) {
   return mode == PE_NORM_UNIT ? vf_set1(0.0f) : vf_loadn(w, m);
