@@ -317,22 +317,25 @@ PE_AI void gptj_st(int dd, char *dp, int32_t m, int whole, vf x, vf y, vf c, vf 
     vst2(dd, dp, 2 * m, lo, dp + VL * des, 2 * m - VL, hi);
 #endif
 }
-/* The plain rows' GPT-J steps (the QK-norm's rows use gptj_ld/gptj_st,
- * whose lane order does not depend on the dtype). GPTJ_EO(sd, dd): bf16 to
- * the even/odd dtype, x and y the even and odd elements, in pair order, and
- * cos/sin as they are, without vf_deinterleave, vf_interleave and
- * vf_gptj_cs (AVX2: 5 of a step's shuffles, 2 of them lane-crossing). */
+/* EO_PAIR(sd, dd): rows of dtype sd to dd that go in even/odd order
+ * (VEC_BF16_EO): bf16 to the even/odd dtype - the plain GPT-J steps here,
+ * store_template.h's NeoX rows, and the normed rows (neo_rows).
+ * The plain rows' GPT-J steps (the QK-norm's rows use gptj_ld/gptj_st,
+ * whose lane order does not depend on the dtype) of such a pair: x and y
+ * the even and odd elements, in pair order, and cos/sin as they are,
+ * without vf_deinterleave, vf_interleave and vf_gptj_cs (AVX2: 5 of a
+ * step's shuffles, 2 of them lane-crossing). */
 #if defined(VEC_BF16_EO)
-#define GPTJ_EO(sd, dd) (((sd) == PE_BF16 || EO_DT(sd)) && EO_DT(dd))
+#define EO_PAIR(sd, dd) (((sd) == PE_BF16 || EO_DT(sd)) && EO_DT(dd))
 #else
-#define GPTJ_EO(sd, dd) 0
+#define EO_PAIR(sd, dd) 0
 #endif
 PE_AI vf row_gptj_cs(int sd, int dd, const float *c, int32_t m) {
-  return GPTJ_EO(sd, dd) ? vf_loadn(c, m) : gptj_cs(c, m);
+  return EO_PAIR(sd, dd) ? vf_loadn(c, m) : gptj_cs(c, m);
 }
 PE_AI void row_gptj_ld(int sd, int dd, const char *sp, int32_t m, vf *x, vf *y) {
 #if defined(VEC_BF16_EO)
-  if (GPTJ_EO(sd, dd)) {
+  if (EO_PAIR(sd, dd)) {
     bf16_ld_eo(sp, 2 * m, x, y);
     return;
   }
@@ -366,7 +369,7 @@ PE_AI void gptj_eo_exact(const char *sp, char *dp, const float *c, const float *
 PE_AI void row_gptj_st(int sd, int dd, const char *sp, char *dp, int32_t m, int whole, vf x, vf y,
                        vf c, vf s, const float *cp, const float *sn) {
 #if defined(VEC_BF16_EO)
-  if (GPTJ_EO(sd, dd)) {
+  if (EO_PAIR(sd, dd)) {
     vf xn, yn;
 #if defined(VEC_ROT_FAST)
     rotate_fast(x, y, c, s, &xn, &yn);
@@ -880,7 +883,7 @@ PE_AI void nprefetch(const char *row, int64_t pf, int64_t elems, int dt) {
 enum { NEO_MAX = 256 };
 PE_AI int neo_take(int sd, int dd, int style, int mode, int32_t n, int64_t cinc,
                    int64_t wstep) {
-  return (sd == PE_BF16 || EO_DT(sd)) && EO_DT(dd) && cinc == 0 &&
+  return EO_PAIR(sd, dd) && cinc == 0 &&
          (mode == PE_NORM_UNIT || wstep == 0) && 2 * n <= NEO_MAX &&
          n % (style == PE_ROPE_NEOX ? 2 * VL : VL) == 0;
 }

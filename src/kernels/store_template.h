@@ -52,7 +52,6 @@ PE_AI void store_row(int sd, int dd, int style, const void *src, void *dst, cons
  * [B,T,H,D] row in place, 71 -> 60 per row written to a cache. EO_CH pairs
  * a piece (head_dim 256 in one). */
 enum { EO_CH = 128 }; /* a multiple of every 2*VL */
-#define EO_PAIR(sd, dd) (((sd) == PE_BF16 || EO_DT(sd)) && EO_DT(dd))
 /* The m pairs (a multiple of 2*VL) of one row from src (x at src, y dist
  * elements on) to dst, 2 bytes an element, with the prepared cos/sin ce, se
  * (eo_token) of the pairs at c, s (for a chunk with a NaN: neox_eo_fast).
