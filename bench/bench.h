@@ -7,7 +7,8 @@
  *               precomputed float cos/sin table, compiled with the project's
  *               flags (baseline ISA, -O3): pb_textbook_*;
  *   textbook_native.c  the same source compiled -O3 -march=native
- *               -ffp-contract=fast: pb_textbook_native_*. */
+ *               -ffp-contract=fast: pb_textbook_native_* (and the qknorm
+ *               suite's one-pass loop, pb_textbook_native_qknorm_store). */
 #ifndef PE_BENCH_H
 #define PE_BENCH_H
 
@@ -50,7 +51,28 @@ void pb_bound_rmw_part(const pb_rows *r, int index, int n, float a, float b);
   void PREFIX##rope_neox_bf16(uint16_t *x, const int64_t shape[4], const int64_t stride[4],    \
                               int32_t half, const int64_t *pos, const float *cos_t,              \
                               const float *sin_t);
+
+/* The QK-norm step of the qknorm suite as an engine's own C code writes it,
+ * one pass over each token (textbook.c): a packed QKV buffer [B, T, (hq +
+ * 2*hkv) * hd] (q's heads, k's, v's; f32 or bf16), each q head row RMSNorm'd
+ * (x * r * w, r = 1/sqrt(mean of squares + eps)) and NeoX-rotated in place,
+ * each k head row the same into its slot of the k cache, each v row copied
+ * into the v cache; caches of the same dtype, paged NHD ([blocks][block
+ * tokens][hkv][hd]): slot s's head rows at s * hkv * hd. */
+typedef struct pb_qknorm {
+  void *qkv;
+  int64_t batch, tokens, hq, hkv, hd; /* hd a multiple of 16, at most 256 */
+  int bf16;                           /* 0: float32 rows, 1: bf16 */
+  void *k_cache, *v_cache;
+  const int64_t *slots, *pos; /* [B*T] */
+  const float *q_weight, *k_weight, *cos_t, *sin_t; /* weights [hd]; tables [pos][hd/2] */
+  float eps;
+} pb_qknorm;
+#define PB_TEXTBOOK_DECLARE_QKNORM(PREFIX) void PREFIX##qknorm_store(const pb_qknorm *a);
+
 PB_TEXTBOOK_DECLARE(pb_textbook_)
 PB_TEXTBOOK_DECLARE(pb_textbook_native_)
+PB_TEXTBOOK_DECLARE_QKNORM(pb_textbook_)
+PB_TEXTBOOK_DECLARE_QKNORM(pb_textbook_native_)
 
 #endif

@@ -30,6 +30,8 @@ typedef struct qkn_state {
   float *qw, *kw;
   void *qkv;
   int64_t *slots, *pos;
+  pb_qknorm native; /* the one-pass C loop ('x native'), its cos/sin tables */
+  float *cos_t, *sin_t;
 } qkn_state;
 
 static pe_status qkn_call(bench_case *c) {
@@ -69,6 +71,52 @@ static void qkn_copy_rows(const pe_tensor *x, const pe_tensor *cache, const int6
       for (int64_t h = 0; h < x->shape[1]; h++)
         memcpy(dst + h * cache->stride[1] * (int64_t)es, src + h * x->stride[1] * (int64_t)es, row);
     }
+}
+
+static void qkn_native(bench_case *c) {
+  qkn_state *s = c->st;
+  pb_textbook_native_qknorm_store(&s->native);
+}
+
+/* Whether the one-pass loop computes what the library does, both from the
+ * same inputs (restored after): NULL, or the first element that differs by
+ * more than float32 (bf16) rounding allows, as the note's text. */
+static const char *qkn_native_mismatch(bench_case *c, int64_t n) {
+  static char why[160];
+  qkn_state *s = c->st;
+  const int dt = s->q.dtype;
+  const int64_t hd = s->q.shape[3], row = (s->q.shape[1] + 2 * s->k.shape[1]) * hd;
+  const size_t bytes = (size_t)(n * row) * dtype_size(dt);
+  const size_t kbytes = (size_t)(n * s->k.shape[1] * hd) * dtype_size(dt);
+  char *orig = xalloc(bytes), *lib = xalloc(bytes), *klib = xalloc(kbytes);
+  memcpy(orig, s->qkv, bytes);
+  /* the rows of the n slots: FUSED_BLOCK on (block 0 unused), in order */
+  char *kslots = (char *)s->kc.data + FUSED_BLOCK * s->k.shape[1] * hd * (int64_t)dtype_size(dt);
+  why[0] = 0;
+  if (qkn_call(c) != PE_OK) {
+    snprintf(why, sizeof why, "pe_qk_norm_rope_store: %.100s", pe_last_error());
+  } else {
+    memcpy(lib, s->qkv, bytes);
+    memcpy(klib, kslots, kbytes);
+    memcpy(s->qkv, orig, bytes);
+    qkn_native(c);
+    const double tol = dt == PE_F32 ? 0x1p-18 : 0x1p-7;
+    const int64_t nq = s->q.shape[1] * hd;
+    for (int64_t i = 0; i < n * (nq + s->k.shape[1] * hd) && !why[0]; i++) {
+      /* q's elements of each token, then every k cache row */
+      const int64_t t = i / nq, e = i % nq, kq = i - n * nq;
+      const double a = i < n * nq ? pb_load(dt, s->qkv, t * row + e) : pb_load(dt, kslots, kq),
+                   b = i < n * nq ? pb_load(dt, lib, t * row + e) : pb_load(dt, klib, kq);
+      if (!(fabs(a - b) <= tol * (fabs(b) > 0.25 ? fabs(b) : 0.25)))
+        snprintf(why, sizeof why, "%s element %" PRId64 " is %.7g, the library's %.7g",
+                 i < n * nq ? "q" : "the k cache's", i < n * nq ? i : kq, a, b);
+    }
+  }
+  memcpy(s->qkv, orig, bytes);
+  free(orig);
+  free(lib);
+  free(klib);
+  return why[0] ? why : NULL;
 }
 
 static void qkn_unfused(bench_case *c) {
@@ -173,6 +221,31 @@ static void qkn_case(int64_t batch, int64_t tokens, int dt, int threads) {
                               .rows = n * HKV});
   snprintf(c.shape, sizeof c.shape, "%dq/%dkv x%d neox", HQ, HKV, HD);
   snprintf(c.note, sizeof c.note, "unfused: RMSNorm loop + pe_apply_rope_qk + copy k, v");
+  /* 'x native': the step as one C loop per token, built -march=native, on
+   * a float cos/sin table of the positions used (the library's values) */
+  int64_t tb_pos = 0;
+  for (int64_t i = 0; i < n; i++)
+    if (s.pos[i] + 1 > tb_pos) tb_pos = s.pos[i] + 1;
+  s.cos_t = xalloc((size_t)(tb_pos * HD / 2) * sizeof(float));
+  s.sin_t = xalloc((size_t)(tb_pos * HD / 2) * sizeof(float));
+  float cs[HD];
+  for (int64_t p = 0; p < tb_pos; p++) {
+    pe_rope_cache_cos_sin(s.cache, p, cs, cs + HD / 2);
+    memcpy(s.cos_t + p * (HD / 2), cs, HD / 2 * sizeof(float));
+    memcpy(s.sin_t + p * (HD / 2), cs + HD / 2, HD / 2 * sizeof(float));
+  }
+  s.native = (pb_qknorm){.qkv = s.qkv, .batch = batch, .tokens = tokens, .hq = HQ, .hkv = HKV,
+                         .hd = HD, .bf16 = dt == PE_BF16, .k_cache = s.kc.data,
+                         .v_cache = s.vc.data, .slots = s.slots, .pos = s.pos,
+                         .q_weight = s.qw, .k_weight = s.kw, .cos_t = s.cos_t,
+                         .sin_t = s.sin_t, .eps = s.norm.eps};
+  const char *bad = qkn_native_mismatch(&c, n);
+  if (bad) {
+    size_t l = strlen(c.note);
+    snprintf(c.note + l, sizeof c.note - l, "; no native: %s", bad);
+  } else {
+    c.textbook_native = qkn_native;
+  }
   progress("[%.0fs] qknorm %s %s %d thr", (now_ns() - run_start) / 1e9, c.name, dtype_name(dt),
            threads);
   measure(&c);
@@ -184,6 +257,8 @@ static void qkn_case(int64_t batch, int64_t tokens, int dt, int threads) {
   free(s.kw);
   free(s.slots);
   free(s.pos);
+  free(s.cos_t);
+  free(s.sin_t);
   pe_rope_cache_destroy(s.cache);
 }
 

@@ -10,6 +10,7 @@
  * through textbook_native.c, which defines PB_TEXTBOOK_PREFIX, with
  * -O3 -march=native (the 'x textbook-native' column: what a user compiling
  * this loop for their own machine gets for free). */
+#include <math.h>
 #include <string.h>
 
 #include "bench.h"
@@ -148,4 +149,60 @@ void PB_TB(rope_neox_bf16)(uint16_t *x, const int64_t shape[4], const int64_t st
                            int32_t half, const int64_t *pos, const float *cos_t,
                            const float *sin_t) {
   TB_WALK(uint16_t, ROW_BF16)
+}
+
+/* The qknorm suite's step as one pass (bench.h's pb_qknorm): per token,
+ * each head row widened to float into a row of its own, its sum of squares
+ * in 16 partial sums (one float chain per lane, as anyone who wants the
+ * loop vectorized writes it), r = 1 / sqrtf(mean + eps), then x * r * w
+ * rotated as ROW_F32 and stored (bf16 rounded to nearest even). pe-bench
+ * times the native build ('x native' of the qknorm rows). */
+static inline float tb_load(const void *row, int bf16, int64_t e) {
+  return bf16 ? bf16_to_f32(((const uint16_t *)row)[e]) : ((const float *)row)[e];
+}
+
+static inline void tb_qknorm_row(const pb_qknorm *a, const void *src, void *dst, const float *w,
+                                 const float *c, const float *s) {
+  const int64_t hd = a->hd, half = hd / 2;
+  float x[256], acc[16] = {0};
+  for (int64_t e = 0; e < hd; e++) x[e] = tb_load(src, a->bf16, e);
+  for (int64_t e = 0; e < hd; e += 16)
+    for (int i = 0; i < 16; i++) acc[i] += x[e + i] * x[e + i];
+  float ss = 0.0f;
+  for (int i = 0; i < 16; i++) ss += acc[i];
+  const float r = 1.0f / sqrtf(ss / (float)hd + a->eps);
+  if (a->bf16) {
+    uint16_t *o = dst;
+    for (int64_t i = 0; i < half; i++) {
+      float x0 = x[i] * r * w[i], x1 = x[i + half] * r * w[i + half];
+      o[i] = f32_to_bf16(x0 * c[i] - x1 * s[i]);
+      o[i + half] = f32_to_bf16(x1 * c[i] + x0 * s[i]);
+    }
+  } else {
+    float *o = dst;
+    for (int64_t i = 0; i < half; i++) {
+      float x0 = x[i] * r * w[i], x1 = x[i + half] * r * w[i + half];
+      o[i] = x0 * c[i] - x1 * s[i];
+      o[i + half] = x1 * c[i] + x0 * s[i];
+    }
+  }
+}
+
+void PB_TB(qknorm_store)(const pb_qknorm *a) {
+  const int64_t hd = a->hd, half = hd / 2, es = a->bf16 ? 2 : 4;
+  const int64_t row = (a->hq + 2 * a->hkv) * hd * es, head = hd * es;
+  for (int64_t b = 0; b < a->batch; b++)
+    for (int64_t t = 0; t < a->tokens; t++) {
+      const int64_t u = b * a->tokens + t, slot = a->slots[u];
+      char *tok = (char *)a->qkv + u * row;
+      const float *c = a->cos_t + a->pos[u] * half, *s = a->sin_t + a->pos[u] * half;
+      for (int64_t h = 0; h < a->hq; h++)
+        tb_qknorm_row(a, tok + h * head, tok + h * head, a->q_weight, c, s);
+      if (slot < 0) continue;
+      for (int64_t h = 0; h < a->hkv; h++) {
+        const int64_t to = (slot * a->hkv + h) * head;
+        tb_qknorm_row(a, tok + (a->hq + h) * head, (char *)a->k_cache + to, a->k_weight, c, s);
+        memcpy((char *)a->v_cache + to, tok + (a->hq + a->hkv + h) * head, (size_t)head);
+      }
+    }
 }

@@ -157,6 +157,21 @@ else
   fail "pe-bench --suite mla $quick --dtype bf16 --csv exited $?: $(cat "$err")"
 fi
 
+# The qknorm suite's one-pass native loop agrees with the library (or the
+# row's note says where not) and is timed: ratio_textbook_native in each row.
+# shellcheck disable=SC2086
+if "$bench" --suite qknorm $quick --csv >"$out" 2>"$err"; then
+  awk -F, '
+    NR == 1 { for (i = 1; i <= NF; i++) col[$i] = i; next }
+    { n++
+      if (!($col["ratio_textbook_native"] > 0)) { print "row " n ": " $0; bad = 1 } }
+    END { if (n != 2) { print n " rows, not 2"; bad = 1 }; exit bad }' "$out" \
+    && echo "ok   pe-bench --suite qknorm $quick --csv: the native loop timed in 2 rows" \
+    || fail "pe-bench --suite qknorm $quick --csv: $(cat "$out")"
+else
+  fail "pe-bench --suite qknorm $quick --csv exited $?: $(cat "$err")"
+fi
+
 # The default table fits in 120 columns.
 # shellcheck disable=SC2086
 if "$bench" $quick --suite rope,kvquant >"$out" 2>"$err"; then
