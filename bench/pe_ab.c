@@ -1,0 +1,488 @@
+/* pe-ab - two builds of libposenc in one process, timed alternately on the
+ * same buffers, and their outputs compared byte for byte.
+ *
+ * The machines the library is measured on are shared virtual machines
+ * whose speed moves by tens of percent between two runs of a program (and
+ * within one). pe-bench's rows, and scripts/bench-compare.py's rounds of
+ * them, compare runs of separate processes, so a change of a few percent
+ * drowns in that drift. Here both libraries are loaded at once (each from a
+ * private copy of its file, so that a build can be compared with itself),
+ * one call pattern is chosen, and the samples alternate: base, new, new,
+ * base, ... each sample a run of back-to-back calls on the same tensors and
+ * caches. A slow spell of the machine lands on both sides of a pair, so the
+ * ratio of each pair, and its median over the samples, keeps what the
+ * change did. Before timing, each library runs once from the same inputs
+ * and the bytes they write are compared: a change that claims to keep every
+ * result bit can be checked here too (--same-bytes makes a difference an
+ * error).
+ *
+ * The calls, with a published model's attention shapes (default Qwen3-8B:
+ * 32 q / 8 kv heads of 128, NeoX, theta 1e6):
+ *   qknorm  pe_qk_norm_rope_store: per-head RMSNorm (weights +-1), RoPE, k
+ *           and v into a paged NHD cache of 16-token blocks, q/k/v views of
+ *           one packed QKV buffer [B, T, (hq + 2*hkv) * hd] (pe-bench's
+ *           qknorm suite)
+ *   store   pe_apply_rope_qk_store: q rotated in place, k into the cache
+ *   rope    pe_apply_rope_qk: q and k rotated in place
+ * Decode (--tokens 1) puts sequence b at position 4000 + 7b, as pe-bench. */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE
+#endif
+#include <dlfcn.h>
+#include <errno.h>
+#include <inttypes.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "posenc.h"
+
+typedef struct lib {
+  const char *path;
+  char copy[4096];
+  void *h;
+  void (*params_init)(pe_rope_params *);
+  pe_status (*cache_create)(const pe_rope_params *, pe_rope_cache **);
+  void (*cache_destroy)(pe_rope_cache *);
+  pe_status (*apply)(const pe_rope_cache *, const pe_tensor *, const pe_tensor *, const int64_t *,
+                     uint32_t, pe_threadpool *);
+  pe_status (*store)(const pe_rope_cache *, const pe_tensor *, const pe_tensor *,
+                     const pe_tensor *, const int64_t *, const int64_t *, uint32_t,
+                     pe_threadpool *);
+  pe_status (*qk_norm_store)(const pe_rope_cache *, const pe_qk_norm *, const pe_tensor *,
+                             const pe_tensor *, const pe_tensor *, const pe_kv_cache *,
+                             const int64_t *, const int64_t *, uint32_t, pe_threadpool *);
+  void (*norm_init)(pe_qk_norm *);
+  void (*kv_init)(pe_kv_cache *);
+  const char *(*last_error)(void);
+  const char *(*isa_name)(void);
+  pe_rope_cache *cache;
+  pe_qk_norm norm;
+  pe_kv_cache kv;
+} lib;
+
+enum { CASE_QKNORM, CASE_STORE, CASE_ROPE };
+static const char *const case_names[] = {"qknorm", "store", "rope"};
+
+static struct {
+  const char *base, *new_;
+  int kase, dtype, gptj, bhtd, layout_given, same_bytes;
+  int64_t tokens, batch, heads, kv_heads, head_dim, samples;
+  double theta;
+} opt = {NULL, NULL, CASE_QKNORM, PE_F32, 0, 0, 0, 0, 512, 1, 32, 8, 128, 100, 1e6};
+
+/* The call's tensors: q, k (and v) as views, the caches, positions, slots. */
+static struct {
+  void *qkv, *q, *k, *kc, *vc; /* qknorm: qkv; store/rope: q, k */
+  size_t qkv_bytes, q_bytes, k_bytes, cache_bytes;
+  pe_tensor tq, tk, tv, tkc, tvc;
+  int64_t *pos, *slots;
+  float *qw, *kw;
+} t;
+
+static char tmpdir[] = "/tmp/pe-ab.XXXXXX";
+
+static void cleanup(void) {
+  char path[4096];
+  snprintf(path, sizeof path, "%s/base.so", tmpdir);
+  unlink(path);
+  snprintf(path, sizeof path, "%s/new.so", tmpdir);
+  unlink(path);
+  rmdir(tmpdir);
+}
+
+static void die(const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  fprintf(stderr, "pe-ab: ");
+  vfprintf(stderr, fmt, ap);
+  fputc('\n', stderr);
+  va_end(ap);
+  exit(2);
+}
+
+static void usage(FILE *f) {
+  fprintf(f,
+          "usage: pe-ab --base LIB --new LIB [options]\n"
+          "Times two builds of libposenc in one process, alternately on the same\n"
+          "buffers, after comparing the bytes each writes from the same inputs.\n\n"
+          "  --base LIB, --new LIB  the two libposenc.so files (each loaded from a\n"
+          "                     private copy: a build can be compared with itself)\n"
+          "  --case NAME        qknorm (pe_qk_norm_rope_store, default), store\n"
+          "                     (pe_apply_rope_qk_store) or rope (pe_apply_rope_qk)\n"
+          "  --tokens N         tokens per sequence (default 512; 1: decode)\n"
+          "  --batch N          sequences (default 1)\n"
+          "  --dtype f32|f16|bf16  tensor and cache dtype (default f32)\n"
+          "  --layout bhtd|bthd q and k of store and rope as [B,H,T,D] or [B,T,H,D]\n"
+          "                     (default bthd; qknorm's are views of a packed buffer)\n"
+          "  --heads N, --kv-heads N, --head-dim N, --style neox|gptj, --theta X\n"
+          "                     the shapes (default Qwen3-8B: 32, 8, 128, neox, 1e6)\n"
+          "  --samples N        timed samples per library (default 100)\n"
+          "  --same-bytes       exit 1 when the two builds write different bytes\n"
+          "  -h, --help         this text\n\n"
+          "Prints each side's fastest and median time per call and new/base: the\n"
+          "median of the per-pair ratios (with its quartiles), the ratio of the\n"
+          "fastest samples and of the medians. Below 1: new is faster.\n");
+}
+
+static int64_t int_arg(const char *name, const char *v, int64_t lo, int64_t hi) {
+  char *end;
+  errno = 0;
+  long long x = strtoll(v, &end, 10);
+  if (errno || end == v || *end || x < lo || x > hi)
+    die("%s expects an integer in [%" PRId64 ", %" PRId64 "], got \"%s\"", name, lo, hi, v);
+  return (int64_t)x;
+}
+
+static void parse(int argc, char **argv) {
+  for (int i = 1; i < argc; i++) {
+    const char *a = argv[i];
+    if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+      usage(stdout);
+      exit(0);
+    }
+    if (!strcmp(a, "--same-bytes")) {
+      opt.same_bytes = 1;
+      continue;
+    }
+    if (i + 1 >= argc) die("%s needs a value (pe-ab --help)", a);
+    const char *v = argv[++i];
+    if (!strcmp(a, "--base")) opt.base = v;
+    else if (!strcmp(a, "--new")) opt.new_ = v;
+    else if (!strcmp(a, "--case")) {
+      int k = 0;
+      while (k < 3 && strcmp(v, case_names[k])) k++;
+      if (k == 3) die("--case expects qknorm, store or rope, got \"%s\"", v);
+      opt.kase = k;
+    } else if (!strcmp(a, "--tokens")) opt.tokens = int_arg(a, v, 1, 1 << 20);
+    else if (!strcmp(a, "--batch")) opt.batch = int_arg(a, v, 1, 4096);
+    else if (!strcmp(a, "--heads")) opt.heads = int_arg(a, v, 1, 1024);
+    else if (!strcmp(a, "--kv-heads")) opt.kv_heads = int_arg(a, v, 1, 1024);
+    else if (!strcmp(a, "--head-dim")) opt.head_dim = int_arg(a, v, 2, 1024);
+    else if (!strcmp(a, "--samples")) opt.samples = int_arg(a, v, 3, 100000);
+    else if (!strcmp(a, "--dtype")) {
+      if (!strcmp(v, "f32")) opt.dtype = PE_F32;
+      else if (!strcmp(v, "f16")) opt.dtype = PE_F16;
+      else if (!strcmp(v, "bf16")) opt.dtype = PE_BF16;
+      else die("--dtype expects f32, f16 or bf16, got \"%s\"", v);
+    } else if (!strcmp(a, "--layout")) {
+      if (strcmp(v, "bhtd") && strcmp(v, "bthd"))
+        die("--layout expects bhtd or bthd, got \"%s\"", v);
+      opt.bhtd = !strcmp(v, "bhtd");
+      opt.layout_given = 1;
+    } else if (!strcmp(a, "--style")) {
+      if (strcmp(v, "neox") && strcmp(v, "gptj")) die("--style expects neox or gptj, got \"%s\"", v);
+      opt.gptj = !strcmp(v, "gptj");
+    } else if (!strcmp(a, "--theta")) {
+      char *end;
+      opt.theta = strtod(v, &end);
+      if (end == v || *end || !(opt.theta > 1.0) || !isfinite(opt.theta))
+        die("--theta expects a finite number above 1, got \"%s\"", v);
+    } else {
+      die("unknown option %s (pe-ab --help)", a);
+    }
+  }
+  if (!opt.base || !opt.new_) die("give both --base LIB and --new LIB (pe-ab --help)");
+  if (opt.head_dim % 2) die("--head-dim %" PRId64 " is odd: RoPE rotates pairs", opt.head_dim);
+  if (opt.kase == CASE_QKNORM && opt.layout_given)
+    die("--layout shapes store and rope: qknorm's q, k and v are views of one packed buffer");
+  double bytes = (double)(opt.batch * opt.tokens) * (double)(opt.heads + 2 * opt.kv_heads) *
+                 (double)opt.head_dim * 4.0 * 5.0;
+  double have = (double)sysconf(_SC_PHYS_PAGES) * (double)sysconf(_SC_PAGESIZE);
+  if (have > 0 && bytes > have / 2)
+    die("--tokens %" PRId64 " --batch %" PRId64 ": about %.1f GiB of buffers, more than half of "
+        "this machine's %.1f GiB", opt.tokens, opt.batch, bytes / 1073741824.0,
+        have / 1073741824.0);
+}
+
+static void *sym(lib *l, const char *name) {
+  void *p = dlsym(l->h, name);
+  if (!p) die("%s has no %s: not a libposenc build this tool knows", l->path, name);
+  return p;
+}
+
+/* A private copy of the file (dlopen returns the loaded object again for a
+ * path it has seen), loaded with its own symbols. */
+static void load(lib *l, const char *path, const char *as) {
+  l->path = path;
+  snprintf(l->copy, sizeof l->copy, "%s/%s", tmpdir, as);
+  FILE *in = fopen(path, "rb");
+  if (!in) die("cannot read %s: %s", path, strerror(errno));
+  FILE *out = fopen(l->copy, "wb");
+  if (!out) die("cannot write %s: %s", l->copy, strerror(errno));
+  char buf[1 << 16];
+  size_t n;
+  while ((n = fread(buf, 1, sizeof buf, in)) > 0)
+    if (fwrite(buf, 1, n, out) != n) die("cannot write %s", l->copy);
+  fclose(in);
+  if (fclose(out)) die("cannot write %s", l->copy);
+  l->h = dlopen(l->copy, RTLD_NOW | RTLD_LOCAL);
+  if (!l->h) die("cannot load %s: %s", path, dlerror());
+  *(void **)&l->params_init = sym(l, "pe_rope_params_init");
+  *(void **)&l->cache_create = sym(l, "pe_rope_cache_create");
+  *(void **)&l->cache_destroy = sym(l, "pe_rope_cache_destroy");
+  *(void **)&l->apply = sym(l, "pe_apply_rope_qk");
+  *(void **)&l->store = sym(l, "pe_apply_rope_qk_store");
+  *(void **)&l->qk_norm_store = sym(l, "pe_qk_norm_rope_store");
+  *(void **)&l->norm_init = sym(l, "pe_qk_norm_init");
+  *(void **)&l->kv_init = sym(l, "pe_kv_cache_init");
+  *(void **)&l->last_error = sym(l, "pe_last_error");
+  *(void **)&l->isa_name = sym(l, "pe_isa_name");
+}
+
+static int64_t max_position(void) {
+  return opt.tokens == 1 ? 4000 + 7 * (opt.batch - 1) : opt.tokens - 1;
+}
+
+static void setup_lib(lib *l) {
+  pe_rope_params p;
+  memset(&p, 0, sizeof p);
+  l->params_init(&p);
+  p.head_dim = (int32_t)opt.head_dim;
+  p.style = opt.gptj ? PE_ROPE_GPTJ : PE_ROPE_NEOX;
+  p.base = opt.theta;
+  p.max_positions = max_position() + 1 > 8192 ? max_position() + 1 : 8192;
+  if (l->cache_create(&p, &l->cache) != PE_OK)
+    die("%s: pe_rope_cache_create: %s", l->path, l->last_error());
+  memset(&l->norm, 0, sizeof l->norm);
+  l->norm_init(&l->norm);
+  l->norm.kind = PE_QK_NORM_RMS;
+  l->norm.eps = 1e-6f;
+  l->norm.q_weight = t.qw;
+  l->norm.k_weight = t.kw;
+  memset(&l->kv, 0, sizeof l->kv);
+  l->kv_init(&l->kv);
+  l->kv.k = &t.tkc;
+  l->kv.v = &t.tvc;
+}
+
+static uint64_t rng = 0x9e3779b97f4a7c15ull;
+static float rnd(void) { /* in [-1, 1) */
+  rng ^= rng << 13;
+  rng ^= rng >> 7;
+  rng ^= rng << 17;
+  return (float)((double)(rng >> 11) / 9007199254740992.0 * 2.0 - 1.0);
+}
+
+static void *fill(size_t elems, int dt) {
+  size_t es = dt == PE_F32 ? 4 : 2;
+  void *p = NULL;
+  if (posix_memalign(&p, 64, elems ? elems * es : 64)) die("out of memory");
+  for (size_t i = 0; i < elems; i++) {
+    float f = rnd();
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    if (dt == PE_F32) {
+      memcpy((char *)p + 4 * i, &f, 4);
+    } else {
+      uint16_t h;
+      if (dt == PE_BF16) {
+        h = (uint16_t)(u >> 16);
+      } else { /* |f| < 1: an f16 of its top bits (2^-14 and above), else 0 */
+        uint32_t a = u & 0x7fffffffu;
+        h = (uint16_t)(u >> 16 & 0x8000u);
+        if (a >= 0x38800000u) h |= (uint16_t)((a - 0x38000000u) >> 13);
+      }
+      memcpy((char *)p + 2 * i, &h, 2);
+    }
+  }
+  return p;
+}
+
+enum { BLOCK = 16 };
+
+static void setup_tensors(void) {
+  const int64_t B = opt.batch, T = opt.tokens, H = opt.heads, K = opt.kv_heads, D = opt.head_dim;
+  const int64_t n = B * T;
+  const size_t es = opt.dtype == PE_F32 ? 4 : 2;
+  const pe_dtype dt = (pe_dtype)opt.dtype;
+  if (opt.kase == CASE_QKNORM) {
+    const int64_t row = (H + 2 * K) * D;
+    t.qkv = fill((size_t)(n * row), opt.dtype);
+    t.qkv_bytes = (size_t)(n * row) * es;
+    pe_tensor base = {t.qkv, dt, {B, H, T, D}, {T * row, D, row, 1}};
+    t.tq = t.tk = t.tv = base;
+    t.tk.shape[1] = t.tv.shape[1] = K;
+    t.tk.data = (char *)t.qkv + H * D * es;
+    t.tv.data = (char *)t.qkv + (H + K) * D * es;
+  } else {
+    t.q = fill((size_t)(n * H * D), opt.dtype);
+    t.k = fill((size_t)(n * K * D), opt.dtype);
+    t.q_bytes = (size_t)(n * H * D) * es;
+    t.k_bytes = (size_t)(n * K * D) * es;
+    pe_tensor q = {t.q, dt, {B, H, T, D}, {H * T * D, T * D, D, 1}};
+    if (!opt.bhtd) q.stride[1] = D, q.stride[2] = H * D;
+    pe_tensor k = q;
+    k.data = t.k;
+    k.shape[1] = K;
+    k.stride[0] = K * T * D;
+    if (opt.bhtd) k.stride[1] = T * D;
+    else k.stride[2] = K * D;
+    t.tq = q, t.tk = k;
+  }
+  /* paged NHD caches of BLOCK-token blocks, block 0 unused */
+  const int64_t blocks = (n + BLOCK - 1) / BLOCK + 2;
+  t.cache_bytes = (size_t)(blocks * BLOCK * K * D) * es;
+  t.kc = calloc(1, t.cache_bytes);
+  t.vc = calloc(1, t.cache_bytes);
+  if (!t.kc || !t.vc) die("out of memory");
+  pe_tensor kc = {t.kc, dt, {blocks, K, BLOCK, D}, {BLOCK * K * D, D, K * D, 1}};
+  t.tkc = t.tvc = kc;
+  t.tvc.data = t.vc;
+  t.pos = malloc((size_t)n * sizeof *t.pos);
+  t.slots = malloc((size_t)n * sizeof *t.slots);
+  t.qw = malloc((size_t)D * sizeof *t.qw);
+  t.kw = malloc((size_t)D * sizeof *t.kw);
+  if (!t.pos || !t.slots || !t.qw || !t.kw) die("out of memory");
+  for (int64_t b = 0; b < B; b++)
+    for (int64_t i = 0; i < T; i++) {
+      t.pos[b * T + i] = T == 1 ? 4000 + 7 * b : i;
+      t.slots[b * T + i] = BLOCK + b * T + i;
+    }
+  for (int64_t e = 0; e < D; e++) t.qw[e] = rnd() < 0 ? -1.0f : 1.0f, t.kw[e] = rnd() < 0 ? -1.0f : 1.0f;
+}
+
+static pe_status call(lib *l) {
+  switch (opt.kase) {
+  case CASE_QKNORM:
+    return l->qk_norm_store(l->cache, &l->norm, &t.tq, &t.tk, &t.tv, &l->kv, t.slots, t.pos, 0,
+                            NULL);
+  case CASE_STORE:
+    return l->store(l->cache, &t.tq, &t.tk, &t.tkc, t.slots, t.pos, 0, NULL);
+  default:
+    return l->apply(l->cache, &t.tq, &t.tk, t.pos, 0, NULL);
+  }
+}
+
+/* The buffers a call writes, in order: (address, bytes). */
+static int written(void **p, size_t *n) {
+  int m = 0;
+  if (opt.kase == CASE_QKNORM) {
+    p[m] = t.qkv, n[m++] = t.qkv_bytes;
+  } else {
+    p[m] = t.q, n[m++] = t.q_bytes;
+    p[m] = t.k, n[m++] = t.k_bytes;
+  }
+  if (opt.kase != CASE_ROPE) p[m] = t.kc, n[m++] = t.cache_bytes;
+  if (opt.kase == CASE_QKNORM) p[m] = t.vc, n[m++] = t.cache_bytes;
+  return m;
+}
+
+static const char *const buffer_names[2][4] = {{"q/k/v", "k cache", "v cache", ""},
+                                               {"q", "k", "k cache", ""}};
+
+/* Each library once from the same inputs; 1 when they wrote the same bytes
+ * (the first difference printed otherwise). The inputs are restored. */
+static int same_bytes(lib *a, lib *b) {
+  void *p[4];
+  size_t n[4];
+  int m = written(p, n);
+  void *orig[4], *out[4];
+  for (int i = 0; i < m; i++) {
+    orig[i] = malloc(n[i]);
+    out[i] = malloc(n[i]);
+    if (!orig[i] || !out[i]) die("out of memory");
+    memcpy(orig[i], p[i], n[i]);
+  }
+  if (call(a) != PE_OK) die("%s: %s", a->path, a->last_error());
+  for (int i = 0; i < m; i++) memcpy(out[i], p[i], n[i]), memcpy(p[i], orig[i], n[i]);
+  if (call(b) != PE_OK) die("%s: %s", b->path, b->last_error());
+  int same = 1;
+  for (int i = 0; i < m && same; i++)
+    for (size_t j = 0; j < n[i]; j++)
+      if (((unsigned char *)p[i])[j] != ((unsigned char *)out[i])[j]) {
+        printf("bytes differ: %s, byte %zu of %zu: base 0x%02x, new 0x%02x\n",
+               buffer_names[opt.kase != CASE_QKNORM][i], j, n[i], ((unsigned char *)out[i])[j],
+               ((unsigned char *)p[i])[j]);
+        same = 0;
+        break;
+      }
+  for (int i = 0; i < m; i++) {
+    memcpy(p[i], orig[i], n[i]);
+    free(orig[i]);
+    free(out[i]);
+  }
+  return same;
+}
+
+static double now_ns(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec * 1e9 + (double)ts.tv_nsec;
+}
+
+static double timed(lib *l, int64_t calls) {
+  double t0 = now_ns();
+  for (int64_t i = 0; i < calls; i++)
+    if (call(l) != PE_OK) die("%s: %s", l->path, l->last_error());
+  return (now_ns() - t0) / (double)calls;
+}
+
+static int cmp(const void *a, const void *b) {
+  double x = *(const double *)a, y = *(const double *)b;
+  return x < y ? -1 : x > y;
+}
+
+/* The q-th quantile of sorted v[0..n), interpolated (numpy's default). */
+static double quantile(const double *v, int64_t n, double q) {
+  double at = q * (double)(n - 1);
+  int64_t i = (int64_t)at;
+  return i + 1 < n ? v[i] + (at - (double)i) * (v[i + 1] - v[i]) : v[n - 1];
+}
+
+int main(int argc, char **argv) {
+  parse(argc, argv);
+  if (!mkdtemp(tmpdir)) die("cannot make a directory under /tmp: %s", strerror(errno));
+  atexit(cleanup);
+  lib L[2];
+  memset(L, 0, sizeof L);
+  load(&L[0], opt.base, "base.so");
+  load(&L[1], opt.new_, "new.so");
+  setup_tensors();
+  setup_lib(&L[0]);
+  setup_lib(&L[1]);
+  printf("pe-ab: %s, %" PRId64 "q/%" PRId64 "kv x%" PRId64 " %s, %" PRId64 "x%" PRId64
+         " tokens, %s%s; base %s (%s), new %s (%s)\n",
+         case_names[opt.kase], opt.heads, opt.kv_heads, opt.head_dim, opt.gptj ? "gptj" : "neox",
+         opt.batch, opt.tokens,
+         opt.dtype == PE_F32 ? "f32" : opt.dtype == PE_F16 ? "f16" : "bf16",
+         opt.kase == CASE_QKNORM ? "" : opt.bhtd ? ", bhtd" : ", bthd", opt.base,
+         L[0].isa_name(), opt.new_, L[1].isa_name());
+  int same = same_bytes(&L[0], &L[1]);
+  if (same) printf("same bytes: yes\n");
+  /* warm both, then calls per sample for >= 0.2 ms (at least 1) */
+  for (int w = 0; w < 3; w++) timed(&L[0], 1), timed(&L[1], 1);
+  double one = timed(&L[0], 1);
+  int64_t calls = one > 0 ? (int64_t)(2e5 / one) : 1;
+  if (calls < 1) calls = 1;
+  const int64_t S = opt.samples;
+  double *v = malloc((size_t)S * 3 * sizeof *v), *vb = v, *vn = v + S, *r = v + 2 * S;
+  if (!v) die("out of memory");
+  for (int64_t i = 0; i < S; i++) {
+    int first = (int)(i & 1); /* base, new, new, base, ... */
+    double x[2];
+    x[first] = timed(&L[first], calls);
+    x[1 - first] = timed(&L[1 - first], calls);
+    vb[i] = x[0], vn[i] = x[1], r[i] = x[1] / x[0];
+  }
+  qsort(vb, (size_t)S, sizeof *v, cmp);
+  qsort(vn, (size_t)S, sizeof *v, cmp);
+  qsort(r, (size_t)S, sizeof *v, cmp);
+  printf("%" PRId64 " samples a side, %" PRId64 " call%s each, alternated\n", S, calls,
+         calls == 1 ? "" : "s");
+  printf("      fastest ns/call  median ns/call\n");
+  printf("base  %15.0f  %14.0f\n", vb[0], quantile(vb, S, 0.5));
+  printf("new   %15.0f  %14.0f\n", vn[0], quantile(vn, S, 0.5));
+  printf("new/base: %.3f, the median of the pairs' ratios (quartiles %.3f..%.3f); fastest %.3f, "
+         "medians %.3f\n",
+         quantile(r, S, 0.5), quantile(r, S, 0.25), quantile(r, S, 0.75), vn[0] / vb[0],
+         quantile(vn, S, 0.5) / quantile(vb, S, 0.5));
+  free(v);
+  for (int i = 0; i < 2; i++) L[i].cache_destroy(L[i].cache);
+  if (!same && opt.same_bytes) return 1;
+  return 0;
+}

@@ -1,0 +1,45 @@
+#!/bin/sh
+# check_pe_ab.sh PE_AB LIB - pe-ab on the library against itself: each call
+# pattern loads it twice, finds the same bytes and prints the comparison;
+# bad arguments stop with status 2 and a line naming them.
+ab=$1
+lib=$2
+failed=0
+fail() { echo "FAIL: $*"; failed=$((failed + 1)); }
+out=$(mktemp)
+trap 'rm -f "$out"' EXIT
+
+for args in "--case qknorm --dtype f32" "--case qknorm --dtype bf16 --tokens 1 --batch 3" \
+            "--case store --layout bhtd --dtype f16" "--case rope --style gptj --dtype bf16"; do
+  # shellcheck disable=SC2086
+  if "$ab" --base "$lib" --new "$lib" --tokens 4 --samples 5 --same-bytes $args >"$out" 2>&1; then
+    if grep -q '^same bytes: yes$' "$out" && grep -q '^new/base: [0-9.]*, the median' "$out"; then
+      echo "ok   pe-ab $args"
+    else
+      fail "pe-ab $args: $(cat "$out")"
+    fi
+  else
+    fail "pe-ab $args exited $?: $(cat "$out")"
+  fi
+done
+
+bad() { # expected message, then the arguments
+  want=$1
+  shift
+  "$ab" "$@" >"$out" 2>&1
+  st=$?
+  if [ $st -eq 2 ] && grep -qF -- "$want" "$out"; then
+    echo "ok   pe-ab $* -> $(cat "$out")"
+  else
+    fail "pe-ab $*: status $st, $(cat "$out") (expected status 2 and: $want)"
+  fi
+}
+bad 'give both --base LIB and --new LIB' --base "$lib"
+bad 'cannot read /nonexistent.so' --base /nonexistent.so --new "$lib"
+bad '--case expects qknorm, store or rope, got "mla"' --base "$lib" --new "$lib" --case mla
+bad '--layout shapes store and rope' --base "$lib" --new "$lib" --layout bhtd
+bad '--head-dim 127 is odd' --base "$lib" --new "$lib" --head-dim 127
+bad '--tokens expects an integer in [1, 1048576], got "0"' --base "$lib" --new "$lib" --tokens 0
+bad 'has no pe_rope_params_init' --base /lib/x86_64-linux-gnu/libm.so.6 --new "$lib"
+
+[ $failed -eq 0 ] && echo "all pe-ab checks passed" || { echo "$failed pe-ab checks failed"; exit 1; }
