@@ -54,7 +54,7 @@ void pb_bound_rmw_part(const pb_rows *r, int index, int n, float a, float b);
 
 /* The QK-norm step of the qknorm suite as an engine's own C code writes it,
  * one pass over each token (textbook.c): a packed QKV buffer [B, T, (hq +
- * 2*hkv) * hd] (q's heads, k's, v's; f32 or bf16), each q head row RMSNorm'd
+ * 2*hkv) * hd] (q's heads, k's, v's; f32, f16 or bf16), each q head row RMSNorm'd
  * (x * r * w, r = 1/sqrt(mean of squares + eps)) and NeoX-rotated in place,
  * each k head row the same into its slot of the k cache, each v row copied
  * into the v cache; caches of the same dtype, paged NHD ([blocks][block
@@ -62,7 +62,7 @@ void pb_bound_rmw_part(const pb_rows *r, int index, int n, float a, float b);
 typedef struct pb_qknorm {
   void *qkv;
   int64_t batch, tokens, hq, hkv, hd; /* hd a multiple of 16, at most 256 */
-  int bf16;                           /* 0: float32 rows, 1: bf16 */
+  int dtype;                          /* pe_dtype: 0 f32, 1 f16, 2 bf16 */
   void *k_cache, *v_cache;
   const int64_t *slots, *pos; /* [B*T] */
   const float *q_weight, *k_weight, *cos_t, *sin_t; /* weights [hd]; tables [pos][hd/2] */

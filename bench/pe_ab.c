@@ -18,10 +18,12 @@
  *
  * The calls, with a published model's attention shapes (default Qwen3-8B:
  * 32 q / 8 kv heads of 128, NeoX, theta 1e6):
- *   qknorm  pe_qk_norm_rope_store: per-head RMSNorm (weights +-1), RoPE, k
- *           and v into a paged NHD cache of 16-token blocks, q/k/v views of
- *           one packed QKV buffer [B, T, (hq + 2*hkv) * hd] (pe-bench's
- *           qknorm suite)
+ *   qknorm  pe_qk_norm_rope_store: per-head RMSNorm (weights +-1; --norm
+ *           none: no norm), RoPE, k and v into a paged NHD cache of 16-token
+ *           blocks (--kv: plain rows of the dtype, FP8 with a per-tensor
+ *           scale, k 0.05 and v 0.02 as pe-bench's kvquant suite, or Q8_0),
+ *           q/k/v views of one packed QKV buffer [B, T, (hq + 2*hkv) * hd]
+ *           (pe-bench's qknorm and kvquant suites)
  *   store   pe_apply_rope_qk_store: q rotated in place, k into the cache
  *   rope    pe_apply_rope_qk: q and k rotated in place
  * Decode (--tokens 1) puts sequence b at position 4000 + 7b, as pe-bench. */
@@ -70,10 +72,12 @@ static const char *const case_names[] = {"qknorm", "store", "rope"};
 
 static struct {
   const char *base, *new_;
-  int kase, dtype, gptj, bhtd, layout_given, same_bytes;
+  int kase, dtype, gptj, bhtd, layout_given, same_bytes, no_norm, kv_given;
+  uint32_t kv;
   int64_t tokens, batch, heads, kv_heads, head_dim, samples;
   double theta;
-} opt = {NULL, NULL, CASE_QKNORM, PE_F32, 0, 0, 0, 0, 512, 1, 32, 8, 128, 100, 1e6};
+} opt = {NULL, NULL, CASE_QKNORM, PE_F32, 0, 0, 0, 0, 0, 0, PE_KV_PLAIN,
+           512, 1, 32, 8, 128, 100, 1e6};
 
 /* The call's tensors: q, k (and v) as views, the caches, positions, slots. */
 static struct {
@@ -81,7 +85,7 @@ static struct {
   size_t qkv_bytes, q_bytes, k_bytes, cache_bytes;
   pe_tensor tq, tk, tv, tkc, tvc;
   int64_t *pos, *slots;
-  float *qw, *kw;
+  float *qw, *kw, k_scale, v_scale;
 } t;
 
 static char tmpdir[] = "/tmp/pe-ab.XXXXXX";
@@ -119,6 +123,8 @@ static void usage(FILE *f) {
           "  --dtype f32|f16|bf16  tensor and cache dtype (default f32)\n"
           "  --layout bhtd|bthd q and k of store and rope as [B,H,T,D] or [B,T,H,D]\n"
           "                     (default bthd; qknorm's are views of a packed buffer)\n"
+          "  --kv plain|fp8e4m3|fp8e5m2|q8_0  qknorm's cache format (default plain)\n"
+          "  --norm rms|none    qknorm's norm (default rms, per head)\n"
           "  --heads N, --kv-heads N, --head-dim N, --style neox|gptj, --theta X\n"
           "                     the shapes (default Qwen3-8B: 32, 8, 128, neox, 1e6)\n"
           "  --samples N        timed samples per library (default 100)\n"
@@ -174,6 +180,18 @@ static void parse(int argc, char **argv) {
         die("--layout expects bhtd or bthd, got \"%s\"", v);
       opt.bhtd = !strcmp(v, "bhtd");
       opt.layout_given = 1;
+    } else if (!strcmp(a, "--kv")) {
+      static const char *const f[] = {"plain", "fp8e4m3", "fp8e5m2", "q8_0"};
+      static const uint32_t q[] = {PE_KV_PLAIN, PE_KV_FP8_E4M3, PE_KV_FP8_E5M2, PE_KV_Q8_0};
+      int k = 0;
+      while (k < 4 && strcmp(v, f[k])) k++;
+      if (k == 4) die("--kv expects plain, fp8e4m3, fp8e5m2 or q8_0, got \"%s\"", v);
+      opt.kv = q[k];
+      opt.kv_given = 1;
+    } else if (!strcmp(a, "--norm")) {
+      if (strcmp(v, "rms") && strcmp(v, "none")) die("--norm expects rms or none, got \"%s\"", v);
+      opt.no_norm = !strcmp(v, "none");
+      opt.kv_given = 1;
     } else if (!strcmp(a, "--style")) {
       if (strcmp(v, "neox") && strcmp(v, "gptj")) die("--style expects neox or gptj, got \"%s\"", v);
       opt.gptj = !strcmp(v, "gptj");
@@ -190,6 +208,10 @@ static void parse(int argc, char **argv) {
   if (opt.head_dim % 2) die("--head-dim %" PRId64 " is odd: RoPE rotates pairs", opt.head_dim);
   if (opt.kase == CASE_QKNORM && opt.layout_given)
     die("--layout shapes store and rope: qknorm's q, k and v are views of one packed buffer");
+  if (opt.kase != CASE_QKNORM && opt.kv_given)
+    die("--kv and --norm shape qknorm only (--case %s)", case_names[opt.kase]);
+  if (opt.kv == PE_KV_Q8_0 && opt.head_dim % 32)
+    die("--kv q8_0 needs --head-dim a multiple of 32 (blocks of 32), got %" PRId64, opt.head_dim);
   double bytes = (double)(opt.batch * opt.tokens) * (double)(opt.heads + 2 * opt.kv_heads) *
                  (double)opt.head_dim * 4.0 * 5.0;
   double have = (double)sysconf(_SC_PHYS_PAGES) * (double)sysconf(_SC_PAGESIZE);
@@ -250,14 +272,19 @@ static void setup_lib(lib *l) {
     die("%s: pe_rope_cache_create: %s", l->path, l->last_error());
   memset(&l->norm, 0, sizeof l->norm);
   l->norm_init(&l->norm);
-  l->norm.kind = PE_QK_NORM_RMS;
-  l->norm.eps = 1e-6f;
-  l->norm.q_weight = t.qw;
-  l->norm.k_weight = t.kw;
+  if (!opt.no_norm) {
+    l->norm.kind = PE_QK_NORM_RMS;
+    l->norm.eps = 1e-6f;
+    l->norm.q_weight = t.qw;
+    l->norm.k_weight = t.kw;
+  }
   memset(&l->kv, 0, sizeof l->kv);
   l->kv_init(&l->kv);
   l->kv.k = &t.tkc;
   l->kv.v = &t.tvc;
+  l->kv.k_quant = l->kv.v_quant = opt.kv;
+  if (opt.kv == PE_KV_FP8_E4M3 || opt.kv == PE_KV_FP8_E5M2)
+    l->kv.k_scale = &t.k_scale, l->kv.v_scale = &t.v_scale;
 }
 
 static uint64_t rng = 0x9e3779b97f4a7c15ull;
@@ -324,13 +351,18 @@ static void setup_tensors(void) {
     else k.stride[2] = K * D;
     t.tq = q, t.tk = k;
   }
-  /* paged NHD caches of BLOCK-token blocks, block 0 unused */
+  /* paged NHD caches of BLOCK-token blocks, block 0 unused; quantized rows
+   * are bytes (strides in bytes) */
   const int64_t blocks = (n + BLOCK - 1) / BLOCK + 2;
-  t.cache_bytes = (size_t)(blocks * BLOCK * K * D) * es;
+  const int64_t rb = opt.kv == PE_KV_PLAIN ? D : opt.kv == PE_KV_Q8_0 ? D / 32 * 34 : D;
+  const size_t ces = opt.kv == PE_KV_PLAIN ? es : 1;
+  t.cache_bytes = (size_t)(blocks * BLOCK * K * rb) * ces;
   t.kc = calloc(1, t.cache_bytes);
   t.vc = calloc(1, t.cache_bytes);
   if (!t.kc || !t.vc) die("out of memory");
-  pe_tensor kc = {t.kc, dt, {blocks, K, BLOCK, D}, {BLOCK * K * D, D, K * D, 1}};
+  t.k_scale = 0.05f, t.v_scale = 0.02f;
+  pe_tensor kc = {t.kc, opt.kv == PE_KV_PLAIN ? dt : PE_F32, {blocks, K, BLOCK, D},
+                  {BLOCK * K * rb, rb, K * rb, 1}};
   t.tkc = t.tvc = kc;
   t.tvc.data = t.vc;
   t.pos = malloc((size_t)n * sizeof *t.pos);
@@ -445,12 +477,18 @@ int main(int argc, char **argv) {
   setup_tensors();
   setup_lib(&L[0]);
   setup_lib(&L[1]);
+  static const char *const kv_names[] = {"plain", "fp8e4m3", "fp8e5m2", "q8_0"};
+  char extra[64];
+  if (opt.kase == CASE_QKNORM)
+    snprintf(extra, sizeof extra, ", %s cache, %s norm", kv_names[opt.kv],
+             opt.no_norm ? "no" : "rms");
+  else
+    snprintf(extra, sizeof extra, ", %s", opt.bhtd ? "bhtd" : "bthd");
   printf("pe-ab: %s, %" PRId64 "q/%" PRId64 "kv x%" PRId64 " %s, %" PRId64 "x%" PRId64
          " tokens, %s%s; base %s (%s), new %s (%s)\n",
          case_names[opt.kase], opt.heads, opt.kv_heads, opt.head_dim, opt.gptj ? "gptj" : "neox",
          opt.batch, opt.tokens,
-         opt.dtype == PE_F32 ? "f32" : opt.dtype == PE_F16 ? "f16" : "bf16",
-         opt.kase == CASE_QKNORM ? "" : opt.bhtd ? ", bhtd" : ", bthd", opt.base,
+         opt.dtype == PE_F32 ? "f32" : opt.dtype == PE_F16 ? "f16" : "bf16", extra, opt.base,
          L[0].isa_name(), opt.new_, L[1].isa_name());
   int same = same_bytes(&L[0], &L[1]);
   if (same) printf("same bytes: yes\n");

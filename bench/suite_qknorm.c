@@ -100,7 +100,7 @@ static const char *qkn_native_mismatch(bench_case *c, int64_t n) {
     memcpy(klib, kslots, kbytes);
     memcpy(s->qkv, orig, bytes);
     qkn_native(c);
-    const double tol = dt == PE_F32 ? 0x1p-18 : 0x1p-7;
+    const double tol = dt == PE_F32 ? 0x1p-18 : dt == PE_F16 ? 0x1p-10 : 0x1p-7;
     const int64_t nq = s->q.shape[1] * hd;
     for (int64_t i = 0; i < n * (nq + s->k.shape[1] * hd) && !why[0]; i++) {
       /* q's elements of each token, then every k cache row */
@@ -235,7 +235,7 @@ static void qkn_case(int64_t batch, int64_t tokens, int dt, int threads) {
     memcpy(s.sin_t + p * (HD / 2), cs + HD / 2, HD / 2 * sizeof(float));
   }
   s.native = (pb_qknorm){.qkv = s.qkv, .batch = batch, .tokens = tokens, .hq = HQ, .hkv = HKV,
-                         .hd = HD, .bf16 = dt == PE_BF16, .k_cache = s.kc.data,
+                         .hd = HD, .dtype = dt, .k_cache = s.kc.data,
                          .v_cache = s.vc.data, .slots = s.slots, .pos = s.pos,
                          .q_weight = s.qw, .k_weight = s.kw, .cos_t = s.cos_t,
                          .sin_t = s.sin_t, .eps = s.norm.eps};

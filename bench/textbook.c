@@ -155,28 +155,37 @@ void PB_TB(rope_neox_bf16)(uint16_t *x, const int64_t shape[4], const int64_t st
  * each head row widened to float into a row of its own, its sum of squares
  * in 16 partial sums (one float chain per lane, as anyone who wants the
  * loop vectorized writes it), r = 1 / sqrtf(mean + eps), then x * r * w
- * rotated as ROW_F32 and stored (bf16 rounded to nearest even). pe-bench
+ * rotated as ROW_F32 and stored (f16/bf16 rounded to nearest even). pe-bench
  * times the native build ('x native' of the qknorm rows). */
-static inline float tb_load(const void *row, int bf16, int64_t e) {
-  return bf16 ? bf16_to_f32(((const uint16_t *)row)[e]) : ((const float *)row)[e];
+static inline float tb_load(const void *row, int dtype, int64_t e) {
+  if (dtype == 0) return ((const float *)row)[e];
+  uint16_t h = ((const uint16_t *)row)[e];
+  return dtype == 2 ? bf16_to_f32(h) : f16_to_f32(h);
 }
 
 static inline void tb_qknorm_row(const pb_qknorm *a, const void *src, void *dst, const float *w,
                                  const float *c, const float *s) {
   const int64_t hd = a->hd, half = hd / 2;
   float x[256], acc[16] = {0};
-  for (int64_t e = 0; e < hd; e++) x[e] = tb_load(src, a->bf16, e);
+  for (int64_t e = 0; e < hd; e++) x[e] = tb_load(src, a->dtype, e);
   for (int64_t e = 0; e < hd; e += 16)
     for (int i = 0; i < 16; i++) acc[i] += x[e + i] * x[e + i];
   float ss = 0.0f;
   for (int i = 0; i < 16; i++) ss += acc[i];
   const float r = 1.0f / sqrtf(ss / (float)hd + a->eps);
-  if (a->bf16) {
+  if (a->dtype == 2) {
     uint16_t *o = dst;
     for (int64_t i = 0; i < half; i++) {
       float x0 = x[i] * r * w[i], x1 = x[i + half] * r * w[i + half];
       o[i] = f32_to_bf16(x0 * c[i] - x1 * s[i]);
       o[i + half] = f32_to_bf16(x1 * c[i] + x0 * s[i]);
+    }
+  } else if (a->dtype == 1) {
+    uint16_t *o = dst;
+    for (int64_t i = 0; i < half; i++) {
+      float x0 = x[i] * r * w[i], x1 = x[i + half] * r * w[i + half];
+      o[i] = f32_to_f16(x0 * c[i] - x1 * s[i]);
+      o[i + half] = f32_to_f16(x1 * c[i] + x0 * s[i]);
     }
   } else {
     float *o = dst;
@@ -189,7 +198,7 @@ static inline void tb_qknorm_row(const pb_qknorm *a, const void *src, void *dst,
 }
 
 void PB_TB(qknorm_store)(const pb_qknorm *a) {
-  const int64_t hd = a->hd, half = hd / 2, es = a->bf16 ? 2 : 4;
+  const int64_t hd = a->hd, half = hd / 2, es = a->dtype ? 2 : 4;
   const int64_t row = (a->hq + 2 * a->hkv) * hd * es, head = hd * es;
   for (int64_t b = 0; b < a->batch; b++)
     for (int64_t t = 0; t < a->tokens; t++) {

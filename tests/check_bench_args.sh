@@ -158,19 +158,24 @@ else
 fi
 
 # The qknorm suite's one-pass native loop agrees with the library (or the
-# row's note says where not) and is timed: ratio_textbook_native in each row.
-# shellcheck disable=SC2086
-if "$bench" --suite qknorm $quick --csv >"$out" 2>"$err"; then
-  awk -F, '
-    NR == 1 { for (i = 1; i <= NF; i++) col[$i] = i; next }
-    { n++
-      if (!($col["ratio_textbook_native"] > 0)) { print "row " n ": " $0; bad = 1 } }
-    END { if (n != 2) { print n " rows, not 2"; bad = 1 }; exit bad }' "$out" \
-    && echo "ok   pe-bench --suite qknorm $quick --csv: the native loop timed in 2 rows" \
-    || fail "pe-bench --suite qknorm $quick --csv: $(cat "$out")"
-else
-  fail "pe-bench --suite qknorm $quick --csv exited $?: $(cat "$err")"
-fi
+# row's note says where not) and is timed: ratio_textbook_native in each row
+# (f32 and bf16 by default; f16 asked for).
+for dt in "" "--dtype f16"; do
+  rows=2
+  [ -n "$dt" ] && rows=1
+  # shellcheck disable=SC2086
+  if "$bench" --suite qknorm $quick $dt --csv >"$out" 2>"$err"; then
+    awk -F, -v rows=$rows '
+      NR == 1 { for (i = 1; i <= NF; i++) col[$i] = i; next }
+      { n++
+        if (!($col["ratio_textbook_native"] > 0)) { print "row " n ": " $0; bad = 1 } }
+      END { if (n != rows) { print n " rows, not " rows; bad = 1 }; exit bad }' "$out" \
+      && echo "ok   pe-bench --suite qknorm $quick $dt --csv: the native loop timed in $rows rows" \
+      || fail "pe-bench --suite qknorm $quick $dt --csv: $(cat "$out")"
+  else
+    fail "pe-bench --suite qknorm $quick $dt --csv exited $?: $(cat "$err")"
+  fi
+done
 
 # The default table fits in 120 columns.
 # shellcheck disable=SC2086

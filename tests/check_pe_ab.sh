@@ -10,7 +10,8 @@ out=$(mktemp)
 trap 'rm -f "$out"' EXIT
 
 for args in "--case qknorm --dtype f32" "--case qknorm --dtype bf16 --tokens 1 --batch 3" \
-            "--case store --layout bhtd --dtype f16" "--case rope --style gptj --dtype bf16"; do
+            "--case store --layout bhtd --dtype f16" "--case rope --style gptj --dtype bf16" \
+            "--kv fp8e4m3 --norm none --dtype bf16" "--kv q8_0 --dtype f16" "--kv fp8e5m2"; do
   # shellcheck disable=SC2086
   if "$ab" --base "$lib" --new "$lib" --tokens 4 --samples 5 --same-bytes $args >"$out" 2>&1; then
     if grep -q '^same bytes: yes$' "$out" && grep -q '^new/base: [0-9.]*, the median' "$out"; then
@@ -40,6 +41,9 @@ bad '--case expects qknorm, store or rope, got "mla"' --base "$lib" --new "$lib"
 bad '--layout shapes store and rope' --base "$lib" --new "$lib" --layout bhtd
 bad '--head-dim 127 is odd' --base "$lib" --new "$lib" --head-dim 127
 bad '--tokens expects an integer in [1, 1048576], got "0"' --base "$lib" --new "$lib" --tokens 0
+bad '--kv expects plain, fp8e4m3, fp8e5m2 or q8_0, got "fp4"' --base "$lib" --new "$lib" --kv fp4
+bad '--kv and --norm shape qknorm only (--case store)' --base "$lib" --new "$lib" --case store --norm none
+bad '--kv q8_0 needs --head-dim a multiple of 32' --base "$lib" --new "$lib" --kv q8_0 --head-dim 80
 bad 'has no pe_rope_params_init' --base /lib/x86_64-linux-gnu/libm.so.6 --new "$lib"
 
 [ $failed -eq 0 ] && echo "all pe-ab checks passed" || { echo "$failed pe-ab checks failed"; exit 1; }
