@@ -348,6 +348,37 @@ PE_AI void vb_store_u8(void *p, vbi v) {
 }
 /* Unsigned 32-bit lane minimum, and the largest lane. */
 PE_AI vbi vb_min_u32(vbi a, vbi b) { return _mm256_min_epu32(a, b); }
+/* quant_common.h's pe_fp8_from_f32 of 8 lanes (fmt a constant), the codes
+ * in the low byte of each lane: quant_template.h's lane code with its two
+ * selects as vpblendvb on the compare masks (gcc makes each generic select
+ * three logic operations and spills the constants). The compares are
+ * signed: |y|'s bits are below 2^31, as are the constants. The rounding
+ * adds a's bit SHIFT, which a - REBIAS keeps (REBIAS has no bits below
+ * 2^23). AMD EPYC Zen 3, pe_qk_norm_rope_store of Qwen3-8B heads into an
+ * e4m3 or e5m2 cache (pe-ab --kv fp8e4m3, 512 tokens or 32 sequences of
+ * one): 0.89-0.93 of the generic code's time. The bits are the generic
+ * code's for every float32 (checked over all 2^32, both formats). */
+#define VEC_FP8_ENCODE 1
+PE_AI vbi vb_fp8_encode(int fmt, vf y) {
+  const __m256i u = _mm256_castps_si256(y);
+  __m256i a = _mm256_and_si256(u, _mm256_set1_epi32(0x7fffffff));
+  const __m256i nan = _mm256_cmpgt_epi32(a, _mm256_set1_epi32(0x7f800000));
+  a = _mm256_min_epu32(a, _mm256_set1_epi32((int)PE_FP8_MAXB(fmt)));
+  const __m256i sub = _mm256_cmpgt_epi32(_mm256_set1_epi32((int)PE_FP8_MINNB(fmt)), a);
+  const __m256i lsb =
+      _mm256_and_si256(_mm256_srli_epi32(a, PE_FP8_SHIFT(fmt)), _mm256_set1_epi32(1));
+  const __m256i r = _mm256_add_epi32(
+      _mm256_add_epi32(a, _mm256_set1_epi32((int)((1u << (PE_FP8_SHIFT(fmt) - 1)) - 1u -
+                                                  PE_FP8_REBIAS(fmt)))),
+      lsb);
+  const __m256 magic = _mm256_set1_ps(PE_FP8_MAGIC(fmt)); /* bits(|y| + MAGIC) - bits(MAGIC) */
+  const __m256i ms = _mm256_sub_epi32(
+      _mm256_castps_si256(_mm256_add_ps(_mm256_castsi256_ps(a), magic)), _mm256_castps_si256(magic));
+  __m256i m = _mm256_blendv_epi8(_mm256_srli_epi32(r, PE_FP8_SHIFT(fmt)), ms, sub);
+  m = _mm256_blendv_epi8(m, _mm256_set1_epi32((int)PE_FP8_NAN(fmt)), nan);
+  return _mm256_or_si256(
+      m, _mm256_and_si256(_mm256_srli_epi32(u, 24), _mm256_set1_epi32(0x80)));
+}
 PE_AI uint32_t vb_hmax_u32(vbi v) {
   __m128i m = _mm_max_epu32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
   m = _mm_max_epu32(m, _mm_shuffle_epi32(m, 0x4e));
