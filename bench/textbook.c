@@ -157,48 +157,38 @@ void PB_TB(rope_neox_bf16)(uint16_t *x, const int64_t shape[4], const int64_t st
  * loop vectorized writes it), r = 1 / sqrtf(mean + eps), then x * r * w
  * rotated as ROW_F32 and stored (f16/bf16 rounded to nearest even). pe-bench
  * times the native build ('x native' of the qknorm rows). */
-static inline float tb_load(const void *row, int dtype, int64_t e) {
+#define TB_AI static inline __attribute__((always_inline))
+TB_AI float tb_load(const void *row, int dtype, int64_t e) {
   if (dtype == 0) return ((const float *)row)[e];
   uint16_t h = ((const uint16_t *)row)[e];
   return dtype == 2 ? bf16_to_f32(h) : f16_to_f32(h);
 }
 
-static inline void tb_qknorm_row(const pb_qknorm *a, const void *src, void *dst, const float *w,
-                                 const float *c, const float *s) {
+TB_AI void tb_store(void *row, int dtype, int64_t e, float v) {
+  if (dtype == 0) ((float *)row)[e] = v;
+  else ((uint16_t *)row)[e] = dtype == 2 ? f32_to_bf16(v) : f32_to_f16(v);
+}
+
+TB_AI void tb_qknorm_row(const pb_qknorm *a, int dt, const void *src, void *dst, const float *w,
+                         const float *c, const float *s) {
   const int64_t hd = a->hd, half = hd / 2;
   float x[256], acc[16] = {0};
-  for (int64_t e = 0; e < hd; e++) x[e] = tb_load(src, a->dtype, e);
+  for (int64_t e = 0; e < hd; e++) x[e] = tb_load(src, dt, e);
   for (int64_t e = 0; e < hd; e += 16)
     for (int i = 0; i < 16; i++) acc[i] += x[e + i] * x[e + i];
   float ss = 0.0f;
   for (int i = 0; i < 16; i++) ss += acc[i];
   const float r = 1.0f / sqrtf(ss / (float)hd + a->eps);
-  if (a->dtype == 2) {
-    uint16_t *o = dst;
-    for (int64_t i = 0; i < half; i++) {
-      float x0 = x[i] * r * w[i], x1 = x[i + half] * r * w[i + half];
-      o[i] = f32_to_bf16(x0 * c[i] - x1 * s[i]);
-      o[i + half] = f32_to_bf16(x1 * c[i] + x0 * s[i]);
-    }
-  } else if (a->dtype == 1) {
-    uint16_t *o = dst;
-    for (int64_t i = 0; i < half; i++) {
-      float x0 = x[i] * r * w[i], x1 = x[i + half] * r * w[i + half];
-      o[i] = f32_to_f16(x0 * c[i] - x1 * s[i]);
-      o[i + half] = f32_to_f16(x1 * c[i] + x0 * s[i]);
-    }
-  } else {
-    float *o = dst;
-    for (int64_t i = 0; i < half; i++) {
-      float x0 = x[i] * r * w[i], x1 = x[i + half] * r * w[i + half];
-      o[i] = x0 * c[i] - x1 * s[i];
-      o[i + half] = x1 * c[i] + x0 * s[i];
-    }
+  for (int64_t i = 0; i < half; i++) {
+    float x0 = x[i] * r * w[i], x1 = x[i + half] * r * w[i + half];
+    tb_store(dst, dt, i, x0 * c[i] - x1 * s[i]);
+    tb_store(dst, dt, i + half, x1 * c[i] + x0 * s[i]);
   }
 }
 
-void PB_TB(qknorm_store)(const pb_qknorm *a) {
-  const int64_t hd = a->hd, half = hd / 2, es = a->dtype ? 2 : 4;
+/* Every token of a, its dtype dt a constant (each dtype its own loops). */
+TB_AI void tb_qknorm_tokens(const pb_qknorm *a, int dt) {
+  const int64_t hd = a->hd, half = hd / 2, es = dt ? 2 : 4;
   const int64_t row = (a->hq + 2 * a->hkv) * hd * es, head = hd * es;
   for (int64_t b = 0; b < a->batch; b++)
     for (int64_t t = 0; t < a->tokens; t++) {
@@ -206,12 +196,19 @@ void PB_TB(qknorm_store)(const pb_qknorm *a) {
       char *tok = (char *)a->qkv + u * row;
       const float *c = a->cos_t + a->pos[u] * half, *s = a->sin_t + a->pos[u] * half;
       for (int64_t h = 0; h < a->hq; h++)
-        tb_qknorm_row(a, tok + h * head, tok + h * head, a->q_weight, c, s);
+        tb_qknorm_row(a, dt, tok + h * head, tok + h * head, a->q_weight, c, s);
       if (slot < 0) continue;
       for (int64_t h = 0; h < a->hkv; h++) {
         const int64_t to = (slot * a->hkv + h) * head;
-        tb_qknorm_row(a, tok + (a->hq + h) * head, (char *)a->k_cache + to, a->k_weight, c, s);
+        tb_qknorm_row(a, dt, tok + (a->hq + h) * head, (char *)a->k_cache + to, a->k_weight,
+                      c, s);
         memcpy((char *)a->v_cache + to, tok + (a->hq + a->hkv + h) * head, (size_t)head);
       }
     }
+}
+
+void PB_TB(qknorm_store)(const pb_qknorm *a) {
+  if (a->dtype == 0) tb_qknorm_tokens(a, 0);
+  else if (a->dtype == 1) tb_qknorm_tokens(a, 1);
+  else tb_qknorm_tokens(a, 2);
 }

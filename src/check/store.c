@@ -154,11 +154,13 @@ static region region_of(const pe_tensor *t, uint32_t quant) {
   return r;
 }
 
-/* pe__kv_overlap(a, b): ranges apart answer at once, others take the exact
- * test (the elements of views of one packed buffer). */
+/* pe__kv_overlap(a, b) from the ranges found once: ranges apart never
+ * meet, meeting ranges of a quantized tensor (bytes) do, and two plain
+ * tensors take the exact test (the elements of views of one packed
+ * buffer). */
 static int regions_overlap(const region *a, const region *b) {
   if (a->none || b->none || !(a->lo < b->hi && b->lo < a->hi)) return 0;
-  return pe__kv_overlap(a->t, a->quant, b->t, b->quant);
+  return a->quant || b->quant || pe__tensors_overlap(a->t, b->t);
 }
 
 pe_status pe__copy_kv_cache(const char *fn, const pe_kv_cache *user, pe_kv_cache *kv) {

@@ -348,6 +348,12 @@ PE_AI void vb_store_u8(void *p, vbi v) {
 }
 /* Unsigned 32-bit lane minimum, and the largest lane. */
 PE_AI vbi vb_min_u32(vbi a, vbi b) { return _mm256_min_epu32(a, b); }
+PE_AI uint32_t vb_hmax_u32(vbi v) {
+  __m128i m = _mm_max_epu32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+  m = _mm_max_epu32(m, _mm_shuffle_epi32(m, 0x4e));
+  m = _mm_max_epu32(m, _mm_shuffle_epi32(m, 0xb1));
+  return (uint32_t)_mm_cvtsi128_si32(m);
+}
 /* quant_common.h's pe_fp8_from_f32 of 8 lanes (fmt a constant), the codes
  * in the low byte of each lane: quant_template.h's lane code with its two
  * selects as vpblendvb on the compare masks (gcc makes each generic select
@@ -378,12 +384,6 @@ PE_AI vbi vb_fp8_encode(int fmt, vf y) {
   m = _mm256_blendv_epi8(m, _mm256_set1_epi32((int)PE_FP8_NAN(fmt)), nan);
   return _mm256_or_si256(
       m, _mm256_and_si256(_mm256_srli_epi32(u, 24), _mm256_set1_epi32(0x80)));
-}
-PE_AI uint32_t vb_hmax_u32(vbi v) {
-  __m128i m = _mm_max_epu32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
-  m = _mm_max_epu32(m, _mm_shuffle_epi32(m, 0x4e));
-  m = _mm_max_epu32(m, _mm_shuffle_epi32(m, 0xb1));
-  return (uint32_t)_mm_cvtsi128_si32(m);
 }
 
 /* Q8_0 (quant_template.h): the unsigned lane maximum; the largest lane of
