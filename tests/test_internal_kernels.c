@@ -248,6 +248,7 @@ typedef struct rows_case {
   int norm, norm_per_token, weight_shared; /* the QK-norm stage (PE_NORM_*; 0: none) */
   int wide; /* rows >= 4 KiB apart: a decode step's walk depends on it (isa_template.h) */
   int cs_layout; /* where the cos/sin rows lie (cs_offsets): the grouped walk depends on it */
+  int streams;   /* the tested struct's pe_rope_block.streams (the reference's: 0) */
 } rows_case;
 
 /* Where token t's cos and sin rows start in a buffer of cs_floats(tokens, n)
@@ -317,15 +318,24 @@ static void run_rows(const pe_isa *isa, const rows_case *k) {
     /* a prefetch hint (the kernels read nothing there): the results are the same */
     blk.prefetch = rnd_below(2) ? (int64_t)rnd_below(4096) - 2048 : 0;
   }
+  /* the reference token by token; the tested walk (and the reference's
+   * own, on a third copy) in k->streams runs: every row once, same bits */
+  char *c = xmalloc((size_t)total * es);
+  memcpy(c, a, (size_t)total * es);
+  pe_rope_block sblk = blk;
+  sblk.streams = k->streams;
   ref->rope_rows[k->dt](&blk, a + base * (int64_t)es, hs, ts);
-  isa->rope_rows[k->dt](&blk, b + base * (int64_t)es, hs, ts);
-  char what[160];
+  isa->rope_rows[k->dt](&sblk, b + base * (int64_t)es, hs, ts);
+  ref->rope_rows[k->dt](&sblk, c + base * (int64_t)es, hs, ts);
+  char what[180];
   snprintf(what, sizeof what,
            "rope_rows dtype %d style %d n_pairs %d pair_dist %d tokens %lld heads %lld hs %lld "
-           "ts %lld norm %d cs layout %d",
+           "ts %lld norm %d cs layout %d streams %d",
            k->dt, k->style, (int)k->n_pairs, (int)k->pair_dist, (long long)k->tokens,
-           (long long)k->heads, (long long)hs, (long long)ts, k->norm, k->cs_layout);
+           (long long)k->heads, (long long)hs, (long long)ts, k->norm, k->cs_layout, k->streams);
   assert_same(a, b, (size_t)total * es, es, what);
+  assert_same(a, c, (size_t)total * es, es, what);
+  free(c);
   free(scales);
   free(weights);
   free(a);
@@ -338,7 +348,7 @@ static void test_rope_rows(void **state) {
   /* heads: the vector walks take rows in groups of 4 (rope_template.h),
    * two groups at once, the second PE_ROPE_LAG (2) tokens behind, an odd
    * group alone, and a remainder group */
-  static const int64_t tok[] = {1, 2, 3, 5}, hd[] = {1, 2, 3, 4, 5, 9, 12, 13};
+  static const int64_t tok[] = {1, 2, 3, 5, 7, 8}, hd[] = {1, 2, 3, 4, 5, 9, 12, 13};
   int64_t cases = 0;
   for (int dt = 0; dt < 3; dt++)
     for (int style = 0; style < 2; style++)
@@ -347,7 +357,8 @@ static void test_rope_rows(void **state) {
           rows_case k = {.dt = dt, .style = style, .n_pairs = pair_counts[ci]};
           /* pair_dist == n_pairs (whole rotary half) or > (a frequency chunk) */
           k.pair_dist = k.n_pairs + (rep & 1 ? (int32_t)rnd_below(70) + 1 : 0);
-          k.tokens = tok[rnd_below(4)];
+          k.tokens = tok[rnd_below(6)];
+          k.streams = (int)rnd_below(6); /* 0, 1: token by token; 2-5 runs */
           k.heads = hd[rnd_below(8)];
           k.norm = rnd_below(2) ? 0 : (int)rnd_below(4); /* PE_NORM_OFF..PE_NORM_UNIT */
           k.norm_per_token = (int)rnd_below(2);
@@ -366,7 +377,7 @@ static void test_rope_rows(void **state) {
 /* ---- rope_store_rows ---- */
 
 static void run_store(const pe_isa *isa, int sd, int dd, int style, int32_t n_pairs,
-                      int32_t pair_dist, int64_t tokens, int64_t heads, int norm) {
+                      int32_t pair_dist, int64_t tokens, int64_t heads, int norm, int streams) {
   const size_t ses = esz(sd), des = esz(dd);
   int64_t extent = style == PE_ROPE_GPTJ ? 2 * (int64_t)n_pairs : (int64_t)pair_dist + n_pairs;
   int64_t shs = extent + rnd_below(4), dhs = extent + rnd_below(4);
@@ -413,13 +424,26 @@ static void run_store(const pe_isa *isa, int sd, int dd, int style, int32_t n_pa
     blk.weight_head_stride = rnd_below(2) ? 0 : extent;
     blk.prefetch = rnd_below(2) ? (int64_t)rnd_below(4096) - 2048 : 0;
   }
+  /* the reference token by token, the tested walk (and the reference's own,
+   * into a third copy) in `streams` runs of tokens */
+  char *dc = xmalloc((size_t)dtotal * des);
+  memcpy(dc, da, (size_t)dtotal * des);
+  void *d2[8];
+  for (int64_t t = 0; t < tokens; t++) d2[t] = dc + ((char *)d0[t] - da);
+  pe_rope_block sblk = blk;
+  sblk.streams = streams;
   ref->rope_store_rows[sd][dd](&blk, s, shs, d0, dhs);
-  isa->rope_store_rows[sd][dd](&blk, s, shs, d1, dhs);
-  char what[128];
+  isa->rope_store_rows[sd][dd](&sblk, s, shs, d1, dhs);
+  ref->rope_store_rows[sd][dd](&sblk, s, shs, d2, dhs);
+  char what[160];
   snprintf(what, sizeof what,
-           "rope_store_rows %d -> %d style %d n_pairs %d pair_dist %d heads %lld norm %d", sd, dd,
-           style, (int)n_pairs, (int)pair_dist, (long long)heads, norm);
+           "rope_store_rows %d -> %d style %d n_pairs %d pair_dist %d tokens %lld heads %lld norm "
+           "%d streams %d",
+           sd, dd, style, (int)n_pairs, (int)pair_dist, (long long)tokens, (long long)heads, norm,
+           streams);
   assert_same(da, db, (size_t)dtotal * des, des, what);
+  assert_same(da, dc, (size_t)dtotal * des, des, what);
+  free(dc);
   assert_same_bytes(src0, src, (size_t)stotal * ses, "rope_store_rows wrote its source");
   free(weights);
   free(src);
@@ -439,8 +463,8 @@ static void test_rope_store_rows(void **state) {
           for (int rep = 0; rep < 2; rep++) {
             int32_t n = pair_counts[ci];
             int32_t dist = n + (rep ? (int32_t)rnd_below(40) + 1 : 0);
-            run_store(isa, sd, dd, style, n, dist, 1 + rnd_below(4), 1 + rnd_below(3),
-                      rnd_below(2) ? 0 : (int)rnd_below(4));
+            run_store(isa, sd, dd, style, n, dist, 1 + rnd_below(8), 1 + rnd_below(3),
+                      rnd_below(2) ? 0 : (int)rnd_below(4), (int)rnd_below(6));
             cases++;
           }
   printf("# %s rope_store_rows: %lld cases\n", isa->name, (long long)cases);

@@ -115,7 +115,32 @@ void pe__cpu_describe(unsigned bits, char *out, size_t cap) {
   }
 }
 
-/* The L2 from the C library (glibc reads cpuid on x86), else Linux's sysfs
+/* The size of cache level `level` (2 or 3) of cpu0 in Linux's sysfs (the
+ * index whose level file says `level`), 0 when it says nothing. */
+static int64_t sysfs_cache(int level) {
+  for (int i = 0; i < 8; i++) {
+    char path[64];
+    int lv = 0;
+    snprintf(path, sizeof path, "/sys/devices/system/cpu/cpu0/cache/index%d/level", i);
+    FILE *f = fopen(path, "r");
+    if (!f) return 0;
+    if (fscanf(f, "%d", &lv) != 1) lv = 0;
+    fclose(f);
+    if (lv != level) continue;
+    snprintf(path, sizeof path, "/sys/devices/system/cpu/cpu0/cache/index%d/size", i);
+    if (!(f = fopen(path, "r"))) return 0;
+    long n = 0;
+    char unit = 0;
+    int64_t v = 0;
+    if (fscanf(f, "%ld%c", &n, &unit) >= 1 && n > 0)
+      v = unit == 'K' ? (int64_t)n << 10 : unit == 'M' ? (int64_t)n << 20 : n;
+    fclose(f);
+    return v;
+  }
+  return 0;
+}
+
+/* The L2 from the C library (glibc reads cpuid on x86), else sysfs
  * (aarch64 glibc reports 0), else PE_CPU_L2_DEFAULT. */
 static int64_t probe_l2(void) {
   long v = -1;
@@ -123,15 +148,8 @@ static int64_t probe_l2(void) {
   v = sysconf(_SC_LEVEL2_CACHE_SIZE);
 #endif
   if (v > 0) return v;
-  FILE *f = fopen("/sys/devices/system/cpu/cpu0/cache/index2/size", "r");
-  if (f) {
-    long n = 0;
-    char unit = 0;
-    if (fscanf(f, "%ld%c", &n, &unit) >= 1 && n > 0)
-      v = unit == 'K' ? n << 10 : unit == 'M' ? n << 20 : n;
-    fclose(f);
-  }
-  return v > 0 ? v : PE_CPU_L2_DEFAULT;
+  int64_t s = sysfs_cache(2);
+  return s > 0 ? s : PE_CPU_L2_DEFAULT;
 }
 
 static _Atomic int64_t l2_bytes;
@@ -141,6 +159,21 @@ int64_t pe__cpu_l2_bytes(void) {
   if (!v) {
     v = probe_l2();
     atomic_store_explicit(&l2_bytes, v, memory_order_relaxed);
+  }
+  return v;
+}
+
+static _Atomic int64_t llc_bytes;
+
+int64_t pe__cpu_llc_bytes(void) {
+  int64_t v = atomic_load_explicit(&llc_bytes, memory_order_relaxed);
+  if (!v) {
+    /* sysfs first: the L3 one core shares (AMD EPYC Zen 3: 32 MiB, where
+     * glibc's sysconf reported the socket's 256 MiB) */
+    v = sysfs_cache(3);
+    if (v <= 0) v = sysfs_cache(2);
+    if (v <= 0) v = PE_CPU_LLC_DEFAULT;
+    atomic_store_explicit(&llc_bytes, v, memory_order_relaxed);
   }
   return v;
 }

@@ -73,6 +73,36 @@ PE_AI void eo_row(const char *src, char *dst, int32_t m, int32_t dist, const flo
  * (rope_row) when inplace (a constant; dst == src), else written as
  * store_row writes them. Per piece of EO_CH pairs its whole chunks of 2*VL
  * in the even/odd order, then the pairs past them as rope_row / store_row. */
+/* The cos/sin of pairs [j0, j0 + m) (m whole chunks of 2*VL) in even/odd
+ * order into ce, se (m floats each). */
+PE_AI void eo_prepare(const float *c, const float *s, int32_t m, float *ce, float *se) {
+  for (int32_t j = 0; j < m; j += 2 * VL) {
+    vf e, o;
+    cs_eo(c + j, &e, &o);
+    vf_store(ce + j, e);
+    vf_store(ce + j + VL, o);
+    cs_eo(s + j, &e, &o);
+    vf_store(se + j, e);
+    vf_store(se + j + VL, o);
+  }
+}
+/* One piece of k pairs (m of them in whole chunks, prepared in ce, se; c, s
+ * the piece's own cos/sin) of n_heads rows, src -> dst as eo_token says. */
+PE_AI void eo_heads(int sd, int dd, int inplace, const char *src, int64_t shs, char *dst,
+                    int64_t dhs, int64_t n_heads, const float *ce, const float *se,
+                    const float *c, const float *s, int32_t k, int32_t m, int32_t dist) {
+  for (int64_t h = 0; h < n_heads; h++) {
+    const char *r = src + h * shs;
+    char *w = dst + h * dhs;
+    eo_row(r, w, m, dist, ce, se, c, s);
+    if (m < k) { /* the pairs past the chunks (the last piece only) */
+      if (inplace)
+        rope_row(dd, PE_ROPE_NEOX, w + 2 * m, c + m, s + m, k - m, dist);
+      else
+        store_row(sd, dd, PE_ROPE_NEOX, r + 2 * m, w + 2 * m, c + m, s + m, k - m, dist);
+    }
+  }
+}
 PE_AI void eo_token(int sd, int dd, int inplace, const char *src, int64_t shs, char *dst,
                     int64_t dhs, int64_t n_heads, const float *c, const float *s, int32_t n,
                     int32_t dist) {
@@ -80,27 +110,33 @@ PE_AI void eo_token(int sd, int dd, int inplace, const char *src, int64_t shs, c
   for (int32_t j0 = 0; j0 < n; j0 += EO_CH) {
     const int32_t k = n - j0 < EO_CH ? n - j0 : EO_CH; /* the piece's pairs */
     const int32_t m = k / (2 * VL) * (2 * VL);         /* ... in whole chunks */
-    for (int32_t j = 0; j < m; j += 2 * VL) {
-      vf e, o;
-      cs_eo(c + j0 + j, &e, &o);
-      vf_store(ce + j, e);
-      vf_store(ce + j + VL, o);
-      cs_eo(s + j0 + j, &e, &o);
-      vf_store(se + j, e);
-      vf_store(se + j + VL, o);
-    }
-    for (int64_t h = 0; h < n_heads; h++) {
-      const char *r = src + h * shs + 2 * j0;
-      char *w = dst + h * dhs + 2 * j0;
-      eo_row(r, w, m, dist, ce, se, c + j0, s + j0);
-      if (m < k) { /* the pairs past the chunks (the last piece only) */
-        if (inplace)
-          rope_row(dd, PE_ROPE_NEOX, w + 2 * m, c + j0 + m, s + j0 + m, k - m, dist);
-        else
-          store_row(sd, dd, PE_ROPE_NEOX, r + 2 * m, w + 2 * m, c + j0 + m, s + j0 + m, k - m,
-                    dist);
-      }
-    }
+    eo_prepare(c + j0, s + j0, m, ce, se);
+    eo_heads(sd, dd, inplace, src + 2 * j0, shs, dst + 2 * j0, dhs, n_heads, ce, se, c + j0,
+             s + j0, k, m, dist);
+  }
+}
+/* The rows of a block's tokens in streams (pe_rope_block.streams > 1, as
+ * isa_template.h's rows_streams walks them: a row of each run's token in
+ * turn), EO_PAIR(sd, dd) NeoX rows of n <= EO_CH pairs: each token's
+ * cos/sin prepared once, for all its rows, as eo_token does. Token t's
+ * head h at (sv ? sv[t] : sb + t*sts) + h*shs, written at (dv ? dv[t] : db
+ * + t*dts) + h*dhs (bytes); at most EO_STREAMS runs. */
+enum { EO_STREAMS = 4 };
+PE_AI void eo_streams(int sd, int dd, int inplace, const pe_rope_block *b, const char *sb,
+                      const void *const *sv, int64_t sts, int64_t shs, char *db,
+                      void *const *dv, int64_t dts, int64_t dhs) {
+  _Alignas(32) float ce[EO_STREAMS][EO_CH], se[EO_STREAMS][EO_CH];
+  const int64_t nt = b->n_tokens, nh = b->n_heads;
+  const int64_t S = b->streams < EO_STREAMS ? b->streams : EO_STREAMS, run = (nt + S - 1) / S;
+  const int32_t n = b->n_pairs, m = n / (2 * VL) * (2 * VL), dist = b->pair_dist;
+  for (int64_t k = 0; k < run; k++) {
+    for (int64_t i = 0, t = k; i < S && t < nt; i++, t += run)
+      eo_prepare(b->cos[t], b->sin[t], m, ce[i], se[i]);
+    for (int64_t h = 0; h < nh; h++)
+      for (int64_t i = 0, t = k; i < S && t < nt; i++, t += run)
+        eo_heads(sd, dd, inplace, (sv ? (const char *)sv[t] : sb + t * sts) + h * shs, 0,
+                 (dv ? (char *)dv[t] : db + t * dts) + h * dhs, 0, 1, ce[i], se[i], b->cos[t],
+                 b->sin[t], n, m, dist);
   }
 }
 #endif
@@ -153,6 +189,13 @@ PE_AI void il_token(int sd, int dd, int inplace, const char *src, int64_t shs, c
  * even/odd order (eo_token), GPT-J of IL_PAIR (il_token); GPT-J bf16 in
  * even/odd order needs nothing prepared and goes row by row. */
 #define VEC_TOKEN_HEADS 1
+/* Whether a block in streams of rows of dtypes sd -> dd goes by eo_streams
+ * (each token's cos/sin prepared once; else row by row). */
+#if defined(VEC_EO_PREP)
+PE_AI int token_streams_take(int sd, int dd, int style, int32_t n) {
+  return style == PE_ROPE_NEOX && EO_PAIR(sd, dd) && n >= 2 * VL && n <= EO_CH;
+}
+#endif
 PE_AI int token_heads_take(int sd, int dd, int style, int32_t n) {
 #if defined(VEC_EO_PREP)
   if (EO_PAIR(sd, dd)) return n >= 2 * VL;

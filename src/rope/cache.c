@@ -203,9 +203,11 @@ PE_API pe_status pe_rope_cache_create(const pe_rope_params *user, pe_rope_cache 
     pe__isa()->rope_sincos(0, p.max_positions, c->inv_freq, NULL, half, (float)c->attention_factor,
                                c->table);
   }
-  /* Probe the L2 size here, off the hot path: on aarch64 it reads sysfs
-   * (fopen allocates), which a first apply call must not do. */
+  /* Probe the cache sizes here, off the hot path: they read sysfs (the L2
+   * on aarch64, the last level everywhere; fopen allocates), which a first
+   * apply call must not do. */
   (void)pe__cpu_l2_bytes();
+  (void)pe__cpu_llc_bytes();
   *out = c;
   return PE_OK;
 }
