@@ -1,6 +1,7 @@
 /* bench.h - pieces of pe-bench that live in their own translation units
  * because they are compiled with different flags:
- *   bound.c     the hardware bound: an in-place streaming read-modify-write,
+ *   bound.c     the hardware bound: an in-place streaming read-modify-write
+ *               (as one stream, and as PB_STREAMS taking turns),
  *               compiled -O3 -march=native (a measuring instrument may use
  *               the best the machine has; the library itself never does);
  *   textbook.c  the baseline a reader would write: a plain C RoPE loop over a
@@ -34,6 +35,14 @@ void pb_bound_rmw_rows(const pb_rows *r, int64_t begin, int64_t end, float a, fl
 
 /* Part `index` of `n` of the rows of r (contiguous pieces), as above. */
 void pb_bound_rmw_part(const pb_rows *r, int index, int n, float a, float b);
+
+/* The same part in PB_STREAMS streams: its rows (one contiguous run: its
+ * bytes) cut into that many runs, walked together a row (PB_STREAM_PIECE
+ * bytes) of each in turn. Memory may serve several streams faster than
+ * one: the bound is the faster of the two walks. */
+#define PB_STREAMS 4
+#define PB_STREAM_PIECE 512
+void pb_bound_rmw_streams(const pb_rows *r, int index, int n, float a, float b);
 
 /* The textbook loop: NeoX RoPE on x[B,H,T,D] (strides in elements, unit
  * inner stride, either layout), pairs (i, i + half) for i < half, angle row

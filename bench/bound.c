@@ -1,6 +1,7 @@
 /* bound.c - the bound every pe-bench figure is compared with: an in-place
  * streaming read-modify-write (x = x*a + b) over the bytes a kernel reads and
- * writes, laid out like its tensor. Built with -O3 -march=native
+ * writes, laid out like its tensor, walked as one stream or as PB_STREAMS
+ * (measure.c takes the faster). Built with -O3 -march=native
  * (bench/CMakeLists.txt): it is the measuring instrument, so it may use the
  * widest vectors of this machine; the library is never built that way. */
 #include "bench.h"
@@ -90,4 +91,67 @@ void pb_bound_rmw_part(const pb_rows *r, int index, int n, float a, float b) {
   int64_t begin = (floats * index / n) & ~(int64_t)15;
   int64_t end = index == n - 1 ? floats : (floats * (index + 1) / n) & ~(int64_t)15;
   if (end > begin) rmw((float *)(void *)r->base + begin, end - begin, a, b);
+}
+
+/* A cursor over the rows of pb_bound_rmw_rows' walk: row `k` of r and its
+ * index in each dimension, advanced one row at a time without division. */
+typedef struct cursor {
+  char *row;
+  int64_t i1, i2;
+} cursor;
+
+static cursor cursor_at(const pb_rows *r, const int64_t *n, const int64_t *s3, int64_t k) {
+  int64_t i2 = k % n[2], i1 = k / n[2] % n[1], i0 = k / n[2] / n[1];
+  cursor c = {r->base + i0 * s3[0] + i1 * s3[1] + i2 * s3[2], i1, i2};
+  return c;
+}
+
+static inline void cursor_next(cursor *c, const int64_t *n, const int64_t *s3) {
+  if (++c->i2 < n[2]) {
+    c->row += s3[2];
+    return;
+  }
+  c->i2 = 0;
+  c->row -= (n[2] - 1) * s3[2];
+  if (++c->i1 < n[1]) {
+    c->row += s3[1];
+    return;
+  }
+  c->i1 = 0;
+  c->row += s3[0] - (n[1] - 1) * s3[1];
+}
+
+void pb_bound_rmw_streams(const pb_rows *r, int index, int n, float a, float b) {
+  enum { S = PB_STREAMS, PIECE = PB_STREAM_PIECE / 4 };
+  if (r->nd == 0) { /* one contiguous run: S runs of it, PIECE floats at a turn */
+    int64_t floats = r->row_bytes / 4;
+    int64_t begin = (floats * index / n) & ~(int64_t)15;
+    int64_t end = index == n - 1 ? floats : (floats * (index + 1) / n) & ~(int64_t)15;
+    int64_t run = ((end - begin + S - 1) / S + PIECE - 1) / PIECE * PIECE;
+    float *x = (float *)(void *)r->base;
+    for (int64_t k = 0; k < run; k += PIECE)
+      for (int i = 0; i < S; i++) {
+        int64_t p = begin + i * run + k, q = p + PIECE < begin + (i + 1) * run ? p + PIECE
+                                                                               : begin + (i + 1) * run;
+        if (q > end) q = end;
+        if (q > p) rmw(x + p, q - p, a, b);
+      }
+    return;
+  }
+  int64_t dims[3] = {1, 1, 1}, s3[3] = {0, 0, 0};
+  for (int d = 0; d < r->nd; d++) dims[3 - r->nd + d] = r->n[d], s3[3 - r->nd + d] = r->stride[d];
+  int64_t rows = pb_rows_count(r), begin = rows * index / n, end = rows * (index + 1) / n;
+  int64_t run = (end - begin + S - 1) / S;
+  if (run == 0) return;
+  cursor c[S];
+  int live = 0;
+  for (int i = 0; i < S && begin + i * run < end; i++, live++)
+    c[i] = cursor_at(r, dims, s3, begin + i * run);
+  const int64_t floats = r->row_bytes / 4;
+  for (int64_t k = 0; k < run; k++)
+    for (int i = 0; i < live; i++) {
+      if (begin + i * run + k >= end) continue; /* the last run's end */
+      rmw((float *)(void *)c[i].row, floats, a, b);
+      cursor_next(&c[i], dims, s3);
+    }
 }

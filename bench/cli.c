@@ -10,8 +10,8 @@
  * (min..max) of the repetitions. In the same repetitions, interleaved with
  * the kernel's samples so that a busy machine slows both alike, it times the
  * bound: an in-place streaming read-modify-write over the same number of
- * bytes laid out like the tensor (bound.c), with as many threads as the case
- * uses; for RoPE also a textbook scalar loop over a precomputed float table
+ * bytes laid out like the tensor (bound.c), the faster of one stream and
+ * four, with as many threads as the case uses; for RoPE also a textbook scalar loop over a precomputed float table
  * (textbook.c), built twice: with the project's flags (-O3) and with -O3
  * -march=native; for the serving suites the unfused sequence of calls an
  * engine makes without the fused one. Shapes that fit in L1/L2 are measured
@@ -43,7 +43,8 @@ static void usage(FILE *f) {
   fprintf(f,
           "usage: pe-bench [options]\n"
           "Times libposenc's entry points against an in-place streaming read-modify-write\n"
-          "over the same bytes (the bound), measured in the same run.\n"
+          "over the same bytes (the bound: the faster of one stream and four), measured in\n"
+          "the same run.\n"
           "\n"
           "  --suite LIST       comma list of rope,table,alibi,t5,sinusoidal,learned,cutover,\n"
           "                     fused (serving entry points against their unfused\n"

@@ -10,12 +10,16 @@
  *     row into its cache row in each format (pe_mla_rope_store); the norm,
  *     which the library computes in float64, within 4 ulp of the output
  *     dtype (an fp8 code: the same or its neighbour).
+ * And the bound (bench.h): both its walks, one stream and PB_STREAMS, in
+ * one part or several, scale every float of the probe's rows exactly once
+ * and touch nothing else.
  * Prints one line per failure and a summary; exit status 1 on any failure. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "bench.h"
 #include "floor.h"
 #include "posenc.h"
 
@@ -228,7 +232,77 @@ static void check_library(const floor_stage *st) {
   pe_rope_cache_destroy(cache);
 }
 
+/* The bound's walks over r (rows in a buffer of `floats` floats, 1.0
+ * everywhere): x = 2x + 0 in `parts` parts, one stream or PB_STREAMS;
+ * every float inside a row must read 2, every other 1. */
+static void check_bound(const char *what, pb_rows r, int64_t floats, const char *in_row) {
+  for (int streams = 0; streams < 2; streams++)
+    for (int parts = 1; parts <= 3; parts++) {
+      float *x = (float *)(void *)r.base;
+      for (int64_t i = 0; i < floats; i++) x[i] = 1.0f;
+      for (int p = 0; p < parts; p++) {
+        if (streams)
+          pb_bound_rmw_streams(&r, p, parts, 2.0f, 0.0f);
+        else
+          pb_bound_rmw_part(&r, p, parts, 2.0f, 0.0f);
+      }
+      checks++;
+      for (int64_t i = 0; i < floats; i++)
+        if (x[i] != (in_row[i] ? 2.0f : 1.0f)) {
+          printf("FAIL bound %s, %s, %d part(s): float %lld is %g\n", what,
+                 streams ? "streams" : "one stream", parts, (long long)i, (double)x[i]);
+          failures++;
+          break;
+        }
+    }
+}
+
+/* Probes as pe-bench makes them: contiguous runs (a multiple of 16 floats
+ * or not, shorter than one piece of a stream or many), and rows with gaps
+ * in 1 to 3 dimensions, outer strides either way round. */
+static void check_bounds(void) {
+  enum { CAP = 1 << 16 };
+  float *buf = malloc(CAP * sizeof(float));
+  char *in_row = malloc(CAP);
+  if (!buf || !in_row) abort();
+  static const int64_t flat[] = {16, 48, 1024, 4096 + 16, 10000};
+  for (size_t k = 0; k < sizeof flat / sizeof flat[0]; k++) {
+    pb_rows r = {.base = (char *)buf, .nd = 0, .row_bytes = flat[k] * 4};
+    memset(in_row, 0, CAP);
+    memset(in_row, 1, (size_t)flat[k]);
+    char what[48];
+    snprintf(what, sizeof what, "%lld contiguous floats", (long long)flat[k]);
+    check_bound(what, r, flat[k] + 64, in_row);
+  }
+  /* [n0][n1][n2] rows of `row` floats at strides s0, s1, s2 (floats) */
+  static const int64_t shapes[][7] = {{1, 1, 9, 24, 0, 0, 30},     {1, 5, 3, 128, 0, 400, 130},
+                                      {2, 3, 7, 64, 1500, 66, 200}, {3, 2, 5, 8, 120, 9, 24},
+                                      {1, 1, 1, 96, 0, 0, 0},       {1, 4, 13, 32, 0, 34, 140}};
+  for (size_t k = 0; k < sizeof shapes / sizeof shapes[0]; k++) {
+    const int64_t *g = shapes[k];
+    pb_rows r = {.base = (char *)buf, .nd = 3, .n = {g[0], g[1], g[2]},
+                 .stride = {g[4] * 4, g[5] * 4, g[6] * 4}, .row_bytes = g[3] * 4};
+    memset(in_row, 0, CAP);
+    int64_t last = 0;
+    for (int64_t a = 0; a < g[0]; a++)
+      for (int64_t b = 0; b < g[1]; b++)
+        for (int64_t c = 0; c < g[2]; c++) {
+          int64_t o = a * g[4] + b * g[5] + c * g[6];
+          memset(in_row + o, 1, (size_t)g[3]);
+          if (o + g[3] > last) last = o + g[3];
+        }
+    pb_rows_normalise(&r);
+    char what[64];
+    snprintf(what, sizeof what, "rows [%lld][%lld][%lld] x %lld", (long long)g[0],
+             (long long)g[1], (long long)g[2], (long long)g[3]);
+    check_bound(what, r, last + 64, in_row);
+  }
+  free(buf);
+  free(in_row);
+}
+
 int main(void) {
+  check_bounds();
   floor_fn fns[8];
   const char *names[8];
   int n_fns = floor_kernels(fns, names, 8);

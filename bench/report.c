@@ -271,8 +271,9 @@ void print_table(const char *cpu, const char *cmdline) {
              "max(bound, floor) / ns;",
              pb_floor_name);
   snprintf(line, sizeof line,
-           "median of %d runs after %d warm-up; bound = in-place x=x*a+b stream over the same "
-           "bytes, same threads, same run;%s load average %.2f at the end",
+           "median of %d runs after %d warm-up; bound = in-place x=x*a+b over the same bytes, "
+           "the faster of one stream and four, same threads, same run;%s load average %.2f at "
+           "the end",
            opt.reps, opt.warmup, floor_words, load_average());
   print_wrapped("", 2, line);
   if (opt.wide) {
