@@ -110,12 +110,12 @@ typedef struct pe_rope_block {
    * prefetch meanwhile (the next block's row of the same head, which the
    * norm stage reads next); 0: none. A hint, never dereferenced. */
   int64_t prefetch;
-  /* Plain rows walked heads inner (each token's heads adjacent, in place or
-   * into a cache): streams > 1 cuts the block's tokens into that many runs
+  /* Plain rows in place walked heads inner (each token's heads adjacent):
+   * streams > 1 cuts the block's tokens into that many runs
    * of consecutive tokens and walks them together, a row of each run's
    * token in turn, so that a call too large for the caches reads and
    * writes memory as several streams, which go faster than one
-   * (isa_template.h's rows_streams, store_streams). 0 or 1: token by token.
+   * (isa_template.h's rows_streams). 0 or 1: token by token.
    * The order only: the bytes written are the same. */
   int32_t streams;
 } pe_rope_block;

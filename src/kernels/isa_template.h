@@ -388,7 +388,7 @@ PE_AI void store_gen(int sd, int dd, const pe_rope_block *b, const void *const *
 }
 
 /* ---- a block in several memory streams (pe_rope_block.streams > 1) ----
- * Plain rows whose tokens' heads are adjacent, in place or into a cache:
+ * Plain rows in place whose tokens' heads are adjacent:
  * the block's tokens cut into `streams` runs of consecutive tokens, and
  * each step takes one row of the k-th token of every run in turn, so that
  * memory sees several streams at once rather than one. The engine asks
@@ -408,8 +408,8 @@ PE_AI void rows_streams(int dt, int style, const pe_rope_block *b, char *base, i
   const int64_t nt = b->n_tokens, nh = b->n_heads, run = (nt + b->streams - 1) / b->streams;
   const int32_t n = b->n_pairs, dist = b->pair_dist;
 #if defined(VEC_EO_PREP)
-  if (token_streams_take(dt, dt, style, n)) { /* each token's cos/sin prepared once */
-    eo_streams(dt, dt, 1, b, base, NULL, ts, hs, base, NULL, ts, hs);
+  if (token_streams_take(dt, style, n)) { /* each token's cos/sin prepared once */
+    eo_streams(dt, b, base, hs, ts);
     return;
   }
 #endif
@@ -418,25 +418,8 @@ PE_AI void rows_streams(int dt, int style, const pe_rope_block *b, char *base, i
       for (int64_t t = k; t < nt; t += run)
         rope_row(dt, style, base + t * ts + h * hs, b->cos[t], b->sin[t], n, dist);
 }
-PE_AI void store_streams(int sd, int dd, int style, const pe_rope_block *b,
-                         const void *const *src, int64_t shs, void *const *dst, int64_t dhs) {
-  const int64_t nt = b->n_tokens, nh = b->n_heads, run = (nt + b->streams - 1) / b->streams;
-  const int32_t n = b->n_pairs, dist = b->pair_dist;
-#if defined(VEC_EO_PREP)
-  if (token_streams_take(sd, dd, style, n)) {
-    eo_streams(sd, dd, 0, b, NULL, src, 0, shs, NULL, dst, 0, dhs);
-    return;
-  }
-#endif
-  for (int64_t k = 0; k < run; k++)
-    for (int64_t h = 0; h < nh; h++)
-      for (int64_t t = k; t < nt; t += run)
-        store_row(sd, dd, style, (const char *)src[t] + h * shs, (char *)dst[t] + h * dhs,
-                  b->cos[t], b->sin[t], n, dist);
-}
 /* Whether a block goes in streams: plain rows of several tokens, heads
- * inner (hs, ts in bytes; a cache write always: its tokens' rows lie apart,
- * each token's heads together). */
+ * inner (hs, ts in bytes). */
 PE_AI int streams_take(const pe_rope_block *b, int64_t hs, int64_t ts) {
   return b->streams > 1 && b->n_tokens > 1 && b->norm == PE_NORM_OFF && heads_inner(hs, ts);
 }
@@ -466,20 +449,8 @@ ROWS_(bf16, PE_BF16_W)
 #undef ROWS_
 
 #define PAIR_(S, sd, D, dd)                                                                      \
-  __attribute__((noinline)) static void FN(store_streams_##S##_##D)(                             \
-      const pe_rope_block *b, const void *const *src, int64_t shs, void *const *dst,             \
-      int64_t dhs) {                                                                             \
-    if (b->style == PE_ROPE_GPTJ)                                                                \
-      store_streams(sd, dd, PE_ROPE_GPTJ, b, src, shs, dst, dhs);                                \
-    else                                                                                         \
-      store_streams(sd, dd, PE_ROPE_NEOX, b, src, shs, dst, dhs);                                \
-  }                                                                                              \
   static void FN(store_##S##_##D)(const pe_rope_block *b, const void *const *src, int64_t shs,  \
                                   void *const *dst, int64_t dhs) {                               \
-    if (b->streams > 1 && b->n_tokens > 1 && b->norm == PE_NORM_OFF) {                           \
-      FN(store_streams_##S##_##D)(b, src, shs * pe__esize(sd), dst, dhs * pe__esize(dd));        \
-      return;                                                                                    \
-    }                                                                                            \
     store_gen(sd, dd, b, src, shs, dst, dhs);                                                    \
   }                                                                                              \
   static void FN(convert_##S##_##D)(const void *src, void *dst, int64_t n) {                     \

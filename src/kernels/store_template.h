@@ -115,16 +115,13 @@ PE_AI void eo_token(int sd, int dd, int inplace, const char *src, int64_t shs, c
              s + j0, k, m, dist);
   }
 }
-/* The rows of a block's tokens in streams (pe_rope_block.streams > 1, as
- * isa_template.h's rows_streams walks them: a row of each run's token in
- * turn), EO_PAIR(sd, dd) NeoX rows of n <= EO_CH pairs: each token's
- * cos/sin prepared once, for all its rows, as eo_token does. Token t's
- * head h at (sv ? sv[t] : sb + t*sts) + h*shs, written at (dv ? dv[t] : db
- * + t*dts) + h*dhs (bytes); at most EO_STREAMS runs. */
+/* The rows in place of a block's tokens in streams (pe_rope_block.streams
+ * > 1, as isa_template.h's rows_streams walks them: a row of each run's
+ * token in turn), bf16 NeoX rows in even/odd order of n <= EO_CH pairs,
+ * each token's cos/sin prepared once for all its rows, as eo_token does:
+ * token t's head h at base + t*ts + h*hs (bytes); at most EO_STREAMS runs. */
 enum { EO_STREAMS = 4 };
-PE_AI void eo_streams(int sd, int dd, int inplace, const pe_rope_block *b, const char *sb,
-                      const void *const *sv, int64_t sts, int64_t shs, char *db,
-                      void *const *dv, int64_t dts, int64_t dhs) {
+PE_AI void eo_streams(int dt, const pe_rope_block *b, char *base, int64_t hs, int64_t ts) {
   _Alignas(32) float ce[EO_STREAMS][EO_CH], se[EO_STREAMS][EO_CH];
   const int64_t nt = b->n_tokens, nh = b->n_heads;
   const int64_t S = b->streams < EO_STREAMS ? b->streams : EO_STREAMS, run = (nt + S - 1) / S;
@@ -133,10 +130,10 @@ PE_AI void eo_streams(int sd, int dd, int inplace, const pe_rope_block *b, const
     for (int64_t i = 0, t = k; i < S && t < nt; i++, t += run)
       eo_prepare(b->cos[t], b->sin[t], m, ce[i], se[i]);
     for (int64_t h = 0; h < nh; h++)
-      for (int64_t i = 0, t = k; i < S && t < nt; i++, t += run)
-        eo_heads(sd, dd, inplace, (sv ? (const char *)sv[t] : sb + t * sts) + h * shs, 0,
-                 (dv ? (char *)dv[t] : db + t * dts) + h * dhs, 0, 1, ce[i], se[i], b->cos[t],
-                 b->sin[t], n, m, dist);
+      for (int64_t i = 0, t = k; i < S && t < nt; i++, t += run) {
+        char *r = base + t * ts + h * hs;
+        eo_heads(dt, dt, 1, r, 0, r, 0, 1, ce[i], se[i], b->cos[t], b->sin[t], n, m, dist);
+      }
   }
 }
 #endif
@@ -189,11 +186,11 @@ PE_AI void il_token(int sd, int dd, int inplace, const char *src, int64_t shs, c
  * even/odd order (eo_token), GPT-J of IL_PAIR (il_token); GPT-J bf16 in
  * even/odd order needs nothing prepared and goes row by row. */
 #define VEC_TOKEN_HEADS 1
-/* Whether a block in streams of rows of dtypes sd -> dd goes by eo_streams
- * (each token's cos/sin prepared once; else row by row). */
+/* Whether a block in streams of rows of dtype dt in place goes by
+ * eo_streams (each token's cos/sin prepared once; else row by row). */
 #if defined(VEC_EO_PREP)
-PE_AI int token_streams_take(int sd, int dd, int style, int32_t n) {
-  return style == PE_ROPE_NEOX && EO_PAIR(sd, dd) && n >= 2 * VL && n <= EO_CH;
+PE_AI int token_streams_take(int dt, int style, int32_t n) {
+  return style == PE_ROPE_NEOX && EO_PAIR(dt, dt) && n >= 2 * VL && n <= EO_CH;
 }
 #endif
 PE_AI int token_heads_take(int sd, int dd, int style, int32_t n) {

@@ -490,21 +490,27 @@ static void store_v(const pe__rope_plan *p, int64_t b, int64_t u, int64_t t0, in
 
 static int64_t bytes_per_token(const pe__rope_plan *p);
 
-/* The runs of tokens a block's rows walk together (pe_rope_block.streams):
- * a call that moves more bytes than the last-level cache holds streams
- * them from and to memory, where several streams at once go faster than
- * one (isa_template.h's rows_streams); a smaller call, whose rows the
- * caches may hold, goes token by token. AMD EPYC Zen 3 (32 MiB L3),
- * Llama-3-8B [B,T,H,D], pe_apply_rope_qk in place / pe_apply_rope_qk_store,
- * both builds alternated in one process (pe-ab), 4096 tokens: f32 0.73-0.79
- * / 0.82-0.84 of the time, f16 0.79 / 0.86, bf16 0.92-0.95 / 0.95-0.98;
- * 1024 f32 0.79-0.85, 2048 bf16 0.94-0.97. In streams while the rows were
- * in L3 (f32 128-512 tokens, bf16 1024): 1.08-1.21x. Normed blocks keep
- * their order: the norm reads a few tokens' rows twice, from L2. */
+/* The runs of tokens a block's rows in place walk together
+ * (pe_rope_block.streams): a call whose tensors take more than half the
+ * last-level cache streams them from and to memory, where several streams
+ * at once go faster than one (isa_template.h's rows_streams); a smaller
+ * call, whose rows the caches may hold, goes token by token. AMD EPYC Zen 3
+ * (32 MiB L3), Llama-3-8B [B,T,H,D], pe_apply_rope_qk in place /
+ * pe_apply_rope_qk_store (q in place), both builds alternated in one
+ * process (pe-ab), 4096 tokens: f32 0.73-0.81 / 0.78-0.84 of the time, f16
+ * 0.78 / 0.84, bf16 0.92-0.95 / 0.94-0.98; f32 1024 tokens 0.70-0.85, bf16
+ * 2048 0.94-0.97. In streams while the rows were in L3 (f32 128-512
+ * tokens, bf16 1024): 1.08-1.21x. Normed blocks keep their order: the norm
+ * reads a few tokens' rows twice, from L2. */
 #define PE_ENGINE_STREAMS 4
 static int32_t block_streams(const pe__rope_plan *p, int64_t n) {
   if (n < 2 || p->norm_mode) return 1;
-  return bytes_per_token(p) * p->batch * p->tokens > pe__cpu_llc_bytes() ? PE_ENGINE_STREAMS : 1;
+  /* the memory the call touches: bytes_per_token counts a row rotated in
+   * place twice (read and written), a row read into a cache row once each */
+  int64_t bytes = bytes_per_token(p), rot = 2 * (int64_t)p->half;
+  if (p->q.data) bytes -= p->q.heads * rot * p->q.esize;
+  if (p->k.data && !p->slots) bytes -= p->k.heads * rot * p->k.esize;
+  return bytes * p->batch * p->tokens > pe__cpu_llc_bytes() / 2 ? PE_ENGINE_STREAMS : 1;
 }
 
 /* ---- the walk ---- */
