@@ -19,6 +19,8 @@
  * in bytes) of rows of row_bytes contiguous bytes each. */
 typedef struct pb_rows {
   char *base;
+  char *dst; /* NULL: in place; else each float's result goes to the same
+              * offset from dst (a cache row written from rows read) */
   int nd;
   int64_t n[3];
   int64_t stride[3];
@@ -30,7 +32,8 @@ typedef struct pb_rows {
 void pb_rows_normalise(pb_rows *r);
 int64_t pb_rows_count(const pb_rows *r);
 
-/* x = x * a + b over rows [begin, end) of r, as floats (row_bytes / 4 each). */
+/* x = x * a + b over rows [begin, end) of r, as floats (row_bytes / 4 each);
+ * with r->dst, the results into dst's rows. */
 void pb_bound_rmw_rows(const pb_rows *r, int64_t begin, int64_t end, float a, float b);
 
 /* Part `index` of `n` of the rows of r (contiguous pieces), as above. */

@@ -1,14 +1,17 @@
 /* bound.c - the bound every pe-bench figure is compared with: an in-place
  * streaming read-modify-write (x = x*a + b) over the bytes a kernel reads and
- * writes, laid out like its tensor, walked as one stream or as PB_STREAMS
- * (measure.c takes the faster). Built with -O3 -march=native
+ * writes, laid out like its tensor (or, for rows a kernel reads and writes
+ * elsewhere, y = x*a + b into a second buffer), walked as one stream or as
+ * PB_STREAMS (measure.c takes the faster). Built with -O3 -march=native
  * (bench/CMakeLists.txt): it is the measuring instrument, so it may use the
  * widest vectors of this machine; the library is never built that way. */
+#include <stddef.h>
+
 #include "bench.h"
 
 #if defined(__AVX512F__)
 #include <immintrin.h>
-/* Explicit 512-bit loop with a masked tail: rows of RoPE with a partial
+/* Explicit 512-bit loops with a masked tail: rows of RoPE with a partial
  * rotary dimension are short (24 floats for GPT-NeoX-20B), and the
  * compiler's scalar epilogue would make the bound, not the kernel, slow. */
 static void rmw(float *restrict x, int64_t n, float a, float b) {
@@ -21,11 +24,31 @@ static void rmw(float *restrict x, int64_t n, float a, float b) {
     _mm512_mask_storeu_ps(x + i, m, _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m, x + i), va, vb));
   }
 }
+static void rmw_to(const float *restrict x, float *restrict y, int64_t n, float a, float b) {
+  const __m512 va = _mm512_set1_ps(a), vb = _mm512_set1_ps(b);
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16)
+    _mm512_storeu_ps(y + i, _mm512_fmadd_ps(_mm512_loadu_ps(x + i), va, vb));
+  if (i < n) {
+    __mmask16 m = (__mmask16)((1u << (n - i)) - 1);
+    _mm512_mask_storeu_ps(y + i, m, _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m, x + i), va, vb));
+  }
+}
 #else
 static void rmw(float *restrict x, int64_t n, float a, float b) {
   for (int64_t i = 0; i < n; i++) x[i] = x[i] * a + b;
 }
+static void rmw_to(const float *restrict x, float *restrict y, int64_t n, float a, float b) {
+  for (int64_t i = 0; i < n; i++) y[i] = x[i] * a + b;
+}
 #endif
+/* In place (dd 0), or into the float dd bytes on. */
+static inline void rmw_at(char *x, ptrdiff_t dd, int64_t n, float a, float b) {
+  if (dd)
+    rmw_to((const float *)(void *)x, (float *)(void *)(x + dd), n, a, b);
+  else
+    rmw((float *)(void *)x, n, a, b);
+}
 
 int64_t pb_rows_count(const pb_rows *r) {
   int64_t c = 1;
@@ -62,9 +85,10 @@ void pb_bound_rmw_rows(const pb_rows *r, int64_t begin, int64_t end, float a, fl
   int64_t i2 = begin % n[2], i1 = begin / n[2] % n[1], i0 = begin / n[2] / n[1];
   char *row = r->base + i0 * s3[0] + i1 * s3[1] + i2 * s3[2];
   const int64_t floats = r->row_bytes / 4, n1 = n[1], n2 = n[2];
+  const ptrdiff_t dd = r->dst ? r->dst - r->base : 0; /* where a row's results go */
   const int64_t s0 = s3[0], s1 = s3[1], s2 = s3[2];
   for (int64_t k = begin; k < end; k++) {
-    rmw((float *)(void *)row, floats, a, b);
+    rmw_at(row, dd, floats, a, b);
     if (++i2 < n2) {
       row += s2;
       continue;
@@ -90,7 +114,8 @@ void pb_bound_rmw_part(const pb_rows *r, int index, int n, float a, float b) {
   int64_t floats = r->row_bytes / 4;
   int64_t begin = (floats * index / n) & ~(int64_t)15;
   int64_t end = index == n - 1 ? floats : (floats * (index + 1) / n) & ~(int64_t)15;
-  if (end > begin) rmw((float *)(void *)r->base + begin, end - begin, a, b);
+  const ptrdiff_t dd = r->dst ? r->dst - r->base : 0;
+  if (end > begin) rmw_at(r->base + begin * 4, dd, end - begin, a, b);
 }
 
 /* A cursor over the rows of pb_bound_rmw_rows' walk: row `k` of r and its
@@ -128,13 +153,13 @@ void pb_bound_rmw_streams(const pb_rows *r, int index, int n, float a, float b) 
     int64_t begin = (floats * index / n) & ~(int64_t)15;
     int64_t end = index == n - 1 ? floats : (floats * (index + 1) / n) & ~(int64_t)15;
     int64_t run = ((end - begin + S - 1) / S + PIECE - 1) / PIECE * PIECE;
-    float *x = (float *)(void *)r->base;
+    const ptrdiff_t dd = r->dst ? r->dst - r->base : 0;
     for (int64_t k = 0; k < run; k += PIECE)
       for (int i = 0; i < S; i++) {
         int64_t p = begin + i * run + k, q = p + PIECE < begin + (i + 1) * run ? p + PIECE
                                                                                : begin + (i + 1) * run;
         if (q > end) q = end;
-        if (q > p) rmw(x + p, q - p, a, b);
+        if (q > p) rmw_at(r->base + p * 4, dd, q - p, a, b);
       }
     return;
   }
@@ -148,10 +173,11 @@ void pb_bound_rmw_streams(const pb_rows *r, int index, int n, float a, float b) 
   for (int i = 0; i < S && begin + i * run < end; i++, live++)
     c[i] = cursor_at(r, dims, s3, begin + i * run);
   const int64_t floats = r->row_bytes / 4;
+  const ptrdiff_t dd = r->dst ? r->dst - r->base : 0;
   for (int64_t k = 0; k < run; k++)
     for (int i = 0; i < live; i++) {
       if (begin + i * run + k >= end) continue; /* the last run's end */
-      rmw((float *)(void *)c[i].row, floats, a, b);
+      rmw_at(c[i].row, dd, floats, a, b);
       cursor_next(&c[i], dims, s3);
     }
 }

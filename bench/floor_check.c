@@ -233,28 +233,35 @@ static void check_library(const floor_stage *st) {
 }
 
 /* The bound's walks over r (rows in a buffer of `floats` floats, 1.0
- * everywhere): x = 2x + 0 in `parts` parts, one stream or PB_STREAMS;
- * every float inside a row must read 2, every other 1. */
-static void check_bound(const char *what, pb_rows r, int64_t floats, const char *in_row) {
-  for (int streams = 0; streams < 2; streams++)
-    for (int parts = 1; parts <= 3; parts++) {
-      float *x = (float *)(void *)r.base;
-      for (int64_t i = 0; i < floats; i++) x[i] = 1.0f;
-      for (int p = 0; p < parts; p++) {
-        if (streams)
-          pb_bound_rmw_streams(&r, p, parts, 2.0f, 0.0f);
-        else
-          pb_bound_rmw_part(&r, p, parts, 2.0f, 0.0f);
-      }
-      checks++;
-      for (int64_t i = 0; i < floats; i++)
-        if (x[i] != (in_row[i] ? 2.0f : 1.0f)) {
-          printf("FAIL bound %s, %s, %d part(s): float %lld is %g\n", what,
-                 streams ? "streams" : "one stream", parts, (long long)i, (double)x[i]);
-          failures++;
-          break;
+ * everywhere): x = 2x + 0 in `parts` parts, one stream or PB_STREAMS, in
+ * place or into dst (a second such buffer); every float inside a row of
+ * the buffer written must read 2, every other float of both 1. */
+static void check_bound(const char *what, pb_rows r, int64_t floats, const char *in_row,
+                        float *dst) {
+  for (int to = 0; to < 2; to++)
+    for (int streams = 0; streams < 2; streams++)
+      for (int parts = 1; parts <= 3; parts++) {
+        float *x = (float *)(void *)r.base;
+        r.dst = to ? (char *)dst : NULL;
+        for (int64_t i = 0; i < floats; i++) x[i] = dst[i] = 1.0f;
+        for (int p = 0; p < parts; p++) {
+          if (streams)
+            pb_bound_rmw_streams(&r, p, parts, 2.0f, 0.0f);
+          else
+            pb_bound_rmw_part(&r, p, parts, 2.0f, 0.0f);
         }
-    }
+        checks++;
+        const float *w = to ? dst : x, *other = to ? x : dst;
+        for (int64_t i = 0; i < floats; i++)
+          if (w[i] != (in_row[i] ? 2.0f : 1.0f) || other[i] != 1.0f) {
+            printf("FAIL bound %s, %s, %s, %d part(s): float %lld is %g, %g in the other buffer\n",
+                   what, to ? "into a second buffer" : "in place",
+                   streams ? "streams" : "one stream", parts, (long long)i, (double)w[i],
+                   (double)other[i]);
+            failures++;
+            break;
+          }
+      }
 }
 
 /* Probes as pe-bench makes them: contiguous runs (a multiple of 16 floats
@@ -262,9 +269,9 @@ static void check_bound(const char *what, pb_rows r, int64_t floats, const char 
  * in 1 to 3 dimensions, outer strides either way round. */
 static void check_bounds(void) {
   enum { CAP = 1 << 16 };
-  float *buf = malloc(CAP * sizeof(float));
+  float *buf = malloc(CAP * sizeof(float)), *dst = malloc(CAP * sizeof(float));
   char *in_row = malloc(CAP);
-  if (!buf || !in_row) abort();
+  if (!buf || !dst || !in_row) abort();
   static const int64_t flat[] = {16, 48, 1024, 4096 + 16, 10000};
   for (size_t k = 0; k < sizeof flat / sizeof flat[0]; k++) {
     pb_rows r = {.base = (char *)buf, .nd = 0, .row_bytes = flat[k] * 4};
@@ -272,7 +279,7 @@ static void check_bounds(void) {
     memset(in_row, 1, (size_t)flat[k]);
     char what[48];
     snprintf(what, sizeof what, "%lld contiguous floats", (long long)flat[k]);
-    check_bound(what, r, flat[k] + 64, in_row);
+    check_bound(what, r, flat[k] + 64, in_row, dst);
   }
   /* [n0][n1][n2] rows of `row` floats at strides s0, s1, s2 (floats) */
   static const int64_t shapes[][7] = {{1, 1, 9, 24, 0, 0, 30},     {1, 5, 3, 128, 0, 400, 130},
@@ -295,9 +302,10 @@ static void check_bounds(void) {
     char what[64];
     snprintf(what, sizeof what, "rows [%lld][%lld][%lld] x %lld", (long long)g[0],
              (long long)g[1], (long long)g[2], (long long)g[3]);
-    check_bound(what, r, last + 64, in_row);
+    check_bound(what, r, last + 64, in_row, dst);
   }
   free(buf);
+  free(dst);
   free(in_row);
 }
 

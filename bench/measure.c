@@ -641,8 +641,28 @@ pb_rows probe_flat(double traffic) {
   return r;
 }
 
+/* r read, its results written into a second buffer of the same size: the
+ * bound of rows a call reads and writes elsewhere (k into its cache rows),
+ * as much memory as the call touches. */
+static pb_rows with_dst(pb_rows r, size_t bytes) {
+  float *d = xalloc(bytes);
+  for (size_t i = 0; i < bytes / 4; i++) d[i] = 1.0f;
+  r.dst = (char *)d;
+  return r;
+}
+pb_rows probe_like_to(const pe_tensor *x, int64_t row_elems) {
+  return with_dst(probe_like(x, row_elems), tensor_bytes(x));
+}
+pb_rows probe_flat_to(double traffic) {
+  pb_rows r = probe_flat(traffic);
+  return with_dst(r, (size_t)r.row_bytes);
+}
+
 void free_probes(bench_case *c) {
-  for (int p = 0; p < c->n_probe; p++) free(c->probe[p].base);
+  for (int p = 0; p < c->n_probe; p++) {
+    free(c->probe[p].base);
+    free(c->probe[p].dst);
+  }
   c->n_probe = 0;
 }
 

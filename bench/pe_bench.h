@@ -229,9 +229,13 @@ size_t dtype_size(int d);
 pe_tensor make_tensor(int dt, int64_t b, int64_t h, int64_t t, int64_t d, int bthd);
 size_t tensor_bytes(const pe_tensor *x);
 /* The bound's rows for the first row_elems elements of every row of x, in a
- * mirror buffer; probe_flat: a contiguous one of traffic / 2 bytes. */
+ * mirror buffer; probe_flat: a contiguous one of traffic / 2 bytes. The
+ * _to forms read those rows and write a second buffer of the same size
+ * (rows a call reads and writes elsewhere: as much memory as it touches). */
 pb_rows probe_like(const pe_tensor *x, int64_t row_elems);
 pb_rows probe_flat(double traffic);
+pb_rows probe_like_to(const pe_tensor *x, int64_t row_elems);
+pb_rows probe_flat_to(double traffic);
 void free_probes(bench_case *c);
 char *read_file(const char *path, size_t *len);
 /* The table rows a case of `tokens` tokens for `batch` sequences needs:

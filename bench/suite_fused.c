@@ -141,7 +141,7 @@ static void fused_case(int kind, int64_t batch, int64_t tokens, int dt, int thre
     c.call = fused_store_call;
     c.textbook = fused_store_baseline;
     c.bytes = 2.0 * kb + (kind == 1 ? 2.0 * qb : 0.0); /* k read + cache written (+ q r/w) */
-    c.probe[0] = probe_like(&s.k, g.head_dim);
+    c.probe[0] = probe_like_to(&s.k, g.head_dim); /* k read, its cache rows written */
     c.n_probe = 1;
     if (kind == 1) c.probe[c.n_probe++] = probe_like(&s.q, g.head_dim);
     /* k rotated into its cache rows (the rest of a row copied), q in place */

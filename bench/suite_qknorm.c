@@ -208,10 +208,12 @@ static void qkn_case(int64_t batch, int64_t tokens, int dt, int threads) {
   c.st = &s;
   c.call = qkn_call;
   c.textbook = qkn_unfused;
-  /* q read + written, k and v read, their cache rows written */
+  /* q read + written, k and v read, their cache rows written: q's bytes
+   * in place, k's and v's into as many others */
   c.bytes = 2.0 * (double)(n * row * es);
-  c.probe[0] = probe_flat(c.bytes);
-  c.n_probe = 1;
+  c.probe[0] = probe_flat(2.0 * (double)(n * HQ * HD * es));
+  c.probe[1] = probe_flat_to(2.0 * (double)(n * 2 * HKV * HD * es));
+  c.n_probe = 2;
   /* q normed and rotated in place, k into its cache rows, v copied */
   floor_add(&c, (floor_stage){.kind = FL_NORM_ROT, .src = dt, .dst = dt, .style = PE_ROPE_NEOX,
                               .inplace = 1, .width = HD, .rot = HD, .heads = HQ, .rows = n * HQ});
