@@ -11,20 +11,11 @@
 
 #if defined(__AVX512F__)
 #include <immintrin.h>
-/* Explicit 512-bit loops with a masked tail: rows of RoPE with a partial
+/* Explicit 512-bit loop with a masked tail: rows of RoPE with a partial
  * rotary dimension are short (24 floats for GPT-NeoX-20B), and the
- * compiler's scalar epilogue would make the bound, not the kernel, slow. */
-static void rmw(float *restrict x, int64_t n, float a, float b) {
-  const __m512 va = _mm512_set1_ps(a), vb = _mm512_set1_ps(b);
-  int64_t i = 0;
-  for (; i + 16 <= n; i += 16)
-    _mm512_storeu_ps(x + i, _mm512_fmadd_ps(_mm512_loadu_ps(x + i), va, vb));
-  if (i < n) {
-    __mmask16 m = (__mmask16)((1u << (n - i)) - 1);
-    _mm512_mask_storeu_ps(x + i, m, _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m, x + i), va, vb));
-  }
-}
-static void rmw_to(const float *restrict x, float *restrict y, int64_t n, float a, float b) {
+ * compiler's scalar epilogue would make the bound, not the kernel, slow.
+ * Each vector is loaded before it is stored: y may be x. */
+static void rmw_to(const float *x, float *y, int64_t n, float a, float b) {
   const __m512 va = _mm512_set1_ps(a), vb = _mm512_set1_ps(b);
   int64_t i = 0;
   for (; i + 16 <= n; i += 16)
@@ -34,7 +25,11 @@ static void rmw_to(const float *restrict x, float *restrict y, int64_t n, float 
     _mm512_mask_storeu_ps(y + i, m, _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m, x + i), va, vb));
   }
 }
+static void rmw(float *x, int64_t n, float a, float b) { rmw_to(x, x, n, a, b); }
 #else
+/* Two loops the compiler vectorizes: in place, and into another buffer
+ * (one loop for both would be versioned on the two pointers' distance and
+ * run the in-place case scalar). */
 static void rmw(float *restrict x, int64_t n, float a, float b) {
   for (int64_t i = 0; i < n; i++) x[i] = x[i] * a + b;
 }
