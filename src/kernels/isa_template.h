@@ -388,12 +388,12 @@ PE_AI void store_gen(int sd, int dd, const pe_rope_block *b, const void *const *
 }
 
 /* ---- a block in several memory streams (pe_rope_block.streams > 1) ----
- * Plain rows in place whose tokens' heads are adjacent:
- * the block's tokens cut into `streams` runs of consecutive tokens, and
- * each step takes one row of the k-th token of every run in turn, so that
- * memory sees several streams at once rather than one. The engine asks
- * for it when a call moves more bytes than the last-level cache holds
- * (engine.c's block_streams): such a call then moves them faster. AMD
+ * Whole rows in place whose tokens' heads are adjacent: the block's tokens
+ * cut into `streams` runs of consecutive tokens, and each step takes one
+ * row of the k-th token of every run in turn, so that memory sees several
+ * streams at once rather than one. The engine asks for it when a call's
+ * tensors take more than half the last-level cache (engine.c's
+ * block_streams): such a call then moves its bytes faster. AMD
  * EPYC Zen 3, an in-place x*a+b over 84 MiB, fastest of 5: one stream
  * 30-43 GB/s, four taking turns every 256 bytes to 1 KiB 51-66 GB/s, every
  * 5 KiB 29-31; prefetching one stream 0.5-16 KiB ahead gained nothing.
@@ -444,7 +444,7 @@ PE_AI int streams_take(const pe_rope_block *b, int64_t hs, int64_t ts, int64_t e
   }                                                                                              \
   static void FN(rope_rows_##S)(const pe_rope_block *b, void *data, int64_t hs, int64_t ts) {   \
     const int64_t es_ = pe__esize(sd);                                                           \
-    if (streams_take(b, hs * es_, ts * es_, es_)) {                                                   \
+    if (streams_take(b, hs * es_, ts * es_, es_)) {                                              \
       FN(rows_streams_##S)(b, data, hs * es_, ts * es_);                                         \
       return;                                                                                    \
     }                                                                                            \

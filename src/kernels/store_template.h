@@ -68,11 +68,6 @@ PE_AI void eo_row(const char *src, char *dst, int32_t m, int32_t dist, const flo
                  vf_load(se + j), vf_load(se + j + VL), c + j, s + j);
   }
 }
-/* The NeoX rows of one token's n_heads heads, src (dtype sd, head h at src +
- * h*shs bytes) to dst (dtype dd, dst + h*dhs), EO_PAIR(sd, dd): in place
- * (rope_row) when inplace (a constant; dst == src), else written as
- * store_row writes them. Per piece of EO_CH pairs its whole chunks of 2*VL
- * in the even/odd order, then the pairs past them as rope_row / store_row. */
 /* The cos/sin of pairs [j0, j0 + m) (m whole chunks of 2*VL) in even/odd
  * order into ce, se (m floats each). */
 PE_AI void eo_prepare(const float *c, const float *s, int32_t m, float *ce, float *se) {
@@ -103,6 +98,11 @@ PE_AI void eo_heads(int sd, int dd, int inplace, const char *src, int64_t shs, c
     }
   }
 }
+/* The NeoX rows of one token's n_heads heads, src (dtype sd, head h at src +
+ * h*shs bytes) to dst (dtype dd, dst + h*dhs), EO_PAIR(sd, dd): in place
+ * (rope_row) when inplace (a constant; dst == src), else written as
+ * store_row writes them. Per piece of EO_CH pairs its whole chunks of 2*VL
+ * in the even/odd order, then the pairs past them as rope_row / store_row. */
 PE_AI void eo_token(int sd, int dd, int inplace, const char *src, int64_t shs, char *dst,
                     int64_t dhs, int64_t n_heads, const float *c, const float *s, int32_t n,
                     int32_t dist) {
