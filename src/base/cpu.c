@@ -168,10 +168,11 @@ static _Atomic int64_t llc_bytes;
 int64_t pe__cpu_llc_bytes(void) {
   int64_t v = atomic_load_explicit(&llc_bytes, memory_order_relaxed);
   if (!v) {
-    /* sysfs first: the L3 one core shares (AMD EPYC Zen 3: 32 MiB, where
-     * glibc's sysconf reported the socket's 256 MiB) */
+    /* sysfs: the L3 one core shares (AMD EPYC Zen 3: 32 MiB, where glibc's
+     * sysconf reported the socket's 256 MiB). Arm servers often list no
+     * L3 there though they have a system cache: then the default, not the
+     * L2, which would send mid-sized calls to the memory-stream walk. */
     v = sysfs_cache(3);
-    if (v <= 0) v = sysfs_cache(2);
     if (v <= 0) v = PE_CPU_LLC_DEFAULT;
     atomic_store_explicit(&llc_bytes, v, memory_order_relaxed);
   }

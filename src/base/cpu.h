@@ -24,10 +24,10 @@ PE_HIDDEN void pe__cpu_describe(unsigned bits, char *out, size_t cap);
 #define PE_CPU_L2_DEFAULT (256 * 1024) /* the smallest per-core L2 of current server cores */
 PE_HIDDEN int64_t pe__cpu_l2_bytes(void);
 
-/* Bytes of the last-level cache the calling core shares (the L3; the L2
- * when the system reports no L3), probed once, PE_CPU_LLC_DEFAULT when the
- * system says neither: the engine walks calls too large for it in several
- * memory streams (engine.c's block_streams). */
+/* Bytes of the L3 cache the calling core shares (Linux's sysfs), probed
+ * once, PE_CPU_LLC_DEFAULT when the system does not list one: the engine
+ * walks calls too large for it in several memory streams (engine.c's
+ * block_streams). */
 #define PE_CPU_LLC_DEFAULT (32 * 1024 * 1024)
 PE_HIDDEN int64_t pe__cpu_llc_bytes(void);
 #endif
