@@ -488,29 +488,10 @@ static void store_v(const pe__rope_plan *p, int64_t b, int64_t u, int64_t t0, in
   }
 }
 
-static int64_t bytes_per_token(const pe__rope_plan *p);
-
 /* The runs of tokens a block's rows in place walk together
- * (pe_rope_block.streams): a call whose tensors take more than half the
- * last-level cache streams them from and to memory, where several streams
- * at once go faster than one (isa_template.h's rows_streams); a smaller
- * call, whose rows the caches may hold, goes token by token. AMD EPYC Zen 3
- * (32 MiB L3), Llama-3-8B [B,T,H,D], pe_apply_rope_qk in place /
- * pe_apply_rope_qk_store (q in place), both builds alternated in one
- * process (pe-ab), 4096 tokens: f32 0.73-0.81 / 0.78-0.84 of the time, f16
- * 0.78 / 0.84, bf16 0.92-0.95 / 0.94-0.98; f32 1024 tokens 0.70-0.85, bf16
- * 2048 0.94-0.97. In streams while the rows were in L3 (f32 128-512
- * tokens, bf16 1024): 1.08-1.21x. Normed blocks keep their order: the norm
- * reads a few tokens' rows twice, from L2. */
-#define PE_ENGINE_STREAMS 4
-static int32_t block_streams(const pe__rope_plan *p, int64_t n) {
-  if (n < 2 || p->norm_mode) return 1;
-  /* the memory the call touches: bytes_per_token counts a row rotated in
-   * place twice (read and written), a row read into a cache row once each */
-  int64_t bytes = bytes_per_token(p), rot = 2 * (int64_t)p->half;
-  if (p->q.data) bytes -= p->q.heads * rot * p->q.esize;
-  if (p->k.data && !p->slots) bytes -= p->k.heads * rot * p->k.esize;
-  return bytes * p->batch * p->tokens > pe__cpu_llc_bytes() / 2 ? PE_ENGINE_STREAMS : 1;
+ * (pe_rope_block.streams; pe__rope_run sets plan.streams once). */
+static inline int32_t block_streams(const pe__rope_plan *p, int64_t n) {
+  return n < 2 ? 1 : p->streams;
 }
 
 /* ---- the walk ---- */
@@ -794,7 +775,34 @@ static int64_t bytes_per_token(const pe__rope_plan *p) {
   return bytes;
 }
 
-void pe__rope_run(const pe__rope_plan *plan, pe_threadpool *pool) {
+/* The streams of a call (plan.streams): a call whose tensors take more
+ * than half the last-level cache streams them from and to memory, where
+ * several streams at once go faster than one (isa_template.h's
+ * rows_streams) - four in all, shared out among the pool's threads; a
+ * smaller call, whose rows the caches may hold, goes token by token. AMD
+ * EPYC Zen 3 (32 MiB L3), Llama-3-8B [B,T,H,D], pe_apply_rope_qk in place /
+ * pe_apply_rope_qk_store (q in place), both builds alternated in one
+ * process (pe-ab), 4096 tokens: f32 0.73-0.81 / 0.78-0.84 of the time, f16
+ * 0.78 / 0.84, bf16 0.92-0.95 / 0.94-0.98; f32 1024 tokens 0.70-0.85, bf16
+ * 2048 0.94-0.97. In streams while the rows were in L3 (f32 128-512
+ * tokens, bf16 1024): 1.04-1.21x. Two threads of four streams each took
+ * 2.95-3.18 ms where token order took 2.49-2.90 and two streams each
+ * 2.32-2.37 (f32 4096 tokens). Normed blocks keep their order: the norm
+ * reads a few tokens' rows twice, from L2. */
+#define PE_ENGINE_STREAMS 4
+static int32_t run_streams(const pe__rope_plan *p, const pe_threadpool *pool) {
+  if (p->norm_mode) return 1;
+  /* the memory the call touches: bytes_per_token counts a row rotated in
+   * place twice (read and written), a row read into a cache row once each */
+  int64_t bytes = bytes_per_token(p), rot = 2 * (int64_t)p->half;
+  if (p->q.data) bytes -= p->q.heads * rot * p->q.esize;
+  if (p->k.data && !p->slots) bytes -= p->k.heads * rot * p->k.esize;
+  if (bytes * p->batch * p->tokens <= pe__cpu_llc_bytes() / 2) return 1;
+  const int32_t threads = pool ? pe_threadpool_size(pool) : 1;
+  return threads >= PE_ENGINE_STREAMS ? 1 : PE_ENGINE_STREAMS / (threads > 0 ? threads : 1);
+}
+
+void pe__rope_run(pe__rope_plan *plan, pe_threadpool *pool) {
   /* One token of a direct plan (a decode step of one sequence: one unit,
    * which no pool splits): its rows straight away, without engine_range's
    * block loop and the pool's cost model (113 of the ~1150 instructions a
@@ -809,6 +817,7 @@ void pe__rope_run(const pe__rope_plan *plan, pe_threadpool *pool) {
     if (pool) pe__pool_run(pool, 0, 1, 0, engine_range, (void *)plan);
     return;
   }
+  plan->streams = run_streams(plan, pool);
   if (!pool) { /* what pe__pool_run does without a pool, minus the cost model */
     if (plan->batch * plan->tokens > 0) engine_range((void *)plan, 0, plan->batch * plan->tokens);
     return;

@@ -112,6 +112,10 @@ typedef struct pe__rope_plan {
   /* sink: an MLA step's kv rows into their cache rows, and q's whole heads
    * under a q norm (mla.c; NULL: none). slots is the step's slot_mapping. */
   const struct pe__mla_plan *mla;
+
+  /* set by pe__rope_run: the runs of tokens its blocks' whole rows in place
+   * walk together (pe_rope_block.streams; 1: token by token) */
+  int32_t streams;
 } pe__rope_plan;
 
 /* The MLA sink's part of a plan (mla.c): the step's descriptor, validated;
@@ -147,8 +151,9 @@ PE_HIDDEN void pe__mla_block(const pe__rope_plan *p, int64_t b, int64_t u, int64
 PE_HIDDEN void pe__rope_plan_init(pe__rope_plan *p, const pe_rope_cache *c, const pe_tensor *q,
                                   const pe_tensor *k, uint32_t flags, pe__rope_source source);
 
-/* Run a validated plan (pool acquired with pe__pool_acquire, released here). */
-PE_HIDDEN void pe__rope_run(const pe__rope_plan *plan, pe_threadpool *pool);
+/* Run a validated plan (pool acquired with pe__pool_acquire, released here);
+ * sets plan->streams. */
+PE_HIDDEN void pe__rope_run(pe__rope_plan *plan, pe_threadpool *pool);
 
 /* The operand of tensor t as the engine walks it (t NULL or empty: absent). */
 PE_HIDDEN void pe__rope_operand_from(pe__rope_operand *op, const pe_tensor *t);
