@@ -425,7 +425,9 @@ static void run_store(const pe_isa *isa, int sd, int dd, int style, int32_t n_pa
     blk.prefetch = rnd_below(2) ? (int64_t)rnd_below(4096) - 2048 : 0;
   }
   /* the reference token by token, the tested walk (and the reference's own,
-   * into a third copy) in `streams` runs of tokens */
+   * into a third copy) with pe_rope_block.streams set: the cache writes
+   * keep token order today, and whatever order they take must write the
+   * same bytes */
   char *dc = xmalloc((size_t)dtotal * des);
   memcpy(dc, da, (size_t)dtotal * des);
   void *d2[8];
