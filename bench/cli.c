@@ -71,7 +71,8 @@ static void usage(FILE *f) {
           "                     rope suite runs every prefill case in both, its case names\n"
           "                     end in the layout; decode, one token, is the same memory\n"
           "                     in both; cutover uses bhtd)\n"
-          "  --isa NAME|all     force scalar, avx2, avx512, neon (or auto); all = each one\n"
+          "  --isa NAME|all     force scalar, avx2, avx512, avx512bf16, neon (or auto);\n"
+          "                     all = each one\n"
           "                     this CPU runs\n"
           "  --threads LIST     thread counts, e.g. 1,2 (default 1,2; 1 = no pool), at most\n"
           "                     the CPUs this process may use\n"
@@ -449,11 +450,12 @@ static int parse_args(int argc, char **argv) {
       else if (!strcmp(val, "bthd")) opt.bthd = 1, opt.layouts = 2;
       else return bad("--layout \"%s\": expected bhtd ([B,H,T,D]) or bthd ([B,T,H,D])", val);
     } else if (!strcmp(key, "--isa")) {
-      static const char *const isas[] = {"scalar", "avx2", "avx512", "neon", "auto", "all"};
+      static const char *const isas[] = {"scalar", "avx2",       "avx512", "avx512bf16",
+                                         "neon",   "auto",       "all"};
       size_t n = 0;
       while (n < sizeof isas / sizeof isas[0] && strcmp(val, isas[n])) n++;
       if (n == sizeof isas / sizeof isas[0])
-        return bad("--isa \"%s\": expected scalar, avx2, avx512, neon, auto or all", val);
+        return bad("--isa \"%s\": expected scalar, avx2, avx512, avx512bf16, neon, auto or all", val);
       opt.isa = val;
     } else if (!strcmp(key, "--threads")) {
       if (set_threads(val)) return -1;
@@ -535,7 +537,7 @@ int main(int argc, char **argv) {
   if (suite_selected("cutover")) pool_for(cutover_threads()), cutover_prepare();
 
   if (opt.isa && !strcmp(opt.isa, "all")) {
-    static const char *const isas[] = {"scalar", "avx2", "avx512", "neon"};
+    static const char *const isas[] = {"scalar", "avx2", "avx512", "avx512bf16", "neon"};
     for (size_t i = 0; i < sizeof isas / sizeof isas[0]; i++)
       if (pe_force_isa(isas[i]) == PE_OK) run_suites();
   } else {

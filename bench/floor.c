@@ -64,8 +64,11 @@ floor_fn floor_select(const char **name) {
   *name = isa;
 #if defined(__x86_64__)
   __builtin_cpu_init();
+  /* The library's "avx512bf16" path rounds bf16 with vcvtne2ps2bf16, its
+   * "avx512" path (CPUs without AVX512-BF16, or PE_ISA=avx512 on one with
+   * it) in integer operations: each has the floor of its own instructions. */
 #if defined(PB_FLOOR_AVX512BF16)
-  if (!strcmp(isa, "avx512") && __builtin_cpu_supports("avx512bf16")) {
+  if (!strcmp(isa, "avx512bf16") && __builtin_cpu_supports("avx512bf16")) {
     *name = "avx512-bf16";
     return pb_floor_avx512bf16;
   }

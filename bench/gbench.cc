@@ -131,7 +131,7 @@ void BM_TableBuild(benchmark::State &state, const std::string &isa) {
 int main(int argc, char **argv) {
   benchmark::Initialize(&argc, argv);
   if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
-  const char *isas[] = {"scalar", "avx2", "avx512", "neon"};
+  const char *isas[] = {"scalar", "avx2", "avx512", "avx512bf16", "neon"};
   struct {
     const char *name;
     pe_dtype dt;

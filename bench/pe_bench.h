@@ -161,7 +161,7 @@ struct bench_case {
 };
 
 typedef struct result {
-  char suite[16], name[48], shape[48], dtype[8], isa[8];
+  char suite[16], name[48], shape[48], dtype[8], isa[16];
   int threads;
   double bytes;
   stats ns, bound, textbook, textbook_native, floor;

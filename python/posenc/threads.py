@@ -35,12 +35,14 @@ class ThreadPool(_lib.Handle):
 
 
 def isa_name():
-    """The kernel path in use: 'avx512', 'avx2', 'neon' or 'scalar'."""
+    """The kernel path in use: 'avx512bf16', 'avx512', 'avx2', 'neon' or
+    'scalar'."""
     return _lib.lib.pe_isa_name().decode()
 
 
 def force_isa(name="auto"):
-    """Select the kernel path ('scalar', 'avx2', 'avx512', 'neon', 'auto').
+    """Select the kernel path ('scalar', 'avx2', 'avx512',
+    'avx512bf16', 'neon', 'auto').
     PosencError(ERR_UNSUPPORTED) if this CPU/build lacks it. Process-wide and
     not thread-safe: for tests and benchmarks."""
     if not isinstance(name, str):
