@@ -6,9 +6,9 @@
  * the vf_/vd_ operations, vld/vst2/vstw/vst per dtype with an n-lane tail,
  * and for GPT-J either vf_deinterleave / vf_interleave / vf_gptj_cs or, with
  * VEC_LD2, vldi/vsti; optionally VEC_BF16_EO, bf16 rows in even/odd order:
- * bf16_ld_eo/bf16_st_eo_g for the dtype EO_DT names (AVX-512 with
- * AVX512-BF16, AVX2), and VEC_GPTJ_ORDERED when vf_deinterleave leaves the
- * pairs in order (AVX-512)). Bit-identical to
+ * bf16_ld_eo/bf16_st_eo_g for the dtype EO_DT names (AVX-512: PE_BF16_CVT
+ * with AVX512-BF16, PE_BF16 without; AVX2: PE_BF16), and VEC_GPTJ_ORDERED
+ * when vf_deinterleave leaves the pairs in order (AVX-512)). Bit-identical to
  * scalar.c by construction: the same operations in the same order, lane by
  * lane; lanes past a tail are computed on zeros and never stored. */
 
@@ -304,7 +304,7 @@ PE_AI void gptj_st(int dd, char *dp, int32_t m, int whole, vf x, vf y, vf c, vf 
 #else
   const int64_t des = pe__esize(dd);
 #if defined(VEC_BF16_EO) && defined(VEC_GPTJ_ORDERED)
-  if (EO_DT(dd)) { /* one vpermw back to pair order, one store (whole or masked) */
+  if (EO_DT(dd)) { /* back to pair order, one store (whole or masked) */
     bf16_st_eo_g(1, &dp, 2 * m, &xn, &yn);
     return;
   }

@@ -214,7 +214,6 @@ BF16_TARGET static inline __m512i bf16_pack_cvt(vf a, vf b) {
  * stores instead of 8 and 8), GPT-J 48-55 -> 28-31 (4 shuffles instead of
  * 28). */
 #define VEC_BF16_EO 1
-#define EO_DT(dt) ((dt) == PE_BF16_CVT) /* the dtype of the even/odd rows */
 /* vf_deinterleave leaves GPT-J's pairs in order (vf_gptj_cs is the
  * identity), so gptj_ld and gptj_st themselves take the even/odd order for
  * bf16 (rope_template.h), the QK-norm's rows included. */
@@ -226,6 +225,8 @@ PE_AI void bf16_ld_eo(const void *p, int32_t n, vf *e, vf *o) {
   *e = _mm512_castsi512_ps(_mm512_slli_epi32(w, 16));
   *o = _mm512_castsi512_ps(_mm512_and_si512(w, _mm512_set1_epi32((int)0xffff0000u)));
 }
+#if defined(__AVX512BF16__)
+#define EO_DT(dt) ((dt) == PE_BF16_CVT) /* the dtype of the even/odd rows */
 /* g <= 8 vectors of 32 elements (e[i] even, o[i] odd) rounded as
  * bf16_pack_cvt and written to p[i] (n elements each, n <= 32), with one
  * subnormal check for all of them: a vptestnmw per 32 words (on Zen 4 it
@@ -257,6 +258,27 @@ BF16_TARGET static inline void bf16_st_eo_g(int g, char *const *p, int32_t n, co
         _mm512_mask_storeu_epi16(p[i], (__mmask32)((1ull << n) - 1u), v);
     }
 }
+#else
+/* Without AVX512-BF16 the plain bf16 rows take the even/odd order too,
+ * rounded by bf16_bits (lanes in [0, 0xffff]): the even element's bits in
+ * the low half of a word and the odd one's shifted into the high half are
+ * the pair in memory order, one vpslld and one vpord per 32 elements. A
+ * GPT-J step written that way needs no vf_interleave (2 vpermt2ps) and no
+ * bf16_pack_int's vpackusdw and vpermq (4 shuffles, on Intel's one shuffle
+ * port), a NeoX chunk no vpermw to widen; the same bits as bf16_pack_int by
+ * construction (not measured: written on a machine without AVX-512). */
+#define EO_DT(dt) ((dt) == PE_BF16) /* the dtype of the even/odd rows */
+PE_AI void bf16_st_eo_g(int g, char *const *p, int32_t n, const vf *e, const vf *o) {
+  for (int i = 0; i < 8; i++)
+    if (i < g) {
+      __m512i v = _mm512_or_si512(bf16_bits(e[i]), _mm512_slli_epi32(bf16_bits(o[i]), 16));
+      if (n >= 2 * VL)
+        _mm512_storeu_si512(p[i], v);
+      else
+        _mm512_mask_storeu_epi16(p[i], (__mmask32)((1ull << n) - 1u), v);
+    }
+}
+#endif
 /* One vector the same way (vcvtneps2bf16), 16 words. */
 BF16_TARGET static inline __m256i bf16_cvt1(vf a) {
   __m256i w = (__m256i)_mm512_cvtneps_pbh(a);
