@@ -259,24 +259,51 @@ BF16_TARGET static inline void bf16_st_eo_g(int g, char *const *p, int32_t n, co
     }
 }
 #else
-/* Without AVX512-BF16 the plain bf16 rows take the even/odd order too,
- * rounded by bf16_bits (lanes in [0, 0xffff]): the even element's bits in
- * the low half of a word and the odd one's shifted into the high half are
- * the pair in memory order, one vpslld and one vpord per 32 elements. A
+/* Without AVX512-BF16 the plain bf16 rows take the even/odd order too. A
  * GPT-J step written that way needs no vf_interleave (2 vpermt2ps) and no
- * bf16_pack_int's vpackusdw and vpermq (4 shuffles, on Intel's one shuffle
- * port), a NeoX chunk no vpermw to widen; the same bits as bf16_pack_int by
- * construction (not measured: written on a machine without AVX-512). */
+ * bf16_pack_int's vpackusdw and vpermq, a NeoX chunk no vpermw to widen. */
 #define EO_DT(dt) ((dt) == PE_BF16) /* the dtype of the even/odd rows */
+/* The 32 bf16 of e (even) and o (odd) interleaved and rounded as bf16_bits,
+ * for vectors without a NaN: vec_avx2.h's bf16_eo_bits at 512 bits. In
+ * 16-bit lanes the truncated bf16 t (the even floats' top halves shifted
+ * down, the odd ones' merged in place by a masked word move) and the bottom
+ * halves l (the odd floats' shifted up, merged with the even ones'), then t
+ * + carry, the carry of (u + 0x7fff + lsb) >> 16 being bit 15 of
+ * vpavgw(l, 0x7ffe | (t & 1)) (17 bits inside vpavgw; the or and the and
+ * one vpternlogd): 7 operations for 32 values where bf16_bits twice and
+ * their join take 17. */
+PE_AI __m512i bf16_eo_bits(vf e, vf o) {
+  const __mmask32 odd = 0xaaaaaaaau;
+  __m512i ue = _mm512_castps_si512(e), uo = _mm512_castps_si512(o);
+  __m512i t = _mm512_mask_mov_epi16(_mm512_srli_epi32(ue, 16), odd, uo);
+  __m512i l = _mm512_mask_mov_epi16(ue, odd, _mm512_slli_epi32(uo, 16));
+  __m512i v = _mm512_ternarylogic_epi32(_mm512_set1_epi16(0x7ffe), t, _mm512_set1_epi16(1),
+                                        0xf8); /* A | (B & C) */
+  return _mm512_add_epi16(t, _mm512_srli_epi16(_mm512_avg_epu16(l, v), 15));
+}
+PE_AI void bf16_st_eo1(char *p, int32_t n, __m512i v) {
+  if (n >= 2 * VL)
+    _mm512_storeu_si512(p, v);
+  else
+    _mm512_mask_storeu_epi16(p, (__mmask32)((1ull << n) - 1u), v);
+}
+/* g <= 8 vectors of 32 elements rounded and written to p[i] (n elements
+ * each, n <= 32): one NaN test for all of them (vcmpps unordered of e and
+ * o, the masks or-ed, one branch); a NaN takes bf16_bits (quieted) for the
+ * group, the even element's bits or-ed with the odd one's shifted up. */
 PE_AI void bf16_st_eo_g(int g, char *const *p, int32_t n, const vf *e, const vf *o) {
+  __mmask16 nan = 0;
   for (int i = 0; i < 8; i++)
-    if (i < g) {
-      __m512i v = _mm512_or_si512(bf16_bits(e[i]), _mm512_slli_epi32(bf16_bits(o[i]), 16));
-      if (n >= 2 * VL)
-        _mm512_storeu_si512(p[i], v);
-      else
-        _mm512_mask_storeu_epi16(p[i], (__mmask32)((1ull << n) - 1u), v);
-    }
+    if (i < g) nan |= _mm512_cmp_ps_mask(e[i], o[i], _CMP_UNORD_Q);
+  if (__builtin_expect(nan == 0, 1)) {
+    for (int i = 0; i < 8; i++)
+      if (i < g) bf16_st_eo1(p[i], n, bf16_eo_bits(e[i], o[i]));
+  } else {
+    for (int i = 0; i < 8; i++)
+      if (i < g)
+        bf16_st_eo1(p[i], n,
+                    _mm512_or_si512(bf16_bits(e[i]), _mm512_slli_epi32(bf16_bits(o[i]), 16)));
+  }
 }
 #endif
 /* One vector the same way (vcvtneps2bf16), 16 words. */
