@@ -157,7 +157,7 @@ int floor_alloc(const floor_stage *st, floor_data *d) {
   int64_t want = st->heads > 8 ? st->heads : 8, fit = per_row > 0 ? 8192 / per_row : want;
   if (want > 64) want = 64;
   d->n_rows = (int)(fit < 1 ? 1 : fit < want ? fit : want);
-  size_t bytes = (size_t)(d->n_rows * (d->src_stride + d->dst_stride)) + (size_t)(6 * w) * 4 + 128;
+  size_t bytes = (size_t)(d->n_rows * (d->src_stride + d->dst_stride)) + (size_t)(8 * w) * 4 + 128;
   char *mem = NULL;
   if (posix_memalign((void **)&mem, 64, bytes)) return -1;
   d->bytes = bytes;
@@ -167,25 +167,31 @@ int floor_alloc(const floor_stage *st, floor_data *d) {
   float *cs = (float *)(void *)(d->dst + d->n_rows * d->dst_stride), *wt = cs + w;
   d->cs = cs;
   d->w = wt;
-  float *cse = wt + w, *wte = cse + w;
-  d->cs_eo = cse;
-  d->w_eo = wte;
-  d->scratch = wte + w;
+  float *eo = wt + w; /* cs_eo and w_eo for 8 lanes, then for 16 */
+  d->scratch = eo + 4 * w;
+  for (int k = 0; k < 2; k++) {
+    float *cse = eo + 2 * k * w, *wte = cse + w;
+    d->cs_eo[k] = cse;
+    d->w_eo[k] = wte;
+  }
+  for (int e = 0; e < w; e++) wt[e] = e % 3 ? 1.0f : -1.0f;
   for (int j = 0; j < st->rot / 2; j++) {
     float a = 0.3f * (float)j + 0.1f;
     cs[j] = cosf(a), cs[st->rot / 2 + j] = sinf(a);
   }
-  for (int e = 0; e < w; e++) wt[e] = e % 3 ? 1.0f : -1.0f;
-  /* even/odd order: element i of each block of 2 * FL_EO_VL to i / 2 (even
-   * i) or FL_EO_VL + i / 2 (odd i) of its block; whole blocks only */
-  const int half = st->rot / 2, b2 = 2 * FL_EO_VL;
-  for (int j = 0; j < half - half % b2; j++) {
-    const int blk = j - j % b2, at = blk + (j % 2 ? FL_EO_VL : 0) + (j % b2) / 2;
-    cse[at] = cs[j], cse[half + at] = cs[half + j];
-  }
-  for (int e = 0; e < w - w % b2; e++) {
-    const int blk = e - e % b2;
-    wte[blk + (e % 2 ? FL_EO_VL : 0) + (e % b2) / 2] = wt[e];
+  /* even/odd order: element i of each block of 2 * vl to i / 2 (even i) or
+   * vl + i / 2 (odd i) of its block; whole blocks only */
+  for (int vl = 8; vl <= 16; vl *= 2) {
+    float *cse = (float *)d->cs_eo[FL_EO_IX(vl)], *wte = (float *)d->w_eo[FL_EO_IX(vl)];
+    const int half = st->rot / 2, b2 = 2 * vl;
+    for (int j = 0; j < half - half % b2; j++) {
+      const int blk = j - j % b2, at = blk + (j % 2 ? vl : 0) + (j % b2) / 2;
+      cse[at] = cs[j], cse[half + at] = cs[half + j];
+    }
+    for (int e = 0; e < w - w % b2; e++) {
+      const int blk = e - e % b2;
+      wte[blk + (e % 2 ? vl : 0) + (e % b2) / 2] = wt[e];
+    }
   }
   for (int r = 0; r < d->n_rows; r++) {
     char *row = d->src + r * d->src_stride;

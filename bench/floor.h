@@ -52,9 +52,10 @@ typedef struct floor_stage {
   int64_t rows;   /* rows of one call */
 } floor_stage;
 
-/* The float lanes of the kernels that take bf16 rows in even/odd order
- * (floor_avx2.c's FL_EO): cs_eo and w_eo are laid out for them. */
-#define FL_EO_VL 8
+/* cs_eo[FL_EO_IX(VL)] and w_eo[...]: the even/odd layouts for kernels of
+ * VL float lanes that take bf16 rows in even/odd order (FL_EO: floor_avx2.c,
+ * 8 lanes; floor_avx512.c, 16). */
+#define FL_EO_IX(vl) ((vl) == 16)
 
 /* The L1-resident rows a stage's kernel cycles through (one set per thread). */
 typedef struct floor_data {
@@ -63,10 +64,11 @@ typedef struct floor_data {
   int n_rows;
   const float *cs;          /* the cos/sin row: rot/2 cos, then rot/2 sin */
   const float *w;           /* width weights (FL_NORM_ROT) */
-  const float *cs_eo;       /* cs in even/odd order: per block of 2*FL_EO_VL pairs from
-                             * pair 0, the cos of its even pairs then of its odd ones,
-                             * then the sin the same way from rot/2; whole blocks */
-  const float *w_eo;        /* w in that order (blocks of 2*FL_EO_VL channels) */
+  const float *cs_eo[2];    /* cs in even/odd order for 8 and 16 lanes (FL_EO_IX): per
+                             * block of 2*VL pairs from pair 0, the cos of its even pairs
+                             * then of its odd ones, then the sin the same way from
+                             * rot/2; whole blocks */
+  const float *w_eo[2];     /* w in that order (blocks of 2*VL channels) */
   float scale;              /* FL_FP8: the scale (dst = x / scale) */
   float eps;                /* FL_NORM_ROT */
   float *scratch;           /* two rows of width floats (Q8_0 outputs: rotated, then quantized) */

@@ -84,6 +84,46 @@ FP void f_st2(int dt, void *p, vf a, vf b) {
   f_st(dt, (char *)p + VL * (dt == PE_F32 ? 4 : 2), b);
 }
 
+/* bf16 rows written as bf16 in even/odd order (FL_EO, floor_vec.h) without
+ * AVX512-BF16, as the library's avx512 path takes them: 2*VL halves in one
+ * 64-byte load, the 32-bit word of elements 2i and 2i+1 widened to the even
+ * one's float by vpslld 16 and the odd one's by vpandd 0xffff0000 (no
+ * vpermw); back, floor_avx2.c's carry trick at 512 bits: the truncated
+ * bf16 t (the even floats' top halves shifted down, merged with the odd
+ * ones' by a masked word move) plus bit 15 of vpavgw(l, 0x7ffe | (t & 1)),
+ * l the bottom halves; 7 operations (the or and the and in one vpternlogd)
+ * and a NaN test (vcmpps unordered of e and o into a mask, kortest, a
+ * branch) per 2*VL halves. Intel Xeon (AVX-512 FP16/BF16), Llama-3-8B 512
+ * tokens: 0.32 ms against 0.43 in the natural order.
+ *
+ * With AVX512-BF16 the natural order stays: vcvtne2ps2bf16 needs a vpermw
+ * to put an even/odd result back in pair order, and on that Xeon the
+ * even/odd floor took 0.26 ms (0.29 with the +-0 test an exact row needs
+ * after vcvtne2ps2bf16, which reads subnormals as zero) against 0.24 in the
+ * natural order (2 vpermw to widen 32 values, vcvtne2ps2bf16 to narrow). */
+#if !defined(PB_FLOOR_BF16)
+#define FL_EO 1
+FP void f_ld_eo(const void *p, vf *e, vf *o) {
+  __m512i w = _mm512_loadu_si512(p);
+  *e = _mm512_castsi512_ps(_mm512_slli_epi32(w, 16));
+  *o = _mm512_castsi512_ps(_mm512_and_si512(w, i1((int32_t)0xffff0000u)));
+}
+FP void f_st_eo(void *p, vf e, vf o) {
+  __m512i ue = _mm512_castps_si512(e), uo = _mm512_castps_si512(o), w;
+  const __mmask32 odd = 0xaaaaaaaau;
+  if (__builtin_expect(_mm512_cmp_ps_mask(e, o, _CMP_UNORD_Q) != 0, 0)) {
+    w = _mm512_mask_mov_epi16(_mm512_srli_epi32(bf16_rne(e), 16), odd, bf16_rne(o));
+  } else {
+    __m512i t = _mm512_mask_mov_epi16(_mm512_srli_epi32(ue, 16), odd, uo);
+    __m512i l = _mm512_mask_mov_epi16(ue, odd, _mm512_slli_epi32(uo, 16));
+    /* (t & 1) | 0x7ffe: vpternlogd 0xf8 = A | (B & C) with A = 0x7ffe */
+    __m512i v = _mm512_ternarylogic_epi32(_mm512_set1_epi16(0x7ffe), t, _mm512_set1_epi16(1), 0xf8);
+    w = _mm512_add_epi16(t, _mm512_srli_epi16(_mm512_avg_epu16(l, v), 15));
+  }
+  _mm512_storeu_si512(p, w);
+}
+#endif
+
 FP vf f_ldf(const float *p) { return _mm512_loadu_ps(p); }
 FP vf f_set1(float x) { return _mm512_set1_ps(x); }
 FP vf f_mul(vf a, vf b) { return _mm512_mul_ps(a, b); }

@@ -146,7 +146,7 @@ FA void rot_chunk(int sd, int out, int style, int norm, int mul, const char *src
  * in that order (cs_eo, w_eo: prepared once, as a library prepares them
  * per token or per call). A unit is 2*VL pairs (NeoX) or channels (GPT-J). */
 #if defined(FL_EO)
-_Static_assert(VL == FL_EO_VL, "cs_eo and w_eo are laid out for FL_EO_VL lanes");
+_Static_assert(VL == 8 || VL == 16, "cs_eo and w_eo are laid out for 8 and 16 lanes");
 #define EO(sd, out) ((sd) == O_BF16 && (out) == O_BF16)
 #else
 #define EO(sd, out) 0
@@ -160,8 +160,9 @@ FA void cs_chunk_eo(int style, const floor_data *d, int half, int j, int k, vf *
   for (int i = 0; i < k; i++) {
     const int u = j + 2 * VL * i;
     if (style == PE_ROPE_NEOX) {
-      c[2 * i] = f_ldf(d->cs_eo + u), c[2 * i + 1] = f_ldf(d->cs_eo + u + VL);
-      s[2 * i] = f_ldf(d->cs_eo + half + u), s[2 * i + 1] = f_ldf(d->cs_eo + half + u + VL);
+      const float *cse = d->cs_eo[FL_EO_IX(VL)];
+      c[2 * i] = f_ldf(cse + u), c[2 * i + 1] = f_ldf(cse + u + VL);
+      s[2 * i] = f_ldf(cse + half + u), s[2 * i + 1] = f_ldf(cse + half + u + VL);
     } else {
       c[i] = f_ldf(d->cs + u / 2), s[i] = f_ldf(d->cs + half + u / 2);
     }
@@ -271,13 +272,13 @@ FA void rot_rows(const floor_stage *st, floor_data *d, int64_t rows, int sd, int
       for (; j + 4 * VL <= n; j += 4 * VL) {
         cs_chunk_eo(style, d, half, j, 2, c, s);
         for (int h = 0; h < hn; h++)
-          rot_chunk_eo(style, norm, ROW(h), DST(h), half, j, 2, c, s, d->w_eo,
+          rot_chunk_eo(style, norm, ROW(h), DST(h), half, j, 2, c, s, d->w_eo[FL_EO_IX(VL)],
                        norm ? f_set1(rs[h]) : one);
       }
       for (; j + 2 * VL <= n; j += 2 * VL) {
         cs_chunk_eo(style, d, half, j, 1, c, s);
         for (int h = 0; h < hn; h++)
-          rot_chunk_eo(style, norm, ROW(h), DST(h), half, j, 1, c, s, d->w_eo,
+          rot_chunk_eo(style, norm, ROW(h), DST(h), half, j, 1, c, s, d->w_eo[FL_EO_IX(VL)],
                        norm ? f_set1(rs[h]) : one);
       }
     }
@@ -301,7 +302,7 @@ FA void rot_rows(const floor_stage *st, floor_data *d, int64_t rows, int sd, int
         if (EO(sd, out) && rot % (2 * VL) == 0)
           for (; e + 2 * VL <= width; e += 2 * VL) {
             vf xe, xo;
-            ld_eo_x(ROW(h), e, 1, f_set1(rs[h]), d->w_eo, &xe, &xo);
+            ld_eo_x(ROW(h), e, 1, f_set1(rs[h]), d->w_eo[FL_EO_IX(VL)], &xe, &xo);
             f_st_eo(AT(DST(h), e, out), xe, xo);
           }
 #endif
@@ -378,7 +379,7 @@ FA void mla_rows(const floor_stage *st, floor_data *d, int64_t rows, int sd, int
     if (EO(sd, rout) && eo_fits(style, rot))
       for (; j + 2 * VL <= n; j += 2 * VL) {
         cs_chunk_eo(style, d, half, j, 1, c, s);
-        rot_chunk_eo(style, 0, rs, rd, half, j, 1, c, s, d->w_eo, one);
+        rot_chunk_eo(style, 0, rs, rd, half, j, 1, c, s, d->w_eo[FL_EO_IX(VL)], one);
       }
 #endif
     for (; j + gr * VL <= n; j += gr * VL) {
