@@ -147,9 +147,9 @@ PE_AI void rotate(vf x, vf y, vf c, vf s, vf *xo, vf *yo) {
   *xo = vf_fma(x, c, nys);
   *yo = vf_fma(y, c, vf_mul(x, s));
 }
-#if defined(VEC_ROT_FAST)
+#if defined(VEC_ROT_FAST) || defined(VEC_NORM_ROT_FAST)
 /* The rotation without isa.h's sign flip (VEC_ROT_FAST, the even/odd bf16
- * rows): x' = x*c - y*s as one vfmsub, which is fmaf(x, c, -(y*s)) for
+ * rows; VEC_NORM_ROT_FAST, only the QK-normed ones: neo_rows): x' = x*c - y*s as one vfmsub, which is fmaf(x, c, -(y*s)) for
  * every result but a NaN (the negation of the rounded product is exact),
  * whose sign may differ (the vfmsub keeps y*s's NaN as it is). The caller
  * tests the results for a NaN (vf_any_nan2 / vf_any_nan4) before it stores
@@ -869,7 +869,7 @@ PE_AI void nprefetch(const char *row, int64_t pf, int64_t elems, int dt) {
   for (uintptr_t l = a & ~(uintptr_t)63; l < end; l += 64) __builtin_prefetch((const void *)l);
 }
 
-#if defined(VEC_BF16_EO) && defined(VEC_ROT_FAST)
+#if defined(VEC_BF16_EO) && (defined(VEC_ROT_FAST) || defined(VEC_NORM_ROT_FAST))
 /* Normed bf16 rows to bf16 in even/odd order (VEC_BF16_EO): the rows of a
  * token's heads, which share its cos/sin and the norm's weights, with both
  * deinterleaved once for all of them (cs_eo) into a stack buffer of at

@@ -42,6 +42,7 @@ PE_AI __mmask16 mask_n(int32_t n) {
 #define vf_mul _mm512_mul_ps
 #define vf_fma _mm512_fmadd_ps   /* a*b + c, one rounding */
 #define vf_fnma _mm512_fnmadd_ps /* c - a*b, one rounding */
+#define vf_fms _mm512_fmsub_ps   /* a*b - c, one rounding */
 PE_AI vf vf_neg(vf a) { return _mm512_xor_ps(a, _mm512_set1_ps(-0.0f)); } /* sign flip */
 PE_AI vf vf_loadn(const float *p, int32_t n) {
   return n >= VL ? _mm512_loadu_ps(p) : _mm512_maskz_loadu_ps(mask_n(n), p);
@@ -305,6 +306,28 @@ PE_AI void bf16_st_eo_g(int g, char *const *p, int32_t n, const vf *e, const vf 
                     _mm512_or_si512(bf16_bits(e[i]), _mm512_slli_epi32(bf16_bits(o[i]), 16)));
   }
 }
+/* e and o (n <= 2*VL elements, no NaN lane: rotate_fast's caller has
+ * tested) rounded and written to p. */
+PE_AI void bf16_st_eo_fast(void *p, int32_t n, vf e, vf o) { bf16_st_eo1(p, n, bf16_eo_bits(e, o)); }
+#endif
+/* Whether a lane of a or b (of a, b, c or d) is NaN: vcmpps unordered into
+ * a mask (two or-ed), one test. */
+PE_AI int vf_any_nan2(vf a, vf b) { return _mm512_cmp_ps_mask(a, b, _CMP_UNORD_Q) != 0; }
+PE_AI int vf_any_nan4(vf a, vf b, vf c, vf d) {
+  return (_mm512_cmp_ps_mask(a, b, _CMP_UNORD_Q) | _mm512_cmp_ps_mask(c, d, _CMP_UNORD_Q)) != 0;
+}
+/* Without AVX512-BF16 the QK-normed bf16 rows of a token rotate in
+ * even/odd order with rotate_fast (rope_template.h's neo_rows: vfmsub
+ * instead of the sign flip and vfmadd, a unit with a NaN result done again
+ * as isa.h says): Intel Xeon, pe-ab --dtype bf16, Qwen3-8B 512 tokens and
+ * one, 0.85-0.90 of the time. The avx512bf16 path does not (1.01-1.03x
+ * there: vcvtne2ps2bf16 leaves even/odd results for a vpermw, as the
+ * natural order's widening does), and the plain rows keep rotate() and
+ * bf16_st_eo_g's one test per group on both (with rotate_fast, as AVX2's
+ * VEC_ROT_FAST: NeoX [B,T,H,D] 512 tokens 1.14x and 1.26x the time, the
+ * store 1.11-1.16x). */
+#if !defined(__AVX512BF16__)
+#define VEC_NORM_ROT_FAST 1
 #endif
 /* One vector the same way (vcvtneps2bf16), 16 words. */
 BF16_TARGET static inline __m256i bf16_cvt1(vf a) {
