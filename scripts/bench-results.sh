@@ -47,12 +47,12 @@ has() { case " $flags " in *" $1 "*) return 0 ;; esac; return 1; }
 features="AVX2"
 has avx512f && features="AVX-512"
 has avx512_bf16 && features="$features + BF16"
-has avx512fp16 && features="$features + FP16" || { has avx512f && features="$features, no FP16"; }
+has avx512_fp16 && features="$features + FP16" || { has avx512f && features="$features, no FP16"; }
 if [ "$vendor" = AuthenticAMD ] && [ "$family" = 25 ] && has avx512f; then
   kind=amd-epyc-zen4 title="AMD EPYC Zen 4"
 elif [ "$vendor" = AuthenticAMD ] && [ "$family" = 25 ] && [ "$cpumodel" -lt 16 ]; then
   kind=amd-epyc-zen3 title="AMD EPYC Zen 3"  # family 25 models 0-15: Zen 3 (Milan); no AVX-512
-elif [ "$vendor" = GenuineIntel ] && has avx512fp16; then
+elif [ "$vendor" = GenuineIntel ] && has avx512_fp16; then
   kind=intel-xeon-avx512fp16 title="Intel Xeon with AVX-512 FP16"
 else
   kind=$(echo "$model" | tr 'A-Z' 'a-z' | sed 's/([^)]*)//g; s/[^a-z0-9]\{1,\}/-/g; s/^-//; s/-$//')
