@@ -7,10 +7,14 @@
  * and for GPT-J either vf_deinterleave / vf_interleave / vf_gptj_cs or, with
  * VEC_LD2, vldi/vsti; optionally VEC_BF16_EO, bf16 rows in even/odd order:
  * bf16_ld_eo/bf16_st_eo_g for the dtype EO_DT names (AVX-512: PE_BF16_CVT
- * with AVX512-BF16, PE_BF16 without; AVX2: PE_BF16), and VEC_GPTJ_ORDERED
- * when vf_deinterleave leaves the pairs in order (AVX-512)). Bit-identical to
- * scalar.c by construction: the same operations in the same order, lane by
- * lane; lanes past a tail are computed on zeros and never stored. */
+ * with AVX512-BF16, PE_BF16 without; AVX2: PE_BF16), VEC_GPTJ_ORDERED
+ * when vf_deinterleave leaves the pairs in order (AVX-512), and
+ * VEC_ROT_FAST (every even/odd row: AVX2) or VEC_NORM_ROT_FAST (only the
+ * QK-normed ones, neo_rows: AVX-512 without AVX512-BF16), the rotation
+ * without the sign flip, with vf_fms, vf_any_nan2/4 and bf16_st_eo_fast).
+ * Bit-identical to scalar.c by construction: the same operations in the
+ * same order, lane by lane; lanes past a tail are computed on zeros and
+ * never stored. */
 
 /* ---- cos/sin rows ---- */
 
