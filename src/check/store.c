@@ -148,7 +148,12 @@ typedef struct region {
   intptr_t lo, hi;
 } region;
 
-static region region_of(const pe_tensor *t, uint32_t quant) {
+/* Inline: a 40-byte struct comes back through memory, written field by
+ * field and read back by 16-byte loads that store forwarding cannot serve
+ * (Intel Xeon, `perf record` of a one-token pe_apply_rope_qk_store: the
+ * loads after its calls were a third of pe__check_store's samples). */
+static inline __attribute__((always_inline)) region region_of(const pe_tensor *t,
+                                                              uint32_t quant) {
   region r = {t, quant, !t || pe__tensor_empty(t), 0, 0};
   if (!r.none) span(t, quant, &r.lo, &r.hi);
   return r;
