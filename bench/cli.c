@@ -353,6 +353,11 @@ static int check_options(void) {
   return 0;
 }
 
+/* The library's kernel paths, as pe_force_isa names them (--isa takes
+ * these, "auto", or "all": each one this CPU runs). */
+static const char *const isa_paths[] = {"scalar", "avx2", "avx512", "avx512bf16", "neon"};
+enum { N_ISA_PATHS = sizeof isa_paths / sizeof isa_paths[0] };
+
 static int parse_args(int argc, char **argv) {
   memset(&opt, 0, sizeof opt);
   snprintf(opt.suites, sizeof opt.suites, DEFAULT_SUITES);
@@ -449,12 +454,11 @@ static int parse_args(int argc, char **argv) {
       else if (!strcmp(val, "bthd")) opt.bthd = 1, opt.layouts = 2;
       else return bad("--layout \"%s\": expected bhtd ([B,H,T,D]) or bthd ([B,T,H,D])", val);
     } else if (!strcmp(key, "--isa")) {
-      static const char *const isas[] = {"scalar", "avx2",       "avx512", "avx512bf16",
-                                         "neon",   "auto",       "all"};
-      size_t n = 0;
-      while (n < sizeof isas / sizeof isas[0] && strcmp(val, isas[n])) n++;
-      if (n == sizeof isas / sizeof isas[0])
-        return bad("--isa \"%s\": expected scalar, avx2, avx512, avx512bf16, neon, auto or all", val);
+      int n = 0;
+      while (n < N_ISA_PATHS && strcmp(val, isa_paths[n])) n++;
+      if (n == N_ISA_PATHS && strcmp(val, "auto") && strcmp(val, "all"))
+        return bad("--isa \"%s\": expected scalar, avx2, avx512, avx512bf16, neon, auto or all",
+                   val);
       opt.isa = val;
     } else if (!strcmp(key, "--threads")) {
       if (set_threads(val)) return -1;
@@ -536,9 +540,8 @@ int main(int argc, char **argv) {
   if (suite_selected("cutover")) pool_for(cutover_threads()), cutover_prepare();
 
   if (opt.isa && !strcmp(opt.isa, "all")) {
-    static const char *const isas[] = {"scalar", "avx2", "avx512", "avx512bf16", "neon"};
-    for (size_t i = 0; i < sizeof isas / sizeof isas[0]; i++)
-      if (pe_force_isa(isas[i]) == PE_OK) run_suites();
+    for (int i = 0; i < N_ISA_PATHS; i++)
+      if (pe_force_isa(isa_paths[i]) == PE_OK) run_suites();
   } else {
     if (opt.isa && pe_force_isa(opt.isa) != PE_OK) {
       fprintf(stderr, "pe-bench: --isa %s: %s\n", opt.isa, pe_last_error());

@@ -153,12 +153,13 @@ PE_AI void rotate(vf x, vf y, vf c, vf s, vf *xo, vf *yo) {
 }
 #if defined(VEC_ROT_FAST) || defined(VEC_NORM_ROT_FAST)
 /* The rotation without isa.h's sign flip (VEC_ROT_FAST, the even/odd bf16
- * rows; VEC_NORM_ROT_FAST, only the QK-normed ones: neo_rows): x' = x*c - y*s as one vfmsub, which is fmaf(x, c, -(y*s)) for
- * every result but a NaN (the negation of the rounded product is exact),
- * whose sign may differ (the vfmsub keeps y*s's NaN as it is). The caller
- * tests the results for a NaN (vf_any_nan2 / vf_any_nan4) before it stores
- * anything and then does the step again with rotate(), from memory. One
- * operation fewer per step, and no sign constant held in a register. */
+ * rows; VEC_NORM_ROT_FAST, only the QK-normed ones: neo_rows): x' = x*c -
+ * y*s as one vfmsub, which is fmaf(x, c, -(y*s)) for every result but a
+ * NaN (the negation of the rounded product is exact), whose sign may
+ * differ (the vfmsub keeps y*s's NaN as it is). The caller tests the
+ * results for a NaN (vf_any_nan2 / vf_any_nan4) before it stores anything
+ * and then does the step again with rotate(), from memory. One operation
+ * fewer per step, and no sign constant held in a register. */
 PE_AI void rotate_fast(vf x, vf y, vf c, vf s, vf *xo, vf *yo) {
   *xo = vf_fms(x, c, vf_mul(y, s));
   *yo = vf_fma(y, c, vf_mul(x, s));
