@@ -178,7 +178,8 @@ PE_AI void rotate_fast(vf x, vf y, vf c, vf s, vf *xo, vf *yo) {
  * (combine 1) adds the rows' sums as isa.h's binary counter. */
 enum { SQ_ROWS = 4, SQ_NA = 16 / VL };
 /* isa.h's tree of the 16 lanes (a vector ISA may define VEC_TREE16 and
- * vf_tree16(a): the same adds in registers). */
+ * vf_tree16(a): the same adds in registers; VEC_TREE16X4 and vf_tree16x4,
+ * the trees of SQ_ROWS = 4 rows at once). */
 PE_AI float sumsq_tree(const vf *a) {
 #if defined(VEC_TREE16)
   return vf_tree16(a);
@@ -208,6 +209,12 @@ PE_AI void sumsq_rows(int dt, int R, const char *p, int64_t rs, int64_t n, float
         vf x = vld(dt, PE_AT(p + k * rs, e + i * VL, es), left > VL ? VL : (int32_t)left);
         a[k][i] = vf_fma(x, x, a[k][i]);
       }
+#if defined(VEC_TREE16X4)
+  if (R == 4) {
+    vf_tree16x4(a[0], a[1], a[2], a[3], out);
+    return;
+  }
+#endif
   for (int k = 0; k < R; k++) out[k] = sumsq_tree(a[k]);
 }
 

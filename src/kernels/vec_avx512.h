@@ -80,6 +80,25 @@ PE_AI float vf_tree16(const vf *a) {
   float r = _mm_cvtss_f32(_mm_add_ss(u, _mm_movehdup_ps(u)));
   return r != r ? (float)NAN : r;
 }
+/* The same tree of four rows' lanes at once (a[k]: row k's 16 lanes), their
+ * sums to out[0..3]: each level's adds pair the lanes the tree pairs, four
+ * rows to a vector (i+8: the 256-bit halves of two rows side by side; i+4:
+ * the four rows' 128-bit quarters; i+2, i+1 within each quarter). */
+#define VEC_TREE16X4 1
+PE_AI void vf_tree16x4(const vf *a0, const vf *a1, const vf *a2, const vf *a3, float *out) {
+  const __m512 s01 = _mm512_add_ps(_mm512_shuffle_f32x4(a0[0], a1[0], 0x44),
+                                   _mm512_shuffle_f32x4(a0[0], a1[0], 0xee));
+  const __m512 s23 = _mm512_add_ps(_mm512_shuffle_f32x4(a2[0], a3[0], 0x44),
+                                   _mm512_shuffle_f32x4(a2[0], a3[0], 0xee));
+  const __m512 t = _mm512_add_ps(_mm512_shuffle_f32x4(s01, s23, 0x88),
+                                 _mm512_shuffle_f32x4(s01, s23, 0xdd));
+  const __m512 u = _mm512_add_ps(t, _mm512_permute_ps(t, 0xee));
+  const __m512 r = _mm512_add_ps(u, _mm512_movehdup_ps(u));
+  __m128 r4 = _mm512_castps512_ps128(
+      _mm512_permutexvar_ps(_mm512_set_epi32(0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 12, 8, 4, 0), r));
+  r4 = _mm_blendv_ps(r4, _mm_set1_ps((float)NAN), _mm_cmpunord_ps(r4, r4));
+  _mm_storeu_ps(out, r4);
+}
 PE_AI vd vd_loadn(const double *p, int32_t n) {
   return n >= VDL ? _mm512_loadu_pd(p) : _mm512_maskz_loadu_pd((__mmask8)mask_n(n), p);
 }
