@@ -753,6 +753,60 @@ static void test_norm_kernels(void **state) {
   printf("# %s norm_sumsq / norm_row / norm_scale: %lld cases\n", isa->name, (long long)cases);
 }
 
+/* norm_scale where its float64 quotient 1/sqrt(s/n + eps) lies on or next
+ * to a float32 rounding midpoint (its 29 discarded bits within 2 of half of
+ * 2^29), where any path that approximates the quotient rounds the wrong
+ * way unless it falls back to the exact square root and divide. Found by
+ * scanning every float32 sum from 2^-10 to 2^24 against the formula below
+ * for n 64, 96, 128, 256 and eps 0, 1e-6, 1e-5; the test checks that each
+ * is still such a case. Each sits in every lane position of a vector of
+ * sums, at every count up to 17. */
+static void test_norm_scale_midpoints(void **state) {
+  const pe_isa *isa = isa_or_skip(test_path(state));
+  static const struct {
+    float s;
+    int64_t n;
+    float eps;
+  } cases[] = {
+      {0x1.d9a87p+5f, 128, 1e-5f},       {0x1.aae742p+10f, 128, 1e-5f},
+      {0x1.204efp-8f, 128, 1e-5f},       {0x1.7431c6p+0f, 128, 0.0f},
+      {0x1.7431c6p+10f, 128, 0.0f},      {0x1.d9a87p+4f, 64, 1e-5f},
+      {0x1.aae742p+9f, 64, 1e-5f},       {0x1.d9a87p+6f, 256, 1e-5f},
+      {0x1.633e54p+5f, 96, 1e-5f},       {0x1.eceb46p+16f, 96, 1e-5f},
+      {0x1.1e9ffap+12f, 96, 1e-6f},      {0x1.f617c4p+17f, 96, 1e-6f},
+      {0x1.7431c6p-9f, 64, 0.0f},        {0x1.7431c6p+23f, 256, 0.0f},
+  };
+  int64_t checked = 0;
+  for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+    const double q = 1.0 / sqrt((double)cases[c].s * (1.0 / (double)cases[c].n) +
+                                (double)cases[c].eps);
+    uint64_t qb;
+    memcpy(&qb, &q, sizeof qb);
+    const int64_t off = (int64_t)(qb & 0x1fffffffu) - ((int64_t)1 << 28);
+    assert_true(off >= -2 && off <= 2);
+    const float want = (float)q;
+    for (int64_t count = 1; count <= 17; count++)
+      for (int64_t at = 0; at < count; at++) {
+        float sums[17], got[17];
+        for (int64_t i = 0; i < count; i++)
+          sums[i] = (float)(0.5 + (double)(rnd() >> 11) * 0x1p-53) * (float)cases[c].n;
+        sums[at] = cases[c].s;
+        isa->norm_scale(sums, count, cases[c].n, cases[c].eps, got);
+        if (f32_bits(got[at]) != f32_bits(want))
+          fail_msg("%s norm_scale(%a, n %lld, eps %a) at lane %lld of %lld: %a, want %a",
+                   isa->name, (double)cases[c].s, (long long)cases[c].n, (double)cases[c].eps,
+                   (long long)at, (long long)count, (double)got[at], (double)want);
+        for (int64_t i = 0; i < count; i++) {
+          const double o = 1.0 / sqrt((double)sums[i] * (1.0 / (double)cases[c].n) +
+                                      (double)cases[c].eps);
+          assert_int_equal(f32_bits(got[i]), f32_bits((float)o));
+        }
+        checked++;
+      }
+  }
+  printf("# %s norm_scale near float32 midpoints: %lld vectors\n", isa->name, (long long)checked);
+}
+
 static void test_convert(void **state) {
   const pe_isa *isa = isa_or_skip(test_path(state));
   int64_t cases = 0;
@@ -1239,6 +1293,7 @@ int main(void) {
                                       {"rope_special_lanes", test_rope_special_lanes},
                                       {"convert", test_convert},
                                       {"norm_kernels", test_norm_kernels},
+                                      {"norm_scale_midpoints", test_norm_scale_midpoints},
                                       {"enc_rows", test_enc_rows},
                                       {"mask_rows", test_mask_rows}};
   enum { N_CHECKS = sizeof checks / sizeof checks[0] };

@@ -68,6 +68,38 @@ PE_AI void vf_storen(float *p, int32_t n, vf v) {
 #define vd_sqrt _mm512_sqrt_pd
 #define vd_div _mm512_div_pd
 PE_AI vf vf_nan_to_zero(vf v) { return _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(v, v, _CMP_ORD_Q), v); }
+/* 1 / sqrt(x) in the lanes [0, lanes) as the QK-norm's scale needs it: a
+ * double that rounds to the same float32 as the correctly rounded
+ * 1.0 / sqrt(x) of isa.h's pe__norm_scale. The exact square root and
+ * divide of 8 lanes keep the divider busy ~32 cycles (3 vectors for a
+ * token's 40 head rows: 8-9 % of a decode step); here rsqrt14's estimate
+ * (relative error < 2^-14) takes two Newton steps, y += (y/2)(1 - (x*y)*y),
+ * to within a few float64 ulps of the exact quotient (at most 2 in 2e7
+ * random x from 2^-200 to 2^200; the bound is ~4.5: 2^-54 from the steps'
+ * convergence, one rounding each in x*y and the fma, 1.5 ulps in the exact
+ * chain). Both round to the same float32 unless a float32 rounding
+ * boundary (the discarded 29 bits half of 2^29) lies between them, so
+ * every lane must be at least 64 ulps from one, and x finite and at least
+ * 2^-250 (a float32 sum over n elements is 0 or above 2^-213, and at most
+ * FLT_MAX: the result is a normal float32; 0, Inf and NaN fail); else the
+ * whole vector takes the exact square root and divide (~1 vector in 4e6).
+ * Every float32 sum from 2^-10 to 2^24 with n 64, 72, 80, 96, 128 or 256
+ * and eps 0, 1e-6 or 1e-5 gave the exact float32 here without it. */
+#define VEC_RSQRT_F32EQ 1
+PE_AI vd vd_rsqrt_f32eq(vd x, int32_t lanes) {
+  const vd one = _mm512_set1_pd(1.0), half = _mm512_set1_pd(0.5);
+  vd y = _mm512_rsqrt14_pd(x);
+  y = _mm512_fmadd_pd(_mm512_mul_pd(y, half), _mm512_fnmadd_pd(_mm512_mul_pd(x, y), y, one), y);
+  y = _mm512_fmadd_pd(_mm512_mul_pd(y, half), _mm512_fnmadd_pd(_mm512_mul_pd(x, y), y, one), y);
+  const __mmask8 want = lanes >= 8 ? (__mmask8)0xff : (__mmask8)((1u << lanes) - 1u);
+  const __m512i low = _mm512_and_si512(_mm512_castpd_si512(y), _mm512_set1_epi64(0x1fffffff));
+  const __m512i off = _mm512_abs_epi64(_mm512_sub_epi64(low, _mm512_set1_epi64(1 << 28)));
+  const __mmask8 ok = _mm512_cmp_pd_mask(x, _mm512_set1_pd(0x1p-250), _CMP_GE_OQ) &
+                      _mm512_cmp_pd_mask(x, _mm512_set1_pd(0x1.fffffffffffffp+1023), _CMP_LE_OQ) &
+                      _mm512_cmp_epi64_mask(off, _mm512_set1_epi64(64), _MM_CMPINT_GE);
+  if (__builtin_expect((ok & want) != want, 0)) return _mm512_div_pd(one, _mm512_sqrt_pd(x));
+  return y;
+}
 /* isa.h's tree of 16 lanes in registers: i += i+8 (the two 256-bit halves),
  * += i+4 (the two 128-bit halves), += i+2 (movehl), += i+1; the NaN made
  * NAN's. The sum stored to the stack and added as scalars took ~35
