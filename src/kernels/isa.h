@@ -289,8 +289,9 @@ typedef struct pe_isa {
  * four times. r = 0 when it is NaN (a NaN element: the row's NaNs stay NaN
  * and its other elements become 0, as an Inf row does in HF). A sum that
  * overflowed float32 (an element beyond ~1.8e19, or a row of them) gives
- * r = 0, as in HF's float32 modules. Per row, not per element: float64
- * costs nothing measurable here. */
+ * r = 0, as in HF's float32 modules. Per row, not per element; a vector
+ * ISA may reach the same float32 another way (AVX-512: vd_rsqrt_f32eq, a
+ * Newton estimate kept only where it cannot round differently). */
 static inline float pe__norm_scale(float s, int64_t n, float eps) {
   float r = (float)(1.0 / sqrt((double)s * (1.0 / (double)n) + (double)eps));
   return r != r ? 0.0f : r;
