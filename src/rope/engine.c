@@ -476,12 +476,19 @@ static void store_v(const pe__rope_plan *p, int64_t b, int64_t u, int64_t t0, in
     return;
   }
   pe_convert_fn conv = p->isa->convert[p->v.dtype][p->v_dst_dtype];
+  /* a token's heads adjacent on both sides (a packed QKV row into an NHD
+   * cache): one call for all of them */
+  const int one = p->v.s_head == p->v_dim && p->v_dst_s_head == p->v_dim;
   for (int64_t i = 0; i < n; i++) {
     int64_t s = p->slots[u + i];
     if (s < 0) continue;
     const char *src = op_row(&p->v, b, t0 + i);
     char *dst = slot_row(p->v_dst, p->v_dst_esize, p->dst_block, p->v_dst_s_block,
                          p->v_dst_s_slot, s);
+    if (one) {
+      conv(src, dst, p->v.heads * p->v_dim);
+      continue;
+    }
     for (int64_t h = 0; h < p->v.heads; h++)
       conv(src + h * p->v.s_head * p->v.esize, dst + h * p->v_dst_s_head * p->v_dst_esize,
            p->v_dim);
