@@ -293,7 +293,8 @@ PE_AI void rows_walk(int dt, int style, const pe_rope_block *b, void *data, int6
   if (n > 0 && n % VL == 0 && n <= PE_ROPE_HELD * VL &&
       (n_tokens == 1 ? (hs < 0 ? -hs : hs) < 4096 : heads_inner(hs, ts))) {
     for (int64_t t = 0; t < n_tokens; t++)
-      token_rows(dt, style, base + t * ts, hs, n_heads, b->cos[t], b->sin[t], n, dist);
+      token_rows(dt, style, base + t * ts, hs, n_heads, b->cos[t], b->sin[t], n, dist,
+                 n_tokens > 1);
     return;
   }
 #endif
