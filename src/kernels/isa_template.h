@@ -31,6 +31,12 @@
 #define PE_DT_OF(dt) ((pe_dtype)(dt))
 #endif
 
+/* The elements a row of n pairs spans, from its first pair to its last
+ * (GPT-J: 2n adjacent; NeoX: x's n, then y's dist on). */
+PE_AI int64_t row_span(int style, int32_t n, int32_t dist) {
+  return style == PE_ROPE_GPTJ ? 2 * (int64_t)n : (int64_t)dist + n;
+}
+
 #if defined(VL)
 #include "rope_template.h"
 #include "store_template.h"
@@ -116,7 +122,7 @@ __attribute__((noinline)) static void FN(nwalk)(const pe_rope_block *b, pe_nrow_
       const char *src, int64_t sstep, char *dst, int64_t dstep, const float *const *cp,        \
       const float *const *sp, int64_t cinc, int32_t n, int32_t dist, const float *rs,         \
       int64_t rstep, const float *w, int64_t wstep, int64_t count, int64_t pf) {               \
-    const int64_t pfe = ST == PE_ROPE_GPTJ ? 2 * (int64_t)n : (int64_t)dist + n;             \
+    const int64_t pfe = row_span(ST, n, dist);                                                \
     if (NEO_TAKE(sd, dd, ST, M, n, cinc, wstep)) {                                             \
       NEO_ROWS(sd, dd, ST, M, src, sstep, dst, dstep, *cp, *sp, n, dist, rs, rstep, w, count,   \
                pf, pfe);                                                                       \
@@ -426,8 +432,7 @@ PE_AI void rows_streams(int dt, int style, const pe_rope_block *b, char *base, i
  * bytes in every 768, DeepSeek-V3's q at 512 tokens took 2.1x the time
  * (AMD EPYC Zen 3, f32). */
 PE_AI int streams_take(const pe_rope_block *b, int64_t hs, int64_t ts, int64_t es) {
-  const int64_t extent = b->style == PE_ROPE_GPTJ ? 2 * (int64_t)b->n_pairs
-                                                  : (int64_t)b->pair_dist + b->n_pairs;
+  const int64_t extent = row_span(b->style, b->n_pairs, b->pair_dist);
   return b->streams > 1 && b->n_tokens > 1 && b->norm == PE_NORM_OFF &&
          (hs == extent * es || hs == -extent * es) && heads_inner(hs, ts);
 }

@@ -249,12 +249,14 @@ PE_AI void sumsq_gen(int dt, const void *src, int64_t n, int64_t rows, int64_t r
  * (VEC_RSQRT_F32EQ) replaced by a cheaper 1/sqrt that rounds to the same
  * float32 in every lane. */
 PE_AI void nscale_gen(const float *s, int64_t count, int64_t n, float eps, float *out) {
-  const vd inv = vd_set1(1.0 / (double)n), e = vd_set1((double)eps), one = vd_set1(1.0);
+  const vd inv = vd_set1(1.0 / (double)n), e = vd_set1((double)eps);
+#if !defined(VEC_RSQRT_F32EQ)
+  const vd one = vd_set1(1.0);
+#endif
   for (int64_t i = 0; i < count; i += VL) {
     const int32_t m = count - i >= VL ? VL : (int32_t)(count - i);
     vf x = vf_loadn(s + i, m);
 #if defined(VEC_RSQRT_F32EQ)
-    (void)one;
     vd lo = vd_rsqrt_f32eq(vd_add(vd_mul(vd_widen_lo(x), inv), e), m);
     vd hi = m > VDL ? vd_rsqrt_f32eq(vd_add(vd_mul(vd_widen_hi(x), inv), e), m - VDL) : lo;
 #else
@@ -759,11 +761,17 @@ PE_AI vf row_pair_cs(int dt, int style, const float *p, int32_t m) {
   return style == PE_ROPE_GPTJ ? row_gptj_cs(dt, dt, p, m) : vf_loadn(p, m);
 }
 
+/* The lines of the bytes [p, p + bytes), prefetched for reading. */
+PE_AI void prefetch_lines(const char *p, int64_t bytes) {
+  const uintptr_t a = (uintptr_t)p, end = a + (uintptr_t)bytes;
+  for (uintptr_t l = a & ~(uintptr_t)63; l < end; l += 64) __builtin_prefetch((const void *)l);
+}
+
 /* Rows that are slices of longer rows (heads more than a row's rotated
  * channels apart: MLA's q rope slices, 64 of each head's 192 channels, or a
  * partial rotary_dim) leave gaps between the lines a token's walk touches,
  * and the hardware prefetchers fall behind: token_rows prefetches the row
- * SLICE_PF_ROWS heads on (rb bytes of it) while it rotates this one. Intel
+ * SLICE_PF_ROWS heads on (its row_span) while it rotates this one. Intel
  * Xeon, pe-bench --suite mla --tokens 512 against the build without it,
  * three rounds alternated: the DeepSeek-V3 step bf16 0.68-0.76 -> 0.87-1.02
  * x floor, f32 0.88-0.96 -> 1.00-1.06, fp8 0.64-0.72 -> 0.82-0.84, fp8_ds
@@ -773,10 +781,6 @@ PE_AI vf row_pair_cs(int dt, int style, const float *p, int32_t m) {
  * block of one token (a decode step, its rows mostly in L2: the DeepSeek-V3
  * q's prefetched there took 1.1x the time, f32). */
 enum { SLICE_PF_ROWS = 8 };
-PE_AI void slice_prefetch(const char *r, int64_t hs, int64_t rb) {
-  const uintptr_t a = (uintptr_t)r + (uintptr_t)(SLICE_PF_ROWS * hs), end = a + (uintptr_t)rb;
-  for (uintptr_t l = a & ~(uintptr_t)63; l < end; l += 64) __builtin_prefetch((const void *)l);
-}
 
 #if defined(VEC_BF16_EO)
 /* token_rows for NeoX rows of 2*VL or 4*VL pairs in the even/odd order
@@ -791,11 +795,11 @@ PE_AI void token_rows_eo(char *row, int64_t hs, int64_t n_heads, const float *c,
     cs_eo(c + o, &ce[k], &co[k]);
     cs_eo(s + o, &se[k], &so[k]);
   }
-  const int64_t rb = ((int64_t)dist + n) * 2; /* bytes from a row's first pair to its last */
+  const int64_t rb = row_span(PE_ROPE_NEOX, n, dist) * 2;
   const int64_t pf_end = pf && hs > rb ? n_heads - SLICE_PF_ROWS : 0;
   for (int64_t h = 0; h < n_heads; h++) {
     char *r = row + h * hs;
-    if (h < pf_end) slice_prefetch(r, hs, rb);
+    if (h < pf_end) prefetch_lines(r + SLICE_PF_ROWS * hs, rb);
 #if defined(VEC_ROT_FAST)
     for (int k = 0; k < 2; k++)
       if (k < q) { /* chunk k: pairs from 2*VL*k, 2 bytes an element */
@@ -827,7 +831,7 @@ PE_AI void token_rows_eo(char *row, int64_t hs, int64_t n_heads, const float *c,
  * other heads-inner walks): AMD EPYC Zen 4, 512 tokens from L3, a
  * standalone copy of both loops: 0.84-0.86 -> 0.90-0.91 of the stream
  * bound, L2-resident 0.86-0.88 -> 1.09. pf: rows of slices prefetch
- * (slice_prefetch). */
+ * (SLICE_PF_ROWS). */
 PE_AI void token_rows(int dt, int style, char *row, int64_t hs, int64_t n_heads, const float *c,
                       const float *s, int32_t n, int32_t dist, int pf) {
 #if defined(VEC_BF16_EO)
@@ -842,11 +846,11 @@ PE_AI void token_rows(int dt, int style, char *row, int64_t hs, int64_t n_heads,
   const vf s##k = steps > k ? row_pair_cs(dt, style, s + k * VL, VL) : vf_set1(0.0f);
   HELD_(0) HELD_(1) HELD_(2) HELD_(3)
 #undef HELD_
-  const int64_t rb = (style == PE_ROPE_GPTJ ? 2 * (int64_t)n : (int64_t)dist + n) * pe__esize(dt);
+  const int64_t rb = row_span(style, n, dist) * pe__esize(dt);
   const int64_t pf_end = pf && hs > rb ? n_heads - SLICE_PF_ROWS : 0;
   for (int64_t h = 0; h < n_heads; h++) {
     char *r = row + h * hs;
-    if (h < pf_end) slice_prefetch(r, hs, rb);
+    if (h < pf_end) prefetch_lines(r + SLICE_PF_ROWS * hs, rb);
     held_step(dt, style, r, 0, dist, c0, s0, c, s);
     if (steps > 1) held_step(dt, style, r, 1, dist, c1, s1, c, s);
     if (steps > 2) held_step(dt, style, r, 2, dist, c2, s2, c, s);
@@ -911,8 +915,7 @@ PE_AI void nstore_row(int sd, int dd, int style, int mode, const void *src, void
 /* The lines of the `elems` elements (dtype dt) of the row pf bytes from
  * row (pe_rope_block.prefetch), prefetched for reading. */
 PE_AI void nprefetch(const char *row, int64_t pf, int64_t elems, int dt) {
-  const uintptr_t a = (uintptr_t)row + (uintptr_t)pf, end = a + (uintptr_t)(elems * pe__esize(dt));
-  for (uintptr_t l = a & ~(uintptr_t)63; l < end; l += 64) __builtin_prefetch((const void *)l);
+  prefetch_lines(row + pf, elems * pe__esize(dt));
 }
 
 #if defined(VEC_BF16_EO) && (defined(VEC_ROT_FAST) || defined(VEC_NORM_ROT_FAST))
