@@ -118,6 +118,12 @@ typedef struct pe_rope_block {
    * (isa_template.h's rows_streams). 0 or 1: token by token.
    * The order only: the bytes written are the same. */
   int32_t streams;
+  /* Plain whole rows in place walked token by token (heads inner): 1 when
+   * the call's rows are more than this core's L2 holds, so they come from
+   * L3 or memory, and each row prefetches its counterpart a few KiB on
+   * (isa_template.h's stream_ahead); 0: none (rows in L2, where the
+   * prefetches cost more than they save). A hint: the bytes are the same. */
+  int32_t stream_pf;
 } pe_rope_block;
 
 /* The QK-norm: modes (equal to the public pe_qk_norm_kind values) and the

@@ -761,12 +761,6 @@ PE_AI vf row_pair_cs(int dt, int style, const float *p, int32_t m) {
   return style == PE_ROPE_GPTJ ? row_gptj_cs(dt, dt, p, m) : vf_loadn(p, m);
 }
 
-/* The lines of the bytes [p, p + bytes), prefetched for reading. */
-PE_AI void prefetch_lines(const char *p, int64_t bytes) {
-  const uintptr_t a = (uintptr_t)p, end = a + (uintptr_t)bytes;
-  for (uintptr_t l = a & ~(uintptr_t)63; l < end; l += 64) __builtin_prefetch((const void *)l);
-}
-
 /* Rows that are slices of longer rows (heads more than a row's rotated
  * channels apart: MLA's q rope slices, 64 of each head's 192 channels, or a
  * partial rotary_dim) leave gaps between the lines a token's walk touches,
@@ -777,17 +771,28 @@ PE_AI void prefetch_lines(const char *p, int64_t bytes) {
  * x floor, f32 0.88-0.96 -> 1.00-1.06, fp8 0.64-0.72 -> 0.82-0.84, fp8_ds
  * 0.53-0.60 -> 0.66-0.70 (4 and 16 rows on: about the same); Qwen3-8B
  * heads with rotary_dim 32 about the same (bf16 1.03-1.10x faster). Rows
- * with no gap ([B,T,H,D] whole heads) are left to the hardware, and so is a
- * block of one token (a decode step, its rows mostly in L2: the DeepSeek-V3
- * q's prefetched there took 1.1x the time, f32). */
+ * with no gap ([B,T,H,D] whole heads) prefetch a token or more on instead
+ * (isa_template.h's stream_ahead); a block of one token prefetches nothing
+ * (a decode step, its rows mostly in L2: the DeepSeek-V3 q's prefetched
+ * there took 1.1x the time, f32). */
 enum { SLICE_PF_ROWS = 8 };
+/* token_rows' prefetches (pf, far as it takes them; rows of rb bytes, hs
+ * apart): heads [0, *end) prefetch the row *off bytes on - slices
+ * SLICE_PF_ROWS heads on, whole rows far bytes on, else none. One test per
+ * row, as before far was added (a second one cost bf16 rows in L2 3 %). */
+PE_AI void pf_rows(int pf, int64_t far, int64_t hs, int64_t rb, int64_t n_heads, int64_t *end,
+                   int64_t *off) {
+  const int slices = pf && hs > rb;
+  *end = slices ? n_heads - SLICE_PF_ROWS : far ? n_heads : 0;
+  *off = slices ? SLICE_PF_ROWS * hs : far;
+}
 
 #if defined(VEC_BF16_EO)
 /* token_rows for NeoX rows of 2*VL or 4*VL pairs in the even/odd order
  * (VEC_BF16_EO): the token's cos/sin deinterleaved once, each row's chunks
  * of 2*VL pairs loaded, rotated and stored with one subnormal check. */
 PE_AI void token_rows_eo(char *row, int64_t hs, int64_t n_heads, const float *c,
-                         const float *s, int32_t n, int32_t dist, int pf) {
+                         const float *s, int32_t n, int32_t dist, int pf, int64_t far) {
   const int32_t q = n / (2 * VL); /* 1 or 2 */
   vf ce[2], co[2], se[2], so[2];
   for (int k = 0; k < 2; k++) {
@@ -796,10 +801,11 @@ PE_AI void token_rows_eo(char *row, int64_t hs, int64_t n_heads, const float *c,
     cs_eo(s + o, &se[k], &so[k]);
   }
   const int64_t rb = row_span(PE_ROPE_NEOX, n, dist) * 2;
-  const int64_t pf_end = pf && hs > rb ? n_heads - SLICE_PF_ROWS : 0;
+  int64_t pf_end, pf_off;
+  pf_rows(pf, far, hs, rb, n_heads, &pf_end, &pf_off);
   for (int64_t h = 0; h < n_heads; h++) {
     char *r = row + h * hs;
-    if (h < pf_end) prefetch_lines(r + SLICE_PF_ROWS * hs, rb);
+    if (h < pf_end) prefetch_lines(r + pf_off, rb);
 #if defined(VEC_ROT_FAST)
     for (int k = 0; k < 2; k++)
       if (k < q) { /* chunk k: pairs from 2*VL*k, 2 bytes an element */
@@ -830,13 +836,15 @@ PE_AI void token_rows_eo(char *row, int64_t hs, int64_t n_heads, const float *c,
  * loads and stores only. For heads adjacent in memory ([B,T,H,D] and the
  * other heads-inner walks): AMD EPYC Zen 4, 512 tokens from L3, a
  * standalone copy of both loops: 0.84-0.86 -> 0.90-0.91 of the stream
- * bound, L2-resident 0.86-0.88 -> 1.09. pf: rows of slices prefetch
- * (SLICE_PF_ROWS). */
+ * bound, L2-resident 0.86-0.88 -> 1.09. pf (a block of several tokens):
+ * rows of slices prefetch SLICE_PF_ROWS heads on; far (not 0): whole rows
+ * (hs not above their span) prefetch their lines that many bytes on
+ * (isa_template.h's stream_ahead). */
 PE_AI void token_rows(int dt, int style, char *row, int64_t hs, int64_t n_heads, const float *c,
-                      const float *s, int32_t n, int32_t dist, int pf) {
+                      const float *s, int32_t n, int32_t dist, int pf, int64_t far) {
 #if defined(VEC_BF16_EO)
   if (EO_DT(dt) && style != PE_ROPE_GPTJ && n % (2 * VL) == 0) {
-    token_rows_eo(row, hs, n_heads, c, s, n, dist, pf);
+    token_rows_eo(row, hs, n_heads, c, s, n, dist, pf, far);
     return;
   }
 #endif
@@ -847,10 +855,11 @@ PE_AI void token_rows(int dt, int style, char *row, int64_t hs, int64_t n_heads,
   HELD_(0) HELD_(1) HELD_(2) HELD_(3)
 #undef HELD_
   const int64_t rb = row_span(style, n, dist) * pe__esize(dt);
-  const int64_t pf_end = pf && hs > rb ? n_heads - SLICE_PF_ROWS : 0;
+  int64_t pf_end, pf_off;
+  pf_rows(pf, far, hs, rb, n_heads, &pf_end, &pf_off);
   for (int64_t h = 0; h < n_heads; h++) {
     char *r = row + h * hs;
-    if (h < pf_end) prefetch_lines(r + SLICE_PF_ROWS * hs, rb);
+    if (h < pf_end) prefetch_lines(r + pf_off, rb);
     held_step(dt, style, r, 0, dist, c0, s0, c, s);
     if (steps > 1) held_step(dt, style, r, 1, dist, c1, s1, c, s);
     if (steps > 2) held_step(dt, style, r, 2, dist, c2, s2, c, s);

@@ -82,13 +82,16 @@ PE_AI void eo_prepare(const float *c, const float *s, int32_t m, float *ce, floa
   }
 }
 /* One piece of k pairs (m of them in whole chunks, prepared in ce, se; c, s
- * the piece's own cos/sin) of n_heads rows, src -> dst as eo_token says. */
+ * the piece's own cos/sin) of n_heads rows, src -> dst as eo_token says;
+ * each row's rb bytes ahead bytes on prefetched first when ahead is not 0. */
 PE_AI void eo_heads(int sd, int dd, int inplace, const char *src, int64_t shs, char *dst,
                     int64_t dhs, int64_t n_heads, const float *ce, const float *se,
-                    const float *c, const float *s, int32_t k, int32_t m, int32_t dist) {
+                    const float *c, const float *s, int32_t k, int32_t m, int32_t dist,
+                    int64_t ahead, int64_t rb) {
   for (int64_t h = 0; h < n_heads; h++) {
     const char *r = src + h * shs;
     char *w = dst + h * dhs;
+    if (ahead) prefetch_lines(r + ahead, rb);
     eo_row(r, w, m, dist, ce, se, c, s);
     if (m < k) { /* the pairs past the chunks (the last piece only) */
       if (inplace)
@@ -105,14 +108,15 @@ PE_AI void eo_heads(int sd, int dd, int inplace, const char *src, int64_t shs, c
  * in the even/odd order, then the pairs past them as rope_row / store_row. */
 PE_AI void eo_token(int sd, int dd, int inplace, const char *src, int64_t shs, char *dst,
                     int64_t dhs, int64_t n_heads, const float *c, const float *s, int32_t n,
-                    int32_t dist) {
+                    int32_t dist, int64_t ahead) {
   _Alignas(32) float ce[EO_CH], se[EO_CH];
+  const int64_t rb = row_span(PE_ROPE_NEOX, n, dist) * pe__esize(sd);
   for (int32_t j0 = 0; j0 < n; j0 += EO_CH) {
     const int32_t k = n - j0 < EO_CH ? n - j0 : EO_CH; /* the piece's pairs */
     const int32_t m = k / (2 * VL) * (2 * VL);         /* ... in whole chunks */
     eo_prepare(c + j0, s + j0, m, ce, se);
     eo_heads(sd, dd, inplace, src + 2 * j0, shs, dst + 2 * j0, dhs, n_heads, ce, se, c + j0,
-             s + j0, k, m, dist);
+             s + j0, k, m, dist, j0 ? 0 : ahead, rb);
   }
 }
 /* The rows in place of a block's tokens in streams (pe_rope_block.streams
@@ -132,7 +136,7 @@ PE_AI void eo_streams(int dt, const pe_rope_block *b, char *base, int64_t hs, in
     for (int64_t h = 0; h < nh; h++)
       for (int64_t i = 0, t = k; i < S && t < nt; i++, t += run) {
         char *r = base + t * ts + h * hs;
-        eo_heads(dt, dt, 1, r, 0, r, 0, 1, ce[i], se[i], b->cos[t], b->sin[t], n, m, dist);
+        eo_heads(dt, dt, 1, r, 0, r, 0, 1, ce[i], se[i], b->cos[t], b->sin[t], n, m, dist, 0, 0);
       }
   }
 }
@@ -148,7 +152,8 @@ PE_AI void eo_streams(int dt, const pe_rope_block *b, char *base, int64_t hs, in
  * dst == src, sd == dd). */
 enum { IL_CH = 128 }; /* a multiple of every VL */
 PE_AI void il_token(int sd, int dd, int inplace, const char *src, int64_t shs, char *dst,
-                    int64_t dhs, int64_t n_heads, const float *c, const float *s, int32_t n) {
+                    int64_t dhs, int64_t n_heads, const float *c, const float *s, int32_t n,
+                    int64_t ahead) {
   _Alignas(32) float cd[2 * IL_CH], sdp[2 * IL_CH];
   const int64_t ses = pe__esize(sd), des = pe__esize(dd);
   for (int32_t j0 = 0; j0 < n; j0 += IL_CH) {
@@ -161,6 +166,7 @@ PE_AI void il_token(int sd, int dd, int inplace, const char *src, int64_t shs, c
     for (int64_t h = 0; h < n_heads; h++) {
       const char *r = src + h * shs + 2 * j0 * ses;
       char *w = dst + h * dhs + 2 * j0 * des;
+      if (ahead && !j0) prefetch_lines(r + ahead, 2 * (int64_t)n * ses);
       for (int32_t j = 0; j < m; j += VL) {
         vf v0, v1;
         il_ld(sd, r + 2 * j * ses, VL, &v0, &v1);
@@ -204,18 +210,21 @@ PE_AI int token_heads_take(int sd, int dd, int style, int32_t n) {
   return 0;
 }
 /* Rows src -> dst of n_heads heads (head h at src + h*shs, dst + h*dhs
- * bytes); in place when inplace (a constant; dst == src, sd == dd). */
+ * bytes); in place when inplace (a constant; dst == src, sd == dd). Each
+ * source row's lines ahead bytes on prefetched first unless ahead is 0
+ * (isa_template.h's stream_ahead). */
 PE_AI void token_heads(int sd, int dd, int style, int inplace, const char *src, int64_t shs,
                        char *dst, int64_t dhs, int64_t n_heads, const float *c, const float *s,
-                       int32_t n, int32_t dist) {
+                       int32_t n, int32_t dist, int64_t ahead) {
 #if defined(VEC_GPTJ_IL)
   if (style == PE_ROPE_GPTJ && IL_PAIR(sd, dd)) {
-    il_token(sd, dd, inplace, src, shs, dst, dhs, n_heads, c, s, n);
+    il_token(sd, dd, inplace, src, shs, dst, dhs, n_heads, c, s, n, ahead);
     return;
   }
 #endif
   if (style == PE_ROPE_GPTJ) {
     for (int64_t h = 0; h < n_heads; h++) {
+      if (ahead) prefetch_lines(src + h * shs + ahead, 2 * (int64_t)n * pe__esize(sd));
       if (inplace)
         rope_row(dd, style, dst + h * dhs, c, s, n, dist);
       else
@@ -224,7 +233,7 @@ PE_AI void token_heads(int sd, int dd, int style, int inplace, const char *src, 
     return;
   }
 #if defined(VEC_EO_PREP)
-  eo_token(sd, dd, inplace, src, shs, dst, dhs, n_heads, c, s, n, dist);
+  eo_token(sd, dd, inplace, src, shs, dst, dhs, n_heads, c, s, n, dist, ahead);
 #endif
 }
 #endif

@@ -500,6 +500,9 @@ static void store_v(const pe__rope_plan *p, int64_t b, int64_t u, int64_t t0, in
 static inline int32_t block_streams(const pe__rope_plan *p, int64_t n) {
   return n < 2 ? 1 : p->streams;
 }
+static inline int32_t block_stream_pf(const pe__rope_plan *p, int64_t n) {
+  return n < 2 ? 0 : p->stream_pf;
+}
 
 /* ---- the walk ---- */
 
@@ -539,7 +542,7 @@ static void run_block(const pe__rope_plan *p, int64_t u, int64_t n, int64_t next
       block_rows(p, c, u, t0, n, i0, m, direct, scratch, cosp, sinp);
       pe_rope_block blk = {.cos = cosp, .sin = sinp, .n_tokens = n, .n_pairs = m,
                            .pair_dist = half, .style = p->style,
-                           .streams = block_streams(p, n)};
+                           .streams = block_streams(p, n), .stream_pf = block_stream_pf(p, n)};
       if (p->q.data) {
         pe_rope_block qb = blk;
         qb.n_heads = p->q.heads;
@@ -645,7 +648,7 @@ static void run_direct(const pe__rope_plan *p, int64_t u, int64_t n, const pe_ro
   }
   pe_rope_block blk = {.cos = cosp, .sin = sinp, .n_tokens = n, .n_pairs = p->half,
                        .pair_dist = p->half, .style = p->style,
-                       .streams = block_streams(p, n)};
+                       .streams = block_streams(p, n), .stream_pf = block_stream_pf(p, n)};
   const pe__rope_operand *op = &p->q;
   for (int o = 0; o < 2; o++, op = &p->k) {
     if (!op->data) continue;
@@ -797,16 +800,25 @@ static int64_t bytes_per_token(const pe__rope_plan *p) {
  * 2.32-2.37 (f32 4096 tokens). Normed blocks keep their order: the norm
  * reads a few tokens' rows twice, from L2. */
 #define PE_ENGINE_STREAMS 4
-static int32_t run_streams(const pe__rope_plan *p, const pe_threadpool *pool) {
-  if (p->norm_mode) return 1;
+/* The rows' prefetch (plan.stream_pf): on when a thread's share of the call
+ * is more than its core's L2 holds (isa_template.h's stream_ahead says why
+ * and what it gains); rows in L2 went slower with it (Intel Xeon, Llama-3-8B
+ * [B,T,H,D] in place, 64 tokens: bf16 29-31 -> 32-36 us, f32 29-30 ->
+ * 30-32). */
+static void run_walk(pe__rope_plan *p, const pe_threadpool *pool) {
+  p->streams = 1;
+  p->stream_pf = 0;
+  if (p->norm_mode) return;
   /* the memory the call touches: bytes_per_token counts a row rotated in
    * place twice (read and written), a row read into a cache row once each */
   int64_t bytes = bytes_per_token(p), rot = 2 * (int64_t)p->half;
   if (p->q.data) bytes -= p->q.heads * rot * p->q.esize;
   if (p->k.data && !p->slots) bytes -= p->k.heads * rot * p->k.esize;
-  if (bytes * p->batch * p->tokens <= pe__cpu_llc_bytes() / 2) return 1;
-  const int32_t threads = pool ? pe_threadpool_size(pool) : 1;
-  return threads >= PE_ENGINE_STREAMS ? 1 : PE_ENGINE_STREAMS / (threads > 0 ? threads : 1);
+  bytes *= p->batch * p->tokens;
+  const int32_t threads = pool && pe_threadpool_size(pool) > 0 ? pe_threadpool_size(pool) : 1;
+  p->stream_pf = bytes / threads > pe__cpu_l2_bytes();
+  if (bytes > pe__cpu_llc_bytes() / 2 && threads < PE_ENGINE_STREAMS)
+    p->streams = PE_ENGINE_STREAMS / threads;
 }
 
 void pe__rope_run(pe__rope_plan *plan, pe_threadpool *pool) {
@@ -824,7 +836,7 @@ void pe__rope_run(pe__rope_plan *plan, pe_threadpool *pool) {
     if (pool) pe__pool_run(pool, 0, 1, 0, engine_range, (void *)plan);
     return;
   }
-  plan->streams = run_streams(plan, pool);
+  run_walk(plan, pool);
   if (!pool) { /* what pe__pool_run does without a pool, minus the cost model */
     if (plan->batch * plan->tokens > 0) engine_range((void *)plan, 0, plan->batch * plan->tokens);
     return;

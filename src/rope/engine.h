@@ -114,8 +114,9 @@ typedef struct pe__rope_plan {
   const struct pe__mla_plan *mla;
 
   /* set by pe__rope_run: the runs of tokens its blocks' whole rows in place
-   * walk together (pe_rope_block.streams; 1: token by token) */
-  int32_t streams;
+   * walk together (pe_rope_block.streams; 1: token by token), and whether
+   * they prefetch ahead as one stream (pe_rope_block.stream_pf) */
+  int32_t streams, stream_pf;
 } pe__rope_plan;
 
 /* The MLA sink's part of a plan (mla.c): the step's descriptor, validated;
@@ -152,7 +153,7 @@ PE_HIDDEN void pe__rope_plan_init(pe__rope_plan *p, const pe_rope_cache *c, cons
                                   const pe_tensor *k, uint32_t flags, pe__rope_source source);
 
 /* Run a validated plan (pool acquired with pe__pool_acquire, released here);
- * sets plan->streams. */
+ * sets plan->streams and plan->stream_pf. */
 PE_HIDDEN void pe__rope_run(pe__rope_plan *plan, pe_threadpool *pool);
 
 /* The operand of tensor t as the engine walks it (t NULL or empty: absent). */
