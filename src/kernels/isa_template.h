@@ -37,11 +37,15 @@ PE_AI int64_t row_span(int style, int32_t n, int32_t dist) {
   return style == PE_ROPE_GPTJ ? 2 * (int64_t)n : (int64_t)dist + n;
 }
 
-/* The lines of the bytes [p, p + bytes), prefetched for reading. */
-PE_AI void prefetch_lines(const char *p, int64_t bytes) {
-  const uintptr_t a = (uintptr_t)p, end = a + (uintptr_t)bytes;
-  for (uintptr_t l = a & ~(uintptr_t)63; l < end; l += 64) __builtin_prefetch((const void *)l);
-}
+/* The lines of the bytes [p, p + bytes), prefetched for reading into L1
+ * (prefetch_lines) or into L2 only (prefetch_lines_l2). */
+#define PREFETCH_LINES_(p, bytes, locality)                                                      \
+  const uintptr_t a = (uintptr_t)(p), end = a + (uintptr_t)(bytes);                              \
+  for (uintptr_t l = a & ~(uintptr_t)63; l < end; l += 64)                                       \
+    __builtin_prefetch((const void *)l, 0, locality);
+PE_AI void prefetch_lines(const char *p, int64_t bytes) { PREFETCH_LINES_(p, bytes, 3) }
+PE_AI void prefetch_lines_l2(const char *p, int64_t bytes) { PREFETCH_LINES_(p, bytes, 2) }
+#undef PREFETCH_LINES_
 
 /* Whole rows walked token by token over a block of several tokens
  * ([B,T,H,D] in place: one stream through memory) prefetch each row's lines

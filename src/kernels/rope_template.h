@@ -922,9 +922,16 @@ PE_AI void nstore_row(int sd, int dd, int style, int mode, const void *src, void
 }
 
 /* The lines of the `elems` elements (dtype dt) of the row pf bytes from
- * row (pe_rope_block.prefetch), prefetched for reading. */
+ * row (pe_rope_block.prefetch), prefetched for reading into L2: the next
+ * block's rows, which its sums of squares read first. Into L1, a long
+ * prefill from memory waited on the prefetches themselves (a third of the
+ * rotation's samples on the instruction after prefetcht0: every L1 miss
+ * buffer taken). Intel Xeon, `pe-ab --same-bytes --case qknorm`, Qwen3-8B
+ * packed QKV, against prefetcht0: 4096 tokens f32 0.83 of the time (bf16
+ * 0.98; pe-bench 8.0-8.1 against 9.5-10.0 ms), 512 tokens 0.98 (bf16
+ * 1.00), 32 sequences 1.00. */
 PE_AI void nprefetch(const char *row, int64_t pf, int64_t elems, int dt) {
-  prefetch_lines(row + pf, elems * pe__esize(dt));
+  prefetch_lines_l2(row + pf, elems * pe__esize(dt));
 }
 
 #if defined(VEC_BF16_EO) && (defined(VEC_ROT_FAST) || defined(VEC_NORM_ROT_FAST))
