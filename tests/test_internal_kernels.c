@@ -249,6 +249,8 @@ typedef struct rows_case {
   int wide; /* rows >= 4 KiB apart: a decode step's walk depends on it (isa_template.h) */
   int cs_layout; /* where the cos/sin rows lie (cs_offsets): the grouped walk depends on it */
   int streams;   /* the tested struct's pe_rope_block.streams (the reference's: 0) */
+  int stream_pf; /* ... and its stream_pf (whole rows of several tokens prefetch ahead) */
+  int packed;    /* rows with no guard elements between them (whole rows: stream_pf's) */
 } rows_case;
 
 /* Where token t's cos and sin rows start in a buffer of cs_floats(tokens, n)
@@ -277,7 +279,9 @@ static void run_rows(const pe_isa *isa, const rows_case *k) {
   const size_t es = esz(k->dt);
   int64_t extent = k->style == PE_ROPE_GPTJ ? 2 * (int64_t)k->n_pairs
                                             : (int64_t)k->pair_dist + k->n_pairs;
-  int64_t rs = extent + 1 + rnd_below(5); /* row pitch, guard elements between rows */
+  /* row pitch: guard elements between rows, or none (the rows a walk
+   * prefetches ahead under stream_pf; the buffer's tail guard remains) */
+  int64_t rs = extent + (k->packed ? 0 : 1 + rnd_below(5));
   if (k->wide) rs += 2048;
   int64_t hs = k->head_major ? rs * k->tokens : rs, ts = k->head_major ? rs : rs * k->heads;
   int64_t total = rs * k->tokens * k->heads + 16;
@@ -324,15 +328,17 @@ static void run_rows(const pe_isa *isa, const rows_case *k) {
   memcpy(c, a, (size_t)total * es);
   pe_rope_block sblk = blk;
   sblk.streams = k->streams;
+  sblk.stream_pf = k->stream_pf;
   ref->rope_rows[k->dt](&blk, a + base * (int64_t)es, hs, ts);
   isa->rope_rows[k->dt](&sblk, b + base * (int64_t)es, hs, ts);
   ref->rope_rows[k->dt](&sblk, c + base * (int64_t)es, hs, ts);
   char what[180];
   snprintf(what, sizeof what,
            "rope_rows dtype %d style %d n_pairs %d pair_dist %d tokens %lld heads %lld hs %lld "
-           "ts %lld norm %d cs layout %d streams %d",
+           "ts %lld norm %d cs layout %d streams %d stream_pf %d",
            k->dt, k->style, (int)k->n_pairs, (int)k->pair_dist, (long long)k->tokens,
-           (long long)k->heads, (long long)hs, (long long)ts, k->norm, k->cs_layout, k->streams);
+           (long long)k->heads, (long long)hs, (long long)ts, k->norm, k->cs_layout, k->streams,
+           k->stream_pf);
   assert_same(a, b, (size_t)total * es, es, what);
   assert_same(a, c, (size_t)total * es, es, what);
   free(c);
@@ -359,6 +365,8 @@ static void test_rope_rows(void **state) {
           k.pair_dist = k.n_pairs + (rep & 1 ? (int32_t)rnd_below(70) + 1 : 0);
           k.tokens = tok[rnd_below(6)];
           k.streams = (int)rnd_below(6); /* 0, 1: token by token; 2-5 runs */
+          k.stream_pf = (int)rnd_below(2);
+          k.packed = rnd_below(3) == 0;
           k.heads = hd[rnd_below(8)];
           k.norm = rnd_below(2) ? 0 : (int)rnd_below(4); /* PE_NORM_OFF..PE_NORM_UNIT */
           k.norm_per_token = (int)rnd_below(2);
