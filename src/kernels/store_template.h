@@ -166,7 +166,7 @@ PE_AI void il_token(int sd, int dd, int inplace, const char *src, int64_t shs, c
     for (int64_t h = 0; h < n_heads; h++) {
       const char *r = src + h * shs + 2 * j0 * ses;
       char *w = dst + h * dhs + 2 * j0 * des;
-      if (ahead && !j0) prefetch_lines(r + ahead, 2 * (int64_t)n * ses);
+      if (ahead && !j0) prefetch_lines(r + ahead, row_span(PE_ROPE_GPTJ, n, 0) * ses);
       for (int32_t j = 0; j < m; j += VL) {
         vf v0, v1;
         il_ld(sd, r + 2 * j * ses, VL, &v0, &v1);
@@ -224,7 +224,7 @@ PE_AI void token_heads_(int sd, int dd, int style, int inplace, const char *src,
 #endif
   if (style == PE_ROPE_GPTJ) {
     for (int64_t h = 0; h < n_heads; h++) {
-      if (ahead) prefetch_lines(src + h * shs + ahead, 2 * (int64_t)n * pe__esize(sd));
+      if (ahead) prefetch_lines(src + h * shs + ahead, row_span(PE_ROPE_GPTJ, n, 0) * pe__esize(sd));
       if (inplace)
         rope_row(dd, style, dst + h * dhs, c, s, n, dist);
       else

@@ -815,7 +815,8 @@ static void run_walk(pe__rope_plan *p, const pe_threadpool *pool) {
   if (p->q.data) bytes -= p->q.heads * rot * p->q.esize;
   if (p->k.data && !p->slots) bytes -= p->k.heads * rot * p->k.esize;
   bytes *= p->batch * p->tokens;
-  const int32_t threads = pool && pe_threadpool_size(pool) > 0 ? pe_threadpool_size(pool) : 1;
+  int32_t threads = pool ? pe_threadpool_size(pool) : 1;
+  if (threads < 1) threads = 1;
   p->stream_pf = bytes / threads > pe__cpu_l2_bytes();
   if (bytes > pe__cpu_llc_bytes() / 2 && threads < PE_ENGINE_STREAMS)
     p->streams = PE_ENGINE_STREAMS / threads;
