@@ -12,6 +12,8 @@
  *     (ggml-quants.c) and its fp32 -> fp16 (ggml-impl.h's
  *     ggml_compute_fp32_to_fp16) for random rows, all-zero blocks and +-amax
  *     ties; dequantization against ggml's dequantize_row_q8_0;
+ *   - the FP8 scales' amax (isa.h's amax): scalar against the largest |x|
+ *     (every NaN passed over, from +0), every vector ISA against scalar;
  *   - every vector ISA against scalar, bit for bit (memcmp, guard bytes).
  * A vector path the build or CPU lacks is a cmocka skip, never a pass. */
 #include <math.h>
@@ -411,14 +413,79 @@ static void test_kernels_match_scalar(void **state) {
   }
 }
 
+/* A float of a random class: zero, subnormal, normal of any binade, the
+ * largest finite, Inf or NaN (payload random), either sign. */
+static float any_class(void) {
+  uint32_t sign = (uint32_t)(rnd() & 1) << 31, m = (uint32_t)rnd() & 0x7fffffu;
+  switch (rnd() % 8) {
+    case 0: return bits_f32(sign);
+    case 1: return bits_f32(sign | (m ? m : 1));
+    case 2: return bits_f32(sign | 0x7f7fffffu);
+    case 3: return bits_f32(sign | 0x7f800000u);
+    case 4: return bits_f32(sign | 0x7f800000u | (m ? m : 1)); /* NaN */
+    default: return bits_f32(sign | (uint32_t)(1 + rnd() % 254) << 23 | m);
+  }
+}
+
+/* The amax the definition gives: the largest |x_i| from +0, every NaN
+ * passed over - CUDA's fmaxf in vLLM's kernels, which returns the other
+ * operand of any NaN. (glibc's fmaxf returns a NaN for a signaling one, so
+ * it is not the definition.) */
+static float amax_def(const float *x, int64_t n) {
+  float m = 0.0f;
+  for (int64_t i = 0; i < n; i++) {
+    float a = fabsf(x[i]);
+    if (!isnan(a) && a > m) m = a;
+  }
+  return m;
+}
+
+static void test_amax_scalar(void **state) {
+  (void)state;
+  enum { MAXN = 600 };
+  static float x[MAXN];
+  for (int it = 0; it < 20000; it++) {
+    int64_t n = (int64_t)(rnd() % MAXN);
+    int mostly = (int)(rnd() % 3); /* 0: any class; 1: ordinary values; 2: one huge */
+    for (int64_t i = 0; i < n; i++)
+      x[i] = mostly ? (float)((double)(int64_t)(rnd() % 2001 - 1000) * 1e-3) : any_class();
+    if (mostly == 2 && n) x[rnd() % (uint64_t)n] = any_class();
+    float want = amax_def(x, n), got = ref->amax(x, n);
+    if (f32_bits(got) != f32_bits(want))
+      fail_msg("scalar amax of %lld values: 0x%08x, want 0x%08x", (long long)n, f32_bits(got),
+               f32_bits(want));
+  }
+}
+
+static void test_amax_match_scalar(void **state) {
+  const pe_isa *isa = isa_or_skip(test_path(state));
+  enum { MAXN = 700 };
+  static _Alignas(64) float x[MAXN + 16];
+  for (int it = 0; it < 20000; it++) {
+    int64_t n = (int64_t)(rnd() % MAXN);
+    int off = (int)(rnd() % 16); /* starts off the vector alignment */
+    int mostly = (int)(rnd() % 3);
+    for (int64_t i = 0; i < n; i++)
+      x[off + i] = mostly ? (float)((double)(int64_t)(rnd() % 2001 - 1000) * 1e-3) : any_class();
+    if (mostly == 2 && n) x[off + (int64_t)(rnd() % (uint64_t)n)] = any_class();
+    if (n && rnd() % 4 == 0) /* the largest in the tail, or in the last full vector */
+      x[off + n - 1 - (int64_t)(rnd() % (n < 20 ? (uint64_t)n : 20))] = 3e38f;
+    float a = ref->amax(x + off, n), b = isa->amax(x + off, n);
+    if (f32_bits(a) != f32_bits(b))
+      fail_msg("%s amax of %lld values at +%d: 0x%08x, scalar 0x%08x", isa->name, (long long)n,
+               off, f32_bits(b), f32_bits(a));
+  }
+}
+
 int main(void) {
-  static const path_check checks[] = {{"kv_quant", test_kernels_match_scalar}};
-  static char names[PE_TEST_N_SIMD_PATHS][48];
-  struct CMUnitTest tests[5 + PE_TEST_N_SIMD_PATHS] = {
+  static const path_check checks[] = {{"kv_quant", test_kernels_match_scalar},
+                                      {"amax", test_amax_match_scalar}};
+  static char names[2 * PE_TEST_N_SIMD_PATHS][48];
+  struct CMUnitTest tests[6 + 2 * PE_TEST_N_SIMD_PATHS] = {
       cmocka_unit_test(test_fp8_every_code), cmocka_unit_test(test_fp8_float_classes),
       cmocka_unit_test(test_fp8_scale),      cmocka_unit_test(test_q8_0_ggml),
-      cmocka_unit_test(test_q8_0_nonfinite),
+      cmocka_unit_test(test_q8_0_nonfinite), cmocka_unit_test(test_amax_scalar),
   };
-  size_t n = 5 + add_path_tests(tests + 5, names, checks, 1);
+  size_t n = 6 + add_path_tests(tests + 6, names, checks, 2);
   return _cmocka_run_group_tests("kv_quant", tests, n, NULL, NULL);
 }

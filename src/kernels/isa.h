@@ -263,6 +263,13 @@ typedef void (*pe_sincos_f64_fn)(const double *angle, int32_t n, float *sin_out,
 typedef void (*pe_kv_quant_fn)(const void *src, void *dst, int64_t n, float scale);
 typedef void (*pe_kv_dequant_fn)(const void *src, void *dst, int64_t n, float scale);
 
+/* amax(x, n): the largest |x_i| of n float32 values, NaN ignored -
+ * kv_format.h's pe__amax, the maximum of the magnitudes' bits (an exact
+ * result: every ISA returns the same float). The FP8 scales of a tile or a
+ * row (DeepSeek-V3.2's fp8_ds_mla tiles, V4's UE8M0 tiles,
+ * PE_KV_FP8_E4M3_ROWSCALE rows) start from it. */
+typedef float (*pe_amax_fn)(const float *x, int64_t n);
+
 /* ------------------------------------------------------------------------ */
 /* The struct                                                               */
 /* ------------------------------------------------------------------------ */
@@ -283,6 +290,7 @@ typedef struct pe_isa {
   pe_norm_scale_fn norm_scale;
   pe_kv_quant_fn kv_quant[3][3];            /* [PE_KVQ_* format][src pe_dtype] */
   pe_kv_dequant_fn kv_dequant[3][3];        /* [PE_KVQ_* format][dst pe_dtype] */
+  pe_amax_fn amax;
 } pe_isa;
 
 /* The scale of a normed row from its sum of squares s (pe_norm_sumsq) over n

@@ -11,6 +11,7 @@
  *   sumsq_gen(dt, src, n, rows, rs, combine, out), nscale_gen(s, count, n, eps, out),
  *   nrow_gen(sd, dd, src, dst, n, r, w, mode)   the QK-norm
  *   convert_row(sd, dd, src, dst, n)                      sd != dd
+ *   amax_gen(x, n)                                        the FP8 scales' amax
  *   add_row_gen(dt, ..), alibi_row_gen(dt, ..), load_row_gen(dt, ..), mask_row_gen(dt, ..)
  *   FN(rope_sincos), FN(sincos)
  * (all but the last two PE_AI, taking the dtype/style as constants), and
@@ -549,6 +550,8 @@ static void FN(norm_scale)(const float *s, int64_t count, int64_t n, float eps, 
   nscale_gen(s, count, n, eps, out);
 }
 
+static float FN(amax)(const float *x, int64_t n) { return amax_gen(x, n); }
+
 #define ENC_(S, dt, dw)                                                                              \
   static void FN(add_row_##S)(void *row, const float *v, int64_t n) { add_row_gen(dw, row, v, n); } \
   static void FN(alibi_row_##S)(void *row, int64_t n, int64_t qpos, float ns) {                  \
@@ -610,5 +613,6 @@ const pe_isa PE_CAT(pe__isa_, ISA) = {
     .norm_scale = FN(norm_scale),
     .kv_quant = {ROW3_(kvq_e4m3), ROW3_(kvq_e5m2), ROW3_(kvq_q8_0)},
     .kv_dequant = {ROW3_(kvd_e4m3), ROW3_(kvd_e5m2), ROW3_(kvd_q8_0)},
+    .amax = FN(amax),
 };
 #undef ROW3_

@@ -68,11 +68,11 @@ static inline float pe__amax(const float *x, int64_t n) {
   return f;
 }
 
-/* PE_KV_FP8_E4M3_ROWSCALE: the scale of a row of n float32 values, and where
- * token t of a block's scale is (block: the block's first byte, bs tokens of
- * dim channels). */
-static inline float pe__kv_rowscale(const float *x, int64_t n) {
-  return ldexpf(1.0f, pe__ceil_log2(fmaxf(pe__amax(x, n), 1e-4f) / 448.0f));
+/* PE_KV_FP8_E4M3_ROWSCALE: the scale of a row from its amax (pe__amax of
+ * its float32 values; the ISA's amax kernel), and where token t of a block's
+ * scale is (block: the block's first byte, bs tokens of dim channels). */
+static inline float pe__kv_rowscale_of(float amax) {
+  return ldexpf(1.0f, pe__ceil_log2(fmaxf(amax, 1e-4f) / 448.0f));
 }
 static inline char *pe__kv_rowscale_at(char *block, int64_t bs, int64_t dim, int64_t t) {
   return block + bs * dim + 4 * t;

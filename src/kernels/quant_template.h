@@ -344,3 +344,33 @@ PE_AI void kvd_q8_gen(int dd, const void *src, void *dst, int64_t n) {
   if (b < nb)
     q8_dgroup(dd, in + b * PE_Q8_0_BYTES, PE_AT(out, b * PE_Q8_0_BLOCK, des), des, (int)(nb - b));
 }
+
+/* ---- the FP8 scales' amax ---- */
+
+/* kv_format.h's pe__amax, VL lanes a step: each |x| as its bits (sign
+ * cleared), NaN lanes (bits above +Inf's) as 0, the lanes' unsigned maximum,
+ * then the four-way reduction of Q8_0's scan; a tail of n % VL values
+ * through pe__amax itself. The same maximum of the same bits in any order:
+ * every ISA returns scalar.c's float. */
+PE_AI float amax_gen(const float *x, int64_t n) {
+  qu m = QU1(0);
+  int64_t i = 0;
+  for (; i + VL <= n; i += VL) {
+    qu a;
+    memcpy(&a, x + i, sizeof a);
+    a &= 0x7fffffffu;
+    a &= (qu)((qi)a <= (qi)QU1(0x7f800000u)); /* a < 2^31: signed compare */
+    m = (qu)vb_max_u32((vbi)m, (vbi)a);
+  }
+  q4u h = (q4u)vb_hmax4_u32((vbi)m, (vbi)m, (vbi)m, (vbi)m);
+  uint32_t r = h[0];
+  if (i < n) {
+    float t = pe__amax(x + i, n - i);
+    uint32_t tb;
+    memcpy(&tb, &t, 4);
+    r = tb > r ? tb : r;
+  }
+  float f;
+  memcpy(&f, &r, 4);
+  return f;
+}

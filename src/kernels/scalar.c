@@ -241,6 +241,9 @@ PE_AI void kvd_q8_gen(int dd, const void *src, void *dst, int64_t n) {
   }
 }
 
+/* isa.h's amax: the definition itself. */
+PE_AI float amax_gen(const float *x, int64_t n) { return pe__amax(x, n); }
+
 /* On x86 CPUs without FMA (where no SIMD path exists either) the FMA variant
  * cannot run: take the plain one there, whose last bit may differ. */
 static void sincos_scalar(const double *angle, int32_t n, float *s, float *c) {

@@ -65,7 +65,7 @@ static void move_rows(const pe_tensor *cache, uint32_t quant, float scale, const
         pe_kv_quant_fn q8 = isa->kv_quant[PE_KV_FP8_E4M3 - 1][PE_F32];
         if (write) {
           isa->convert[t->dtype][PE_F32](trow, row, dim);
-          sc = pe__kv_rowscale(row, dim);
+          sc = pe__kv_rowscale_of(isa->amax(row, dim));
           q8(row, crow, dim, sc);
           memcpy(sa, &sc, 4);
         } else {

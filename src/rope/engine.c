@@ -383,7 +383,7 @@ static void store_quant_k(const pe__rope_plan *p, int64_t b, int64_t u, int64_t 
           isa->convert[p->k.dtype][PE_F32](x, y, rest);
       }
       if (rowscale) { /* the row's own scale, after the block's rows */
-        float rs = pe__kv_rowscale(row, hd);
+        float rs = pe__kv_rowscale_of(p->isa->amax(row, hd));
         quant(row, dst, hd, rs);
         memcpy(pe__kv_rowscale_at(dst - (s % p->dst_block) * p->dst_s_slot, p->dst_block, hd,
                                   s % p->dst_block),
@@ -428,7 +428,7 @@ static void rotate_cache_rows(const pe__rope_plan *p, int64_t u, const pe_rope_b
       isa->kv_dequant[fmt - 1][PE_F32](dst, row, hd, sc);
       sb.n_heads = 1;
       isa->rope_rows[PE_F32](&sb, row, hd, 0);
-      sc = pe__kv_rowscale(row, hd);
+      sc = pe__kv_rowscale_of(isa->amax(row, hd));
       isa->kv_quant[fmt - 1][PE_F32](row, dst, hd, sc);
       memcpy(sa, &sc, 4);
       continue;
@@ -457,7 +457,7 @@ static void store_v(const pe__rope_plan *p, int64_t b, int64_t u, int64_t t0, in
       if (s < 0) continue;
       char *dst = slot_row(p->v_dst, 1, p->dst_block, p->v_dst_s_block, p->v_dst_s_slot, s);
       p->isa->convert[p->v.dtype][PE_F32](op_row(&p->v, b, t0 + i), row, p->v_dim);
-      float sc = pe__kv_rowscale(row, p->v_dim);
+      float sc = pe__kv_rowscale_of(p->isa->amax(row, p->v_dim));
       p->isa->kv_quant[PE_KV_FP8_E4M3 - 1][PE_F32](row, dst, p->v_dim, sc);
       memcpy(pe__kv_rowscale_at(dst - (s % p->dst_block) * p->v_dst_s_slot, p->dst_block, p->v_dim,
                                 s % p->dst_block),
