@@ -16,6 +16,13 @@
  * result bit can be checked here too (--same-bytes makes a difference an
  * error).
  *
+ * The samples re-run the same buffers, so a call whose bytes fit the caches
+ * is timed from them. --evict N writes a line of every 64 bytes of an N MiB
+ * buffer before each call (one call a sample) and times the call alone:
+ * with N well above the last-level cache the call's rows come from memory,
+ * as a long prefill's do the first time they are touched (the difference
+ * prefetching makes there does not show with warm caches).
+ *
  * The calls, with a published model's attention shapes (default Qwen3-8B:
  * 32 q / 8 kv heads of 128, NeoX, theta 1e6):
  *   qknorm  pe_qk_norm_rope_store: per-head RMSNorm (weights +-1; --norm
@@ -74,10 +81,10 @@ static struct {
   const char *base, *new_;
   int kase, dtype, gptj, bhtd, layout_given, same_bytes, no_norm, kv_given;
   uint32_t kv;
-  int64_t tokens, batch, heads, kv_heads, head_dim, samples;
+  int64_t tokens, batch, heads, kv_heads, head_dim, samples, evict_mib;
   double theta;
 } opt = {NULL, NULL, CASE_QKNORM, PE_F32, 0, 0, 0, 0, 0, 0, PE_KV_PLAIN,
-           512, 1, 32, 8, 128, 100, 1e6};
+           512, 1, 32, 8, 128, 100, 0, 1e6};
 
 /* The call's tensors: q, k (and v) as views, the caches, positions, slots. */
 static struct {
@@ -128,6 +135,9 @@ static void usage(FILE *f) {
           "  --heads N, --kv-heads N, --head-dim N, --style neox|gptj, --theta X\n"
           "                     the shapes (default Qwen3-8B: 32, 8, 128, neox, 1e6)\n"
           "  --samples N        timed samples per library (default 100)\n"
+          "  --evict N          before each call write every cache line of an N MiB\n"
+          "                     buffer (one call a sample): the call from memory\n"
+          "                     when N is well above the last-level cache\n"
           "  --same-bytes       exit 1 when the two builds write different bytes\n"
           "  -h, --help         this text\n\n"
           "Prints each side's fastest and median time per call and new/base: the\n"
@@ -170,6 +180,7 @@ static void parse(int argc, char **argv) {
     else if (!strcmp(a, "--kv-heads")) opt.kv_heads = int_arg(a, v, 1, 1024);
     else if (!strcmp(a, "--head-dim")) opt.head_dim = int_arg(a, v, 2, 1024);
     else if (!strcmp(a, "--samples")) opt.samples = int_arg(a, v, 3, 100000);
+    else if (!strcmp(a, "--evict")) opt.evict_mib = int_arg(a, v, 1, 1 << 16);
     else if (!strcmp(a, "--dtype")) {
       if (!strcmp(v, "f32")) opt.dtype = PE_F32;
       else if (!strcmp(v, "f16")) opt.dtype = PE_F16;
@@ -215,6 +226,7 @@ static void parse(int argc, char **argv) {
   double bytes = (double)(opt.batch * opt.tokens) * (double)(opt.heads + 2 * opt.kv_heads) *
                  (double)opt.head_dim * 4.0 * 5.0;
   double have = (double)sysconf(_SC_PHYS_PAGES) * (double)sysconf(_SC_PAGESIZE);
+  bytes += (double)opt.evict_mib * 1048576.0;
   if (have > 0 && bytes > have / 2)
     die("--tokens %" PRId64 " --batch %" PRId64 ": about %.1f GiB of buffers, more than half of "
         "this machine's %.1f GiB", opt.tokens, opt.batch, bytes / 1073741824.0,
@@ -447,7 +459,16 @@ static double now_ns(void) {
   return (double)ts.tv_sec * 1e9 + (double)ts.tv_nsec;
 }
 
+/* --evict: the buffer whose lines are written before each call. */
+static volatile unsigned char *evict_buf;
+static size_t evict_bytes;
+
+static void evict(void) {
+  for (size_t j = 0; j < evict_bytes; j += 64) evict_buf[j]++;
+}
+
 static double timed(lib *l, int64_t calls) {
+  if (evict_buf) evict();
   double t0 = now_ns();
   for (int64_t i = 0; i < calls; i++)
     if (call(l) != PE_OK) die("%s: %s", l->path, l->last_error());
@@ -497,6 +518,14 @@ int main(int argc, char **argv) {
   double one = timed(&L[0], 1);
   int64_t calls = one > 0 ? (int64_t)(2e5 / one) : 1;
   if (calls < 1) calls = 1;
+  if (opt.evict_mib) { /* one call a sample, each after the eviction */
+    evict_bytes = (size_t)opt.evict_mib << 20;
+    unsigned char *e = malloc(evict_bytes);
+    if (!e) die("--evict %" PRId64 ": out of memory", opt.evict_mib);
+    memset(e, 1, evict_bytes);
+    evict_buf = e;
+    calls = 1;
+  }
   const int64_t S = opt.samples;
   double *v = malloc((size_t)S * 3 * sizeof *v), *vb = v, *vn = v + S, *r = v + 2 * S;
   if (!v) die("out of memory");
@@ -510,8 +539,8 @@ int main(int argc, char **argv) {
   qsort(vb, (size_t)S, sizeof *v, cmp);
   qsort(vn, (size_t)S, sizeof *v, cmp);
   qsort(r, (size_t)S, sizeof *v, cmp);
-  printf("%" PRId64 " samples a side, %" PRId64 " call%s each, alternated\n", S, calls,
-         calls == 1 ? "" : "s");
+  printf("%" PRId64 " samples a side, %" PRId64 " call%s each, alternated%s\n", S, calls,
+         calls == 1 ? "" : "s", evict_buf ? ", each call after an eviction" : "");
   printf("      fastest ns/call  median ns/call\n");
   printf("base  %15.0f  %14.0f\n", vb[0], quantile(vb, S, 0.5));
   printf("new   %15.0f  %14.0f\n", vn[0], quantile(vn, S, 0.5));
@@ -520,6 +549,7 @@ int main(int argc, char **argv) {
          quantile(r, S, 0.5), quantile(r, S, 0.25), quantile(r, S, 0.75), vn[0] / vb[0],
          quantile(vn, S, 0.5) / quantile(vb, S, 0.5));
   free(v);
+  free((void *)evict_buf);
   for (int i = 0; i < 2; i++) L[i].cache_destroy(L[i].cache);
   if (!same && opt.same_bytes) return 1;
   return 0;

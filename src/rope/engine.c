@@ -188,11 +188,11 @@ static inline int64_t norm_rows(const pe__rope_plan *p, const pe__rope_operand *
  * ms (6 tokens); blocks of 1 token were slower (1.19-1.87 ms f32). A
  * block that fits L1 (32 KiB: half of what that measured, at least 3
  * tokens, so f32 Qwen3-8B keeps its 3) is reread from L1 rather than L2:
- * bf16 4096 tokens from memory (200 MiB touched before each call, fastest
- * of 20, three rounds alternated) 7.03-7.27 -> 6.58-6.68 ms with 3-token
- * blocks, 2 tokens the same, f32 unchanged; `pe-ab --same-bytes`, caches
- * warm: bf16 512 tokens 0.98, 64 tokens 0.99, 8 x 16 tokens 0.97, f16 512
- * 0.97 of the time (Intel Xeon, Emerald Rapids, 48 KiB L1D). */
+ * bf16 4096 tokens from memory (`pe-ab --evict 512 --tokens 4096`, two
+ * runs) 0.92-0.95 of the time with 3-token blocks (2 tokens the same), f32
+ * 0.99-1.02; caches warm (`pe-ab --same-bytes`): bf16 512 tokens 0.98, 64
+ * tokens 0.99, 8 x 16 tokens 0.97, f16 512 0.97 (Intel Xeon, Emerald
+ * Rapids, 48 KiB L1D). */
 #define PE_ENGINE_NORM_BLOCK_BYTES (32 * 1024)
 #define PE_ENGINE_NORM_MIN_TOKENS 3
 
