@@ -21,7 +21,11 @@
  * buffer before each call (one call a sample) and times the call alone:
  * with N well above the last-level cache the call's rows come from memory,
  * as a long prefill's do the first time they are touched (the difference
- * prefetching makes there does not show with warm caches).
+ * prefetching makes there does not show with warm caches). --fresh-cache K
+ * gives the caches K times the slots and each call the next K-th of them
+ * in turn: the rows it writes were last touched K calls before, as a
+ * prefill writes slots no call has touched lately, while its q, k and v
+ * stay warm.
  *
  * The calls, with a published model's attention shapes (default Qwen3-8B:
  * 32 q / 8 kv heads of 128, NeoX, theta 1e6):
@@ -81,17 +85,18 @@ static struct {
   const char *base, *new_;
   int kase, dtype, gptj, bhtd, layout_given, same_bytes, no_norm, kv_given;
   uint32_t kv;
-  int64_t tokens, batch, heads, kv_heads, head_dim, samples, evict_mib;
+  int64_t tokens, batch, heads, kv_heads, head_dim, samples, evict_mib, fresh;
   double theta;
 } opt = {NULL, NULL, CASE_QKNORM, PE_F32, 0, 0, 0, 0, 0, 0, PE_KV_PLAIN,
-           512, 1, 32, 8, 128, 100, 0, 1e6};
+           512, 1, 32, 8, 128, 100, 0, 1, 1e6};
 
 /* The call's tensors: q, k (and v) as views, the caches, positions, slots. */
 static struct {
   void *qkv, *q, *k, *kc, *vc; /* qknorm: qkv; store/rope: q, k */
   size_t qkv_bytes, q_bytes, k_bytes, cache_bytes;
   pe_tensor tq, tk, tv, tkc, tvc;
-  int64_t *pos, *slots;
+  int64_t *pos, *slots, *slot_sets; /* slots: the call's; slot_sets: --fresh-cache's K */
+  int64_t region;                    /* the next call's K-th of the caches */
   float *qw, *kw, k_scale, v_scale;
 } t;
 
@@ -135,6 +140,8 @@ static void usage(FILE *f) {
           "  --heads N, --kv-heads N, --head-dim N, --style neox|gptj, --theta X\n"
           "                     the shapes (default Qwen3-8B: 32, 8, 128, neox, 1e6)\n"
           "  --samples N        timed samples per library (default 100)\n"
+          "  --fresh-cache K    qknorm, store: caches of K times the slots, each call\n"
+          "                     writing the next K-th in turn (cold cache rows)\n"
           "  --evict N          before each call write every cache line of an N MiB\n"
           "                     buffer (one call a sample): the call from memory\n"
           "                     when N is well above the last-level cache\n"
@@ -181,6 +188,7 @@ static void parse(int argc, char **argv) {
     else if (!strcmp(a, "--head-dim")) opt.head_dim = int_arg(a, v, 2, 1024);
     else if (!strcmp(a, "--samples")) opt.samples = int_arg(a, v, 3, 100000);
     else if (!strcmp(a, "--evict")) opt.evict_mib = int_arg(a, v, 1, 1 << 16);
+    else if (!strcmp(a, "--fresh-cache")) opt.fresh = int_arg(a, v, 1, 4096);
     else if (!strcmp(a, "--dtype")) {
       if (!strcmp(v, "f32")) opt.dtype = PE_F32;
       else if (!strcmp(v, "f16")) opt.dtype = PE_F16;
@@ -221,10 +229,14 @@ static void parse(int argc, char **argv) {
     die("--layout shapes store and rope: qknorm's q, k and v are views of one packed buffer");
   if (opt.kase != CASE_QKNORM && opt.kv_given)
     die("--kv and --norm shape qknorm only (--case %s)", case_names[opt.kase]);
+  if (opt.kase == CASE_ROPE && opt.fresh > 1)
+    die("--fresh-cache shapes the caches of qknorm and store (--case rope)");
   if (opt.kv == PE_KV_Q8_0 && opt.head_dim % 32)
     die("--kv q8_0 needs --head-dim a multiple of 32 (blocks of 32), got %" PRId64, opt.head_dim);
   double bytes = (double)(opt.batch * opt.tokens) * (double)(opt.heads + 2 * opt.kv_heads) *
-                 (double)opt.head_dim * 4.0 * 5.0;
+                 (double)opt.head_dim * 4.0 * 5.0 +
+                 (double)(opt.batch * opt.tokens) * 2.0 * (double)opt.kv_heads *
+                     (double)opt.head_dim * 4.0 * 3.0 * (double)(opt.fresh - 1);
   double have = (double)sysconf(_SC_PHYS_PAGES) * (double)sysconf(_SC_PAGESIZE);
   bytes += (double)opt.evict_mib * 1048576.0;
   if (have > 0 && bytes > have / 2)
@@ -365,7 +377,7 @@ static void setup_tensors(void) {
   }
   /* paged NHD caches of BLOCK-token blocks, block 0 unused; quantized rows
    * are bytes (strides in bytes) */
-  const int64_t blocks = (n + BLOCK - 1) / BLOCK + 2;
+  const int64_t region = (n + BLOCK - 1) / BLOCK + 2, blocks = region * opt.fresh;
   const int64_t rb = opt.kv == PE_KV_PLAIN ? D : opt.kv == PE_KV_Q8_0 ? D / 32 * 34 : D;
   const size_t ces = opt.kv == PE_KV_PLAIN ? es : 1;
   t.cache_bytes = (size_t)(blocks * BLOCK * K * rb) * ces;
@@ -378,19 +390,23 @@ static void setup_tensors(void) {
   t.tkc = t.tvc = kc;
   t.tvc.data = t.vc;
   t.pos = malloc((size_t)n * sizeof *t.pos);
-  t.slots = malloc((size_t)n * sizeof *t.slots);
+  t.slot_sets = malloc((size_t)(n * opt.fresh) * sizeof *t.slot_sets);
+  t.slots = t.slot_sets;
   t.qw = malloc((size_t)D * sizeof *t.qw);
   t.kw = malloc((size_t)D * sizeof *t.kw);
-  if (!t.pos || !t.slots || !t.qw || !t.kw) die("out of memory");
+  if (!t.pos || !t.slot_sets || !t.qw || !t.kw) die("out of memory");
   for (int64_t b = 0; b < B; b++)
     for (int64_t i = 0; i < T; i++) {
       t.pos[b * T + i] = T == 1 ? 4000 + 7 * b : i;
-      t.slots[b * T + i] = BLOCK + b * T + i;
+      for (int64_t r = 0; r < opt.fresh; r++) /* block 0 of each K-th unused */
+        t.slot_sets[r * n + b * T + i] = (r * region + 1) * BLOCK + b * T + i;
     }
   for (int64_t e = 0; e < D; e++) t.qw[e] = rnd() < 0 ? -1.0f : 1.0f, t.kw[e] = rnd() < 0 ? -1.0f : 1.0f;
 }
 
 static pe_status call(lib *l) {
+  t.slots = t.slot_sets + t.region * opt.batch * opt.tokens;
+  t.region = t.region + 1 < opt.fresh ? t.region + 1 : 0;
   switch (opt.kase) {
   case CASE_QKNORM:
     return l->qk_norm_store(l->cache, &l->norm, &t.tq, &t.tk, &t.tv, &l->kv, t.slots, t.pos, 0,
@@ -432,8 +448,10 @@ static int same_bytes(lib *a, lib *b) {
     if (!orig[i] || !out[i]) die("out of memory");
     memcpy(orig[i], p[i], n[i]);
   }
+  t.region = 0; /* both into the same slots */
   if (call(a) != PE_OK) die("%s: %s", a->path, a->last_error());
   for (int i = 0; i < m; i++) memcpy(out[i], p[i], n[i]), memcpy(p[i], orig[i], n[i]);
+  t.region = 0;
   if (call(b) != PE_OK) die("%s: %s", b->path, b->last_error());
   int same = 1;
   for (int i = 0; i < m && same; i++)
@@ -539,8 +557,10 @@ int main(int argc, char **argv) {
   qsort(vb, (size_t)S, sizeof *v, cmp);
   qsort(vn, (size_t)S, sizeof *v, cmp);
   qsort(r, (size_t)S, sizeof *v, cmp);
-  printf("%" PRId64 " samples a side, %" PRId64 " call%s each, alternated%s\n", S, calls,
+  printf("%" PRId64 " samples a side, %" PRId64 " call%s each, alternated%s", S, calls,
          calls == 1 ? "" : "s", evict_buf ? ", each call after an eviction" : "");
+  if (opt.fresh > 1) printf(", each call into the next of %" PRId64 " cache parts", opt.fresh);
+  printf("\n");
   printf("      fastest ns/call  median ns/call\n");
   printf("base  %15.0f  %14.0f\n", vb[0], quantile(vb, S, 0.5));
   printf("new   %15.0f  %14.0f\n", vn[0], quantile(vn, S, 0.5));
