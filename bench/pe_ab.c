@@ -233,6 +233,8 @@ static void parse(int argc, char **argv) {
     die("--fresh-cache shapes the caches of qknorm and store (--case rope)");
   if (opt.kv == PE_KV_Q8_0 && opt.head_dim % 32)
     die("--kv q8_0 needs --head-dim a multiple of 32 (blocks of 32), got %" PRId64, opt.head_dim);
+  /* the buffers, their copies for the bytes check, and --fresh-cache's
+   * further cache parts (k and v, each copied twice by that check) */
   double bytes = (double)(opt.batch * opt.tokens) * (double)(opt.heads + 2 * opt.kv_heads) *
                  (double)opt.head_dim * 4.0 * 5.0 +
                  (double)(opt.batch * opt.tokens) * 2.0 * (double)opt.kv_heads *

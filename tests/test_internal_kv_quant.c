@@ -427,6 +427,15 @@ static float any_class(void) {
   }
 }
 
+/* n values for an amax: a third of rows of any class, a third of ordinary
+ * values, a third ordinary but for one of any class. */
+static void amax_row(float *x, int64_t n) {
+  int mostly = (int)(rnd() % 3);
+  for (int64_t i = 0; i < n; i++)
+    x[i] = mostly ? (float)((double)(int64_t)(rnd() % 2001 - 1000) * 1e-3) : any_class();
+  if (mostly == 2 && n) x[rnd() % (uint64_t)n] = any_class();
+}
+
 /* The amax the definition gives: the largest |x_i| from +0, every NaN
  * passed over - CUDA's fmaxf in vLLM's kernels, which returns the other
  * operand of any NaN. (glibc's fmaxf returns a NaN for a signaling one, so
@@ -446,10 +455,7 @@ static void test_amax_scalar(void **state) {
   static float x[MAXN];
   for (int it = 0; it < 20000; it++) {
     int64_t n = (int64_t)(rnd() % MAXN);
-    int mostly = (int)(rnd() % 3); /* 0: any class; 1: ordinary values; 2: one huge */
-    for (int64_t i = 0; i < n; i++)
-      x[i] = mostly ? (float)((double)(int64_t)(rnd() % 2001 - 1000) * 1e-3) : any_class();
-    if (mostly == 2 && n) x[rnd() % (uint64_t)n] = any_class();
+    amax_row(x, n);
     float want = amax_def(x, n), got = ref->amax(x, n);
     if (f32_bits(got) != f32_bits(want))
       fail_msg("scalar amax of %lld values: 0x%08x, want 0x%08x", (long long)n, f32_bits(got),
@@ -464,10 +470,7 @@ static void test_amax_match_scalar(void **state) {
   for (int it = 0; it < 20000; it++) {
     int64_t n = (int64_t)(rnd() % MAXN);
     int off = (int)(rnd() % 16); /* starts off the vector alignment */
-    int mostly = (int)(rnd() % 3);
-    for (int64_t i = 0; i < n; i++)
-      x[off + i] = mostly ? (float)((double)(int64_t)(rnd() % 2001 - 1000) * 1e-3) : any_class();
-    if (mostly == 2 && n) x[off + (int64_t)(rnd() % (uint64_t)n)] = any_class();
+    amax_row(x + off, n);
     if (n && rnd() % 4 == 0) /* the largest in the tail, or in the last full vector */
       x[off + n - 1 - (int64_t)(rnd() % (n < 20 ? (uint64_t)n : 20))] = 3e38f;
     float a = ref->amax(x + off, n), b = isa->amax(x + off, n);

@@ -68,12 +68,18 @@ static inline float pe__amax(const float *x, int64_t n) {
   return f;
 }
 
-/* PE_KV_FP8_E4M3_ROWSCALE: the scale of a row from its amax (pe__amax of
- * its float32 values; the ISA's amax kernel), and where token t of a block's
- * scale is (block: the block's first byte, bs tokens of dim channels). */
-static inline float pe__kv_rowscale_of(float amax) {
-  return ldexpf(1.0f, pe__ceil_log2(fmaxf(amax, 1e-4f) / 448.0f));
+/* The exponent e of a power-of-two FP8 e4m3 scale 2^e from the amax of the
+ * values it scales (pe__amax; the ISA's amax kernel): the smallest with
+ * amax / 2^e <= 448, amax taken as at least 1e-4 - DeepSeek-V4's UE8M0
+ * tiles and PE_KV_FP8_E4M3_ROWSCALE rows alike. */
+static inline int pe__fp8_pow2_exp(float amax) {
+  return pe__ceil_log2(fmaxf(amax, 1e-4f) / 448.0f);
 }
+
+/* PE_KV_FP8_E4M3_ROWSCALE: the scale of a row from its amax, and where
+ * token t of a block's scale is (block: the block's first byte, bs tokens of
+ * dim channels). */
+static inline float pe__kv_rowscale_of(float amax) { return ldexpf(1.0f, pe__fp8_pow2_exp(amax)); }
 static inline char *pe__kv_rowscale_at(char *block, int64_t bs, int64_t dim, int64_t t) {
   return block + bs * dim + 4 * t;
 }

@@ -121,7 +121,7 @@ static void kv_quantize(const pe__rope_plan *p, const pe__mla_plan *m, float *ro
       isa->convert[PE_BF16][PE_F32](all16, row, dim);
       for (int64_t k = 0; k < lat / PE_MLA_V4_TILE; k++) {
         float *x = row + k * PE_MLA_V4_TILE;
-        int e = pe__ceil_log2(fmaxf(isa->amax(x, PE_MLA_V4_TILE), 1e-4f) / 448.0f);
+        int e = pe__fp8_pow2_exp(isa->amax(x, PE_MLA_V4_TILE));
         float inv = ldexpf(1.0f, -e);
         for (int i = 0; i < PE_MLA_V4_TILE; i++) x[i] = fminf(fmaxf(x[i] * inv, -448.0f), 448.0f);
         scales[k] = (char)(unsigned char)(e + 127 < 0 ? 0 : e + 127 > 255 ? 255 : e + 127);
