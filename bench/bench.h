@@ -25,6 +25,9 @@ typedef struct pb_rows {
   int64_t n[3];
   int64_t stride[3];
   int64_t row_bytes;
+  /* --fresh-cache: dst is dst_sets buffers dst_span bytes apart, each walk
+   * writing the next in turn (measure.c; 0 or 1: one) */
+  int64_t dst_sets, dst_span;
 } pb_rows;
 
 /* Normalise: drop size-1 dimensions, order by stride (outermost first),

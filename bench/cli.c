@@ -76,6 +76,11 @@ static void usage(FILE *f) {
           "  --threads LIST     thread counts, e.g. 1,2 (default 1,2; 1 = no pool), at most\n"
           "                     the CPUs this process may use\n"
           "  --hf-config FILE   rope cache from a HuggingFace config.json (heads from it too)\n"
+          "  --fresh-cache K|auto  fused (store), qknorm, kvquant (store), mla: caches of\n"
+          "                     K times the slots, each call (and each walk of the bound)\n"
+          "                     writing the next K-th: cold cache rows, as a serving\n"
+          "                     step's; auto: per case, K calls' rows twice the last-level\n"
+          "                     cache, so they come from memory (default 1: the same rows)\n"
           "  --reps N           timed repetitions (default 15)\n"
           "  --warmup N         untimed repetitions first (default 2)\n"
           "  --max-positions N  rope suite: cos/sin table rows (default max(8192, the\n"
@@ -245,6 +250,7 @@ static const struct {
     {"--tokens", "rope,sinusoidal,learned,fused,qknorm,kvquant,mla"},
     {"--batch", "rope,sinusoidal,learned,fused,qknorm,kvquant,mla"},
     {"--max-positions", "rope"},
+    {"--fresh-cache", "fused,qknorm,kvquant,mla"},
     {"--layout", "rope,cutover"},
     {"--model", "rope,cutover,fused,alibi,t5,sinusoidal,learned"},
     {"--heads", "rope,cutover,fused,alibi,t5,sinusoidal,learned"},
@@ -273,7 +279,7 @@ static int check_scope(const char *option) {
 static const char *const with_value[] = {
     "--suite", "--suites", "--model", "--heads", "--kv-heads", "--head-dim", "--rotary-dim",
     "--style", "--tokens", "--batch", "--dtype", "--layout", "--isa", "--threads", "--hf-config",
-    "--reps", "--warmup", "--max-positions"};
+    "--reps", "--warmup", "--max-positions", "--fresh-cache"};
 #define N_WITH (int)(sizeof with_value / sizeof with_value[0])
 static const char *given_values[N_WITH]; /* each option's value as given, once */
 
@@ -332,7 +338,8 @@ static int check_options(void) {
                  "position 1000 + b, past its %d-row table from --batch %d on",
                  opt.batch, LEARNED_MAX_LEN, LEARNED_MAX_LEN - 1000 + 1);
   }
-  if (given("--tokens") || given("--batch")) { /* the largest case must fit in memory */
+  if (given("--tokens") || given("--batch") || opt.fresh_cache != 1) {
+    /* the largest case must fit in memory */
     rope_geom g = geometry();
     double per_token = (double)(g.heads + g.kv_heads) * g.head_dim;
     if (per_token < 48.0 * 128) per_token = 48.0 * 128; /* the packed QKV rows of qknorm/kvquant */
@@ -343,11 +350,22 @@ static int check_options(void) {
     }
     double tokens = (double)opt.batch * (double)(opt.tokens ? opt.tokens : 4096);
     double need = tokens * per_token * 4 * 3; /* f32 tensors, the bound's copy, caches */
+    /* --fresh-cache: K - 1 more cache rows per token (k and v, or an MLA
+     * row), for the kernel and for the bound's destination */
+    double rows = 2.0 * (g.kv_heads > 8 ? g.kv_heads : 8) * (g.head_dim > 128 ? g.head_dim : 128);
+    if (rows < 576) rows = 576;
+    if (opt.fresh_cache > 1) {
+      need += tokens * rows * 4 * 2 * (double)(opt.fresh_cache - 1);
+    } else if (opt.fresh_cache == 0) { /* auto: twice the last-level cache, twice */
+      long llc = sysconf(_SC_LEVEL3_CACHE_SIZE);
+      need += 4.0 * (llc > 0 ? (double)llc : 256.0 * 1048576.0) + tokens * rows * 4 * 2;
+    }
     double have = (double)sysconf(_SC_PHYS_PAGES) * (double)sysconf(_SC_PAGESIZE);
     if (have > 0 && need > have)
-      return bad("--tokens %" PRId64 " --batch %" PRId64 ": the largest case needs about %.1f "
+      return bad("--tokens %" PRId64 " --batch %" PRId64 "%s: the largest case needs about %.1f "
                  "GiB, this machine has %.1f GiB",
-                 opt.tokens ? opt.tokens : 4096, opt.batch, need / 1073741824.0,
+                 opt.tokens ? opt.tokens : 4096, opt.batch,
+                 opt.fresh_cache != 1 ? " --fresh-cache" : "", need / 1073741824.0,
                  have / 1073741824.0);
   }
   return 0;
@@ -371,6 +389,7 @@ static int parse_args(int argc, char **argv) {
   opt.warmup = 2;
   opt.sample_ns = 5e5;
   opt.max_positions = -1;
+  opt.fresh_cache = 1;
   const char *format = NULL;
   for (int i = 1; i < argc; i++) {
     char *a = argv[i], *val = NULL;
@@ -471,6 +490,16 @@ static int parse_args(int argc, char **argv) {
     } else if (!strcmp(key, "--warmup")) {
       if (parse_int(key, val, 0, 100000, &x)) return -1;
       opt.warmup = (int)x;
+    } else if (!strcmp(key, "--fresh-cache")) {
+      char *end;
+      errno = 0;
+      long kk = strtol(val, &end, 10);
+      if (!strcmp(val, "auto"))
+        opt.fresh_cache = 0;
+      else if (errno || *end || end == val || kk < 1 || kk > 1L << 20)
+        return bad("--fresh-cache expects auto or an integer in [1, 1048576], got \"%s\"", val);
+      else
+        opt.fresh_cache = kk;
     } else if (!strcmp(key, "--max-positions")) {
       if (parse_int(key, val, 0, 1L << 30, &x)) return -1;
       opt.max_positions = x;

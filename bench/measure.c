@@ -235,23 +235,30 @@ typedef struct probe_job {
   const bench_case *c;
   int64_t iters;
   int streams; /* pb_bound_rmw_streams rather than one stream */
+  int64_t first; /* --fresh-cache: the walk's first destination set */
 } probe_job;
 
 static void probe_part(void *arg, int index, int n) {
   const probe_job *j = arg;
   for (int64_t it = 0; it < j->iters; it++)
     for (int p = 0; p < j->c->n_probe; p++) {
+      pb_rows r = j->c->probe[p];
+      if (r.dst && r.dst_sets > 1) r.dst += (j->first + it) % r.dst_sets * r.dst_span;
       if (j->streams)
-        pb_bound_rmw_streams(&j->c->probe[p], index, n, 0.999f, 0.001f);
+        pb_bound_rmw_streams(&r, index, n, 0.999f, 0.001f);
       else
-        pb_bound_rmw_part(&j->c->probe[p], index, n, 0.999f, 0.001f);
+        pb_bound_rmw_part(&r, index, n, 0.999f, 0.001f);
     }
 }
 
 /* The bound with `threads` threads (a team of them when > 1), as one
- * stream per thread or PB_STREAMS. */
+ * stream per thread or PB_STREAMS; with --fresh-cache each walk into the
+ * next of the destinations, as each call of the kernel into the next set
+ * of slots. */
 static double time_bound_walk(const bench_case *c, int64_t iters, int threads, int streams) {
-  probe_job j = {c, iters, streams};
+  static int64_t walks;
+  probe_job j = {c, iters, streams, walks};
+  walks += iters;
   double t0 = now_ns();
   if (threads > 1)
     team_run(team_get(threads), probe_part, &j);
@@ -645,9 +652,13 @@ pb_rows probe_flat(double traffic) {
  * bound of rows a call reads and writes elsewhere (k into its cache rows),
  * as much memory as the call touches. */
 static pb_rows with_dst(pb_rows r, size_t bytes) {
-  float *d = xalloc(bytes);
-  for (size_t i = 0; i < bytes / 4; i++) d[i] = 1.0f;
+  /* --fresh-cache's K destinations, each on pages of its own */
+  const size_t span = (bytes + 4095) & ~(size_t)4095, all = span * (size_t)pb_fresh;
+  float *d = xalloc(all);
+  for (size_t i = 0; i < all / 4; i++) d[i] = 1.0f;
   r.dst = (char *)d;
+  r.dst_sets = pb_fresh;
+  r.dst_span = (int64_t)span;
   return r;
 }
 pb_rows probe_like_to(const pe_tensor *x, int64_t row_elems) {
@@ -656,6 +667,43 @@ pb_rows probe_like_to(const pe_tensor *x, int64_t row_elems) {
 pb_rows probe_flat_to(double traffic) {
   pb_rows r = probe_flat(traffic);
   return with_dst(r, (size_t)r.row_bytes);
+}
+
+pb_rows probe_sink(double read_bytes, double written_bytes) {
+  return pb_fresh > 1 ? probe_flat_to(read_bytes + written_bytes)
+                             : probe_flat(read_bytes + written_bytes);
+}
+
+int64_t pb_fresh = 1;
+
+int64_t fresh_begin(double cache_bytes) {
+  int64_t k = cache_bytes > 0 ? opt.fresh_cache : 1;
+  if (k == 0) {
+    long llc = sysconf(_SC_LEVEL3_CACHE_SIZE); /* 0 or -1 where glibc cannot tell */
+    double target = 2.0 * (llc > 0 ? (double)llc : 256.0 * 1048576.0);
+    k = (int64_t)ceil(target / cache_bytes);
+    if (k < 2) k = 2;
+  }
+  return pb_fresh = k;
+}
+
+void fresh_init(fresh_slots *f, const int64_t *slots, int64_t n, int64_t span) {
+  f->n = n, f->k = pb_fresh, f->next = 0;
+  f->sets = xalloc((size_t)(n * f->k) * sizeof *f->sets);
+  for (int64_t r = 0; r < f->k; r++)
+    for (int64_t i = 0; i < n; i++)
+      f->sets[r * n + i] = slots[i] < 0 ? slots[i] : slots[i] + r * span;
+}
+
+const int64_t *fresh_next(fresh_slots *f) {
+  const int64_t *s = f->sets + f->next * f->n;
+  f->next = f->next + 1 < f->k ? f->next + 1 : 0;
+  return s;
+}
+
+void fresh_free(fresh_slots *f) {
+  free(f->sets);
+  f->sets = NULL;
 }
 
 void free_probes(bench_case *c) {

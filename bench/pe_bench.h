@@ -112,6 +112,8 @@ typedef struct options {
   int wide;
   int no_pin;
   double sample_ns; /* a timed sample lasts at least this long */
+  int64_t fresh_cache; /* --fresh-cache K: serving suites' cache rows in K sets (1: one;
+                        * 0: auto, per case, fresh_begin) */
   int64_t max_positions; /* rope suite's table rows; -1: max(8192, tokens) */
 } options;
 
@@ -237,6 +239,32 @@ pb_rows probe_flat(double traffic);
 pb_rows probe_like_to(const pe_tensor *x, int64_t row_elems);
 pb_rows probe_flat_to(double traffic);
 void free_probes(bench_case *c);
+/* The bound of rows read and results written into cache rows, read_bytes +
+ * written_bytes in all: with --fresh-cache, half of them read and half
+ * written into a second buffer of K sets (probe_flat_to: the destination
+ * cold, as the kernel's); without, one buffer read and written in place. */
+pb_rows probe_sink(double read_bytes, double written_bytes);
+
+/* --fresh-cache K: a serving case's slots in K sets, set r the slots + r *
+ * span (a cache region of its own: the cache holds K times the rows); each
+ * call of the kernel and of its unfused sequence takes the next set
+ * (fresh_next), so that the cache rows it writes were last written K calls
+ * before - cold, as a serving step's rows are (a new token's row has not
+ * been touched since its block was allocated). Without the option (K = 1)
+ * every call rewrites the same warm rows. */
+typedef struct fresh_slots {
+  int64_t *sets, n, k, next;
+} fresh_slots;
+/* A serving case's K, before its caches and probes are made: --fresh-cache
+ * K, or with auto the least K >= 2 for which K calls write at least twice
+ * the last-level cache (cache_bytes: the rows one call writes); 1 for a
+ * case whose rows are not fresh (cache_bytes 0). fresh_init and the _to
+ * probes take it. */
+extern int64_t pb_fresh;
+int64_t fresh_begin(double cache_bytes);
+void fresh_init(fresh_slots *f, const int64_t *slots, int64_t n, int64_t span);
+const int64_t *fresh_next(fresh_slots *f);
+void fresh_free(fresh_slots *f);
 char *read_file(const char *path, size_t *len);
 /* The table rows a case of `tokens` tokens for `batch` sequences needs:
  * prefill uses positions 0..tokens-1; decode (one token) puts sequence b at

@@ -3,6 +3,7 @@
  * a 120-column terminal; every column with --wide), --csv and --json (always
  * every field; scripts/bench-results.sh and the README's tables read the CSV
  * by these field names). */
+#include <inttypes.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -276,6 +277,19 @@ void print_table(const char *cpu, const char *cmdline) {
            "the end",
            opt.reps, opt.warmup, floor_words, load_average());
   print_wrapped("", 2, line);
+  if (opt.fresh_cache != 1) {
+    char k[64];
+    if (opt.fresh_cache)
+      snprintf(k, sizeof k, "%" PRId64, opt.fresh_cache);
+    else
+      snprintf(k, sizeof k, "K (per case: K calls write twice the last-level cache)");
+    snprintf(line, sizeof line,
+             "--fresh-cache: each call of a serving row, its unfused sequence and the bound's "
+             "walks write cache rows last written %s calls before (cold, from memory), their "
+             "sources warm",
+             k);
+    print_wrapped("", 2, line);
+  }
   if (opt.wide) {
     int cols[N_COLS], *all = calloc((size_t)n_results + 1, sizeof *all);
     if (!all) abort();

@@ -28,12 +28,14 @@ typedef struct fused_state {
   pe_tensor q, k, kv;  /* kv: [blocks, kv_heads, FUSED_BLOCK, head_dim], NHD storage */
   pe_tensor *qp;       /* &q or NULL (k only) */
   int64_t *slots, *pos, *pos3;
+  fresh_slots fresh; /* store: each call's slots (--fresh-cache) */
   int32_t *index;
   int32_t section[3];
 } fused_state;
 
 static pe_status fused_store_call(bench_case *c) {
   fused_state *s = c->st;
+  s->slots = (int64_t *)fresh_next(&s->fresh);
   return pe_apply_rope_qk_store(s->cache, s->qp, &s->k, &s->kv, s->slots, s->pos, 0, c->pool);
 }
 
@@ -41,6 +43,7 @@ static pe_status fused_store_call(bench_case *c) {
  * to its slot (same dtype: memcpy per head row). */
 static void fused_store_baseline(bench_case *c) {
   fused_state *s = c->st;
+  s->slots = (int64_t *)fresh_next(&s->fresh);
   pe_apply_rope_qk(s->cache, s->qp, &s->k, s->pos, 0, c->pool);
   size_t es = dtype_size(s->k.dtype), row = (size_t)s->k.shape[3] * es;
   for (int64_t b = 0; b < s->k.shape[0]; b++)
@@ -84,7 +87,7 @@ static void fused_free(fused_state *s) {
   free(s->q.data);
   free(s->k.data);
   free(s->kv.data);
-  free(s->slots);
+  fresh_free(&s->fresh); /* s->slots: one of its sets */
   free(s->pos);
   free(s->pos3);
   free(s->index);
@@ -127,7 +130,8 @@ static void fused_case(int kind, int64_t batch, int64_t tokens, int dt, int thre
   double es = (double)dtype_size(dt), qb = (double)(batch * g.heads * tokens) * g.head_dim * es,
          kb = (double)(batch * g.kv_heads * tokens) * g.head_dim * es;
   if (kind <= 1) {
-    int64_t blocks = (batch * tokens + FUSED_BLOCK - 1) / FUSED_BLOCK + 2;
+    /* --fresh-cache: K sets of the slots, set r's right after set r - 1 */
+    const int64_t blocks = (batch * tokens * fresh_begin(kb) + FUSED_BLOCK - 1) / FUSED_BLOCK + 2;
     s.kv.data = xalloc((size_t)(blocks * FUSED_BLOCK * g.kv_heads * g.head_dim) * dtype_size(dt));
     memset(s.kv.data, 0, (size_t)(blocks * FUSED_BLOCK * g.kv_heads * g.head_dim) * dtype_size(dt));
     s.kv.dtype = (pe_dtype)dt;
@@ -137,6 +141,9 @@ static void fused_case(int kind, int64_t batch, int64_t tokens, int dt, int thre
     s.kv.stride[2] = g.kv_heads * g.head_dim, s.kv.stride[3] = 1;
     s.slots = xalloc((size_t)(batch * tokens) * sizeof *s.slots);
     for (int64_t i = 0; i < batch * tokens; i++) s.slots[i] = FUSED_BLOCK + i; /* block 0 unused */
+    fresh_init(&s.fresh, s.slots, batch * tokens, batch * tokens);
+    free(s.slots);
+    s.slots = s.fresh.sets;
     s.qp = kind == 1 ? &s.q : NULL;
     c.call = fused_store_call;
     c.textbook = fused_store_baseline;
@@ -251,17 +258,20 @@ typedef struct kvq_state {
   pe_tensor q, k, v, kc, vc, tmp; /* tmp: shift's f32 rows [1, 8, n, 128] */
   void *qkv;
   int64_t *slots, *pos, *deltas, n;
+  fresh_slots fresh; /* store: each call's slots (--fresh-cache) */
   int with_q; /* store: q rotated in the same call (else only the kv heads) */
   float kscale, vscale;
 } kvq_state;
 
 static pe_status kvq_store_call(bench_case *c) {
   kvq_state *s = c->st;
+  s->slots = (int64_t *)fresh_next(&s->fresh);
   return pe_qk_norm_rope_store(s->cache, &s->norm, s->with_q ? &s->q : NULL, &s->k, &s->v, &s->kv, s->slots,
                   s->pos, 0, c->pool);
 }
 static void kvq_store_unfused(bench_case *c) {
   kvq_state *s = c->st;
+  s->slots = (int64_t *)fresh_next(&s->fresh);
   pe_apply_rope_qk(s->cache, s->with_q ? &s->q : NULL, &s->k, s->pos, 0, c->pool);
   pe_kv_write(&s->kv, &s->k, &s->v, s->slots);
 }
@@ -307,7 +317,10 @@ static void kvq_case(int kind, uint32_t fmt, int64_t batch, int64_t tokens, int 
     return;
   int64_t n = batch * tokens, es = (int64_t)dtype_size(dt);
   int64_t rb = fmt == PE_KV_Q8_0 ? HD / 32 * 34 : HD;
-  int64_t blocks = (n + FUSED_BLOCK - 1) / FUSED_BLOCK + 2;
+  /* --fresh-cache (store cases): K sets of the slots, set r's right after
+   * set r - 1; the shift rewrites the rows of one sequence */
+  const int64_t sets = fresh_begin(kind == 0 ? (double)(n * 2 * HKV * rb) : 0.0);
+  const int64_t blocks = (n * sets + FUSED_BLOCK - 1) / FUSED_BLOCK + 2;
   size_t cache_bytes = (size_t)(blocks * FUSED_BLOCK * HKV * rb);
   pe_tensor kc = {xalloc(cache_bytes), PE_F32, {blocks, HKV, FUSED_BLOCK, HD},
                   {FUSED_BLOCK * HKV * rb, rb, HKV * rb, 1}}; /* bytes: dtype not read */
@@ -333,6 +346,11 @@ static void kvq_case(int kind, uint32_t fmt, int64_t batch, int64_t tokens, int 
       s.pos[b * tokens + t] = (tokens == 1 ? 4000 + 7 * b : 0) + t;
       s.deltas[b * tokens + t] = -256;
     }
+  if (kind == 0) {
+    fresh_init(&s.fresh, s.slots, n, n);
+    free(s.slots);
+    s.slots = s.fresh.sets;
+  }
   /* the cache holds real rows (the shift reads them) */
   if (pe_qk_norm_rope_store(s.cache, &s.norm, NULL, &s.k, &s.v, &s.kv, s.slots, s.pos, 0, NULL) != PE_OK) {
     not_available("kvquant", pe_last_error());
@@ -367,8 +385,14 @@ static void kvq_case(int kind, uint32_t fmt, int64_t batch, int64_t tokens, int 
   c.bytes = kind == 0 ? (double)(n * ((with_q ? 2 * HQ * HD * es : 0) + 2 * HKV * HD * es +
                                        2 * HKV * rb))
                       : (double)(2 * n * HKV * rb);
-  c.probe[0] = probe_flat(c.bytes);
-  c.n_probe = 1;
+  if (kind == 0 && pb_fresh > 1) { /* q in place; k, v read, their rows written cold */
+    c.n_probe = 0;
+    if (with_q) c.probe[c.n_probe++] = probe_flat((double)(n * 2 * HQ * HD * es));
+    c.probe[c.n_probe++] = probe_sink((double)(n * 2 * HKV * HD * es), (double)(n * 2 * HKV * rb));
+  } else {
+    c.probe[0] = probe_flat(c.bytes);
+    c.n_probe = 1;
+  }
   const int fl_fmt = fmt == PE_KV_Q8_0 ? FL_Q8_0 : FL_FP8;
   if (kind == 0) { /* q in place (with_q), k rotated into its quantized rows, v quantized */
     if (with_q)
@@ -403,7 +427,8 @@ out:
   free(s.qkv);
   free(s.kc.data);
   free(s.vc.data);
-  free(s.slots);
+  if (s.fresh.sets) fresh_free(&s.fresh); /* s.slots: one of its sets */
+  else free(s.slots);
   free(s.pos);
   free(s.deltas);
   pe_rope_cache_destroy(s.cache);

@@ -52,10 +52,12 @@ typedef struct mla_state {
   pe_kv_cache kvq;           /* ... and the cache as pe_kv_write sees it */
   float *w, scale;
   int64_t *slots, *pos;
+  fresh_slots fresh; /* each call's slots (--fresh-cache) */
 } mla_state;
 
 static pe_status mla_call(bench_case *c) {
   mla_state *s = c->st;
+  s->slots = (int64_t *)fresh_next(&s->fresh);
   return pe_mla_rope_store(s->cache, &s->mla, &s->q, &s->kv, &s->kc, s->slots, s->pos, 0,
                            c->pool);
 }
@@ -92,6 +94,7 @@ static void mla_rmsnorm(const mla_state *s, int staged) {
 
 static void mla_unfused_plain(bench_case *c) {
   mla_state *s = c->st;
+  s->slots = (int64_t *)fresh_next(&s->fresh);
   pe_apply_rope_qk(s->cache, &s->q_pe, NULL, s->pos, 0, c->pool);
   mla_rmsnorm(s, 0);
   pe_apply_rope_qk_store(s->cache, NULL, &s->k_pe, &s->kc_pe, s->slots, s->pos, 0, c->pool);
@@ -99,6 +102,7 @@ static void mla_unfused_plain(bench_case *c) {
 
 static void mla_unfused_fp8(bench_case *c) {
   mla_state *s = c->st;
+  s->slots = (int64_t *)fresh_next(&s->fresh);
   mla_rmsnorm(s, 1);
   pe_apply_rope_qk(s->cache, &s->q_pe, &s->stage_pe, s->pos, 0, c->pool);
   pe_kv_write(&s->kvq, &s->stage, NULL, s->slots);
@@ -190,6 +194,24 @@ static void mla_case(int fmt, int64_t batch, int64_t tokens, int dt, int threads
   const int64_t row = fmt == PE_MLA_PLAIN      ? kv_dim * es
                       : fmt == PE_MLA_FP8_E4M3 ? kv_dim
                                                : lat + 4 * (lat / 128) + 2 * R; /* 656 */
+  /* --fresh-cache: K sets of slots. Prefill: set r in copy r of the
+   * blocks. Decode (each sequence one row of its block): set r's rows r
+   * after set 0's in the same blocks, as the sequence's next steps write
+   * them, then in the next copy of the blocks once a block's rows are all
+   * used, so that K calls write K rows per sequence and nothing more. */
+  const int64_t sets = fresh_begin((double)(n * row));
+  const int64_t per_copy = tokens == 1 ? MLA_BLOCK : 1;
+  fresh_init(&s.fresh, s.slots, n, blocks * MLA_BLOCK);
+  if (tokens == 1)
+    for (int64_t r = 0; r < sets; r++)
+      for (int64_t i = 0; i < n; i++) {
+        const int64_t sl = s.slots[i];
+        s.fresh.sets[r * n + i] = (r / MLA_BLOCK) * blocks * MLA_BLOCK + sl / MLA_BLOCK * MLA_BLOCK +
+                                  (sl % MLA_BLOCK + r) % MLA_BLOCK;
+      }
+  free(s.slots);
+  s.slots = s.fresh.sets;
+  blocks *= (sets + per_copy - 1) / per_copy;
   size_t cache_bytes = (size_t)(blocks * MLA_BLOCK * row);
   pe_tensor kc = {xalloc(cache_bytes), (pe_dtype)dt, {blocks, 1, MLA_BLOCK, kv_dim},
                   {MLA_BLOCK * kv_dim, MLA_BLOCK * kv_dim, kv_dim, 1}};
@@ -233,7 +255,7 @@ static void mla_case(int fmt, int64_t batch, int64_t tokens, int dt, int threads
   /* q's rope slices read and written, the kv rows read, the cache rows written */
   c.bytes = (double)n * (double)(2 * H * R * es + kv_dim * es + row);
   c.probe[0] = probe_like(&s.q, R); /* the slices' layout: 64 of every 192 channels */
-  c.probe[1] = probe_flat((double)n * (double)(kv_dim * es + row));
+  c.probe[1] = probe_sink((double)n * (double)(kv_dim * es), (double)n * (double)row);
   c.n_probe = 2;
   floor_add(&c, (floor_stage){.kind = FL_ROT, .src = dt, .dst = dt, .style = m->style,
                               .inplace = 1, .width = (int)R, .rot = (int)R, .heads = (int)H,
@@ -254,7 +276,7 @@ static void mla_case(int fmt, int64_t batch, int64_t tokens, int dt, int threads
   free(s.kc.data);
   free(s.stage.data);
   free(s.w);
-  free(s.slots);
+  fresh_free(&s.fresh); /* s.slots: one of its sets */
   free(s.pos);
   pe_rope_cache_destroy(s.cache);
 }

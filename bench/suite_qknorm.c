@@ -30,12 +30,17 @@ typedef struct qkn_state {
   float *qw, *kw;
   void *qkv;
   int64_t *slots, *pos;
+  fresh_slots fresh; /* --fresh-cache: each call's slots */
   pb_qknorm native; /* the one-pass C loop ('x native'), its cos/sin tables */
   float *cos_t, *sin_t;
 } qkn_state;
 
+/* The next set of slots (--fresh-cache), for every side's call. */
+static void qkn_advance(qkn_state *s) { s->native.slots = s->slots = (int64_t *)fresh_next(&s->fresh); }
+
 static pe_status qkn_call(bench_case *c) {
   qkn_state *s = c->st;
+  qkn_advance(s);
   return pe_qk_norm_rope_store(s->cache, &s->norm, &s->q, &s->k, &s->v, &s->kv, s->slots, s->pos, 0,
                                c->pool);
 }
@@ -75,6 +80,7 @@ static void qkn_copy_rows(const pe_tensor *x, const pe_tensor *cache, const int6
 
 static void qkn_native(bench_case *c) {
   qkn_state *s = c->st;
+  qkn_advance(s);
   pb_textbook_native_qknorm_store(&s->native);
 }
 
@@ -93,12 +99,14 @@ static const char *qkn_native_mismatch(bench_case *c, int64_t n) {
   /* the rows of the n slots: FUSED_BLOCK on (block 0 unused), in order */
   char *kslots = (char *)s->kc.data + FUSED_BLOCK * s->k.shape[1] * hd * (int64_t)dtype_size(dt);
   why[0] = 0;
+  s->fresh.next = 0; /* both sides into the first set of slots */
   if (qkn_call(c) != PE_OK) {
     snprintf(why, sizeof why, "pe_qk_norm_rope_store: %.100s", pe_last_error());
   } else {
     memcpy(lib, s->qkv, bytes);
     memcpy(klib, kslots, kbytes);
     memcpy(s->qkv, orig, bytes);
+    s->fresh.next = 0;
     qkn_native(c);
     const double tol = dt == PE_F32 ? 0x1p-18 : dt == PE_F16 ? 0x1p-10 : 0x1p-7;
     const int64_t nq = s->q.shape[1] * hd;
@@ -121,6 +129,7 @@ static const char *qkn_native_mismatch(bench_case *c, int64_t n) {
 
 static void qkn_unfused(bench_case *c) {
   qkn_state *s = c->st;
+  qkn_advance(s);
   qkn_rmsnorm(&s->q, s->qw, s->norm.eps);
   qkn_rmsnorm(&s->k, s->kw, s->norm.eps);
   pe_apply_rope_qk(s->cache, &s->q, &s->k, s->pos, 0, c->pool);
@@ -164,7 +173,8 @@ static void qkn_case(int64_t batch, int64_t tokens, int dt, int threads) {
                  &s.v))
     return;
   int64_t row = (HQ + 2 * HKV) * HD, n = batch * tokens, es = (int64_t)dtype_size(dt);
-  int64_t blocks = (n + FUSED_BLOCK - 1) / FUSED_BLOCK + 2;
+  /* --fresh-cache: K sets of the n slots, set r's right after set r - 1 */
+  int64_t blocks = (n * fresh_begin((double)(n * 2 * HKV * HD * es)) + FUSED_BLOCK - 1) / FUSED_BLOCK + 2;
   size_t cache_elems = (size_t)(blocks * FUSED_BLOCK * HKV * HD);
   pe_tensor kc = {xalloc(cache_elems * (size_t)es), (pe_dtype)dt, {blocks, HKV, FUSED_BLOCK, HD},
                   {FUSED_BLOCK * HKV * HD, HD, HKV * HD, 1}};
@@ -197,6 +207,9 @@ static void qkn_case(int64_t batch, int64_t tokens, int dt, int threads) {
       s.slots[b * tokens + t] = FUSED_BLOCK + b * tokens + t; /* block 0 unused */
       s.pos[b * tokens + t] = (tokens == 1 ? 4000 + 7 * b : 0) + t;
     }
+  fresh_init(&s.fresh, s.slots, n, n);
+  free(s.slots);
+  s.slots = s.fresh.sets; /* the first set; each call takes the next */
   bench_case c;
   memset(&c, 0, sizeof c);
   c.suite = "qknorm";
@@ -257,7 +270,7 @@ static void qkn_case(int64_t batch, int64_t tokens, int dt, int threads) {
   free(s.vc.data);
   free(s.qw);
   free(s.kw);
-  free(s.slots);
+  fresh_free(&s.fresh);
   free(s.pos);
   free(s.cos_t);
   free(s.sin_t);

@@ -75,6 +75,10 @@ bad 'needs about' --suite rope --tokens 4194304 --batch 4096
 bad '--model shapes the' --suite mla --model gpt-j
 bad 'needs about' --suite mla --tokens 200000 --batch 8
 bad '--layout shapes the' --suite mla --layout bthd
+bad '--fresh-cache expects auto or an integer in [1, 1048576], got "0"' --fresh-cache 0
+bad 'got "4k"' --fresh-cache 4k
+bad '--fresh-cache shapes the fused,qknorm,kvquant,mla suites only' --suite rope --fresh-cache 4
+bad '--fresh-cache: the largest case needs about' --suite fused --fresh-cache 100000
 
 # --model list: the presets, with the published numbers of the newer models.
 if "$bench" --model list >"$out" 2>"$err"; then
@@ -176,6 +180,35 @@ for dt in "" "--dtype f16"; do
     fail "pe-bench --suite qknorm $quick $dt --csv exited $?: $(cat "$err")"
   fi
 done
+
+# --fresh-cache: every serving suite measures each of its rows with the
+# caches' slots in K sets (the library refuses a slot past its cache, so a
+# set outside the caches would leave its row unmeasured), the qknorm suite's
+# native loop still agreeing with the library on the first set.
+# shellcheck disable=SC2086
+if "$bench" --suite fused,qknorm,kvquant,mla $quick --dtype bf16 --fresh-cache 3 --csv >"$out" 2>"$err"; then
+  awk -F, '
+    NR == 1 { for (i = 1; i <= NF; i++) col[$i] = i; next }
+    { n++; suites[$1]++
+      if (!($col["ns_median"] > 0 && $col["bound_ns_median"] > 0)) { print "row " n ": " $0; bad = 1 }
+      if ($1 == "qknorm" && !($col["ratio_textbook_native"] > 0)) { print "native: " $0; bad = 1 } }
+    END { if (suites["fused"] != 5 || suites["qknorm"] != 1 || suites["kvquant"] != 2 || suites["mla"] != 3) {
+            print "rows per suite: fused " suites["fused"] ", qknorm " suites["qknorm"] ", kvquant " \
+                  suites["kvquant"] ", mla " suites["mla"]; bad = 1 }
+          exit bad }' "$out" \
+    && echo "ok   pe-bench --suite fused,qknorm,kvquant,mla $quick --fresh-cache 3: every row measured" \
+    || fail "pe-bench --fresh-cache 3: $(cat "$out")"
+else
+  fail "pe-bench --fresh-cache 3 exited $?: $(cat "$err")"
+fi
+# ... and auto chooses each case's K (here: the rows of 512 tokens from memory).
+if "$bench" --suite qknorm --tokens 512 --dtype bf16 --threads 1 --reps 3 --warmup 0 --fresh-cache auto >"$out" 2>"$err"; then
+  grep -q '^--fresh-cache: each call of a serving row' "$out" || fail "--fresh-cache auto: no header line: $(cat "$out")"
+  grep -q '^qwen3-8b prefill 1x512 *bf16 *[0-9]' "$out" || fail "--fresh-cache auto: no measured row: $(cat "$out")"
+  echo "ok   pe-bench --suite qknorm --fresh-cache auto"
+else
+  fail "pe-bench --fresh-cache auto exited $?: $(cat "$err")"
+fi
 
 # The default table fits in 120 columns.
 # shellcheck disable=SC2086
