@@ -81,6 +81,9 @@ static void usage(FILE *f) {
           "                     writing the next K-th: cold cache rows, as a serving\n"
           "                     step's; auto: per case, K calls' rows twice the last-level\n"
           "                     cache, so they come from memory (default 1: the same rows)\n"
+          "  --stream-cache     fused (store), qknorm, kvquant (store), mla: the fused\n"
+          "                     calls write their cache rows with streaming stores\n"
+          "                     (PE_ROPE_STREAM_CACHE; their unfused sequences as before)\n"
           "  --reps N           timed repetitions (default 15)\n"
           "  --warmup N         untimed repetitions first (default 2)\n"
           "  --max-positions N  rope suite: cos/sin table rows (default max(8192, the\n"
@@ -328,6 +331,11 @@ static int check_options(void) {
                  : need > 4096  ? "decode puts sequence b of --batch at position 4000 + 7b"
                                 : "prefill 4096 tokens");
   }
+  if (opt.stream_cache && !suite_selected("fused") && !suite_selected("qknorm") &&
+      !suite_selected("kvquant") && !suite_selected("mla"))
+    return bad("--stream-cache shapes the fused,qknorm,kvquant,mla suites only, and --suite %s "
+               "selects none of them",
+               opt.suites);
   if (suite_selected("learned")) {
     if (opt.tokens > LEARNED_MAX_LEN)
       return bad("--tokens %" PRId64 " with the learned suite: its table has %d rows "
@@ -406,6 +414,11 @@ static int parse_args(int argc, char **argv) {
     }
     if (!strcmp(a, "--no-pin")) { opt.no_pin = 1; continue; }
     if (!strcmp(a, "--wide")) { opt.wide = 1; continue; }
+    if (!strcmp(a, "--stream-cache")) {
+      opt.stream_cache = 1;
+      pb_store_flags = PE_ROPE_STREAM_CACHE;
+      continue;
+    }
     size_t klen = strcspn(a, "=");
     int k = 0;
     while (k < N_WITH && !(strlen(with_value[k]) == klen && !strncmp(a, with_value[k], klen))) k++;

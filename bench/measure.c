@@ -675,6 +675,7 @@ pb_rows probe_sink(double read_bytes, double written_bytes) {
 }
 
 int64_t pb_fresh = 1;
+uint32_t pb_store_flags;
 
 int64_t fresh_begin(double cache_bytes) {
   int64_t k = cache_bytes > 0 ? opt.fresh_cache : 1;

@@ -112,6 +112,7 @@ typedef struct options {
   int wide;
   int no_pin;
   double sample_ns; /* a timed sample lasts at least this long */
+  int stream_cache;    /* --stream-cache: the serving calls with PE_ROPE_STREAM_CACHE */
   int64_t fresh_cache; /* --fresh-cache K: serving suites' cache rows in K sets (1: one;
                         * 0: auto, per case, fresh_begin) */
   int64_t max_positions; /* rope suite's table rows; -1: max(8192, tokens) */
@@ -261,6 +262,8 @@ typedef struct fresh_slots {
  * case whose rows are not fresh (cache_bytes 0). fresh_init and the _to
  * probes take it. */
 extern int64_t pb_fresh;
+/* The flags of the serving rows' fused calls (--stream-cache). */
+extern uint32_t pb_store_flags;
 int64_t fresh_begin(double cache_bytes);
 void fresh_init(fresh_slots *f, const int64_t *slots, int64_t n, int64_t span);
 const int64_t *fresh_next(fresh_slots *f);

@@ -36,7 +36,8 @@ typedef struct fused_state {
 static pe_status fused_store_call(bench_case *c) {
   fused_state *s = c->st;
   s->slots = (int64_t *)fresh_next(&s->fresh);
-  return pe_apply_rope_qk_store(s->cache, s->qp, &s->k, &s->kv, s->slots, s->pos, 0, c->pool);
+  return pe_apply_rope_qk_store(s->cache, s->qp, &s->k, &s->kv, s->slots, s->pos, pb_store_flags,
+                                c->pool);
 }
 
 /* The unfused pair: rotate k (and q) in place, then copy each token's rows
@@ -267,7 +268,7 @@ static pe_status kvq_store_call(bench_case *c) {
   kvq_state *s = c->st;
   s->slots = (int64_t *)fresh_next(&s->fresh);
   return pe_qk_norm_rope_store(s->cache, &s->norm, s->with_q ? &s->q : NULL, &s->k, &s->v, &s->kv, s->slots,
-                  s->pos, 0, c->pool);
+                  s->pos, pb_store_flags, c->pool);
 }
 static void kvq_store_unfused(bench_case *c) {
   kvq_state *s = c->st;

@@ -58,7 +58,7 @@ typedef struct mla_state {
 static pe_status mla_call(bench_case *c) {
   mla_state *s = c->st;
   s->slots = (int64_t *)fresh_next(&s->fresh);
-  return pe_mla_rope_store(s->cache, &s->mla, &s->q, &s->kv, &s->kc, s->slots, s->pos, 0,
+  return pe_mla_rope_store(s->cache, &s->mla, &s->q, &s->kv, &s->kc, s->slots, s->pos, pb_store_flags,
                            c->pool);
 }
 

@@ -41,7 +41,8 @@ static void qkn_advance(qkn_state *s) { s->native.slots = s->slots = (int64_t *)
 static pe_status qkn_call(bench_case *c) {
   qkn_state *s = c->st;
   qkn_advance(s);
-  return pe_qk_norm_rope_store(s->cache, &s->norm, &s->q, &s->k, &s->v, &s->kv, s->slots, s->pos, 0,
+  return pe_qk_norm_rope_store(s->cache, &s->norm, &s->q, &s->k, &s->v, &s->kv, s->slots, s->pos,
+                               pb_store_flags,
                                c->pool);
 }
 

@@ -339,6 +339,32 @@ PE_API pe_status pe_rope_cache_cos_sin(const pe_rope_cache *c, int64_t pos,
  * move keys without it). */
 #define PE_ROPE_INVERSE 1u
 
+/* The calls that write cache rows (pe_apply_rope_qk_store,
+ * pe_qk_norm_rope_store, pe_mla_rope_store): write them with streaming
+ * (non-temporal) stores. The bytes stored are the same; what changes is the
+ * way there. A cache row that no call touched lately - a new token's row,
+ * which a serving step always writes - is otherwise first read from memory
+ * (the CPU owns a line before it writes it) and then kept in the caches;
+ * streamed, each whole 64-byte line of a row goes to memory without either
+ * (the partial lines at a row's ends are written as usual). Set it when the
+ * rows are not read again soon: a decode step's (the next step reads them,
+ * after every other layer) and a prefill whose attention takes the new
+ * tokens' k and v from the projection's output (vLLM's and sglang's
+ * prefill); leave it off when the same layer's attention reads the rows from
+ * the cache right after (llama.cpp), where they would come back from memory.
+ * Measured on an Intel Xeon (family 6 model 207), one thread, Qwen3-8B's
+ * pe_qk_norm_rope_store into cold cache rows: README. x86-64 only (SSE2,
+ * AVX2 or AVX-512 streaming stores, fenced before the call returns); on
+ * other targets the flag is accepted and the rows are written as usual.
+ * The rows are computed into a 16 KiB stack stage first (a few tokens at a
+ * time), so the flag takes effect for plain rows (f32, f16, bf16 caches; an
+ * MLA step's PE_MLA_PLAIN rows) when the rows' cos/sin come from the
+ * cache's table (max_positions > 0), PE_ROPE_INVERSE is not given and a
+ * token's k and v rows take at most 16 KiB together; otherwise, and for
+ * every FP8 and Q8_0 format (streamed, they measured slower than ordinary
+ * stores: README), the rows are written as usual. */
+#define PE_ROPE_STREAM_CACHE 4u
+
 /* Rotate q and/or k in place at their positions.
  * q, k: [batch, heads, tokens, head_dim] (any strides, stride[3] == 1); either
  * may be NULL, not both. Batch and token counts of q and k must match; head
@@ -523,7 +549,7 @@ PE_API pe_status pe_force_isa(const char *name);
  *   given to two tokens is an error, since the stored key would depend on
  *   the order of the writes (and on the thread schedule).
  * positions: [batch][tokens] or NULL (0..tokens-1), as pe_apply_rope_qk.
- * flags: PE_ROPE_INVERSE.
+ * flags: PE_ROPE_INVERSE, PE_ROPE_STREAM_CACHE.
  * Stored value, per element: k widened exactly to float32, rotated exactly
  * as pe_apply_rope_qk does, rounded once to k_cache's dtype; channels
  * [rotary_dim, head_dim) converted (bits copied when the dtypes match). So
@@ -1127,7 +1153,8 @@ PE_API void pe_mla_init(pe_mla *m);
  * slot_mapping: [batch][tokens], each in [-1, num_blocks * block_size), no
  *   slot twice; -1 skips the token's kv row (its q is still rotated).
  * positions: [batch][tokens] or NULL (0..tokens-1), as pe_apply_rope_qk.
- * flags: 0.
+ * flags: 0 or PE_ROPE_STREAM_CACHE (plain rows streamed; the FP8 formats'
+ *   rows written as usual).
  * Arithmetic: the norms are the QK-norm's (pe_qk_norm above: RMS with
  * weight, or L2 without) over their channels; the rotation the rope cache's;
  * everything in float32 and rounded once to the output's dtype (PE_MLA_FP8_*:

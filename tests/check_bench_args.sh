@@ -77,6 +77,7 @@ bad 'needs about' --suite mla --tokens 200000 --batch 8
 bad '--layout shapes the' --suite mla --layout bthd
 bad '--fresh-cache expects auto or an integer in [1, 1048576], got "0"' --fresh-cache 0
 bad 'got "4k"' --fresh-cache 4k
+bad '--stream-cache shapes the fused,qknorm,kvquant,mla suites only' --suite rope,t5 --stream-cache
 bad '--fresh-cache shapes the fused,qknorm,kvquant,mla suites only' --suite rope --fresh-cache 4
 bad '--fresh-cache: the largest case needs about' --suite fused --fresh-cache 100000
 
@@ -184,9 +185,10 @@ done
 # --fresh-cache: every serving suite measures each of its rows with the
 # caches' slots in K sets (the library refuses a slot past its cache, so a
 # set outside the caches would leave its row unmeasured), the qknorm suite's
-# native loop still agreeing with the library on the first set.
+# native loop still agreeing with the library on the first set; the fused
+# calls with PE_ROPE_STREAM_CACHE (--stream-cache).
 # shellcheck disable=SC2086
-if "$bench" --suite fused,qknorm,kvquant,mla $quick --dtype bf16 --fresh-cache 3 --csv >"$out" 2>"$err"; then
+if "$bench" --suite fused,qknorm,kvquant,mla $quick --dtype bf16 --fresh-cache 3 --stream-cache --csv >"$out" 2>"$err"; then
   awk -F, '
     NR == 1 { for (i = 1; i <= NF; i++) col[$i] = i; next }
     { n++; suites[$1]++

@@ -306,14 +306,15 @@ static void test_learned_table_overlap_refused(void **state) {
 
 /* ---- 2. flags ----------------------------------------------------------- */
 
-_Static_assert(PE_ROPE_INVERSE == 0x1u && PE_ROPE_MROPE_INTERLEAVED == 0x2u,
+_Static_assert(PE_ROPE_INVERSE == 0x1u && PE_ROPE_MROPE_INTERLEAVED == 0x2u &&
+                   PE_ROPE_STREAM_CACHE == 0x4u,
                "RoPE flags: bits 0-7");
 _Static_assert(PE_MASK_CAUSAL == 0x100u, "mask flags: bits 8-15");
 _Static_assert(PE_SINUSOIDAL_CONCAT == 0x10000u, "sinusoidal flags: bits 16-23");
 
 static void test_flag_values_are_distinct(void **state) {
   (void)state;
-  const uint32_t rope = PE_ROPE_INVERSE | PE_ROPE_MROPE_INTERLEAVED;
+  const uint32_t rope = PE_ROPE_INVERSE | PE_ROPE_MROPE_INTERLEAVED | PE_ROPE_STREAM_CACHE;
   assert_int_equal(rope & PE_MASK_CAUSAL, 0);
   assert_int_equal(rope & PE_SINUSOIDAL_CONCAT, 0);
   assert_int_equal(PE_MASK_CAUSAL & PE_SINUSOIDAL_CONCAT, 0);

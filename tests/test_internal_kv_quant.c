@@ -480,15 +480,46 @@ static void test_amax_match_scalar(void **state) {
   }
 }
 
+/* isa.h's stream_copy on one path: the bytes memcpy would copy, at every
+ * start and end relative to a 64-byte line (partial lines at both ends,
+ * none, a range within one line, empty), and not one byte outside them. */
+static void stream_copy_check(const pe_isa *isa) {
+  enum { N = 1024 };
+  static _Alignas(64) unsigned char src[N], dst[N], want[N];
+  for (int i = 0; i < N; i++) src[i] = (unsigned char)(rnd() >> 24);
+  for (int it = 0; it < 20000; it++) {
+    int64_t d = (int64_t)(rnd() % 192), s = (int64_t)(rnd() % 192);
+    int64_t n = (int64_t)(rnd() % 4 == 0 ? rnd() % 130 : rnd() % (N - 192));
+    unsigned char fill = (unsigned char)rnd();
+    memset(dst, fill, N);
+    memset(want, fill, N);
+    memcpy(want + d, src + s, (size_t)n);
+    isa->stream_copy(dst + d, src + s, n);
+    if (memcmp(dst, want, N)) {
+      int64_t at = 0;
+      while (dst[at] == want[at]) at++;
+      fail_msg("%s stream_copy of %lld bytes to +%lld from +%lld: byte %lld is 0x%02x, want 0x%02x",
+               isa->name, (long long)n, (long long)d, (long long)s, (long long)at, dst[at], want[at]);
+    }
+  }
+}
+static void test_stream_copy_scalar(void **state) {
+  (void)state;
+  stream_copy_check(ref);
+}
+static void test_stream_copy(void **state) { stream_copy_check(isa_or_skip(test_path(state))); }
+
 int main(void) {
   static const path_check checks[] = {{"kv_quant", test_kernels_match_scalar},
-                                      {"amax", test_amax_match_scalar}};
-  static char names[2 * PE_TEST_N_SIMD_PATHS][48];
-  struct CMUnitTest tests[6 + 2 * PE_TEST_N_SIMD_PATHS] = {
+                                      {"amax", test_amax_match_scalar},
+                                      {"stream_copy", test_stream_copy}};
+  static char names[3 * PE_TEST_N_SIMD_PATHS][48];
+  struct CMUnitTest tests[7 + 3 * PE_TEST_N_SIMD_PATHS] = {
       cmocka_unit_test(test_fp8_every_code), cmocka_unit_test(test_fp8_float_classes),
       cmocka_unit_test(test_fp8_scale),      cmocka_unit_test(test_q8_0_ggml),
       cmocka_unit_test(test_q8_0_nonfinite), cmocka_unit_test(test_amax_scalar),
+      cmocka_unit_test(test_stream_copy_scalar),
   };
-  size_t n = 6 + add_path_tests(tests + 6, names, checks, 2);
+  size_t n = 7 + add_path_tests(tests + 7, names, checks, 3);
   return _cmocka_run_group_tests("kv_quant", tests, n, NULL, NULL);
 }

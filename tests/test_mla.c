@@ -612,7 +612,8 @@ static void test_bf16_and_order(void **state) {
 /* ---- every ISA path and pool size, bit for bit ---- */
 
 static void run_all(const layer *L, pe_mla_format f, pe_dtype dt, pe_threadpool *pool,
-                    uint8_t *cache, size_t cbytes, void *qout, const data *d) {
+                    uint8_t *cache, size_t cbytes, void *qout, const data *d, uint32_t flags,
+                    int max_positions) {
   size_t qn = (size_t)B * QH * T * L->q_dim, kn = (size_t)B * T * L->kv_dim;
   void *q = malloc(qn * 4), *kv = malloc(kn * 4);
   for (size_t i = 0; i < qn; i++) {
@@ -627,12 +628,12 @@ static void run_all(const layer *L, pe_mla_format f, pe_dtype dt, pe_threadpool 
   float scale = 1.5f;
   pe_mla m;
   fill_mla(&m, L, d->w, f, PE_MLA_LATENT_FIRST, f == PE_MLA_FP8_E4M3 ? &scale : NULL);
-  pe_rope_cache *c = mla_cache(0); /* on the fly: the other row source */
+  pe_rope_cache *c = mla_cache(max_positions); /* 0: on the fly, the other row source */
   qlayout ql = layout_of(L, f);
   pe_tensor ct = f == PE_MLA_PLAIN ? plain_cache(cache, L, dt)
                                    : (pe_tensor){cache, PE_F32, {NB, 1, BS, L->kv_dim}, {ql.bstride, 0, ql.sstride, 1}};
   pe_tensor qt = q_tensor(q, L, dt), kvt = kv_tensor(kv, L, dt);
-  assert_int_equal(pe_mla_rope_store(c, &m, &qt, &kvt, &ct, d->slots, d->pos, 0, pool), PE_OK);
+  assert_int_equal(pe_mla_rope_store(c, &m, &qt, &kvt, &ct, d->slots, d->pos, flags, pool), PE_OK);
   memcpy(qout, q, qn * (dt == PE_F32 ? 4 : 2));
   pe_rope_cache_destroy(c);
   free(q);
@@ -646,11 +647,14 @@ typedef struct mla_run {
   pe_dtype dt;
   const data *d;
   size_t cbytes;
+  uint32_t flags;
+  int max_positions;
 } mla_run;
 
 static void run_mla(void *ctx, pe_threadpool *pool, void *out) {
   const mla_run *r = ctx;
-  run_all(r->L, r->f, r->dt, pool, out, r->cbytes, (uint8_t *)out + r->cbytes, r->d);
+  run_all(r->L, r->f, r->dt, pool, out, r->cbytes, (uint8_t *)out + r->cbytes, r->d, r->flags,
+          r->max_positions);
 }
 
 static void test_isa_identity(void **state) {
@@ -674,13 +678,72 @@ static void test_isa_identity(void **state) {
       if (f == PE_MLA_FP8_DS_V4 && !L->v4) continue;
       for (int di = 0; di < 2; di++) {
         pe_dtype dt = di ? PE_BF16 : PE_F32;
-        mla_run m = {L, f, dt, &d, (size_t)NB * BS * (L->kv_dim + 8) * 4 + 4096};
+        mla_run m = {L, f, dt, &d, (size_t)NB * BS * (L->kv_dim + 8) * 4 + 4096, 0, 0};
         size_t qbytes = (size_t)B * QH * T * L->q_dim * (dt == PE_F32 ? 4 : 2);
         pe_pools_run r = {run_mla, &m, m.cbytes + qbytes, &pool, 1};
         char what[64];
         snprintf(what, sizeof what, "layer %s format %d dtype %d (cache, then q)",
                  L->v4 ? "V4" : "V3", (int)f, (int)dt);
         pe_isa_compare(what, r.bytes, pe_on_every_pool, &r);
+      }
+    }
+    free_data(&d);
+  }
+  pe_threadpool_destroy(pool);
+}
+
+/* ---- PE_ROPE_STREAM_CACHE: the same bytes ---- */
+
+/* Every format and layer, with the cache's table (the rows the flag streams):
+ * the cache (every byte, the padding between rows and blocks included) and
+ * q with the flag equal those without it, on every path, without and with
+ * a pool. */
+typedef struct stream_ctx {
+  mla_run m;
+  size_t bytes;
+  pe_threadpool *pool;
+} stream_ctx;
+
+static void stream_on_path(void *ctx, const char *path) {
+  stream_ctx *c = ctx;
+  uint8_t *ref = malloc(c->bytes), *got = malloc(c->bytes);
+  assert_non_null(ref);
+  assert_non_null(got);
+  mla_run m = c->m;
+  m.flags = 0;
+  run_mla(&m, NULL, ref);
+  m.flags = PE_ROPE_STREAM_CACHE;
+  for (int p = 0; p < 2; p++) {
+    memset(got, 0, c->bytes);
+    run_mla(&m, p ? c->pool : NULL, got);
+    char what[96];
+    snprintf(what, sizeof what, "%s: layer %s format %d dtype %d%s (cache, then q)", path,
+             m.L->v4 ? "V4" : "V3", (int)m.f, (int)m.dt, p ? ", pool" : "");
+    pe_test_same_bytes(what, "without the flag", "PE_ROPE_STREAM_CACHE", ref, got, c->bytes, NULL);
+  }
+  free(ref);
+  free(got);
+}
+
+static void test_stream_same_bytes(void **state) {
+  (void)state;
+  static const pe_mla_format fmts[] = {PE_MLA_PLAIN, PE_MLA_FP8_E4M3, PE_MLA_FP8_DS, PE_MLA_FP8_DS_V4};
+  pe_threadpool *pool = NULL;
+  assert_int_equal(pe_threadpool_create(2, &pool), PE_OK);
+  for (int li = 0; li < 2; li++) {
+    const layer *L = li ? &V4 : &V3;
+    data d;
+    make_data(&d, L);
+    for (int fi = 0; fi < 4; fi++) {
+      pe_mla_format f = fmts[fi];
+      if (f == PE_MLA_FP8_DS && L->v4) continue;
+      if (f == PE_MLA_FP8_DS_V4 && !L->v4) continue;
+      for (int di = 0; di < 2; di++) {
+        pe_dtype dt = di ? PE_BF16 : PE_F32;
+        stream_ctx c = {{L, f, dt, &d, (size_t)NB * BS * (L->kv_dim + 8) * 4 + 4096, 0, 4096},
+                        0, pool};
+        c.bytes = c.m.cbytes + (size_t)B * QH * T * L->q_dim * (dt == PE_F32 ? 4 : 2);
+        pe_on_every_path(stream_on_path, &c);
       }
     }
     free_data(&d);
@@ -764,7 +827,8 @@ int main(void) {
       cmocka_unit_test(test_fp8_e4m3),      cmocka_unit_test(test_fp8_ds),
       cmocka_unit_test(test_fp8_ds_v4),     cmocka_unit_test(test_fp8_ds_v4_edges),
       cmocka_unit_test(test_indexer_rowscale), cmocka_unit_test(test_bf16_and_order),
-      cmocka_unit_test(test_isa_identity),  cmocka_unit_test(test_errors),
+      cmocka_unit_test(test_isa_identity),
+      cmocka_unit_test(test_stream_same_bytes),  cmocka_unit_test(test_errors),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -189,7 +189,9 @@ static void expected(const scen *s, pe_rope_cache *c, const bufs *b, void *cache
       for (int64_t t = 0; t < T; t++)
         for (int64_t i = 0; i < D; i++)
           kf[off4(&tkf, bb, h, t, i)] = load_el(b->k, s->kd, off4(&b->tk, bb, h, t, i));
-  assert_int_equal(pe_apply_rope_qk(c, NULL, &tkf, b->pos, s->flags, NULL), PE_OK);
+  /* PE_ROPE_STREAM_CACHE changes how the rows are written, not what */
+  const uint32_t rope_flags = s->flags & ~PE_ROPE_STREAM_CACHE;
+  assert_int_equal(pe_apply_rope_qk(c, NULL, &tkf, b->pos, rope_flags, NULL), PE_OK);
   memcpy(cache_out, b->cache, b->cb);
   for (int64_t bb = 0; bb < B; bb++)
     for (int64_t t = 0; t < T; t++) {
@@ -204,7 +206,7 @@ static void expected(const scen *s, pe_rope_cache *c, const bufs *b, void *cache
   memcpy(q_out, b->q, b->qb);
   pe_tensor tq = b->tq;
   tq.data = q_out;
-  assert_int_equal(pe_apply_rope_qk(c, &tq, NULL, b->pos, s->flags, NULL), PE_OK);
+  assert_int_equal(pe_apply_rope_qk(c, &tq, NULL, b->pos, rope_flags, NULL), PE_OK);
 }
 
 static void run_definition_case(const scen *s) {
@@ -234,12 +236,17 @@ static void definition_cases(void *ctx, const char *path) {
   for (int kd = 0; kd < 3; kd++)
     for (int cd = 0; cd < 3; cd++)
       for (int style = 0; style < 2; style++)
-        for (int variant = 0; variant < 4; variant++) {
-          scen s = {.head_dim = 64, .rotary_dim = variant == 1 ? 40 : 0,
-                    .style = (pe_rope_style)style, .max_positions = variant == 2 ? 0 : 512,
+        for (int variant = 0; variant < 8; variant++) {
+          /* 4..7: with PE_ROPE_STREAM_CACHE - streamed rows in 4 (NHD) and
+           * 5 (HND, partial rotary); 6 (on the fly) and 7 (inverse) write
+           * theirs as usual */
+          const int v = variant & 3;
+          scen s = {.head_dim = 64, .rotary_dim = v == 1 || variant == 7 ? 40 : 0,
+                    .style = (pe_rope_style)style, .max_positions = v == 2 ? 0 : 512,
                     .kd = dts[kd], .cd = dts[cd], .hnd = variant & 1, .batch = 2, .tokens = 13,
                     .hq = 4, .hk = 2, .nb = 5, .bs = 16,
-                    .flags = variant == 3 ? PE_ROPE_INVERSE : 0u};
+                    .flags = (v == 3 ? PE_ROPE_INVERSE : 0u) |
+                             (variant >= 4 ? PE_ROPE_STREAM_CACHE : 0u)};
           run_definition_case(&s);
         }
 }
@@ -432,8 +439,10 @@ static void test_store_errors_change_nothing(void **state) {
   b.pos[15] = p0;
 
   /* flags, shapes, dtypes, overlap */
-  st = pe_apply_rope_qk_store(c, &b.tq, &b.tk, &b.tc, b.slots, b.pos, 4u, NULL);
-  expect_unchanged_error(st, PE_ERR_INVALID_ARGUMENT, "unknown bits 0x4", &b, q0, k0, c0);
+  st = pe_apply_rope_qk_store(c, &b.tq, &b.tk, &b.tc, b.slots, b.pos, 8u, NULL);
+  expect_unchanged_error(st, PE_ERR_INVALID_ARGUMENT, "unknown bits 0x8", &b, q0, k0, c0);
+  st = pe_apply_rope_qk_store(c, &b.tq, &b.tk, &b.tc, b.slots, b.pos, PE_ROPE_MROPE_INTERLEAVED, NULL);
+  expect_unchanged_error(st, PE_ERR_INVALID_ARGUMENT, "unknown bits 0x2", &b, q0, k0, c0);
   pe_tensor bad = b.tc;
   bad.shape[1] = 1;
   st = pe_apply_rope_qk_store(c, &b.tq, &b.tk, &bad, b.slots, b.pos, 0, NULL);
@@ -563,7 +572,9 @@ static void test_store_bit_identical_across_isas(void **state) {
           scen s = {.head_dim = dims[d][0], .rotary_dim = dims[d][1],
                     .style = (pe_rope_style)style, .max_positions = (d & 1) ? 0 : 300,
                     .kd = dts[kd], .cd = dts[cd], .hnd = style, .batch = 2, .tokens = 7,
-                    .hq = 3, .hk = 2, .nb = 3, .bs = 8, .flags = (d % 3 == 2) ? PE_ROPE_INVERSE : 0u,
+                    .hq = 3, .hk = 2, .nb = 3, .bs = 8,
+                    .flags = ((d % 3 == 2) ? PE_ROPE_INVERSE : 0u) |
+                             (((int)d + kd + cd) & 1 ? PE_ROPE_STREAM_CACHE : 0u),
                     .wild = (kd + cd + (int)d) & 1};
           store_run r = {&s, rng};
           char what[160];
@@ -580,13 +591,14 @@ static void test_store_pool_sizes(void **state) {
   assert_int_equal(pe_threadpool_create(4, &pool), PE_OK);
   scen s = {.head_dim = 128, .style = PE_ROPE_NEOX, .max_positions = 4096, .kd = PE_BF16,
             .cd = PE_BF16, .batch = 4, .tokens = 300, .hq = 8, .hk = 4, .nb = 80, .bs = 16};
-  for (int i = 0; i < 2; i++) {
+  for (int i = 0; i < 3; i++) {
     store_run r = {&s, rng};
     char what[160];
     describe(&s, what, sizeof what);
     pe_pool_compare(what, store_bytes(&s), run_store, &r, pool);
     pe_isa_compare(what, store_bytes(&s), run_store, &r);
-    s.kd = PE_F32, s.cd = PE_F16, s.max_positions = 0;
+    s.kd = PE_F32, s.cd = PE_F16, s.max_positions = i ? 4096 : 0;
+    s.flags = PE_ROPE_STREAM_CACHE; /* the third: streamed rows */
   }
   pe_threadpool_destroy(pool);
 }

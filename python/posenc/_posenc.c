@@ -1160,9 +1160,9 @@ static targ *arg_mla_cache(frame *f, PyObject *obj, const pe_mla *m, PyObject *m
 }
 
 /* mla_rope_store(cache, mla, q, kv, mla_cache, slot_mapping, positions, pool, dtype,
- *                cache_dtype, block_size, layout); layout 1: q is [B, T, H, D] */
+ *                cache_dtype, block_size, layout, flags); layout 1: q is [B, T, H, D] */
 static PyObject *do_mla_rope_store(PyObject *const *a, Py_ssize_t nargs, const timing *tm) {
-  BEGIN(pe_mla_rope_store, 12, 7);
+  BEGIN(pe_mla_rope_store, 13, 7);
   void *c = arg_cache(&f, a[0], "cache");
   pe_mla m;
   arg_mla(&f, a[1], &m);
@@ -1174,7 +1174,8 @@ static PyObject *do_mla_rope_store(PyObject *const *a, Py_ssize_t nargs, const t
   const targ *x = kv->src != SRC_NONE ? kv : q; /* batch and tokens of the grids */
   const int64_t *slots = arg_grid(&f, a[5], "slot_mapping", x, 0, 0);
   const int64_t *pos = arg_grid(&f, a[6], "positions", x, 0, 0);
-  FINISH(F.pe_mla_rope_store(c, &m, P(q), P(kv), P(mc), slots, pos, 0, f.pool));
+  const uint32_t flags = (uint32_t)arg_long(&f, a[12]);
+  FINISH(F.pe_mla_rope_store(c, &m, P(q), P(kv), P(mc), slots, pos, flags, f.pool));
 }
 
 /* mla_cache_read(mla, mla_cache, out, slot_mapping, dtype, cache_dtype, block_size) */

@@ -143,13 +143,13 @@ def _ops(a, cache, kind, mla):
                 dtype=a.dtype, cache_dtype=a.dtype, v_cache_dtype=a.dtype)),
         "mla": ("mla_rope_store",
                 (rope, plain, a.mla_q, a.mla_kv, a.mla_cache, a.slot_mapping, a.positions, None,
-                 a.dtype, a.dtype, None, 0),
+                 a.dtype, a.dtype, None, 0, 0),
                 lambda: posenc.mla_rope_store_(rope, plain, a.mla_q, a.mla_kv, a.mla_cache,
                                                a.slot_mapping, a.positions, dtype=a.dtype,
                                                cache_dtype=a.dtype)),
         "mla_fp8_ds": ("mla_rope_store",
                        (rope, ds, a.mla_q, a.mla_kv, a.mla_bytes, a.slot_mapping, a.positions,
-                        None, a.dtype, None, None, 0),
+                        None, a.dtype, None, None, 0, 0),
                        lambda: posenc.mla_rope_store_(rope, ds, a.mla_q, a.mla_kv, a.mla_bytes,
                                                       a.slot_mapping, a.positions,
                                                       dtype=a.dtype)),
@@ -165,7 +165,7 @@ def _ops(a, cache, kind, mla):
         # q as the projection's [B, T, H, D] view, as it comes
         ops["torch.mla_rope_store_"] = (
             "mla_rope_store", (rope, plain, a.mla_q_bthd, a.mla_kv, a.mla_cache, a.slot_mapping,
-                               a.positions, None, None, None, None, 1),
+                               a.positions, None, None, None, None, 1, 0),
             lambda: mla_rope_store_(rope, plain, a.mla_q_bthd, a.mla_kv, a.mla_cache,
                                     a.slot_mapping, a.positions, unsqueeze_dim=2))
     return ops

@@ -339,7 +339,7 @@ def _check(cache, mla):
 
 
 def mla_rope_store_(cache, mla, q, kv, mla_cache, slot_mapping, positions=None, pool=None, *,
-                    dtype=None, cache_dtype=None, block_size=None):
+                    dtype=None, cache_dtype=None, block_size=None, stream_cache=False):
     """The MLA step (pe_mla_rope_store): q's rope slices rotated in place
     (normed first under mla.q_norm); each kv row normed, rotated and written
     at its slot into mla_cache in mla.format (kv is only read).
@@ -358,12 +358,16 @@ def mla_rope_store_(cache, mla, q, kv, mla_cache, slot_mapping, positions=None, 
       rotated).
     positions: int [batch, tokens] or [tokens]; None = 0..tokens-1.
     dtype / cache_dtype: "bf16" to read uint16 numpy arrays as bfloat16.
+    stream_cache: write the cache rows with streaming stores
+      (PE_ROPE_STREAM_CACHE: the same bytes, not read first nor kept in the
+      CPU's caches; for rows not read again soon).
     Everything in float32, rounded once to each output's dtype (or
     quantized). A refusal raises PosencError with the library's sentence,
     nothing written."""
     _check(cache, mla)
     ext.mla_rope_store(cache, mla, q, kv, mla_cache, slot_mapping, positions, pool, dtype,
-                       cache_dtype, block_size, 0)
+                       cache_dtype, block_size, 0,
+                       _lib.PE_ROPE_STREAM_CACHE if stream_cache else 0)
 
 
 def _read_shape(mla, mla_cache, slot_mapping, block_size, cache_dtype):

@@ -85,12 +85,15 @@ def qk_norm_rope_(cache, q=None, k=None, *, kind="rms", scope="head", eps=1e-6,
 def qk_norm_rope_store_(cache, k, k_cache, slot_mapping, q=None, v=None, v_cache=None, *,
                         kind="rms", scope="head", eps=1e-6, q_weight=None, k_weight=None,
                         positions=None, inverse=False, pool=None, dtype=None, cache_dtype=None,
-                        v_cache_dtype=None):
+                        v_cache_dtype=None, stream_cache=False):
     """q normed and rotated in place (if given); k normed, rotated and written
     at slot_mapping into k_cache ([num_blocks, kv_heads, block_size, head_dim],
     any strides and dtype); v ([batch, kv_heads, tokens, v_head_dim]) converted
     into v_cache at the same slots (both or neither). k and v are only read;
-    slot -1 skips a token. Errors raise PosencError with nothing written."""
+    slot -1 skips a token. stream_cache: the cache rows written with
+    streaming stores (PE_ROPE_STREAM_CACHE: the same bytes, not read first
+    nor kept in the CPU's caches; for rows not read again soon). Errors raise
+    PosencError with nothing written."""
     _check_cache(cache)
     if k is None:
         raise ValueError("qk_norm_rope_store_: k is required")
@@ -103,7 +106,9 @@ def qk_norm_rope_store_(cache, k, k_cache, slot_mapping, q=None, v=None, v_cache
     try:
         ext.qk_norm_rope_store(cache, q, k, v, k_cache, v_cache, slot_mapping, kd, sc,
                                float(eps), q_weight, k_weight, positions,
-                               _INVERSE if inverse else 0, pool, dtype, cache_dtype,
+                               (_INVERSE if inverse else 0) |
+                               (_lib.PE_ROPE_STREAM_CACHE if stream_cache else 0),
+                               pool, dtype, cache_dtype,
                                v_cache_dtype)
     except _lib.PosencError:
         tq = tensor(q, "q", dtype=dtype) if q is not None else None

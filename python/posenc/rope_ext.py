@@ -34,7 +34,8 @@ def _cache(c, name="cache"):
 
 
 def apply_rope_qk_store_(cache, k, k_cache, slot_mapping, q=None, positions=None,
-                         inverse=False, pool=None, *, dtype=None, cache_dtype=None):
+                         inverse=False, pool=None, *, dtype=None, cache_dtype=None,
+                         stream_cache=False):
     """Rotate k and write it into a KV cache in one pass (k is not modified);
     rotate q in place if given.
 
@@ -46,6 +47,9 @@ def apply_rope_qk_store_(cache, k, k_cache, slot_mapping, q=None, positions=None
     [tokens]: the cache slot of each token, -1 skips it (padding). A slot
     used twice, or outside the cache, raises PosencError with nothing written.
     dtype / cache_dtype: 'bf16' to read uint16 arrays as bfloat16.
+    stream_cache: write the cache rows with streaming stores
+    (PE_ROPE_STREAM_CACHE: the same bytes, not read first nor kept in the
+    CPU's caches; for rows not read again soon, as a decode step's).
     """
     _cache(cache)
     if k is None:
@@ -54,7 +58,9 @@ def apply_rope_qk_store_(cache, k, k_cache, slot_mapping, q=None, positions=None
         raise ValueError("apply_rope_qk_store_: slot_mapping is required")
     try:
         ext.apply_rope_qk_store(cache, q, k, k_cache, slot_mapping, positions,
-                                _INVERSE if inverse else 0, pool, dtype, cache_dtype)
+                                (_INVERSE if inverse else 0) |
+                                (_lib.PE_ROPE_STREAM_CACHE if stream_cache else 0),
+                                pool, dtype, cache_dtype)
     except _lib.PosencError:
         vq, vk, batch, tokens = cache._qk(q, k, dtype, k_writable=False)
         vc = tensor(kv_cache_4d(k_cache), "k_cache", dtype=cache_dtype)

@@ -188,7 +188,7 @@ def mla_rope_store_(cache, mla, q, kv, mla_cache, slot_mapping, positions=None, 
     if not isinstance(mla, MLA):
         raise TypeError("mla must be a posenc.MLA, got %s" % type(mla).__name__)
     ext.mla_rope_store(cache, mla, q, kv, mla_cache, slot_mapping, positions, pool, None, None,
-                       block_size, _fixed_layout(unsqueeze_dim))
+                       block_size, _fixed_layout(unsqueeze_dim), 0)
 
 
 @functools.lru_cache(maxsize=64)
@@ -210,7 +210,8 @@ def deepseek_v4_q_(q, cache, positions=None, *, eps=1e-6, unsqueeze_dim=1, pool=
         raise TypeError("q must be a torch.Tensor, got %s" % type(q).__name__)
     r = cache.head_dim
     mla = _v4_q(r, max(int(q.shape[-1]) - r, 0) if q.dim() else 0, float(eps))
-    ext.mla_rope_store(cache, mla, q, None, None, None, positions, pool, None, None, None, layout)
+    ext.mla_rope_store(cache, mla, q, None, None, None, positions, pool, None, None, None, layout,
+                       0)
     return q
 
 

@@ -141,8 +141,8 @@ def test_cache_context_manager_and_close():
 def test_flag_values_match_header():
     # _lib holds the binding's only copy of the header's flag values.
     header = (REPO / "include" / "posenc.h").read_text()
-    for name in ("PE_ROPE_INVERSE", "PE_ROPE_MROPE_INTERLEAVED", "PE_MASK_CAUSAL",
-                 "PE_SINUSOIDAL_CONCAT"):
+    for name in ("PE_ROPE_INVERSE", "PE_ROPE_MROPE_INTERLEAVED", "PE_ROPE_STREAM_CACHE",
+                 "PE_MASK_CAUSAL", "PE_SINUSOIDAL_CONCAT"):
         m = re.search(r"#define %s ([^\n/]+)" % name, header)
         assert m, name
         expr = re.sub(r"\b(0x[0-9a-fA-F]+|\d+)[uU]\b", r"\1", m.group(1).strip())

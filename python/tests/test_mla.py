@@ -224,6 +224,22 @@ def test_v3_step_against_transformers_float64(rng, layout):
     assert not out[~kept].any()                   # a new array: -1 rows left at 0
 
 
+def test_stream_cache_same_bytes(rng):
+    # PE_ROPE_STREAM_CACHE changes how the rows are written, not what
+    cache = posenc.RopeCache(head_dim=64, style="gptj", max_positions=4096)
+    w = (1.0 + 0.3 * rng.uniform(-1, 1, 512)).astype(np.float32)
+    mla = posenc.MLA(64, 512, 448, 448, kv_weight=w, q_norm="l2", q_eps=1e-6, kv_eps=1e-6)
+    q = (rng.standard_normal((B, H, T, 512)) * 2).astype(np.float32)
+    kv = (rng.standard_normal((B, T, 512)) * 3).astype(np.float32)
+    out = []
+    for stream in (False, True):
+        qs, rows = q.copy(), np.full((NB, BS, 512), 5.0, np.float32)
+        posenc.mla_rope_store_(cache, mla, qs, kv, rows, SLOTS, POS, stream_cache=stream)
+        out.append((qs, rows))
+    np.testing.assert_array_equal(out[0][0], out[1][0])
+    np.testing.assert_array_equal(out[0][1], out[1][1])
+
+
 def test_v4_step_against_the_formulas(rng):
     # V4's numbers (MLA.from_model's) on a rope of 64 interleaved channels at base 10000
     cache = posenc.RopeCache(head_dim=64, style="gptj", max_positions=4096)

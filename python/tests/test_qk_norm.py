@@ -56,7 +56,8 @@ def test_values_against_hf(rng, kind, scope):
         np.testing.assert_allclose(got, want, rtol=0, atol=4e-6 * np.abs(want).max())
 
 
-def test_store_matches_in_place(rng):
+@pytest.mark.parametrize("stream_cache", [False, True])
+def test_store_matches_in_place(rng, stream_cache):
     hd, hq, hk, t = 128, 4, 2, 5
     cache = posenc.RopeCache(head_dim=hd, rope_theta=1e6, max_positions=4096)
     qkv = rng.standard_normal((1, t, hq + 2 * hk, hd)).astype(np.float32)
@@ -70,7 +71,8 @@ def test_store_matches_in_place(rng):
     posenc.qk_norm_rope_(cache, ref_q, ref_k, q_weight=w, k_weight=w)
     k_before, v_before = k.copy(), v.copy()
     posenc.qk_norm_rope_store_(cache, k, kc.transpose(0, 2, 1, 3), slots, q=q, v=v,
-                               v_cache=vc.transpose(0, 2, 1, 3), q_weight=w, k_weight=w)
+                               v_cache=vc.transpose(0, 2, 1, 3), q_weight=w, k_weight=w,
+                               stream_cache=stream_cache)
     np.testing.assert_array_equal(q, ref_q)
     np.testing.assert_array_equal(k, k_before)
     flat_k, flat_v = kc.reshape(8, hk, hd), vc.reshape(8, hk, hd)

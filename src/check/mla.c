@@ -148,7 +148,7 @@ pe_status pe__check_mla(const pe__mla_call *c, pe__mla_checked *out) {
   if (cache && !c->slot_mapping) return pe__fail(PE_ERR_NULL_POINTER, "%s: slot_mapping is NULL", fn);
   if (!cache && c->slot_mapping)
     return pe__fail(PE_ERR_INVALID_ARGUMENT, "%s: slot_mapping is set but there is no cache", fn);
-  if ((st = pe__check_flags(fn, c->flags, 0)) != PE_OK) return st;
+  if ((st = pe__check_flags(fn, c->flags, PE_ROPE_STREAM_CACHE)) != PE_OK) return st;
   if (c->rotary_dim != R)
     return pe__fail(PE_ERR_SHAPE,
                     "%s: the rope cache rotates %d of its %d channels; an MLA rope slice is rotated "

@@ -346,7 +346,9 @@ pe_status pe__check_store(const pe__store_call *c, pe__store_checked *out) {
       return pe__fail(PE_ERR_SHAPE, "%s: k_cache and q overlap in memory", fn);
     if ((st = check_v(fn, &rq, &rk, c->v, &rkc, vc, vq, &rv, &rvc)) != PE_OK) return st;
   }
-  if ((st = pe__check_flags(fn, c->flags, PE_ROPE_INVERSE)) != PE_OK) return st;
+  if ((st = pe__check_flags(fn, c->flags, PE_ROPE_INVERSE | (store ? PE_ROPE_STREAM_CACHE : 0u))) !=
+      PE_OK)
+    return st;
   if (store && !c->slot_mapping)
     return pe__fail(PE_ERR_NULL_POINTER, "%s: slot_mapping is NULL", fn);
   /* The norm's weights are read while q and the caches are written (in

@@ -270,6 +270,15 @@ typedef void (*pe_kv_dequant_fn)(const void *src, void *dst, int64_t n, float sc
  * PE_KV_FP8_E4M3_ROWSCALE rows) start from it. */
 typedef float (*pe_amax_fn)(const float *x, int64_t n);
 
+/* stream_copy(dst, src, bytes): bytes copied, the 64-byte lines of dst that
+ * the range covers whole written with streaming (non-temporal) stores - not
+ * read first, not kept in the caches - and its partial lines at either end
+ * with ordinary ones; on targets without such stores (NEON here), all
+ * ordinary. Streaming stores are weakly ordered: the caller fences
+ * (pe__stream_fence, engine.h) before another thread may read the bytes.
+ * PE_ROPE_STREAM_CACHE's cache rows. */
+typedef void (*pe_stream_copy_fn)(void *dst, const void *src, int64_t bytes);
+
 /* ------------------------------------------------------------------------ */
 /* The struct                                                               */
 /* ------------------------------------------------------------------------ */
@@ -291,6 +300,7 @@ typedef struct pe_isa {
   pe_kv_quant_fn kv_quant[3][3];            /* [PE_KVQ_* format][src pe_dtype] */
   pe_kv_dequant_fn kv_dequant[3][3];        /* [PE_KVQ_* format][dst pe_dtype] */
   pe_amax_fn amax;
+  pe_stream_copy_fn stream_copy;
 } pe_isa;
 
 /* The scale of a normed row from its sum of squares s (pe_norm_sumsq) over n

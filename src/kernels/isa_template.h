@@ -12,6 +12,7 @@
  *   nrow_gen(sd, dd, src, dst, n, r, w, mode)   the QK-norm
  *   convert_row(sd, dd, src, dst, n)                      sd != dd
  *   amax_gen(x, n)                                        the FP8 scales' amax
+ *   stream_line(dst, src)           64 bytes into a 64-byte line of dst, streamed
  *   add_row_gen(dt, ..), alibi_row_gen(dt, ..), load_row_gen(dt, ..), mask_row_gen(dt, ..)
  *   FN(rope_sincos), FN(sincos)
  * (all but the last two PE_AI, taking the dtype/style as constants), and
@@ -552,6 +553,19 @@ static void FN(norm_scale)(const float *s, int64_t count, int64_t n, float eps, 
 
 static float FN(amax)(const float *x, int64_t n) { return amax_gen(x, n); }
 
+/* isa.h's stream_copy: the partial lines at the ends by memcpy, each whole
+ * line of dst by the TU's stream_line(dst, src) (64 bytes). */
+static void FN(stream_copy)(void *dst, const void *src, int64_t bytes) {
+  char *d = dst;
+  const char *s = src;
+  int64_t head = (int64_t)(-(uintptr_t)d & 63);
+  if (head > bytes) head = bytes;
+  memcpy(d, s, (size_t)head);
+  d += head, s += head, bytes -= head;
+  for (; bytes >= 64; d += 64, s += 64, bytes -= 64) stream_line(d, s);
+  memcpy(d, s, (size_t)bytes);
+}
+
 #define ENC_(S, dt, dw)                                                                              \
   static void FN(add_row_##S)(void *row, const float *v, int64_t n) { add_row_gen(dw, row, v, n); } \
   static void FN(alibi_row_##S)(void *row, int64_t n, int64_t qpos, float ns) {                  \
@@ -614,5 +628,6 @@ const pe_isa PE_CAT(pe__isa_, ISA) = {
     .kv_quant = {ROW3_(kvq_e4m3), ROW3_(kvq_e5m2), ROW3_(kvq_q8_0)},
     .kv_dequant = {ROW3_(kvd_e4m3), ROW3_(kvd_e5m2), ROW3_(kvd_q8_0)},
     .amax = FN(amax),
+    .stream_copy = FN(stream_copy),
 };
 #undef ROW3_

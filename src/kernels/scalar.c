@@ -7,6 +7,9 @@
  * and the struct come from isa_template.h, as for every ISA. */
 #include <math.h>
 #include <sleef.h>
+#if defined(__SSE2__)
+#include <emmintrin.h> /* stream_line */
+#endif
 
 #include "base/cpu.h"
 #include "kernel_common.h"
@@ -243,6 +246,17 @@ PE_AI void kvd_q8_gen(int dd, const void *src, void *dst, int64_t n) {
 
 /* isa.h's amax: the definition itself. */
 PE_AI float amax_gen(const float *x, int64_t n) { return pe__amax(x, n); }
+
+/* isa.h's stream_copy, one line: SSE2's 16-byte streaming stores on x86-64
+ * (its baseline), ordinary stores elsewhere. */
+PE_AI void stream_line(char *d, const char *s) {
+#if defined(__SSE2__)
+  for (int i = 0; i < 64; i += 16)
+    _mm_stream_si128((__m128i *)(void *)(d + i), _mm_loadu_si128((const __m128i *)(const void *)(s + i)));
+#else
+  memcpy(d, s, 64);
+#endif
+}
 
 /* On x86 CPUs without FMA (where no SIMD path exists either) the FMA variant
  * cannot run: take the plain one there, whose last bit may differ. */

@@ -32,6 +32,13 @@ typedef __m256d vd;
 /* A sign flip, as C's unary minus: NaN bits follow. */
 PE_AI vf vf_neg(vf a) { return _mm256_xor_ps(a, _mm256_set1_ps(-0.0f)); }
 
+/* isa.h's stream_copy, one 64-byte line: two streaming stores. */
+PE_AI void stream_line(char *d, const char *s) {
+  _mm256_stream_si256((__m256i *)(void *)d, _mm256_loadu_si256((const __m256i *)(const void *)s));
+  _mm256_stream_si256((__m256i *)(void *)(d + 32),
+                      _mm256_loadu_si256((const __m256i *)(const void *)(s + 32)));
+}
+
 #define vd_load _mm256_loadu_pd
 #define vd_set1 _mm256_set1_pd
 #define vd_mul _mm256_mul_pd

@@ -47,6 +47,11 @@ PE_AI vf vf_neg(vf a) { return _mm512_xor_ps(a, _mm512_set1_ps(-0.0f)); } /* sig
 PE_AI vf vf_loadn(const float *p, int32_t n) {
   return n >= VL ? _mm512_loadu_ps(p) : _mm512_maskz_loadu_ps(mask_n(n), p);
 }
+/* isa.h's stream_copy, one 64-byte line: one streaming store. */
+PE_AI void stream_line(char *d, const char *s) {
+  _mm512_stream_si512((void *)d, _mm512_loadu_si512(s));
+}
+
 PE_AI void vf_storen(float *p, int32_t n, vf v) {
   if (n >= VL)
     _mm512_storeu_ps(p, v);

@@ -43,6 +43,10 @@ typedef float64x2_t vd;
  * NaN lanes made +0. */
 #define vd_sqrt vsqrtq_f64
 #define vd_div vdivq_f64
+/* isa.h's stream_copy, one 64-byte line: ordinary stores (AArch64's STNP is
+ * a hint that cores may ignore; not used here). */
+PE_AI void stream_line(char *d, const char *s) { memcpy(d, s, 64); }
+
 PE_AI vf vf_nan_to_zero(vf v) {
   return vreinterpretq_f32_u32(vandq_u32(vreinterpretq_u32_f32(v), vceqq_f32(v, v)));
 }

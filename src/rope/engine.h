@@ -117,7 +117,35 @@ typedef struct pe__rope_plan {
    * walk together (pe_rope_block.streams; 1: token by token), and whether
    * they prefetch ahead as one stream (pe_rope_block.stream_pf) */
   int32_t streams, stream_pf;
+
+  /* PE_ROPE_STREAM_CACHE: the cache rows through a stack stage and out by
+   * streaming stores (isa.h's stream_copy; engine.c's run_block, mla.c).
+   * pe__rope_plan_init sets it from the flags, pe__rope_run clears it where
+   * the rows cannot be staged. staged: set in a block's plan whose sinks
+   * write the stage, where token i of the block has slot i
+   * (pe__sink_slot). */
+  int32_t stream, staged;
 } pe__rope_plan;
+
+/* The slot of token i of the block at unit u: the cache's (-1: none), or i
+ * when the block's sinks write the stage. */
+static inline int64_t pe__sink_slot(const pe__rope_plan *p, int64_t u, int64_t i) {
+  const int64_t s = p->slots[u + i];
+  return s < 0 || !p->staged ? s : i;
+}
+
+/* After streaming stores, before the rows may be read by another thread
+ * (the end of each thread's share of a call): their ordering fence. */
+#if defined(__SSE2__)
+#include <emmintrin.h>
+static inline void pe__stream_fence(void) { _mm_sfence(); }
+#else
+static inline void pe__stream_fence(void) {}
+#endif
+
+/* The stage's bytes (engine.c: the scratch of a thread's engine_range): a
+ * block's cache rows under PE_ROPE_STREAM_CACHE. */
+#define PE_ENGINE_STAGE_BYTES (PE_ENGINE_SCRATCH_FLOATS * 4)
 
 /* The MLA sink's part of a plan (mla.c): the step's descriptor, validated;
  * q's whole heads (only under a q norm: otherwise the plan's q is the view
@@ -137,9 +165,10 @@ typedef struct pe__mla_plan {
 } pe__mla_plan;
 
 /* The MLA sink on tokens [t0, t0 + n) of batch row b (u: the first's flat
- * index), with the block's cos/sin rows for every frequency. */
+ * index), with the block's cos/sin rows for every frequency; stage: the
+ * thread's PE_ENGINE_STAGE_BYTES for streamed rows (plan.stream). */
 PE_HIDDEN void pe__mla_block(const pe__rope_plan *p, int64_t b, int64_t u, int64_t t0,
-                             const pe_rope_block *blk);
+                             const pe_rope_block *blk, char *stage);
 
 /* Scales the norm stage holds per block (q's rows then k's): blocks are cut
  * so n_tokens * (rows of q + rows of k) fit; a token with more head rows than

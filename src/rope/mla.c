@@ -134,15 +134,50 @@ static void kv_quantize(const pe__rope_plan *p, const pe__mla_plan *m, float *ro
   }
 }
 
-/* The block's kv rows into their cache rows. */
-static void mla_kv(const pe__rope_plan *p, const pe__mla_plan *m, int64_t b, int64_t u,
-                   int64_t t0, const pe_rope_block *blk) {
-  const int64_t n = blk->n_tokens, ro = m->m.kv_rope_offset;
+/* mla_kv's plain rows of tokens [i0, i1) of the block (sc: their scales;
+ * stage: NULL, or their rows there first, then streamed). */
+static void mla_kv_plain(const pe__rope_plan *p, const pe__mla_plan *m, int64_t u, const char *x0,
+                         const pe_rope_block *blk, const float *scales, int64_t i0, int64_t i1,
+                         char *stage) {
+  const int64_t ro = m->m.kv_rope_offset, rb = m->kv_dim * m->c_esize;
   const char *src[PE_ENGINE_BLOCK_TOKENS];
-  char *dst[PE_ENGINE_BLOCK_TOKENS];
+  char *dst[PE_ENGINE_BLOCK_TOKENS], *out[PE_ENGINE_BLOCK_TOKENS];
   const float *cosp[PE_ENGINE_BLOCK_TOKENS], *sinp[PE_ENGINE_BLOCK_TOKENS];
   float sc[PE_ENGINE_BLOCK_TOKENS];
   const float *scp[PE_ENGINE_BLOCK_TOKENS];
+  int64_t k = 0;
+  for (int64_t i = i0; i < i1; i++) {
+    int64_t s = p->slots[u + i];
+    if (s < 0) continue;
+    src[k] = x0 + i * m->kv.s_token * m->kv.esize;
+    out[k] = cache_row_at(m, s, NULL);
+    dst[k] = stage ? stage + k * rb : out[k];
+    sc[k] = scales[i];
+    scp[k] = &sc[k];
+    cosp[k] = blk->cos[i];
+    sinp[k] = blk->sin[i];
+    kv_rest(p, m, src[k], dst[k], m->cache_dtype, m->c_esize, sc[k]);
+    k++;
+  }
+  if (!k) return;
+  const void *rs[PE_ENGINE_BLOCK_TOKENS];
+  void *rd[PE_ENGINE_BLOCK_TOKENS];
+  for (int64_t i = 0; i < k; i++) {
+    rs[i] = src[i] + ro * m->kv.esize;
+    rd[i] = dst[i] + cache_channel(m, ro) * m->c_esize;
+  }
+  kv_rope(p, m, rs, rd, m->cache_dtype, k, cosp, sinp, scp);
+  if (stage)
+    for (int64_t i = 0; i < k; i++) p->isa->stream_copy(out[i], dst[i], rb);
+}
+
+/* The block's kv rows into their cache rows (plan.stream, plain rows: each
+ * through the stage, then streamed there). */
+static void mla_kv(const pe__rope_plan *p, const pe__mla_plan *m, int64_t b, int64_t u,
+                   int64_t t0, const pe_rope_block *blk, char *stage) {
+  const int64_t n = blk->n_tokens, ro = m->m.kv_rope_offset;
+  float sc[PE_ENGINE_BLOCK_TOKENS];
+  const float *scp[1];
   const char *x0 = m->kv.data + (b * m->kv.s_batch + t0 * m->kv.s_token) * m->kv.esize;
   kv_scales(p, m, x0, n, sc);
   if (m->m.format != PE_MLA_PLAIN) { /* one token at a time through a float32 row */
@@ -159,32 +194,20 @@ static void mla_kv(const pe__rope_plan *p, const pe__mla_plan *m, int64_t b, int
       kv_rest(p, m, x, (char *)row, PE_F32, 4, sc[i]);
       char *scales = NULL;
       char *d = cache_row_at(m, s, m->m.format == PE_MLA_FP8_DS_V4 ? &scales : NULL);
-      kv_quantize(p, m, row, d, scales);
+      kv_quantize(p, m, row, d, scales); /* FP8 rows: never streamed (engine.c's stream_ok) */
     }
     return;
   }
-  /* plain rows: the rotated channels of the block's tokens in one kernel call */
-  int64_t k = 0;
-  for (int64_t i = 0; i < n; i++) {
-    int64_t s = p->slots[u + i];
-    if (s < 0) continue;
-    src[k] = x0 + i * m->kv.s_token * m->kv.esize;
-    dst[k] = cache_row_at(m, s, NULL);
-    sc[k] = sc[i]; /* k <= i: the kept tokens' scales moved down */
-    scp[k] = &sc[k];
-    cosp[k] = blk->cos[i];
-    sinp[k] = blk->sin[i];
-    kv_rest(p, m, src[k], dst[k], m->cache_dtype, m->c_esize, sc[k]);
-    k++;
+  /* plain rows: the rotated channels of the block's tokens in one kernel
+   * call; streamed, as many as the stage holds at a time */
+  const int64_t rb = m->kv_dim * m->c_esize;
+  int64_t i0 = 0;
+  while (i0 < n) {
+    const int64_t i1 = p->stream && n - i0 > PE_ENGINE_STAGE_BYTES / rb
+                           ? i0 + PE_ENGINE_STAGE_BYTES / rb : n;
+    mla_kv_plain(p, m, u, x0, blk, sc, i0, i1, p->stream ? stage : NULL);
+    i0 = i1;
   }
-  if (!k) return;
-  const void *rs[PE_ENGINE_BLOCK_TOKENS];
-  void *rd[PE_ENGINE_BLOCK_TOKENS];
-  for (int64_t i = 0; i < k; i++) {
-    rs[i] = src[i] + ro * m->kv.esize;
-    rd[i] = dst[i] + cache_channel(m, ro) * m->c_esize;
-  }
-  kv_rope(p, m, rs, rd, m->cache_dtype, k, cosp, sinp, scp);
 }
 
 /* q's heads normed (q_norm, no weight) and their rope slices rotated, in
@@ -219,10 +242,10 @@ static void mla_q_normed(const pe__rope_plan *p, const pe__mla_plan *m, int64_t 
 }
 
 void pe__mla_block(const pe__rope_plan *p, int64_t b, int64_t u, int64_t t0,
-                   const pe_rope_block *blk) {
+                   const pe_rope_block *blk, char *stage) {
   const pe__mla_plan *m = p->mla;
   if (m->qh.data) mla_q_normed(p, m, b, t0, blk);
-  if (m->kv.data) mla_kv(p, m, b, u, t0, blk);
+  if (m->kv.data) mla_kv(p, m, b, u, t0, blk, stage);
 }
 
 /* ---- the entry point ---- */
@@ -261,7 +284,7 @@ PE_API pe_status pe_mla_rope_store(const pe_rope_cache *c, const pe_mla *mla, co
   }
   const pe_rope_cache *const caches[1] = {c};
   pe__rope_plan p;
-  pe__rope_plan_init(&p, c, qop, NULL, 0, PE_SOURCE_POSITIONS);
+  pe__rope_plan_init(&p, c, qop, NULL, flags & PE_ROPE_STREAM_CACHE, PE_SOURCE_POSITIONS);
   p.batch = ok.batch;
   p.tokens = ok.tokens;
   p.caches = caches;

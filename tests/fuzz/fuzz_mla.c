@@ -140,7 +140,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   }
   int bad_pos = 0;
   int64_t *pos = fz_positions(&f, B, T, rp.max_positions, &bad_pos, 1);
-  uint32_t flags = (fz_u8(&f) & 15) == 0 ? (uint32_t)fz_bits(&f, 1) : 0;
+  uint32_t flags = (fz_u8(&f) & 15) == 0 ? (uint32_t)fz_bits(&f, 1)
+                                          : (fz_u8(&f) & 1 ? PE_ROPE_STREAM_CACHE : 0u);
   const pe_tensor *qp = use_q ? &q : NULL, *kvp = use_kv ? &kv : NULL;
   const pe_tensor *cp = use_kv || (fz_u8(&f) & 7) == 0 ? &cache : NULL;
   const int64_t *sp = cp || (fz_u8(&f) & 7) == 0 ? slots : NULL;
@@ -151,7 +152,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   FZ_MUST_FAIL_IF(!qp && !kvp);
   FZ_MUST_FAIL_IF(kvp && !cp);
   FZ_MUST_FAIL_IF(cp && !kvp);
-  FZ_MUST_FAIL_IF(flags != 0);
+  FZ_MUST_FAIL_IF(flags & ~PE_ROPE_STREAM_CACHE);
   FZ_MUST_FAIL_IF(m->struct_size < sizeof(pe_mla));
   FZ_MUST_FAIL_IF(m->rope_dim != R || made.rotary_dim != R);
   FZ_MUST_FAIL_IF(m->format > 3 || m->order > 1);

@@ -124,7 +124,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   if (mode && !fz_slot_mapping(&f, b.v[2].t.shape, batch, tokens, &slots, &n, &bad_slot)) goto out_w;
   int bad_pos = 0;
   int64_t *pos = fz_positions(&f, batch, tokens, r.maxp, &bad_pos, 1);
-  uint32_t flags = (fz_u8(&f) & 7) == 0 ? (uint32_t)fz_bits(&f, 4) : (fz_u8(&f) & 1);
+  uint32_t flags = (fz_u8(&f) & 7) == 0 ? (uint32_t)fz_bits(&f, 4)
+                                         : (fz_u8(&f) & (PE_ROPE_INVERSE | PE_ROPE_STREAM_CACHE));
 
   int must_fail = 0;
   const char *why = NULL;
@@ -132,7 +133,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   FZ_MUST_FAIL_IF(nm.scope > PE_QK_NORM_PER_TOKEN);
   FZ_MUST_FAIL_IF(!(nm.eps >= 0) || isinf(nm.eps));
   FZ_MUST_FAIL_IF(nm.kind <= PE_QK_NORM_L2 && nm.scope <= PE_QK_NORM_PER_TOKEN && bad_weight);
-  FZ_MUST_FAIL_IF(flags & ~PE_ROPE_INVERSE);
+  FZ_MUST_FAIL_IF(flags & ~(PE_ROPE_INVERSE | (mode ? PE_ROPE_STREAM_CACHE : 0u)));
   FZ_MUST_FAIL_IF(!all_empty && bad_pos);
   FZ_MUST_FAIL_IF(!all_empty && !pos && r.maxp > 0 && tokens > r.maxp);
   FZ_MUST_FAIL_IF(!q && !k);

@@ -50,7 +50,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   if (!fz_slot_mapping(&f, cs, batch, tokens, &slots, &n, &bad_slot)) goto out;
   int bad_pos = 0;
   int64_t *pos = fz_positions(&f, batch, tokens, r.maxp, &bad_pos, 1);
-  uint32_t flags = (fz_u8(&f) & 7) == 0 ? (uint32_t)fz_bits(&f, 4) : (fz_u8(&f) & 1);
+  uint32_t flags = (fz_u8(&f) & 7) == 0 ? (uint32_t)fz_bits(&f, 4)
+                                         : (fz_u8(&f) & (PE_ROPE_INVERSE | PE_ROPE_STREAM_CACHE));
 
   int must_fail = 0;
   const char *why = NULL;
@@ -65,7 +66,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   }
   FZ_MUST_FAIL_IF(q && (qs[0] != ks[0] || qs[2] != ks[2]));
   FZ_MUST_FAIL_IF(cs[1] != ks[1]);
-  FZ_MUST_FAIL_IF(flags & ~PE_ROPE_INVERSE);
+  FZ_MUST_FAIL_IF(flags & ~(PE_ROPE_INVERSE | PE_ROPE_STREAM_CACHE));
   FZ_MUST_FAIL_IF(!pos && r.maxp > 0 && batch > 0 && tokens > r.maxp);
   /* no element shared between a written tensor and another */
   FZ_MUST_FAIL_IF(q && k && fz_views_overlap(&b, 0, 1, share) == 1);
