@@ -657,17 +657,15 @@ static void run_mla(void *ctx, pe_threadpool *pool, void *out) {
           r->max_positions);
 }
 
-static void test_isa_identity(void **state) {
-  (void)state;
-  if (!pe_test_any_simd_path()) skip(); /* only scalar here: nothing to compare */
+/* Each layer (V3, V4), cache format it has and activation dtype (f32,
+ * bf16), on data with NaN, Inf, subnormal and huge inputs in some rows:
+ * fn(the run of that case (no flags, on the fly), its bytes, ctx). */
+static void each_case(void (*fn)(const mla_run *m, size_t bytes, void *ctx), void *ctx) {
   static const pe_mla_format fmts[] = {PE_MLA_PLAIN, PE_MLA_FP8_E4M3, PE_MLA_FP8_DS, PE_MLA_FP8_DS_V4};
-  pe_threadpool *pool = NULL;
-  assert_int_equal(pe_threadpool_create(2, &pool), PE_OK);
   for (int li = 0; li < 2; li++) {
     const layer *L = li ? &V4 : &V3;
     data d;
     make_data(&d, L);
-    /* NaN, Inf, subnormal and huge inputs in some rows */
     d.kv[3] = NAN;
     d.kv[L->kv_dim + 7] = INFINITY;
     d.kv[2 * L->kv_dim + 1] = 1e-40f;
@@ -679,25 +677,37 @@ static void test_isa_identity(void **state) {
       for (int di = 0; di < 2; di++) {
         pe_dtype dt = di ? PE_BF16 : PE_F32;
         mla_run m = {L, f, dt, &d, (size_t)NB * BS * (L->kv_dim + 8) * 4 + 4096, 0, 0};
-        size_t qbytes = (size_t)B * QH * T * L->q_dim * (dt == PE_F32 ? 4 : 2);
-        pe_pools_run r = {run_mla, &m, m.cbytes + qbytes, &pool, 1};
-        char what[64];
-        snprintf(what, sizeof what, "layer %s format %d dtype %d (cache, then q)",
-                 L->v4 ? "V4" : "V3", (int)f, (int)dt);
-        pe_isa_compare(what, r.bytes, pe_on_every_pool, &r);
+        fn(&m, m.cbytes + (size_t)B * QH * T * L->q_dim * (dt == PE_F32 ? 4 : 2), ctx);
       }
     }
     free_data(&d);
   }
+}
+
+static void isa_identity_case(const mla_run *m, size_t bytes, void *ctx) {
+  pe_threadpool *pool = ctx;
+  pe_pools_run r = {run_mla, (void *)m, bytes, &pool, 1};
+  char what[64];
+  snprintf(what, sizeof what, "layer %s format %d dtype %d (cache, then q)",
+           m->L->v4 ? "V4" : "V3", (int)m->f, (int)m->dt);
+  pe_isa_compare(what, r.bytes, pe_on_every_pool, &r);
+}
+
+static void test_isa_identity(void **state) {
+  (void)state;
+  if (!pe_test_any_simd_path()) skip(); /* only scalar here: nothing to compare */
+  pe_threadpool *pool = NULL;
+  assert_int_equal(pe_threadpool_create(2, &pool), PE_OK);
+  each_case(isa_identity_case, pool);
   pe_threadpool_destroy(pool);
 }
 
 /* ---- PE_ROPE_STREAM_CACHE: the same bytes ---- */
 
-/* Every format and layer, with the cache's table (the rows the flag streams):
- * the cache (every byte, the padding between rows and blocks included) and
- * q with the flag equal those without it, on every path, without and with
- * a pool. */
+/* Every format and layer, with the cache's table (the rows the flag streams:
+ * plain ones; the FP8 formats' are left to ordinary stores): the cache
+ * (every byte, the padding between rows and blocks included) and q with the
+ * flag equal those without it, on every path, without and with a pool. */
 typedef struct stream_ctx {
   mla_run m;
   size_t bytes;
@@ -725,29 +735,17 @@ static void stream_on_path(void *ctx, const char *path) {
   free(got);
 }
 
+static void stream_case(const mla_run *m, size_t bytes, void *ctx) {
+  stream_ctx c = {*m, bytes, ctx};
+  c.m.max_positions = 4096; /* a table: the rows the flag streams */
+  pe_on_every_path(stream_on_path, &c);
+}
+
 static void test_stream_same_bytes(void **state) {
   (void)state;
-  static const pe_mla_format fmts[] = {PE_MLA_PLAIN, PE_MLA_FP8_E4M3, PE_MLA_FP8_DS, PE_MLA_FP8_DS_V4};
   pe_threadpool *pool = NULL;
   assert_int_equal(pe_threadpool_create(2, &pool), PE_OK);
-  for (int li = 0; li < 2; li++) {
-    const layer *L = li ? &V4 : &V3;
-    data d;
-    make_data(&d, L);
-    for (int fi = 0; fi < 4; fi++) {
-      pe_mla_format f = fmts[fi];
-      if (f == PE_MLA_FP8_DS && L->v4) continue;
-      if (f == PE_MLA_FP8_DS_V4 && !L->v4) continue;
-      for (int di = 0; di < 2; di++) {
-        pe_dtype dt = di ? PE_BF16 : PE_F32;
-        stream_ctx c = {{L, f, dt, &d, (size_t)NB * BS * (L->kv_dim + 8) * 4 + 4096, 0, 4096},
-                        0, pool};
-        c.bytes = c.m.cbytes + (size_t)B * QH * T * L->q_dim * (dt == PE_F32 ? 4 : 2);
-        pe_on_every_path(stream_on_path, &c);
-      }
-    }
-    free_data(&d);
-  }
+  each_case(stream_case, pool);
   pe_threadpool_destroy(pool);
 }
 

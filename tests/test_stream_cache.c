@@ -5,9 +5,10 @@
  * the same inputs, on the path in use and with pools of 2 and 3 threads;
  * q and every byte of both cache buffers (the sentinel bytes of rows nobody
  * maps, the padding between rows and blocks, the bytes before the cache's
- * first row) equal. Every k/v format (plain f32, f16 and bf16 caches, FP8
- * e4m3 and e5m2 with their scales, Q8_0, and the row-scaled FP8 that the
- * flag leaves to ordinary stores), NHD and HND caches, caches whose rows
+ * first row) equal. Every k/v format (plain f32, f16 and bf16 caches,
+ * which stream; FP8 e4m3 and e5m2 with their scales, Q8_0 and the
+ * row-scaled FP8, which the flag leaves to ordinary stores, alone and
+ * beside a plain cache), NHD and HND caches, caches whose rows
  * start at every kind of offset from a 64-byte line (the cache base moved
  * by a few bytes, rows padded to lengths that are not multiples of 64),
  * head rows shorter and longer than a line, the norm on and off, v on and
@@ -225,8 +226,9 @@ static void test_plain(void **state) {
   with_pools(plain_cases);
 }
 
-/* Quantized caches: each format for k and v, partial rotary, decode and
- * prefill. */
+/* Quantized caches, which the flag leaves to ordinary stores: each format
+ * for k and v, partial rotary, decode and prefill, plain k with a
+ * quantized v and the reverse. */
 static void quant_cases(pe_threadpool *const pools[2]) {
   static const uint32_t fmts[] = {PE_KV_FP8_E4M3, PE_KV_FP8_E5M2, PE_KV_Q8_0};
   for (int f = 0; f < 3; f++)
@@ -242,9 +244,19 @@ static void quant_cases(pe_threadpool *const pools[2]) {
         check(&s, pools);
       }
 }
+static void mixed_cases(pe_threadpool *const pools[2]) {
+  for (int kq = 0; kq < 2; kq++) {
+    scen s = {.name = kq ? "k q8_0, v plain" : "k plain, v fp8", .head_dim = 128, .dt = PE_BF16,
+              .cd = PE_BF16, .kq = kq ? PE_KV_Q8_0 : PE_KV_PLAIN,
+              .vq = kq ? PE_KV_PLAIN : PE_KV_FP8_E4M3, .batch = 1, .tokens = 17, .hq = 4, .hk = 2,
+              .nb = 6, .bs = 4, .norm = 1, .with_v = 1, .max_positions = 512};
+    check(&s, pools);
+  }
+}
 static void test_quantized(void **state) {
   (void)state;
   with_pools(quant_cases);
+  with_pools(mixed_cases);
 }
 
 /* What the flag leaves to ordinary stores, and the engine's edges: the
