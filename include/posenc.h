@@ -359,10 +359,12 @@ PE_API pe_status pe_rope_cache_cos_sin(const pe_rope_cache *c, int64_t pos,
  * The rows are computed into a 16 KiB stack stage first (a few tokens at a
  * time), so the flag takes effect for plain rows (f32, f16, bf16 caches; an
  * MLA step's PE_MLA_PLAIN rows) when the rows' cos/sin come from the
- * cache's table (max_positions > 0), PE_ROPE_INVERSE is not given and a
- * token's k and v rows take at most 16 KiB together; otherwise, and for
- * every FP8 and Q8_0 format (streamed, they measured slower than ordinary
- * stores: README), the rows are written as usual. */
+ * cache's table (max_positions > 0), PE_ROPE_INVERSE is not given, a
+ * token's k and v rows take at most 16 KiB together and the call writes at
+ * least 8 KiB of rows (a streamed call ends waiting for its stores to reach
+ * memory, which costs more than a few KiB of ordinary stores); otherwise,
+ * and for every FP8 and Q8_0 format (streamed, they measured slower than
+ * ordinary stores: README), the rows are written as usual. */
 #define PE_ROPE_STREAM_CACHE 4u
 
 /* Rotate q and/or k in place at their positions.

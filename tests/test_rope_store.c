@@ -243,7 +243,8 @@ static void definition_cases(void *ctx, const char *path) {
           const int v = variant & 3;
           scen s = {.head_dim = 64, .rotary_dim = v == 1 || variant == 7 ? 40 : 0,
                     .style = (pe_rope_style)style, .max_positions = v == 2 ? 0 : 512,
-                    .kd = dts[kd], .cd = dts[cd], .hnd = variant & 1, .batch = 2, .tokens = 13,
+                    .kd = dts[kd], .cd = dts[cd], .hnd = variant & 1, .batch = 2,
+                    .tokens = variant >= 4 ? 26 : 13, /* streamed: 8 KiB of rows at least */
                     .hq = 4, .hk = 2, .nb = 5, .bs = 16,
                     .flags = (v == 3 ? PE_ROPE_INVERSE : 0u) |
                              (variant >= 4 ? PE_ROPE_STREAM_CACHE : 0u)};

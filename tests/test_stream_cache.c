@@ -12,7 +12,8 @@
  * start at every kind of offset from a 64-byte line (the cache base moved
  * by a few bytes, rows padded to lengths that are not multiples of 64),
  * head rows shorter and longer than a line, the norm on and off, v on and
- * off, slots -1, decode (one token of many sequences) and prefill shapes,
+ * off, slots -1, decode (one token of many sequences; one token of one,
+ * below and at the 8 KiB a call must write to stream) and prefill shapes,
  * 40 kv heads (more normed rows than a block stage holds: the engine's head
  * groups), and the rows the flag does not stream (a cache computed on the
  * fly, PE_ROPE_INVERSE). Every path this build and CPU run, each on its own.
@@ -273,8 +274,14 @@ static void edge_cases(pe_threadpool *const pools[2]) {
       {.name = "inverse", .head_dim = 64, .dt = PE_F32, .cd = PE_BF16, .batch = 2, .tokens = 5,
        .hq = 2, .hk = 2, .nb = 4, .bs = 4, .with_v = 1, .max_positions = 512,
        .flags = PE_ROPE_INVERSE},
-      {.name = "no v", .head_dim = 64, .dt = PE_BF16, .cd = PE_F32, .batch = 3, .tokens = 4,
-       .hq = 2, .hk = 2, .nb = 4, .bs = 4, .base_off = 8, .max_positions = 512},
+      {.name = "no v", .head_dim = 64, .dt = PE_BF16, .cd = PE_F32, .batch = 3, .tokens = 12,
+       .hq = 2, .hk = 2, .nb = 16, .bs = 4, .base_off = 8, .max_positions = 512},
+      {.name = "one token, 4 KiB (below the bytes streamed)", .head_dim = 128, .dt = PE_BF16,
+       .cd = PE_BF16, .batch = 1, .tokens = 1, .hq = 32, .hk = 8, .nb = 2, .bs = 4, .with_v = 1,
+       .norm = 1, .max_positions = 4096},
+      {.name = "one token, 8 KiB", .head_dim = 128, .dt = PE_F32, .cd = PE_F32, .batch = 1,
+       .tokens = 1, .hq = 32, .hk = 8, .nb = 2, .bs = 4, .with_v = 1, .norm = 1,
+       .max_positions = 4096},
       {.name = "40 kv heads f32", .head_dim = 128, .dt = PE_F32, .cd = PE_F32, .batch = 1,
        .tokens = 3, .hq = 40, .hk = 40, .nb = 2, .bs = 4, .with_v = 1, .norm = 1,
        .max_positions = 512},
@@ -282,7 +289,7 @@ static void edge_cases(pe_threadpool *const pools[2]) {
        .tokens = 19, .hq = 32, .hk = 8, .nb = 6, .bs = 4, .with_v = 1, .norm = 1,
        .max_positions = 512},
       {.name = "short rows", .head_dim = 16, .dt = PE_BF16, .cd = PE_BF16, .batch = 5,
-       .tokens = 3, .hq = 3, .hk = 3, .nb = 4, .bs = 4, .base_off = 2, .row_pad = 2,
+       .tokens = 40, .hq = 3, .hk = 3, .nb = 64, .bs = 4, .base_off = 2, .row_pad = 2,
        .with_v = 1, .max_positions = 512},
   };
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) check(&cases[i], pools);

@@ -668,21 +668,36 @@ static void run_block(const pe__rope_plan *p, int64_t u, int64_t n, int64_t next
   }
 }
 
+/* A call that writes fewer cache bytes than this writes them as usual: a
+ * streamed call ends waiting for its stores to reach memory (the fence),
+ * which a few KiB of ordinary stores into cold rows do not cost. Intel Xeon,
+ * pe-bench --fresh-cache auto --stream-cache, one token of one sequence:
+ * Qwen3-8B's QK-norm step f32 (8 KiB of k and v rows) 0.85 of the time,
+ * bf16 (4 KiB) 1.03, DeepSeek-V3's MLA row f32 (2.3 KiB) 1.10, bf16 1.13. */
+#define PE_STREAM_MIN_BYTES 8192
+
 /* Whether plan p's cache rows are streamed (PE_ROPE_STREAM_CACHE): plain
  * rows (f32, f16, bf16; an MLA step's plain rows: mla.c, a token's row at
  * most 4 KiB) whose cos/sin come from the cache's table (the stage is then
  * the scratch, which only rows computed on the fly use), a token's k and v
- * rows within the stage. FP8 and Q8_0 rows are written as usual: streamed
- * (through the stage) they took 1.09-1.10x the time of ordinary stores into
- * cold rows, where plain rows took 0.62-0.87x (Intel Xeon, pe-ab
+ * rows within the stage, PE_STREAM_MIN_BYTES of them in the call. FP8 and
+ * Q8_0 rows are written as usual: streamed (through the stage) they took
+ * 1.09-1.10x the time of ordinary stores into cold rows, where plain rows
+ * took 0.62-0.87x (Intel Xeon, pe-ab
  * --fresh-cache, Qwen3-8B's shapes: q8_0 decode of 32 sequences, fp8 e4m3
  * prefill of 512 tokens bf16; f32 decode of 32, bf16 prefill of 512). */
 static int stream_ok(const pe__rope_plan *p) {
   if (p->source != PE_SOURCE_POSITIONS || p->inverse || !p->caches[0]->table) return 0;
-  if (p->mla) return p->mla->m.format == PE_MLA_PLAIN;
+  const int64_t tokens = p->batch * p->tokens;
+  if (p->mla) {
+    const pe__mla_plan *m = p->mla;
+    return m->m.format == PE_MLA_PLAIN && m->kv.data &&
+           tokens * m->kv_dim * m->c_esize >= PE_STREAM_MIN_BYTES;
+  }
   const int64_t t = stage_token_bytes(p);
   return p->slots && !p->cache_in_place && t > 0 && t <= PE_ENGINE_STAGE_BYTES &&
-         p->dst_quant == PE_KV_PLAIN && (!p->v.data || p->v_dst_quant == PE_KV_PLAIN);
+         tokens * t >= PE_STREAM_MIN_BYTES && p->dst_quant == PE_KV_PLAIN &&
+         (!p->v.data || p->v_dst_quant == PE_KV_PLAIN);
 }
 
 /* A token with more normed head rows than the stage holds: q's heads, then
