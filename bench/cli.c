@@ -365,8 +365,7 @@ static int check_options(void) {
     if (opt.fresh_cache > 1) {
       need += tokens * rows * 4 * 2 * (double)(opt.fresh_cache - 1);
     } else if (opt.fresh_cache == 0) { /* auto: twice the last-level cache, twice */
-      long llc = sysconf(_SC_LEVEL3_CACHE_SIZE);
-      need += 4.0 * (llc > 0 ? (double)llc : 256.0 * 1048576.0) + tokens * rows * 4 * 2;
+      need += 4.0 * pb_llc_bytes() + tokens * rows * 4 * 2;
     }
     double have = (double)sysconf(_SC_PHYS_PAGES) * (double)sysconf(_SC_PAGESIZE);
     if (have > 0 && need > have)

@@ -677,23 +677,28 @@ pb_rows probe_sink(double read_bytes, double written_bytes) {
 int64_t pb_fresh = 1;
 uint32_t pb_store_flags;
 
+double pb_llc_bytes(void) {
+  long llc = sysconf(_SC_LEVEL3_CACHE_SIZE); /* 0 or -1 where glibc cannot tell */
+  return llc > 0 ? (double)llc : 256.0 * 1048576.0;
+}
+
 int64_t fresh_begin(double cache_bytes) {
   int64_t k = cache_bytes > 0 ? opt.fresh_cache : 1;
   if (k == 0) {
-    long llc = sysconf(_SC_LEVEL3_CACHE_SIZE); /* 0 or -1 where glibc cannot tell */
-    double target = 2.0 * (llc > 0 ? (double)llc : 256.0 * 1048576.0);
-    k = (int64_t)ceil(target / cache_bytes);
+    k = (int64_t)ceil(2.0 * pb_llc_bytes() / cache_bytes);
     if (k < 2) k = 2;
   }
   return pb_fresh = k;
 }
 
-void fresh_init(fresh_slots *f, const int64_t *slots, int64_t n, int64_t span) {
+int64_t *fresh_init(fresh_slots *f, int64_t *slots, int64_t n, int64_t span) {
   f->n = n, f->k = pb_fresh, f->next = 0;
   f->sets = xalloc((size_t)(n * f->k) * sizeof *f->sets);
   for (int64_t r = 0; r < f->k; r++)
     for (int64_t i = 0; i < n; i++)
       f->sets[r * n + i] = slots[i] < 0 ? slots[i] : slots[i] + r * span;
+  free(slots);
+  return f->sets;
 }
 
 const int64_t *fresh_next(fresh_slots *f) {

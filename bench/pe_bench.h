@@ -262,10 +262,14 @@ typedef struct fresh_slots {
  * case whose rows are not fresh (cache_bytes 0). fresh_init and the _to
  * probes take it. */
 extern int64_t pb_fresh;
+/* The last-level cache's bytes (sysconf; 256 MiB where glibc cannot tell). */
+double pb_llc_bytes(void);
 /* The flags of the serving rows' fused calls (--stream-cache). */
 extern uint32_t pb_store_flags;
 int64_t fresh_begin(double cache_bytes);
-void fresh_init(fresh_slots *f, const int64_t *slots, int64_t n, int64_t span);
+/* The sets of slots[0..n) (K = pb_fresh), span slots apart; takes slots
+ * (xalloc'd: freed here) and returns the first set. */
+int64_t *fresh_init(fresh_slots *f, int64_t *slots, int64_t n, int64_t span);
 const int64_t *fresh_next(fresh_slots *f);
 void fresh_free(fresh_slots *f);
 char *read_file(const char *path, size_t *len);

@@ -142,9 +142,7 @@ static void fused_case(int kind, int64_t batch, int64_t tokens, int dt, int thre
     s.kv.stride[2] = g.kv_heads * g.head_dim, s.kv.stride[3] = 1;
     s.slots = xalloc((size_t)(batch * tokens) * sizeof *s.slots);
     for (int64_t i = 0; i < batch * tokens; i++) s.slots[i] = FUSED_BLOCK + i; /* block 0 unused */
-    fresh_init(&s.fresh, s.slots, batch * tokens, batch * tokens);
-    free(s.slots);
-    s.slots = s.fresh.sets;
+    s.slots = fresh_init(&s.fresh, s.slots, batch * tokens, batch * tokens);
     s.qp = kind == 1 ? &s.q : NULL;
     c.call = fused_store_call;
     c.textbook = fused_store_baseline;
@@ -347,11 +345,7 @@ static void kvq_case(int kind, uint32_t fmt, int64_t batch, int64_t tokens, int 
       s.pos[b * tokens + t] = (tokens == 1 ? 4000 + 7 * b : 0) + t;
       s.deltas[b * tokens + t] = -256;
     }
-  if (kind == 0) {
-    fresh_init(&s.fresh, s.slots, n, n);
-    free(s.slots);
-    s.slots = s.fresh.sets;
-  }
+  s.slots = fresh_init(&s.fresh, s.slots, n, n); /* the shift: one set */
   /* the cache holds real rows (the shift reads them) */
   if (pe_qk_norm_rope_store(s.cache, &s.norm, NULL, &s.k, &s.v, &s.kv, s.slots, s.pos, 0, NULL) != PE_OK) {
     not_available("kvquant", pe_last_error());
@@ -428,8 +422,7 @@ out:
   free(s.qkv);
   free(s.kc.data);
   free(s.vc.data);
-  if (s.fresh.sets) fresh_free(&s.fresh); /* s.slots: one of its sets */
-  else free(s.slots);
+  fresh_free(&s.fresh); /* s.slots: one of its sets */
   free(s.pos);
   free(s.deltas);
   pe_rope_cache_destroy(s.cache);

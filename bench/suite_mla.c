@@ -201,16 +201,14 @@ static void mla_case(int fmt, int64_t batch, int64_t tokens, int dt, int threads
    * used, so that K calls write K rows per sequence and nothing more. */
   const int64_t sets = fresh_begin((double)(n * row));
   const int64_t per_copy = tokens == 1 ? MLA_BLOCK : 1;
-  fresh_init(&s.fresh, s.slots, n, blocks * MLA_BLOCK);
-  if (tokens == 1)
+  s.slots = fresh_init(&s.fresh, s.slots, n, blocks * MLA_BLOCK);
+  if (tokens == 1) /* set 0 holds the slots, and the formula leaves it so */
     for (int64_t r = 0; r < sets; r++)
       for (int64_t i = 0; i < n; i++) {
         const int64_t sl = s.slots[i];
-        s.fresh.sets[r * n + i] = (r / MLA_BLOCK) * blocks * MLA_BLOCK + sl / MLA_BLOCK * MLA_BLOCK +
-                                  (sl % MLA_BLOCK + r) % MLA_BLOCK;
+        s.slots[r * n + i] = (r / MLA_BLOCK) * blocks * MLA_BLOCK + sl / MLA_BLOCK * MLA_BLOCK +
+                             (sl % MLA_BLOCK + r) % MLA_BLOCK;
       }
-  free(s.slots);
-  s.slots = s.fresh.sets;
   blocks *= (sets + per_copy - 1) / per_copy;
   size_t cache_bytes = (size_t)(blocks * MLA_BLOCK * row);
   pe_tensor kc = {xalloc(cache_bytes), (pe_dtype)dt, {blocks, 1, MLA_BLOCK, kv_dim},

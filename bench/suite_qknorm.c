@@ -208,9 +208,7 @@ static void qkn_case(int64_t batch, int64_t tokens, int dt, int threads) {
       s.slots[b * tokens + t] = FUSED_BLOCK + b * tokens + t; /* block 0 unused */
       s.pos[b * tokens + t] = (tokens == 1 ? 4000 + 7 * b : 0) + t;
     }
-  fresh_init(&s.fresh, s.slots, n, n);
-  free(s.slots);
-  s.slots = s.fresh.sets; /* the first set; each call takes the next */
+  s.slots = fresh_init(&s.fresh, s.slots, n, n); /* the first set; each call takes the next */
   bench_case c;
   memset(&c, 0, sizeof c);
   c.suite = "qknorm";
