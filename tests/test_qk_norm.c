@@ -417,6 +417,13 @@ static void test_partial_rotary_and_tails(void **state) {
   check_values(&s);
   s.hd = 130, s.rd = 0, s.kind = PE_QK_NORM_RMS, s.scope = PE_QK_NORM_PER_HEAD;
   check_values(&s);
+  /* A token's heads share their cos/sin row and weights and go through the
+   * vector paths chunk by chunk, 2*VL pairs then VL: 48 pairs end in one
+   * VL step with 16 lanes, 40 pairs with 8; x's and y's weights differ. */
+  s.style = PE_ROPE_NEOX, s.hd = 96, s.rd = 0;
+  check_values(&s);
+  s.hd = 112, s.rd = 80;
+  check_values(&s);
 }
 
 /* ---- the error against transformers' own float32 modules ---- */
@@ -925,7 +932,8 @@ static void results(void *ctx, pe_threadpool *pool, void *out) {
 static void test_bit_identical_across_isas(void **state) {
   (void)state;
   if (!pe_test_any_simd_path()) skip(); /* only scalar here: nothing to compare */
-  const int32_t dims[][2] = {{8, 0}, {34, 0}, {40, 24}, {72, 0}, {128, 0}, {130, 96}};
+  const int32_t dims[][2] = {{8, 0}, {34, 0}, {40, 24}, {72, 0}, {128, 0}, {130, 96}, {96, 0},
+                             {112, 80}};
   for (size_t d = 0; d < sizeof dims / sizeof dims[0]; d++)
     for (int kind = 0; kind < 4; kind++)
       for (int dt = 0; dt < 3; dt++) {

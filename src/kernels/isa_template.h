@@ -111,7 +111,10 @@ PE_AI int heads_inner(int64_t hs, int64_t ts) {
 /* A row kernel: count rows, row i from src + i*sstep to dst + i*dstep
  * (bytes), its cos/sin rows cp[i*cinc], sp[i*cinc], its scale rs[i*rstep],
  * its weights at w + i*wstep (unused for UNIT); pf: the block's prefetch
- * hint, each row's lines pf bytes on prefetched before the row is rotated. */
+ * hint, each row's lines pf bytes on prefetched before the row is rotated.
+ * Rows that share one cos/sin row and one weight vector (a token's heads)
+ * go chunk by chunk, every row's chunk in turn (rope_template.h's
+ * nheld_rows); the others row by row (nstore_row). */
 typedef void (*pe_nrow_fn)(const char *src, int64_t sstep, char *dst, int64_t dstep,
                            const float *const *cp, const float *const *sp, int64_t cinc,
                            int32_t n, int32_t dist, const float *rs, int64_t rstep,
@@ -159,6 +162,11 @@ __attribute__((noinline)) static void FN(nwalk)(const pe_rope_block *b, pe_nrow_
     if (NEO_TAKE(sd, dd, ST, M, n, cinc, wstep)) {                                             \
       NEO_ROWS(sd, dd, ST, M, src, sstep, dst, dstep, *cp, *sp, n, dist, rs, rstep, w, count,   \
                pf, pfe);                                                                       \
+      return;                                                                                  \
+    }                                                                                          \
+    if (nheld_take(sd, ST, M, n, cinc, wstep, pf)) {                                           \
+      nheld_rows(sd, dd, M, src, sstep, dst, dstep, *cp, *sp, n, dist, rs, rstep, w, count, pf, \
+                 pfe);                                                                         \
       return;                                                                                  \
     }                                                                                          \
     for (; count > 0; count--) {                                                               \

@@ -934,6 +934,80 @@ PE_AI void nprefetch(const char *row, int64_t pf, int64_t elems, int dt) {
   prefetch_lines_l2(row + pf, elems * pe__esize(dt));
 }
 
+/* count normed NeoX rows that share their cos/sin row and their weights (a
+ * token's heads: one table row, one weight vector for every head), n a
+ * multiple of VL pairs: 2*VL pairs at a time (the last VL alone), c, s and
+ * the weights of the chunk loaded once for all the rows, each row's chunk
+ * normed (nnorm) and rotated as nstep does it, the two x and the two y
+ * vectors of 16-bit rows written by one store each (vstw). Row by row,
+ * nstore_row loads c, s and both weights again for every step of every
+ * row: with f32 rows six loads a step, where the rows themselves need two.
+ * Intel Xeon (Emerald Rapids), `pe-ab --same-bytes --case qknorm`,
+ * Qwen3-8B: decode 1 f32 0.88 of the time, bf16 0.95, f16 0.94; 32
+ * sequences 0.87 / 0.93 / 0.90; 64 tokens bf16 0.92, f16 0.88; 512 tokens
+ * bf16 0.97, f16 1.00; the avx2 path f32 0.85-0.88 (its bf16 rows go in
+ * even/odd order, neo_rows). Each row's prefetch (pf) goes with its first
+ * chunk, one row at a time as nstore_row issues it (all of a token's rows
+ * at once took 1.07-1.13x the time at 512 tokens). Not for f32 rows of a
+ * prefill block whose successor is prefetched (pf): its three tokens
+ * (60 KB) outgrow L1, and a row's second chunk, 16 KB of other rows after
+ * its first, took 1.03-1.04x the time at 512 and 2048 tokens. */
+PE_AI int nheld_take(int sd, int style, int mode, int32_t n, int64_t cinc, int64_t wstep,
+                     int64_t pf) {
+  return style == PE_ROPE_NEOX && cinc == 0 && (mode == PE_NORM_UNIT || wstep == 0) &&
+         n % VL == 0 && !(pf && sd == PE_F32);
+}
+PE_AI void nheld_rows(int sd, int dd, int mode, const char *src, int64_t sstep, char *dst,
+                      int64_t dstep, const float *c, const float *s, int32_t n, int32_t dist,
+                      const float *rs, int64_t rstep, const float *w, int64_t count, int64_t pf,
+                      int64_t pfe) {
+  const int64_t ses = pe__esize(sd), des = pe__esize(dd);
+  const vf z = vf_set1(0.0f);
+  int32_t j = 0;
+  for (; j + 2 * VL <= n; j += 2 * VL) {
+    vf wx0 = z, wy0 = z, wx1 = z, wy1 = z;
+    if (mode != PE_NORM_UNIT) {
+      nweights(PE_ROPE_NEOX, w, j, VL, dist, &wx0, &wy0);
+      nweights(PE_ROPE_NEOX, w, j + VL, VL, dist, &wx1, &wy1);
+    }
+    const vf c0 = vf_load(c + j), s0 = vf_load(s + j);
+    const vf c1 = vf_load(c + j + VL), s1 = vf_load(s + j + VL);
+    for (int64_t h = 0; h < count; h++) {
+      const char *in = src + h * sstep;
+      char *out = dst + h * dstep;
+      if (pf && j == 0) nprefetch(in, pf, pfe, sd);
+      const vf rv = vf_set1(rs[h * rstep]);
+      vf x0, y0, x1, y1, a0, b0, a1, b1;
+      neox_ld(sd, PE_AT(in, j, ses), PE_AT(in, dist + j, ses), VL, &x0, &y0);
+      neox_ld(sd, PE_AT(in, j + VL, ses), PE_AT(in, dist + j + VL, ses), VL, &x1, &y1);
+      rotate(nnorm(mode, x0, rv, wx0), nnorm(mode, y0, rv, wy0), c0, s0, &a0, &b0);
+      rotate(nnorm(mode, x1, rv, wx1), nnorm(mode, y1, rv, wy1), c1, s1, &a1, &b1);
+      if (dd == PE_F32 || dd == PE_F16) { /* vst2: no insert to pack 16-bit halves */
+        vst2(dd, PE_AT(out, j, des), VL, a0, PE_AT(out, dist + j, des), VL, b0);
+        vst2(dd, PE_AT(out, j + VL, des), VL, a1, PE_AT(out, dist + j + VL, des), VL, b1);
+      } else {
+        vstw(dd, PE_AT(out, j, des), a0, a1);
+        vstw(dd, PE_AT(out, dist + j, des), b0, b1);
+      }
+    }
+  }
+  if (j < n) { /* VL pairs */
+    vf wx = z, wy = z;
+    if (mode != PE_NORM_UNIT) nweights(PE_ROPE_NEOX, w, j, VL, dist, &wx, &wy);
+    const vf cv = vf_load(c + j), sv = vf_load(s + j);
+    for (int64_t h = 0; h < count; h++) {
+      const char *in = src + h * sstep;
+      char *out = dst + h * dstep;
+      if (pf && j == 0) nprefetch(in, pf, pfe, sd);
+      const vf rv = vf_set1(rs[h * rstep]);
+      vf x, y;
+      neox_ld(sd, PE_AT(in, j, ses), PE_AT(in, dist + j, ses), VL, &x, &y);
+      neox_st(dd, PE_AT(out, j, des), PE_AT(out, dist + j, des), VL, nnorm(mode, x, rv, wx),
+              nnorm(mode, y, rv, wy), cv, sv);
+    }
+  }
+}
+
 #if defined(VEC_BF16_EO) && (defined(VEC_ROT_FAST) || defined(VEC_NORM_ROT_FAST))
 /* Normed bf16 rows to bf16 in even/odd order (VEC_BF16_EO): the rows of a
  * token's heads, which share its cos/sin and the norm's weights, with both
