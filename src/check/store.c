@@ -192,7 +192,7 @@ static pe_tensor weight_tensor(const float *w, int64_t n) {
  * is given), NULL otherwise; disjoint from every written tensor. */
 static pe_status check_weight(const char *fn, const char *name, const pe_qk_norm *n,
                               const float *w, const pe_tensor *t, int32_t hd,
-                              const region *written, int n_written) {
+                              const region *const *written, int n_written) {
   int weighted = n->kind == PE_QK_NORM_RMS || n->kind == PE_QK_NORM_RMS_UNIT_OFFSET;
   if (!weighted) {
     if (w)
@@ -212,7 +212,7 @@ static pe_status check_weight(const char *fn, const char *name, const pe_qk_norm
   pe_tensor wt = weight_tensor(w, len);
   const region rw = region_of(&wt, PE_KV_PLAIN);
   for (int i = 0; i < n_written; i++)
-    if (regions_overlap(&rw, &written[i]))
+    if (regions_overlap(&rw, written[i]))
       return pe__fail(PE_ERR_SHAPE, "%s: norm %s (%" PRId64 " floats at %p) overlaps a tensor the call writes",
                       fn, name, len, (const void *)w);
   return PE_OK;
@@ -220,7 +220,7 @@ static pe_status check_weight(const char *fn, const char *name, const pe_qk_norm
 
 /* The caller's norm (NULL: none), validated, into *out. */
 static pe_status read_norm(const char *fn, const pe_qk_norm *user, const pe_tensor *q,
-                           const pe_tensor *k, int32_t hd, const region *written, int n_written,
+                           const pe_tensor *k, int32_t hd, const region *const *written, int n_written,
                            pe_qk_norm *out) {
   pe_qk_norm n;
   pe__qk_norm_defaults(&n);
@@ -353,7 +353,8 @@ pe_status pe__check_store(const pe__store_call *c, pe__store_checked *out) {
     return pe__fail(PE_ERR_NULL_POINTER, "%s: slot_mapping is NULL", fn);
   /* The norm's weights are read while q and the caches are written (in
    * place: q and k). Quantized rows are bytes. */
-  const region written[3] = {rq, store ? rkc : rk, store ? rvc : region_of(NULL, PE_KV_PLAIN)};
+  const region none = region_of(NULL, PE_KV_PLAIN);
+  const region *const written[3] = {&rq, store ? &rkc : &rk, store ? &rvc : &none};
   if ((st = read_norm(fn, c->norm, q, k, hd, written, 3, &out->norm)) != PE_OK) return st;
   const pe_tensor *any = k ? k : q;
   out->batch = any->shape[0];
