@@ -427,6 +427,12 @@ PE_AI void store_walk(int sd, int dd, int style, const pe_rope_block *b,
       continue;
     }
 #endif
+#if defined(VEC_BF16_EO) && !defined(VEC_ROT_FAST)
+    if (store_eo_take(sd, dd, style, n)) { /* rope_template.h */
+      token_store_eo(s, shs, d, dhs, n_heads, c, sn, n, dist);
+      continue;
+    }
+#endif
     for (int64_t h = 0; h < n_heads; h++)
       store_row(sd, dd, style, s + h * shs, d + h * dhs, c, sn, n, dist);
   }

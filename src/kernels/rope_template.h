@@ -829,6 +829,45 @@ PE_AI void token_rows_eo(char *row, int64_t hs, int64_t n_heads, const float *c,
   }
 }
 #endif
+#if defined(VEC_BF16_EO) && !defined(VEC_ROT_FAST)
+/* A token's n_heads NeoX bf16 rows into other rows (src head h at src +
+ * h*shs, dst at dst + h*dhs bytes; a k row into its cache row), n 2*VL or
+ * 4*VL pairs, in even/odd order as token_rows_eo rotates rows in place:
+ * the token's cos/sin deinterleaved once for its heads, each row's units
+ * widened by a shift and a mask, rotated, rounded by bf16_st_eo_g (one test
+ * for the row's units) and written as whole 64-byte stores. */
+PE_AI int store_eo_take(int sd, int dd, int style, int32_t n) {
+  return EO_PAIR(sd, dd) && style == PE_ROPE_NEOX && n % (2 * VL) == 0 && n <= 4 * VL;
+}
+PE_AI void token_store_eo(const char *src, int64_t shs, char *dst, int64_t dhs, int64_t n_heads,
+                          const float *c, const float *s, int32_t n, int32_t dist) {
+  const int32_t q = n / (2 * VL); /* 1 or 2 */
+  vf ce[2], co[2], se[2], so[2];
+  for (int k = 0; k < 2; k++) {
+    const int32_t o = k < q ? 2 * VL * k : 0;
+    cs_eo(c + o, &ce[k], &co[k]);
+    cs_eo(s + o, &se[k], &so[k]);
+  }
+  for (int64_t h = 0; h < n_heads; h++) {
+    const char *r = src + h * shs;
+    char *w = dst + h * dhs;
+    const vf z = vf_set1(0.0f); /* unused when q is 1: for the compiler's warning */
+    vf e[4] = {z, z, z, z}, o[4] = {z, z, z, z};
+    char *p[4] = {w, w, w, w};
+    for (int k = 0; k < 2; k++)
+      if (k < q) { /* chunk k: pairs from 2*VL*k, 2 bytes an element */
+        const char *sx = r + 2 * k * VL * 2, *sy = sx + dist * 2;
+        p[2 * k] = w + 2 * k * VL * 2;
+        p[2 * k + 1] = p[2 * k] + dist * 2;
+        bf16_ld_eo(sx, 2 * VL, &e[2 * k], &o[2 * k]);
+        bf16_ld_eo(sy, 2 * VL, &e[2 * k + 1], &o[2 * k + 1]);
+        rotate(e[2 * k], e[2 * k + 1], ce[k], se[k], &e[2 * k], &e[2 * k + 1]);
+        rotate(o[2 * k], o[2 * k + 1], co[k], so[k], &o[2 * k], &o[2 * k + 1]);
+      }
+    bf16_st_eo_g(2 * q, p, 2 * VL, e, o);
+  }
+}
+#endif
 /* The rows of one token's n_heads heads (head h's at row + h*hs bytes), each
  * as rope_row, n a multiple of VL and <= PE_ROPE_HELD * VL: the token's cos
  * and sin vectors are loaded once and kept in registers (named, so that they
