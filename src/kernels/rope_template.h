@@ -788,18 +788,25 @@ PE_AI void pf_rows(int pf, int64_t far, int64_t hs, int64_t rb, int64_t n_heads,
 }
 
 #if defined(VEC_BF16_EO)
-/* token_rows for NeoX rows of 2*VL or 4*VL pairs in the even/odd order
- * (VEC_BF16_EO): the token's cos/sin deinterleaved once, each row's chunks
- * of 2*VL pairs loaded, rotated and stored with one subnormal check. */
-PE_AI void token_rows_eo(char *row, int64_t hs, int64_t n_heads, const float *c,
-                         const float *s, int32_t n, int32_t dist, int pf, int64_t far) {
-  const int32_t q = n / (2 * VL); /* 1 or 2 */
-  vf ce[2], co[2], se[2], so[2];
+/* The cos/sin of a token's q = n / (2*VL) chunks (1 or 2) of 2*VL pairs
+ * in even/odd order (cs_eo), for all its heads; returns q. */
+PE_AI int32_t token_cs_eo(const float *c, const float *s, int32_t n, vf *ce, vf *co, vf *se,
+                          vf *so) {
+  const int32_t q = n / (2 * VL);
   for (int k = 0; k < 2; k++) {
     const int32_t o = k < q ? 2 * VL * k : 0;
     cs_eo(c + o, &ce[k], &co[k]);
     cs_eo(s + o, &se[k], &so[k]);
   }
+  return q;
+}
+/* token_rows for NeoX rows of 2*VL or 4*VL pairs in the even/odd order
+ * (VEC_BF16_EO): the token's cos/sin deinterleaved once, each row's chunks
+ * of 2*VL pairs loaded, rotated and stored with one subnormal check. */
+PE_AI void token_rows_eo(char *row, int64_t hs, int64_t n_heads, const float *c,
+                         const float *s, int32_t n, int32_t dist, int pf, int64_t far) {
+  vf ce[2], co[2], se[2], so[2];
+  const int32_t q = token_cs_eo(c, s, n, ce, co, se, so); /* 1 or 2 */
   const int64_t rb = row_span(PE_ROPE_NEOX, n, dist) * 2;
   int64_t pf_end, pf_off;
   pf_rows(pf, far, hs, rb, n_heads, &pf_end, &pf_off);
@@ -841,13 +848,8 @@ PE_AI int store_eo_take(int sd, int dd, int style, int32_t n) {
 }
 PE_AI void token_store_eo(const char *src, int64_t shs, char *dst, int64_t dhs, int64_t n_heads,
                           const float *c, const float *s, int32_t n, int32_t dist) {
-  const int32_t q = n / (2 * VL); /* 1 or 2 */
   vf ce[2], co[2], se[2], so[2];
-  for (int k = 0; k < 2; k++) {
-    const int32_t o = k < q ? 2 * VL * k : 0;
-    cs_eo(c + o, &ce[k], &co[k]);
-    cs_eo(s + o, &se[k], &so[k]);
-  }
+  const int32_t q = token_cs_eo(c, s, n, ce, co, se, so); /* 1 or 2 */
   for (int64_t h = 0; h < n_heads; h++) {
     const char *r = src + h * shs;
     char *w = dst + h * dhs;
