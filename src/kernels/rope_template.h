@@ -633,12 +633,13 @@ PE_AI void group_step_eo(int64_t g, char *row, int64_t hs, const float *c, const
 }
 #endif
 /* g <= PE_ROPE_GROUP rows of one token in place (each as scalar.c's
- * rope_row): full steps of VL pairs, then one tail step. */
+ * rope_row): full steps of VL pairs, then one tail step; bf16 NeoX rows in
+ * chunks of 2*VL pairs in even/odd order first when eo (VEC_BF16_EO). */
 PE_AI void rope_group(int dt, int style, int64_t g, char *row, int64_t hs, const float *c,
-                      const float *s, int32_t n, int32_t dist) {
+                      const float *s, int32_t n, int32_t dist, int eo) {
   int32_t j = 0;
 #if defined(VEC_BF16_EO)
-  if (EO_DT(dt) && style != PE_ROPE_GPTJ)
+  if (eo && EO_DT(dt) && style != PE_ROPE_GPTJ)
     for (; j + 2 * VL <= n; j += 2 * VL) group_step_eo(g, row, hs, c, s, j, dist);
 #endif
   for (; j + VL <= n; j += VL) group_step(dt, style, g, row, hs, c, s, j, VL, dist);
@@ -698,7 +699,9 @@ PE_AI const float *run_row(uintptr_t p0, uintptr_t step, int64_t k) {
  * took 204-212 us; lags 1-3 145-158 us, 8 204-218, three groups 152-155,
  * four 169-247, prefetching the table rows 1-32 tokens ahead no gain (Zen
  * 4, 512 tokens, fastest of 31 calls, one process per variant, two or three
- * rounds). */
+ * rounds). bf16 NeoX rows go in even/odd order unless the CPU has the
+ * features VEC_GROUP_PAIR_ORDER names (vec_avx512.h: pair order where a
+ * word permute is cheap). */
 #define PE_ROPE_LAG 2
 PE_AI void rows_grouped(int dt, int style, const pe_rope_block *b, char *base, int64_t hs,
                         int64_t ts) {
@@ -706,6 +709,11 @@ PE_AI void rows_grouped(int dt, int style, const pe_rope_block *b, char *base, i
   const float *const *cosv = b->cos, *const *sinv = b->sin; /* in locals: see rows_walk */
   const int64_t n_tokens = b->n_tokens, n_heads = b->n_heads, full = n_heads - n_heads % G;
   const int32_t n = b->n_pairs, dist = b->pair_dist;
+#if defined(VEC_GROUP_PAIR_ORDER)
+  const int eo = !(pe__cpu_features() & VEC_GROUP_PAIR_ORDER);
+#else
+  const int eo = 1;
+#endif
   for (int64_t t0 = 0, t1; t0 < n_tokens; t0 = t1) {
     uintptr_t cstep, sstep;
     t1 = even_run(b, t0, &cstep, &sstep);
@@ -714,7 +722,7 @@ PE_AI void rows_grouped(int dt, int style, const pe_rope_block *b, char *base, i
     const int64_t m = t1 - t0;
 #define GROUP_(g, k, h0)                                                                         \
   rope_group(dt, style, g, run + (k) * ts + (h0) * hs, hs, run_row(c0, cstep, k),                \
-             run_row(s0, sstep, k), n, dist)
+             run_row(s0, sstep, k), n, dist, eo)
     for (int64_t h0 = 0; h0 < full; h0 += 2 * G) {
       const int64_t groups = h0 + G < full ? 2 : 1; /* the last group of an odd count alone */
       for (int64_t k = 0; k < m + (groups - 1) * PE_ROPE_LAG; k++)

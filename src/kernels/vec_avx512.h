@@ -15,6 +15,7 @@
 #include <immintrin.h>
 #include <sleef.h>
 
+#include "base/cpu.h"
 #include "kernel_common.h"
 
 #if defined(__AVX512BF16__)
@@ -296,6 +297,20 @@ PE_AI void bf16_ld_eo(const void *p, int32_t n, vf *e, vf *o) {
 }
 #if defined(__AVX512BF16__)
 #define EO_DT(dt) ((dt) == PE_BF16_CVT) /* the dtype of the even/odd rows */
+/* rows_grouped's bf16 NeoX rows ([B,H,T,D] in place) in pair order on the
+ * CPUs whose features include these bits (cpu.c): AVX512-FP16 marks the
+ * Intel cores (Sapphire Rapids and later) where vpermw zmm is one uop on
+ * port 5, so two of them widen 32 values and vcvtne2ps2bf16 narrows them
+ * straight back, against the even/odd order's vpslld + vpandd and a vpermw
+ * after the rounding. Without it (AMD Zen 4: vpermw zmm several cycles;
+ * Cooper Lake: BF16 on the Skylake core, two uops) the even/odd order stays.
+ * Intel Xeon (Emerald Rapids), pe-ab --case rope --dtype bf16 --layout
+ * bhtd, Llama-3-8B heads, 512 tokens: 0.94 of the time. The rows of a token
+ * walked heads inner (token_rows_eo, [B,T,H,D]) keep the even/odd order
+ * there too (pair order 1.01-1.02x): they deinterleave each cos/sin row
+ * once for all the token's heads. PE_CPU_DISABLE=avx512fp16 takes the
+ * even/odd order on such a CPU, so tests reach both. */
+#define VEC_GROUP_PAIR_ORDER PE_CPU_AVX512FP16
 /* g <= 8 vectors of 32 elements (e[i] even, o[i] odd) rounded as
  * bf16_pack_cvt and written to p[i] (n elements each, n <= 32), with one
  * subnormal check for all of them: a vptestnmw per 32 words (on Zen 4 it
