@@ -84,6 +84,10 @@ static void usage(FILE *f) {
           "  --stream-cache     fused (store), qknorm, kvquant (store), mla: the fused\n"
           "                     calls write their cache rows with streaming stores\n"
           "                     (PE_ROPE_STREAM_CACHE; their unfused sequences as before)\n"
+          "  --floor-data l1|call  the rows the floor's kernels walk: l1 (default) a\n"
+          "                     few L1-resident rows, cycled; call as many rows as the\n"
+          "                     call has, so the floor's own instructions meet the\n"
+          "                     caches (or memory) the call's bytes come from\n"
           "  --reps N           timed repetitions (default 15)\n"
           "  --warmup N         untimed repetitions first (default 2)\n"
           "  --max-positions N  rope suite: cos/sin table rows (default max(8192, the\n"
@@ -282,7 +286,7 @@ static int check_scope(const char *option) {
 static const char *const with_value[] = {
     "--suite", "--suites", "--model", "--heads", "--kv-heads", "--head-dim", "--rotary-dim",
     "--style", "--tokens", "--batch", "--dtype", "--layout", "--isa", "--threads", "--hf-config",
-    "--reps", "--warmup", "--max-positions", "--fresh-cache"};
+    "--reps", "--warmup", "--max-positions", "--fresh-cache", "--floor-data"};
 #define N_WITH (int)(sizeof with_value / sizeof with_value[0])
 static const char *given_values[N_WITH]; /* each option's value as given, once */
 
@@ -512,6 +516,10 @@ static int parse_args(int argc, char **argv) {
         return bad("--fresh-cache expects auto or an integer in [1, 1048576], got \"%s\"", val);
       else
         opt.fresh_cache = kk;
+    } else if (!strcmp(key, "--floor-data")) {
+      if (strcmp(val, "l1") && strcmp(val, "call"))
+        return bad("--floor-data expects l1 or call, got \"%s\"", val);
+      opt.floor_call = !strcmp(val, "call");
     } else if (!strcmp(key, "--max-positions")) {
       if (parse_int(key, val, 0, 1L << 30, &x)) return -1;
       opt.max_positions = x;

@@ -141,7 +141,7 @@ static void put(int dt, char *p, int64_t e, float x) {
   }
 }
 
-int floor_alloc(const floor_stage *st, floor_data *d) {
+int floor_alloc(const floor_stage *st, floor_data *d, int64_t rows) {
   memset(d, 0, sizeof *d);
   const int w = st->width;
   const int64_t sb = st->kind == FL_SHIFT ? floor_row_bytes(0, FL_Q8_0, w)
@@ -157,6 +157,10 @@ int floor_alloc(const floor_stage *st, floor_data *d) {
   int64_t want = st->heads > 8 ? st->heads : 8, fit = per_row > 0 ? 8192 / per_row : want;
   if (want > 64) want = 64;
   d->n_rows = (int)(fit < 1 ? 1 : fit < want ? fit : want);
+  if (rows > 0) {
+    if (rows > INT32_MAX) return -1;
+    d->n_rows = (int)rows;
+  }
   size_t bytes = (size_t)(d->n_rows * (d->src_stride + d->dst_stride)) + (size_t)(8 * w) * 4 + 128;
   char *mem = NULL;
   if (posix_memalign((void **)&mem, 64, bytes)) return -1;

@@ -124,8 +124,10 @@ int64_t floor_row_bytes(int dt, int fmt, int width);
 int64_t floor_out_bytes(const floor_stage *st);
 
 /* A stage's L1 rows for one thread (values in [-1, 1), a cos/sin row,
- * weights); 0, or -1 when out of memory. floor_free releases them. */
-int floor_alloc(const floor_stage *st, floor_data *d);
+ * weights); 0, or -1 when out of memory. floor_free releases them. rows > 0:
+ * that many rows instead (pe-bench --floor-data call: a thread's share of
+ * the call's rows, wherever in the caches they then live). */
+int floor_alloc(const floor_stage *st, floor_data *d, int64_t rows);
 void floor_free(floor_data *d);
 
 #endif

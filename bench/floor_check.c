@@ -126,7 +126,7 @@ static void clone(const floor_data *from, floor_data *to) {
 /* 1. a vector kernel against the scalar one, every row of the data once. */
 static void check_isa(floor_fn fn, const char *name, const floor_stage *st) {
   floor_data d, ref, got;
-  if (floor_alloc(st, &d)) abort();
+  if (floor_alloc(st, &d, 0)) abort();
   clone(&d, &ref);
   clone(&d, &got);
   pb_floor_scalar(st, &ref, ref.n_rows);
@@ -155,7 +155,7 @@ static void check_library(const floor_stage *st) {
   pe_rope_cache *cache = NULL;
   if (pe_rope_cache_create(&p, &cache) != PE_OK) abort();
   floor_data d, lib;
-  if (floor_alloc(st, &d)) abort();
+  if (floor_alloc(st, &d, 0)) abort();
   const int half = st->rot / 2;
   if (half)
     pe_rope_cache_cos_sin(cache, 37, (float *)(void *)d.cs, (float *)(void *)(d.cs + half));

@@ -479,8 +479,16 @@ result *measure(bench_case *c) {
     fj.d = calloc((size_t)c->threads * FL_STAGES, sizeof *fj.d);
     if (!fj.d) abort();
     for (int th = 0; th < c->threads; th++)
-      for (int s = 0; s < c->n_floor; s++)
-        if (floor_alloc(&c->floor[s], &fj.d[th * FL_STAGES + s])) abort();
+      for (int s = 0; s < c->n_floor; s++) {
+        /* --floor-data call: each thread's rows as many as its share of
+         * the call's (floor_part), so the floor walks a working set of the
+         * call's size */
+        const int64_t rows = c->floor[s].rows, n = c->threads;
+        const int64_t share = rows * (th + 1) / n - rows * th / n;
+        if (floor_alloc(&c->floor[s], &fj.d[th * FL_STAGES + s],
+                        opt.floor_call ? (share > 0 ? share : 1) : 0))
+          abort();
+      }
     time_floor_n(&fj, 1, c->threads);
     ifl = iterations_for(time_floor_n(&fj, 1, c->threads));
     for (int w = 0; w < opt.warmup; w++) time_floor_n(&fj, ifl, c->threads);

@@ -116,6 +116,8 @@ typedef struct options {
   int64_t fresh_cache; /* --fresh-cache K: serving suites' cache rows in K sets (1: one;
                         * 0: auto, per case, fresh_begin) */
   int64_t max_positions; /* rope suite's table rows; -1: max(8192, tokens) */
+  int floor_call;        /* --floor-data call: the floor's kernels over as many rows as the
+                          * call has (floor_alloc's n_rows), not L1-resident ones */
 } options;
 
 extern options opt;

@@ -265,11 +265,13 @@ void print_table(const char *cpu, const char *cmdline) {
   snprintf(line, sizeof line, "pe-bench %s on %s, %ld CPUs; library path %s; command: %s",
            pe_version_string(), cpu, sysconf(_SC_NPROCESSORS_ONLN), pe_isa_name(), cmdline);
   print_wrapped("", 2, line);
-  char floor_words[160] = "";
+  char floor_words[256] = "";
   if (pb_floor_name)
     snprintf(floor_words, sizeof floor_words,
-             " floor = the row's arithmetic on L1-resident data (%s kernels), x floor = "
+             " floor = the row's arithmetic on %s (%s kernels), x floor = "
              "max(bound, floor) / ns;",
+             opt.floor_call ? "as many rows as the call has (--floor-data call)"
+                            : "L1-resident data",
              pb_floor_name);
   snprintf(line, sizeof line,
            "median of %d runs after %d warm-up; bound = in-place x=x*a+b over the same bytes, "
@@ -344,6 +346,8 @@ void print_json(const char *cpu, const char *cmdline) {
   json_string(pe_isa_name());
   printf(", \"floor_isa\": ");
   json_string(pb_floor_name ? pb_floor_name : "");
+  printf(", \"floor_data\": ");
+  json_string(opt.floor_call ? "call" : "l1");
   printf(", \"command\": ");
   json_string(cmdline);
   printf(", \"reps\": %d, \"warmup\": %d, \"loadavg\": ", opt.reps, opt.warmup);

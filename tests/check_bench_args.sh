@@ -77,6 +77,7 @@ bad 'needs about' --suite mla --tokens 200000 --batch 8
 bad '--layout shapes the' --suite mla --layout bthd
 bad '--fresh-cache expects auto or an integer in [1, 1048576], got "0"' --fresh-cache 0
 bad 'got "4k"' --fresh-cache 4k
+bad '--floor-data expects l1 or call, got "L2"' --floor-data L2
 bad '--stream-cache shapes the fused,qknorm,kvquant,mla suites only' --suite rope,t5 --stream-cache
 bad '--fresh-cache shapes the fused,qknorm,kvquant,mla suites only' --suite rope --fresh-cache 4
 bad '--fresh-cache: the largest case needs about' --suite fused --fresh-cache 100000
@@ -210,6 +211,31 @@ if "$bench" --suite qknorm --tokens 512 --dtype bf16 --threads 1 --reps 3 --warm
   echo "ok   pe-bench --suite qknorm --fresh-cache auto"
 else
   fail "pe-bench --fresh-cache auto exited $?: $(cat "$err")"
+fi
+
+# --floor-data call: the floor's kernels over the call's rows, split among
+# the threads as the call's are; every row still has its floor, and the
+# header and the JSON say which data the floor walked.
+if "$bench" --suite qknorm,kvquant --tokens 64 --threads 1,2 --reps 3 --warmup 0 --floor-data call >"$out" 2>"$err"; then
+  grep -q 'floor = the row.s arithmetic on as many rows as the call has' "$out" \
+    || fail "--floor-data call: the header does not say it: $(cat "$out")"
+  echo "ok   pe-bench --floor-data call (table)"
+else
+  fail "pe-bench --floor-data call exited $?: $(cat "$err")"
+fi
+if "$bench" --suite qknorm --tokens 64 --threads 1,2 --reps 3 --warmup 0 --floor-data call --json >"$out" 2>"$err"; then
+  python3 - "$out" <<'PY' || fail "--floor-data call --json: $(cat "$out")"
+import json, sys
+d = json.load(open(sys.argv[1]))
+assert d["floor_data"] == "call", d["floor_data"]
+rows = d["results"]
+assert len(rows) == 4, len(rows)  # f32 and bf16, 1 and 2 threads
+for r in rows:
+    assert r["floor_ns_median"] > 0 and r["ratio_floor"] > 0, r
+PY
+  echo "ok   pe-bench --floor-data call --json: floor_data \"call\", every row with its floor"
+else
+  fail "pe-bench --floor-data call --json exited $?: $(cat "$err")"
 fi
 
 # The default table fits in 120 columns.
