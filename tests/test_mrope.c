@@ -230,19 +230,28 @@ static void test_mrope_text_equals_plain_rope(void **state) {
         }
 }
 
-/* A table and on-the-fly cos/sin give the same bits (bf16 data). */
+/* A table and on-the-fly cos/sin give the same bits (bf16 data). head_dim
+ * 8192: the block's frequencies come in two chunks (a block's scratch rows
+ * hold 4096 floats), the second starting inside section 1, which the
+ * table's gather copies section by section. */
 static void test_mrope_table_equals_on_the_fly(void **state) {
   (void)state;
-  const int64_t B = 2, T = 40, H = 4;
-  const int32_t D = 256, s[3] = {40, 44, 44}; /* half 128: several 64-frequency chunks */
+  static const struct {
+    int64_t B, T, H;
+    int32_t D, s[3];
+    int64_t table_rows;
+  } cases[] = {{2, 40, 4, 256, {40, 44, 44}, 1024}, {1, 12, 2, 8192, {1500, 1298, 1298}, 64}};
+  for (size_t ci = 0; ci < sizeof cases / sizeof cases[0]; ci++)
   for (int interleaved = 0; interleaved < 2; interleaved++) {
-    pe_rope_cache *ct = rope_cache(D, 0, PE_ROPE_NEOX, 5000000.0, 1024);
+    const int64_t B = cases[ci].B, T = cases[ci].T, H = cases[ci].H;
+    const int32_t D = cases[ci].D, *s = cases[ci].s;
+    pe_rope_cache *ct = rope_cache(D, 0, PE_ROPE_NEOX, 5000000.0, cases[ci].table_rows);
     pe_rope_cache *cf = rope_cache(D, 0, PE_ROPE_NEOX, 5000000.0, 0);
     size_t n = (size_t)(B * T * H * D);
     uint16_t *a = malloc(n * 2), *b = malloc(n * 2);
     for (size_t i = 0; i < n; i++) a[i] = bf16_rne(uniform());
     memcpy(b, a, n * 2);
-    int64_t *pos = vl_positions(B, T, 1024);
+    int64_t *pos = vl_positions(B, T, cases[ci].table_rows);
     pe_tensor ta = tensor_bthd(a, PE_BF16, B, H, T, D), tb = tensor_bthd(b, PE_BF16, B, H, T, D);
     uint32_t fl = interleaved ? PE_ROPE_MROPE_INTERLEAVED : 0u;
     assert_int_equal(pe_apply_mrope_qk(ct, &ta, NULL, pos, s, fl, NULL), PE_OK);
