@@ -148,15 +148,19 @@ typedef struct region {
   intptr_t lo, hi;
 } region;
 
-/* Inline: a 40-byte struct comes back through memory, written field by
- * field and read back by 16-byte loads that store forwarding cannot serve
- * (Intel Xeon, `perf record` of a one-token pe_apply_rope_qk_store: the
- * loads after its calls were a third of pe__check_store's samples). */
-static inline __attribute__((always_inline)) region region_of(const pe_tensor *t,
-                                                              uint32_t quant) {
-  region r = {t, quant, !t || pe__tensor_empty(t), 0, 0};
-  if (!r.none) span(t, quant, &r.lo, &r.hi);
-  return r;
+/* *r for t, its fields written in place. Never a region returned or
+ * copied: a 40-byte struct built field by field and then copied goes
+ * through 16-byte loads of the fields just stored, which store forwarding
+ * cannot serve (Intel Xeon, `perf record` of a one-token
+ * pe_qk_norm_rope_store: the loads after such copies were most of
+ * pe__check_store's samples, a tenth of the f32 call's). */
+static inline __attribute__((always_inline)) void region_set(region *r, const pe_tensor *t,
+                                                             uint32_t quant) {
+  r->t = t;
+  r->quant = quant;
+  r->none = !t || pe__tensor_empty(t);
+  r->lo = r->hi = 0;
+  if (!r->none) span(t, quant, &r->lo, &r->hi);
 }
 
 /* pe__kv_overlap(a, b) from the ranges found once: ranges apart never
@@ -210,7 +214,8 @@ static pe_status check_weight(const char *fn, const char *name, const pe_qk_norm
     return pe__fail(PE_ERR_OVERFLOW, "%s: norm %s of %" PRId64 " floats: byte count overflows", fn,
                     name, len);
   pe_tensor wt = weight_tensor(w, len);
-  const region rw = region_of(&wt, PE_KV_PLAIN);
+  region rw;
+  region_set(&rw, &wt, PE_KV_PLAIN);
   for (int i = 0; i < n_written; i++)
     if (regions_overlap(&rw, written[i]))
       return pe__fail(PE_ERR_SHAPE, "%s: norm %s (%" PRId64 " floats at %p) overlaps a tensor the call writes",
@@ -276,7 +281,8 @@ static pe_status check_v(const char *fn, const region *rq, const region *rk, con
                          region *rvc) {
   pe_status st;
   const pe_tensor *k = rk->t, *kc = rkc->t;
-  *rv = *rvc = region_of(NULL, PE_KV_PLAIN);
+  region_set(rv, NULL, PE_KV_PLAIN);
+  region_set(rvc, NULL, PE_KV_PLAIN);
   if (!v && !vc) return PE_OK;
   if (!v) return pe__fail(PE_ERR_NULL_POINTER, "%s: v is NULL but the v cache is given", fn);
   if (!vc) return pe__fail(PE_ERR_NULL_POINTER, "%s: v is given but the v cache is NULL", fn);
@@ -288,8 +294,8 @@ static pe_status check_v(const char *fn, const region *rq, const region *rk, con
   if (vc->shape[3] != v->shape[3])
     return pe__fail(PE_ERR_SHAPE, "%s: v_cache head_dim (shape[3]) %" PRId64 " != v's %" PRId64,
                     fn, vc->shape[3], v->shape[3]);
-  *rv = region_of(v, PE_KV_PLAIN);
-  *rvc = region_of(vc, vq);
+  region_set(rv, v, PE_KV_PLAIN);
+  region_set(rvc, vc, vq);
   const region *other[4] = {rq, rk, rv, rkc};
   static const char *const names[4] = {"q", "k", "v", "k_cache"};
   for (int i = 0; i < 4; i++)
@@ -308,7 +314,9 @@ pe_status pe__check_store(const pe__store_call *c, pe__store_checked *out) {
   const pe_tensor *q = c->q, *k = c->k, *kc = c->k_cache, *vc = c->v_cache;
   const int32_t hd = c->head_dim;
   pe_status st;
-  memset(out, 0, sizeof *out);
+  /* Each field set where it is known (no memset of the whole struct: a
+   * rep stos at every call); the caller reads *out only after PE_OK. */
+  out->k_quant = out->v_quant = PE_KV_PLAIN;
   out->k_scale = out->v_scale = 1.0f;
   if (c->norm_required && !c->norm)
     return pe__fail(PE_ERR_NULL_POINTER, "%s: norm is NULL (PE_QK_NORM_NONE for none)", fn);
@@ -332,14 +340,18 @@ pe_status pe__check_store(const pe__store_call *c, pe__store_checked *out) {
     if (!kc) return pe__fail(PE_ERR_NULL_POINTER, "%s: k_cache is NULL", fn);
   }
   if ((st = pe__check_qk(fn, q, k, hd, !store)) != PE_OK) return st;
-  const region rq = region_of(q, PE_KV_PLAIN), rk = region_of(k, PE_KV_PLAIN);
-  region rkc = region_of(NULL, PE_KV_PLAIN), rv = rkc, rvc = rkc;
+  region rq, rk, rkc, rv, rvc, none;
+  region_set(&rq, q, PE_KV_PLAIN);
+  region_set(&rk, k, PE_KV_PLAIN);
+  region_set(&rkc, NULL, PE_KV_PLAIN);
+  region_set(&rv, NULL, PE_KV_PLAIN);
+  region_set(&rvc, NULL, PE_KV_PLAIN);
   if (store) {
     if ((st = pe__check_kv_tensor(fn, "k_cache", kc, kq, hd)) != PE_OK) return st;
     if (kc->shape[1] != k->shape[1])
       return pe__fail(PE_ERR_SHAPE, "%s: k_cache heads (shape[1]) %" PRId64 " != k heads %" PRId64,
                       fn, kc->shape[1], k->shape[1]);
-    rkc = region_of(kc, kq);
+    region_set(&rkc, kc, kq);
     if (regions_overlap(&rkc, &rk))
       return pe__fail(PE_ERR_SHAPE, "%s: k_cache and k overlap in memory", fn);
     if (regions_overlap(&rkc, &rq))
@@ -353,7 +365,7 @@ pe_status pe__check_store(const pe__store_call *c, pe__store_checked *out) {
     return pe__fail(PE_ERR_NULL_POINTER, "%s: slot_mapping is NULL", fn);
   /* The norm's weights are read while q and the caches are written (in
    * place: q and k). Quantized rows are bytes. */
-  const region none = region_of(NULL, PE_KV_PLAIN);
+  region_set(&none, NULL, PE_KV_PLAIN);
   const region *const written[3] = {&rq, store ? &rkc : &rk, store ? &rvc : &none};
   if ((st = read_norm(fn, c->norm, q, k, hd, written, 3, &out->norm)) != PE_OK) return st;
   const pe_tensor *any = k ? k : q;
