@@ -289,12 +289,17 @@ typedef struct floor_job {
   int64_t iters;
 } floor_job;
 
+/* Thread index's share of a stage's rows among n threads. */
+static int64_t floor_share(const floor_stage *st, int index, int n) {
+  return st->rows * (index + 1) / n - st->rows * index / n;
+}
+
 static void floor_part(void *arg, int index, int n) {
   const floor_job *j = arg;
   for (int64_t it = 0; it < j->iters; it++)
     for (int s = 0; s < j->c->n_floor; s++) {
       const floor_stage *st = &j->c->floor[s];
-      int64_t part = st->rows * (index + 1) / n - st->rows * index / n;
+      int64_t part = floor_share(st, index, n);
       if (part > 0) j->fn(st, &j->d[index * FL_STAGES + s], part);
     }
 }
@@ -483,8 +488,7 @@ result *measure(bench_case *c) {
         /* --floor-data call: each thread's rows as many as its share of
          * the call's (floor_part), so the floor walks a working set of the
          * call's size */
-        const int64_t rows = c->floor[s].rows, n = c->threads;
-        const int64_t share = rows * (th + 1) / n - rows * th / n;
+        const int64_t share = floor_share(&c->floor[s], th, c->threads);
         if (floor_alloc(&c->floor[s], &fj.d[th * FL_STAGES + s],
                         opt.floor_call ? (share > 0 ? share : 1) : 0))
           abort();

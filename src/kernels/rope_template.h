@@ -581,15 +581,17 @@ PE_AI void neox_eo_fast(const char *sx, const char *sy, char *dx, char *dy, vf e
 }
 #endif
 /* The even/odd order's step (VEC_BF16_EO) of one NeoX chunk of 2*VL pairs:
- * x at px and y dist elements on (bf16, 2 bytes an element) loaded into
+ * x at sx and y dist elements on (bf16, 2 bytes an element) loaded into
  * e[0], o[0] (x) and e[1], o[1] (y) and rotated by cos/sin deinterleaved
- * the same way (ce, co, se, so); p[0], p[1] get the two addresses for
- * bf16_st_eo_g, which the caller calls once for all its chunks. */
-PE_AI void eo_chunk(char *px, int32_t dist, vf ce, vf co, vf se, vf so, char **p, vf *e, vf *o) {
-  p[0] = px;
-  p[1] = px + dist * 2;
-  bf16_ld_eo(p[0], 2 * VL, &e[0], &o[0]);
-  bf16_ld_eo(p[1], 2 * VL, &e[1], &o[1]);
+ * the same way (ce, co, se, so); p[0], p[1] get the addresses of x and y
+ * at dx (sx for rows in place) for bf16_st_eo_g, which the caller calls
+ * once for all its chunks. */
+PE_AI void eo_chunk(const char *sx, char *dx, int32_t dist, vf ce, vf co, vf se, vf so, char **p,
+                    vf *e, vf *o) {
+  p[0] = dx;
+  p[1] = dx + dist * 2;
+  bf16_ld_eo(sx, 2 * VL, &e[0], &o[0]);
+  bf16_ld_eo(sx + dist * 2, 2 * VL, &e[1], &o[1]);
   rotate(e[0], e[1], ce, se, &e[0], &e[1]);
   rotate(o[0], o[1], co, so, &o[0], &o[1]);
 }
@@ -627,7 +629,8 @@ PE_AI void group_step_eo(int64_t g, char *row, int64_t hs, const float *c, const
   char *p[2 * PE_ROPE_GROUP] = {row, row, row, row, row, row, row, row};
   for (int h = 0; h < PE_ROPE_GROUP; h++)
     if (h < g)
-      eo_chunk(row + h * hs + j * 2, dist, ce, co, se, so, p + 2 * h, e + 2 * h, o + 2 * h);
+      eo_chunk(row + h * hs + j * 2, row + h * hs + j * 2, dist, ce, co, se, so, p + 2 * h,
+               e + 2 * h, o + 2 * h);
   bf16_st_eo_g(2 * (int)g, p, 2 * VL, e, o);
 #endif
 }
@@ -808,6 +811,23 @@ PE_AI int32_t token_cs_eo(const float *c, const float *s, int32_t n, vf *ce, vf 
   }
   return q;
 }
+#if !defined(VEC_ROT_FAST)
+/* One NeoX bf16 row of q chunks of 2*VL pairs (q 1 or 2) from r to w (r
+ * itself in place) with its token's cos/sin in even/odd order
+ * (token_cs_eo): each chunk by eo_chunk, one bf16_st_eo_g (one subnormal
+ * check) for the row. */
+PE_AI void eo_row(const char *r, char *w, int32_t q, int32_t dist, const vf *ce, const vf *co,
+                  const vf *se, const vf *so) {
+  const vf z = vf_set1(0.0f); /* unused when q is 1: for the compiler's warning */
+  vf e[4] = {z, z, z, z}, o[4] = {z, z, z, z};
+  char *p[4] = {w, w, w, w};
+  for (int k = 0; k < 2; k++)
+    if (k < q) /* chunk k: pairs from 2*VL*k, 2 bytes an element */
+      eo_chunk(r + 2 * k * VL * 2, w + 2 * k * VL * 2, dist, ce[k], co[k], se[k], so[k], p + 2 * k,
+               e + 2 * k, o + 2 * k);
+  bf16_st_eo_g(2 * q, p, 2 * VL, e, o);
+}
+#endif
 /* token_rows for NeoX rows of 2*VL or 4*VL pairs in the even/odd order
  * (VEC_BF16_EO): the token's cos/sin deinterleaved once, each row's chunks
  * of 2*VL pairs loaded, rotated and stored with one subnormal check. */
@@ -832,14 +852,7 @@ PE_AI void token_rows_eo(char *row, int64_t hs, int64_t n_heads, const float *c,
                      s + 2 * VL * k);
       }
 #else
-    const vf z = vf_set1(0.0f); /* unused when q is 1: for the compiler's warning */
-    vf e[4] = {z, z, z, z}, o[4] = {z, z, z, z};
-    char *p[4] = {r, r, r, r};
-    for (int k = 0; k < 2; k++)
-      if (k < q) /* chunk k: pairs from 2*VL*k, 2 bytes an element */
-        eo_chunk(r + 2 * k * VL * 2, dist, ce[k], co[k], se[k], so[k], p + 2 * k, e + 2 * k,
-                 o + 2 * k);
-    bf16_st_eo_g(2 * q, p, 2 * VL, e, o);
+    eo_row(r, r, q, dist, ce, co, se, so);
 #endif
   }
 }
@@ -858,24 +871,8 @@ PE_AI void token_store_eo(const char *src, int64_t shs, char *dst, int64_t dhs, 
                           const float *c, const float *s, int32_t n, int32_t dist) {
   vf ce[2], co[2], se[2], so[2];
   const int32_t q = token_cs_eo(c, s, n, ce, co, se, so); /* 1 or 2 */
-  for (int64_t h = 0; h < n_heads; h++) {
-    const char *r = src + h * shs;
-    char *w = dst + h * dhs;
-    const vf z = vf_set1(0.0f); /* unused when q is 1: for the compiler's warning */
-    vf e[4] = {z, z, z, z}, o[4] = {z, z, z, z};
-    char *p[4] = {w, w, w, w};
-    for (int k = 0; k < 2; k++)
-      if (k < q) { /* chunk k: pairs from 2*VL*k, 2 bytes an element */
-        const char *sx = r + 2 * k * VL * 2, *sy = sx + dist * 2;
-        p[2 * k] = w + 2 * k * VL * 2;
-        p[2 * k + 1] = p[2 * k] + dist * 2;
-        bf16_ld_eo(sx, 2 * VL, &e[2 * k], &o[2 * k]);
-        bf16_ld_eo(sy, 2 * VL, &e[2 * k + 1], &o[2 * k + 1]);
-        rotate(e[2 * k], e[2 * k + 1], ce[k], se[k], &e[2 * k], &e[2 * k + 1]);
-        rotate(o[2 * k], o[2 * k + 1], co[k], so[k], &o[2 * k], &o[2 * k + 1]);
-      }
-    bf16_st_eo_g(2 * q, p, 2 * VL, e, o);
-  }
+  for (int64_t h = 0; h < n_heads; h++)
+    eo_row(src + h * shs, dst + h * dhs, q, dist, ce, co, se, so);
 }
 #endif
 /* The rows of one token's n_heads heads (head h's at row + h*hs bytes), each

@@ -547,8 +547,9 @@ static const pe_rope_cache *row_cache(const pe__rope_plan *p, int64_t b) {
 /* The block of a chunk of m pairs of n tokens for rows of `heads` heads,
  * each operand's built field by field where it is used: a copy of one
  * shared block (vector moves of fields just stored one by one) waited on
- * store forwarding, a tenth of a one-token k store's time (Intel Xeon,
- * perf: the copy's line 5 % of the samples of a 190 ns call). */
+ * store forwarding (Intel Xeon, perf: the copy's line 5 % of the samples of
+ * a 190 ns one-token k store; pe-ab, built in place: one-token q+k store f32
+ * 0.97 of the time, 32 sequences 0.98, the QK-norm step 0.98-0.99). */
 static inline __attribute__((always_inline)) pe_rope_block
 chunk_block(const pe__rope_plan *p, const float **cosp, const float **sinp, int64_t n,
             int32_t m, int64_t heads) {
