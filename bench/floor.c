@@ -59,9 +59,10 @@ int floor_supported(const floor_stage *st) {
   return 1;
 }
 
-floor_fn floor_select(const char **name) {
+floor_fn floor_select(const char **name, floor_fn *alt) {
   const char *isa = pe_isa_name();
   *name = isa;
+  *alt = NULL;
 #if defined(__x86_64__)
   __builtin_cpu_init();
   /* The library's "avx512bf16" path rounds bf16 with vcvtne2ps2bf16, its
@@ -70,6 +71,9 @@ floor_fn floor_select(const char **name) {
 #if defined(PB_FLOOR_AVX512BF16)
   if (!strcmp(isa, "avx512bf16") && __builtin_cpu_supports("avx512bf16")) {
     *name = "avx512-bf16";
+#if defined(PB_FLOOR_AVX512BF16_EO)
+    *alt = pb_floor_avx512bf16_eo;
+#endif
     return pb_floor_avx512bf16;
   }
 #endif
@@ -109,6 +113,9 @@ int floor_kernels(floor_fn *fns, const char **names, int max) {
 #endif
 #if defined(PB_FLOOR_AVX512BF16)
   if (__builtin_cpu_supports("avx512bf16")) ADD(pb_floor_avx512bf16, "avx512-bf16");
+#endif
+#if defined(PB_FLOOR_AVX512BF16_EO)
+  if (__builtin_cpu_supports("avx512bf16")) ADD(pb_floor_avx512bf16_eo, "avx512-bf16-eo");
 #endif
 #endif
 #undef ADD

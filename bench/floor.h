@@ -24,7 +24,8 @@
  *                channels with a float32 scale each, the rope channels as
  *                bf16).
  * The kernels are written per ISA (floor_avx2.c, floor_avx512.c - built a
- * second time with AVX512-BF16 as floor_avx512bf16.c - and floor_scalar.c)
+ * second time with AVX512-BF16 as floor_avx512bf16.c and a third, its bf16
+ * rows in even/odd order, as floor_avx512bf16_eo.c - and floor_scalar.c)
  * and chosen at run time by the library's path and the CPU's features. */
 #ifndef PE_BENCH_FLOOR_H
 #define PE_BENCH_FLOOR_H
@@ -104,6 +105,7 @@ void pb_floor_scalar(const floor_stage *st, floor_data *d, int64_t rows);
 void pb_floor_avx2(const floor_stage *st, floor_data *d, int64_t rows);
 void pb_floor_avx512(const floor_stage *st, floor_data *d, int64_t rows);
 void pb_floor_avx512bf16(const floor_stage *st, floor_data *d, int64_t rows);
+void pb_floor_avx512bf16_eo(const floor_stage *st, floor_data *d, int64_t rows);
 
 /* Whether a stage has a floor kernel (e.g. q8_0 needs whole 32-channel
  * blocks of rotated outputs). */
@@ -111,8 +113,11 @@ int floor_supported(const floor_stage *st);
 
 /* The kernels for the library's path on this CPU, and their name ("avx2",
  * "avx512", "avx512-bf16", "scalar"), or NULL: no floor (NEON, or an ISA
- * this build has no kernels for). */
-floor_fn floor_select(const char **name);
+ * this build has no kernels for). *alt: another sequence of the same
+ * instructions for the same stages, whose bf16 rows go in even/odd order
+ * ("avx512-bf16" only: which order is faster depends on the CPU's vpermw),
+ * or NULL; the floor is the faster of the two. */
+floor_fn floor_select(const char **name, floor_fn *alt);
 
 /* Every floor kernel this build has that this CPU runs (the scalar one
  * first), at most max: their count. */

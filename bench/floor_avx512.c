@@ -3,8 +3,10 @@
  * (bench/CMakeLists.txt) and run only when the library runs its avx512
  * path. floor_avx512bf16.c builds this file again with PB_FLOOR_BF16 and
  * -mavx512bf16: bf16 narrowing by vcvtne2ps2bf16 (one instruction for 32
- * values, nearest even, NaN quieted), chosen on CPUs that have it.
- * docs/compute-floor.md counts each primitive's instructions. */
+ * values, nearest even, NaN quieted), chosen on CPUs that have it, and
+ * floor_avx512bf16_eo.c a third time with PB_FLOOR_BF16_EO: bf16 rows in
+ * even/odd order narrowed by vcvtne2ps2bf16 (pe-bench takes the faster of
+ * the two). docs/compute-floor.md counts each primitive's instructions. */
 #include <float.h>
 #include <immintrin.h>
 #include <math.h>
@@ -16,7 +18,9 @@
 #include "posenc.h"
 
 #define VL 16
-#if defined(PB_FLOOR_BF16)
+#if defined(PB_FLOOR_BF16_EO)
+#define FLOOR_FN pb_floor_avx512bf16_eo
+#elif defined(PB_FLOOR_BF16)
 #define FLOOR_FN pb_floor_avx512bf16
 #else
 #define FLOOR_FN pb_floor_avx512
@@ -26,7 +30,14 @@ typedef __m512 vf;
 
 FP __m512i i1(int32_t x) { return _mm512_set1_epi32(x); }
 
-/* Word indices for vpermw/vpermt2w (bf16 in and out). */
+/* Word indices for vpermw/vpermt2w (bf16 in and out; bf16_eo_back: the
+ * even elements' words from the low half and the odd ones' from the high
+ * half, back in pair order). */
+#if defined(PB_FLOOR_BF16_EO)
+static const uint16_t bf16_eo_back[32] = {0, 16, 1, 17, 2,  18, 3,  19, 4,  20, 5,
+                                          21, 6, 22, 7, 23, 8,  24, 9,  25, 10, 26,
+                                          11, 27, 12, 28, 13, 29, 14, 30, 15, 31};
+#endif
 static const uint16_t bf16_up[32] = {0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6, 7, 7,
                                      8, 8, 9, 9, 10, 10, 11, 11, 12, 12, 13, 13, 14, 14, 15, 15};
 static const uint16_t bf16_down[32] = {1,  3,  5,  7,  9,  11, 13, 15, 17, 19, 21,
@@ -96,12 +107,16 @@ FP void f_st2(int dt, void *p, vf a, vf b) {
  * branch) per 2*VL halves. Intel Xeon (AVX-512 FP16/BF16), Llama-3-8B 512
  * tokens: 0.32 ms against 0.43 in the natural order.
  *
- * With AVX512-BF16 the natural order stays: vcvtne2ps2bf16 needs a vpermw
- * to put an even/odd result back in pair order, and on that Xeon the
- * even/odd floor took 0.26 ms (0.29 with the +-0 test an exact row needs
- * after vcvtne2ps2bf16, which reads subnormals as zero) against 0.24 in the
- * natural order (2 vpermw to widen 32 values, vcvtne2ps2bf16 to narrow). */
-#if !defined(PB_FLOOR_BF16)
+ * With AVX512-BF16 (PB_FLOOR_BF16_EO, floor_avx512bf16_eo.c) the even/odd
+ * rows narrow by vcvtne2ps2bf16 (the even elements to the low 16 words,
+ * the odd ones to the high) and one vpermw puts them back in pair order: a
+ * vpermw per 32 values where the natural order takes 2 to widen them. On
+ * that Xeon, where vpermw is one uop, the even/odd floor took 0.26 ms
+ * against 0.24 in the natural order; AMD Zen 4's vpermw zmm takes several
+ * cycles (the library's rows go even/odd there), so pe-bench times both
+ * and takes the faster. Neither has the +-0 test an exact row needs after
+ * vcvtne2ps2bf16 (which reads subnormals as zero): 0.29 ms with it. */
+#if !defined(PB_FLOOR_BF16) || defined(PB_FLOOR_BF16_EO)
 #define FL_EO 1
 FP void f_ld_eo(const void *p, vf *e, vf *o) {
   __m512i w = _mm512_loadu_si512(p);
@@ -109,6 +124,10 @@ FP void f_ld_eo(const void *p, vf *e, vf *o) {
   *o = _mm512_castsi512_ps(_mm512_and_si512(w, i1((int32_t)0xffff0000u)));
 }
 FP void f_st_eo(void *p, vf e, vf o) {
+#if defined(PB_FLOOR_BF16_EO)
+  _mm512_storeu_si512(p, _mm512_permutexvar_epi16(words(bf16_eo_back),
+                                                  (__m512i)_mm512_cvtne2ps_pbh(o, e)));
+#else
   __m512i ue = _mm512_castps_si512(e), uo = _mm512_castps_si512(o), w;
   const __mmask32 odd = 0xaaaaaaaau;
   if (__builtin_expect(_mm512_cmp_ps_mask(e, o, _CMP_UNORD_Q) != 0, 0)) {
@@ -121,6 +140,7 @@ FP void f_st_eo(void *p, vf e, vf o) {
     w = _mm512_add_epi16(t, _mm512_srli_epi16(_mm512_avg_epu16(l, v), 15));
   }
   _mm512_storeu_si512(p, w);
+#endif
 }
 #endif
 
