@@ -59,6 +59,16 @@ int floor_supported(const floor_stage *st) {
   return 1;
 }
 
+int floor_bf16_rows(const floor_stage *st) {
+  if (st->src != PE_BF16) return 0;
+  switch (st->kind) {
+  case FL_NORM_ROT: return 1;             /* normed back into bf16 rows */
+  case FL_ROT: return st->fmt == FL_NONE; /* bf16 to bf16 (floor_supported: dst == src) */
+  case FL_MLA: return st->fmt != FL_FP8;  /* bf16 rows, or fp8_ds's bf16 rope channels */
+  default: return 0;                      /* copies and quantized outputs */
+  }
+}
+
 floor_fn floor_select(const char **name, floor_fn *alt) {
   const char *isa = pe_isa_name();
   *name = isa;

@@ -119,6 +119,11 @@ int floor_supported(const floor_stage *st);
  * or NULL; the floor is the faster of the two. */
 floor_fn floor_select(const char **name, floor_fn *alt);
 
+/* Whether a stage writes bf16 rows from bf16 rows (floor_entry.h's
+ * dispatch), the only stages whose sequence differs between floor_select's
+ * kernel and its *alt. */
+int floor_bf16_rows(const floor_stage *st);
+
 /* Every floor kernel this build has that this CPU runs (the scalar one
  * first), at most max: their count. */
 int floor_kernels(floor_fn *fns, const char **names, int max);

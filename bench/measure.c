@@ -304,12 +304,11 @@ static void floor_part(void *arg, int index, int n) {
     }
 }
 
-/* Whether a row's stages read or write bf16 (where floor_select's two
- * sequences differ). */
+/* Whether one of a row's stages has bf16 rows in and out, where
+ * floor_select's two sequences differ (floor.c). */
 static int floor_has_bf16(const bench_case *c) {
   for (int s = 0; s < c->n_floor; s++)
-    if (c->floor[s].src == PE_BF16 || c->floor[s].dst == PE_BF16 || c->floor[s].fmt == FL_FP8_DS)
-      return 1;
+    if (floor_bf16_rows(&c->floor[s])) return 1;
   return 0;
 }
 

@@ -340,12 +340,9 @@ pe_status pe__check_store(const pe__store_call *c, pe__store_checked *out) {
     if (!kc) return pe__fail(PE_ERR_NULL_POINTER, "%s: k_cache is NULL", fn);
   }
   if ((st = pe__check_qk(fn, q, k, hd, !store)) != PE_OK) return st;
-  region rq, rk, rkc, rv, rvc, none;
+  region rq, rk, rkc, rv, rvc, none; /* rkc, rv, rvc: set and read only if store */
   region_set(&rq, q, PE_KV_PLAIN);
   region_set(&rk, k, PE_KV_PLAIN);
-  region_set(&rkc, NULL, PE_KV_PLAIN);
-  region_set(&rv, NULL, PE_KV_PLAIN);
-  region_set(&rvc, NULL, PE_KV_PLAIN);
   if (store) {
     if ((st = pe__check_kv_tensor(fn, "k_cache", kc, kq, hd)) != PE_OK) return st;
     if (kc->shape[1] != k->shape[1])
