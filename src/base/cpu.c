@@ -178,3 +178,28 @@ int64_t pe__cpu_llc_bytes(void) {
   }
   return v;
 }
+
+#if defined(__x86_64__) || defined(__i386__)
+static int probe_amd_family(void) {
+  unsigned a, b, c, d;
+  if (!__get_cpuid(0, &a, &b, &c, &d)) return 0;
+  /* "AuthenticAMD" in ebx, edx, ecx */
+  if (b != 0x68747541u || d != 0x69746e65u || c != 0x444d4163u) return 0;
+  if (!__get_cpuid(1, &a, &b, &c, &d)) return 0;
+  int family = (int)((a >> 8) & 0xf);
+  return family == 0xf ? family + (int)((a >> 20) & 0xff) : family;
+}
+#else
+static int probe_amd_family(void) { return 0; }
+#endif
+
+static _Atomic int amd_family = -1;
+
+int pe__cpu_amd_family(void) {
+  int v = atomic_load_explicit(&amd_family, memory_order_relaxed);
+  if (v < 0) {
+    v = probe_amd_family();
+    atomic_store_explicit(&amd_family, v, memory_order_relaxed);
+  }
+  return v;
+}

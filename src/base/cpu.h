@@ -30,4 +30,11 @@ PE_HIDDEN int64_t pe__cpu_l2_bytes(void);
  * block_streams). */
 #define PE_CPU_LLC_DEFAULT (32 * 1024 * 1024)
 PE_HIDDEN int64_t pe__cpu_llc_bytes(void);
+
+/* The family of an AMD x86 CPU (cpuid leaf 1, base plus extended family:
+ * 0x17 Zen 1/2, 0x19 Zen 3/4, 0x1a Zen 5), 0 for other vendors and ISAs,
+ * probed once: the engine's walk of calls larger than the last-level cache
+ * follows what each generation's prefetchers were measured to prefer
+ * (engine.c's run_walk). */
+PE_HIDDEN int pe__cpu_amd_family(void);
 #endif
