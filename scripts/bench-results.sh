@@ -4,7 +4,7 @@
 #
 # The Results section holds one table per CPU kind, each between
 #   <!-- bench-results: KIND -->  and  <!-- /bench-results: KIND -->
-# (KIND: intel-xeon-avx512fp16, amd-epyc-zen4, amd-epyc-zen3, or a name made from the CPU
+# (KIND: intel-xeon-avx512fp16, amd-epyc-zen5, amd-epyc-zen4, amd-epyc-zen3, or a name made from the CPU
 # model). This script replaces the block of this machine's kind (or adds one
 # before <!-- /bench-results -->) with: the command, the date, the CPU, the
 # load average, and the table of the run, in the columns of pe-bench's own
@@ -52,6 +52,8 @@ if [ "$vendor" = AuthenticAMD ] && [ "$family" = 25 ] && has avx512f; then
   kind=amd-epyc-zen4 title="AMD EPYC Zen 4"
 elif [ "$vendor" = AuthenticAMD ] && [ "$family" = 25 ] && [ "$cpumodel" -lt 16 ]; then
   kind=amd-epyc-zen3 title="AMD EPYC Zen 3"  # family 25 models 0-15: Zen 3 (Milan); no AVX-512
+elif [ "$vendor" = AuthenticAMD ] && [ "$family" = 26 ]; then
+  kind=amd-epyc-zen5 title="AMD EPYC Zen 5"  # family 26 (0x1a): Zen 5 (Turin)
 elif [ "$vendor" = GenuineIntel ] && has avx512_fp16; then
   kind=intel-xeon-avx512fp16 title="Intel Xeon with AVX-512 FP16"
 else

@@ -573,7 +573,7 @@ static void run_block_rows(const pe__rope_plan *p, int64_t u, int64_t n, int64_t
    * another sequence it did not pay: a decode step of 32 sequences, one
    * token each, 1-2 % slower.) */
   int64_t pfq = 0, pfk = 0;
-  if ((rq || rk) && next >= 0 && next / p->tokens == b) {
+  if ((rq || rk) && p->norm_pf && next >= 0 && next / p->tokens == b) {
     if (rq) pfq = n * p->q.s_token * p->q.esize;
     if (rk) pfk = n * p->k.s_token * p->k.esize;
   }
@@ -994,24 +994,47 @@ static int streams_pay(void) {
   const int f = pe__cpu_amd_family();
   return f >= 0x17 && f <= 0x19;
 }
-/* The rows' prefetch (plan.stream_pf): on when a thread's share of the call
- * is more than its core's L2 holds (isa_template.h's stream_ahead says why
- * and what it gains); rows in L2 went slower with it (Intel Xeon, Llama-3-8B
- * [B,T,H,D] in place, 64 tokens: bf16 29-31 -> 32-36 us, f32 29-30 ->
- * 30-32). */
+/* The rows' software prefetch: whole rows walked token by token prefetch
+ * a few KiB on (plan.stream_pf; isa_template.h's stream_ahead says why and
+ * what it gains), a normed block its successor's rows (plan.norm_pf;
+ * run_block_rows). Where it pays depends on how near the caches the rows
+ * sit in are. On Intel's Xeon, whose L3 is far (a mesh), it paid from L3
+ * and cost in L2: on when a thread's share of the call is more than its
+ * core's L2 holds, normed blocks always (Llama-3-8B [B,T,H,D] in place, 64
+ * tokens: bf16 29-31 -> 32-36 us, f32 29-30 -> 30-32 with it). On AMD Zen
+ * 5, whose L3 is near (the core complex's own) and whose hardware
+ * prefetchers keep up from it, it cost for every call the L3 holds and paid
+ * only from memory: on from half the last-level cache. AMD EPYC Zen 5 (1
+ * MiB L2, 32 MiB L3), Qwen3-8B heads, `pe-ab` against prefetching, tokens
+ * (bytes the call touches): in place f32 128 (2.5 MiB) 0.89 of the time,
+ * 512 (10 MiB) 0.75, 768 (15 MiB) 0.98, 1024 (20 MiB) 1.32, 2048 1.50; bf16
+ * 1024 (10 MiB) 0.94, 2048 1.12, 4096 1.32; into the cache f32 512 0.75,
+ * 1024 1.18; QK-norm step with v, f32 64 (2 MiB) 0.76, 128 0.78, 256 0.78,
+ * 512 (16 MiB) 0.92, 1024 1.05, 2048 1.05; bf16 128 0.94, 512 1.02, 1024
+ * (16 MiB) 1.17, 2048 1.57. Zen 1 to 4 keep the Xeon's rule, unmeasured
+ * against this one. */
 static void run_walk(pe__rope_plan *p, const pe_threadpool *pool) {
   p->streams = 1;
   p->stream_pf = 0;
-  if (p->norm_mode) return;
+  p->norm_pf = 0;
+  /* a block of one token neither streams nor prefetches (block_streams,
+   * block_stream_pf; a normed block's successor is in another sequence):
+   * decode steps skip the sums below (3 % of a QK-norm step of one token) */
+  if (p->tokens < 2) return;
   /* the memory the call touches: bytes_per_token counts a row rotated in
    * place twice (read and written), a row read into a cache row once each */
-  int64_t bytes = bytes_per_token(p), rot = 2 * (int64_t)p->half;
+  int64_t bytes = bytes_per_token(p),
+          rot = p->norm_mode ? p->head_dim : 2 * (int64_t)p->half;
   if (p->q.data) bytes -= p->q.heads * rot * p->q.esize;
   if (p->k.data && !p->slots) bytes -= p->k.heads * rot * p->k.esize;
   bytes *= p->batch * p->tokens;
   int32_t threads = pool ? pe_threadpool_size(pool) : 1;
   if (threads < 1) threads = 1;
-  p->stream_pf = bytes / threads > pe__cpu_l2_bytes();
+  const int near_l3 = pe__cpu_amd_family() >= 0x1a;
+  const int from_memory = bytes >= pe__cpu_llc_bytes() / 2;
+  p->norm_pf = near_l3 ? from_memory : 1;
+  if (p->norm_mode) return;
+  p->stream_pf = near_l3 ? from_memory : bytes / threads > pe__cpu_l2_bytes();
   if (bytes > pe__cpu_llc_bytes() / 2 && threads < PE_ENGINE_STREAMS && streams_pay())
     p->streams = PE_ENGINE_STREAMS / threads;
 }

@@ -114,9 +114,10 @@ typedef struct pe__rope_plan {
   const struct pe__mla_plan *mla;
 
   /* set by pe__rope_run: the runs of tokens its blocks' whole rows in place
-   * walk together (pe_rope_block.streams; 1: token by token), and whether
-   * they prefetch ahead as one stream (pe_rope_block.stream_pf) */
-  int32_t streams, stream_pf;
+   * walk together (pe_rope_block.streams; 1: token by token), whether
+   * they prefetch ahead as one stream (pe_rope_block.stream_pf), and
+   * whether a normed block prefetches its successor's rows (norm_pf) */
+  int32_t streams, stream_pf, norm_pf;
 
   /* PE_ROPE_STREAM_CACHE: the cache rows through a stack stage and out by
    * streaming stores (isa.h's stream_copy; engine.c's run_block, mla.c).
