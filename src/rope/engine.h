@@ -183,7 +183,7 @@ PE_HIDDEN void pe__rope_plan_init(pe__rope_plan *p, const pe_rope_cache *c, cons
                                   const pe_tensor *k, uint32_t flags, pe__rope_source source);
 
 /* Run a validated plan (pool acquired with pe__pool_acquire, released here);
- * sets plan->streams and plan->stream_pf. */
+ * sets plan->streams, plan->stream_pf and plan->norm_pf. */
 PE_HIDDEN void pe__rope_run(pe__rope_plan *plan, pe_threadpool *pool);
 
 /* The operand of tensor t as the engine walks it (t NULL or empty: absent). */
