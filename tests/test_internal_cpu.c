@@ -14,6 +14,7 @@
 
 #include "base/cpu.h"
 
+#if defined(__x86_64__) || defined(__i386__)
 /* The AMD family of /proc/cpuinfo's first processor: its "cpu family" when
  * vendor_id is AuthenticAMD, 0 for another vendor; -1 when the file says
  * neither (a skip). */
@@ -30,6 +31,7 @@ static int cpuinfo_amd_family(void) {
   if (!vendor[0]) return -1;
   return strcmp(vendor, "AuthenticAMD") == 0 ? family : 0;
 }
+#endif
 
 static void test_amd_family(void **state) {
   (void)state;
