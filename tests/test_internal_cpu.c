@@ -18,14 +18,14 @@
 #if defined(__x86_64__) || defined(__i386__)
 #include <cpuid.h>
 
-/* /proc/cpuinfo's first vendor_id (into vendor) and "cpu family"; 0 when
- * the file says neither. */
+/* /proc/cpuinfo's first vendor_id (into vendor, "" if none) and "cpu
+ * family"; 0 unless the file gives both. */
 static int cpuinfo_read(char vendor[64], int *family) {
-  FILE *f = fopen("/proc/cpuinfo", "r");
-  if (!f) return 0;
   char line[512];
   vendor[0] = 0;
   *family = -1;
+  FILE *f = fopen("/proc/cpuinfo", "r");
+  if (!f) return 0;
   while (fgets(line, sizeof line, f) && (!vendor[0] || *family < 0)) {
     if (!vendor[0] && sscanf(line, "vendor_id : %63s", vendor) == 1) continue;
     if (*family < 0 && sscanf(line, "cpu family : %d", family) == 1) continue;

@@ -964,36 +964,33 @@ static int64_t bytes_per_token(const pe__rope_plan *p) {
   return bytes;
 }
 
-/* The streams of a call (plan.streams): on AMD Zen 1 to 4 (families 0x17
- * to 0x19), a call whose tensors take more than half the last-level cache
+/* The streams of a call (plan.streams): on AMD Zen 1 to 4 (families 0x17 to
+ * 0x19), a call whose tensors take more than half the last-level cache
  * streams them from and to memory, where several streams at once go faster
  * than one (isa_template.h's rows_streams) - four in all, shared out among
  * the pool's threads; a smaller call, whose rows the caches may hold, goes
- * token by token. AMD EPYC Zen 3 (32 MiB L3), Llama-3-8B [B,T,H,D], pe_apply_rope_qk in place /
- * pe_apply_rope_qk_store (q in place), both builds alternated in one
- * process (pe-ab), 4096 tokens: f32 0.73-0.81 / 0.78-0.84 of the time, f16
- * 0.78 / 0.84, bf16 0.92-0.95 / 0.94-0.98; f32 1024 tokens 0.70-0.85, bf16
- * 2048 0.94-0.97. In streams while the rows were in L3 (f32 128-512
- * tokens, bf16 1024): 1.04-1.21x. Two threads of four streams each took
- * 2.95-3.18 ms where token order took 2.49-2.90 and two streams each
- * 2.32-2.37 (f32 4096 tokens). Normed blocks keep their order: the norm
- * reads a few tokens' rows twice, from L2. Other CPUs take such calls
- * token by token, their rows prefetched (plan.stream_pf), which went faster
- * there. AMD EPYC Zen 5 (family 0x1a, 32 MiB L3), Llama-3-8B [B,T,H,D] 4096
- * tokens in place, pe-bench --threads 1, both builds alternated: f32
- * 4.6-5.7 -> 2.7-3.1 ms (0.52-0.58 -> 0.89-1.05 of the stream bound), bf16
- * 3.3-3.6 -> 1.3-1.7 ms, pe_apply_rope_qk_store q+k bf16 4.3-4.4 -> 1.4-1.5
- * ms, four sequences of 512 tokens bf16 0.96-1.27 -> 0.49-0.54 ms; token
- * order without the prefetch 3.3-3.7 ms f32, two streams 3.1-4.5. Intel
- * Xeon (Emerald Rapids, isa_template.h's stream_ahead): 5.8-6.0 ms f32
- * against 6.2-6.4 in four streams (its 260 MiB L3 never chose them). Zen 3
- * and 4 keep the streams: on Zen 3, one stream prefetched ahead gained
- * nothing over the hardware's prefetch (rows_streams). */
+ * token by token. AMD EPYC Zen 3 (32 MiB L3), Llama-3-8B [B,T,H,D],
+ * pe_apply_rope_qk in place / pe_apply_rope_qk_store (q in place), both
+ * builds alternated in one process (pe-ab), 4096 tokens: f32 0.73-0.81 /
+ * 0.78-0.84 of the time, f16 0.78 / 0.84, bf16 0.92-0.95 / 0.94-0.98; f32
+ * 1024 tokens 0.70-0.85, bf16 2048 0.94-0.97. In streams while the rows
+ * were in L3 (f32 128-512 tokens, bf16 1024): 1.04-1.21x. Two threads of
+ * four streams each took 2.95-3.18 ms where token order took 2.49-2.90 and
+ * two streams each 2.32-2.37 (f32 4096 tokens). Normed blocks keep their
+ * order: the norm reads a few tokens' rows twice, from L2. Other CPUs take
+ * such calls token by token, their rows prefetched (plan.stream_pf), which
+ * went faster there. AMD EPYC Zen 5 (family 0x1a, 32 MiB L3), Llama-3-8B
+ * [B,T,H,D] 4096 tokens in place, pe-bench --threads 1, both builds
+ * alternated: f32 4.6-5.7 -> 2.7-3.1 ms (0.52-0.58 -> 0.89-1.05 of the
+ * stream bound), bf16 3.3-3.6 -> 1.3-1.7 ms, pe_apply_rope_qk_store q+k
+ * bf16 4.3-4.4 -> 1.4-1.5 ms, four sequences of 512 tokens bf16 0.96-1.27
+ * -> 0.49-0.54 ms; token order without the prefetch 3.3-3.7 ms f32, two
+ * streams 3.1-4.5. Intel Xeon (Emerald Rapids, isa_template.h's
+ * stream_ahead): 5.8-6.0 ms f32 against 6.2-6.4 in four streams (its 260
+ * MiB L3 never chose them). Zen 3 and 4 keep the streams: on Zen 3, one
+ * stream prefetched ahead gained nothing over the hardware's prefetch
+ * (rows_streams). */
 #define PE_ENGINE_STREAMS 4
-static int streams_pay(void) {
-  const int f = pe__cpu_amd_family();
-  return f >= 0x17 && f <= 0x19;
-}
 /* The rows' software prefetch: whole rows walked token by token prefetch
  * a few KiB on (plan.stream_pf; isa_template.h's stream_ahead says why and
  * what it gains), a normed block its successor's rows (plan.norm_pf;
@@ -1030,13 +1027,13 @@ static void run_walk(pe__rope_plan *p, const pe_threadpool *pool) {
   bytes *= p->batch * p->tokens;
   int32_t threads = pool ? pe_threadpool_size(pool) : 1;
   if (threads < 1) threads = 1;
-  const int near_l3 = pe__cpu_amd_family() >= 0x1a;
-  const int from_memory = bytes >= pe__cpu_llc_bytes() / 2;
-  p->norm_pf = near_l3 ? from_memory : 1;
+  const int amd = pe__cpu_amd_family(), near_l3 = amd >= 0x1a; /* Zen 5 on */
+  const int64_t half_llc = pe__cpu_llc_bytes() / 2;
+  p->norm_pf = near_l3 ? bytes >= half_llc : 1;
   if (p->norm_mode) return;
-  p->stream_pf = near_l3 ? from_memory : bytes / threads > pe__cpu_l2_bytes();
-  if (bytes > pe__cpu_llc_bytes() / 2 && threads < PE_ENGINE_STREAMS && streams_pay())
-    p->streams = PE_ENGINE_STREAMS / threads;
+  p->stream_pf = near_l3 ? bytes >= half_llc : bytes / threads > pe__cpu_l2_bytes();
+  if (amd >= 0x17 && amd <= 0x19 && bytes > half_llc && threads < PE_ENGINE_STREAMS)
+    p->streams = PE_ENGINE_STREAMS / threads; /* Zen 1 to 4 */
 }
 
 void pe__rope_run(pe__rope_plan *plan, pe_threadpool *pool) {
