@@ -54,7 +54,6 @@ FP vf f_ld(int dt, const void *p) {
       0xaaaaaaaau, words(bf16_up), _mm512_castsi256_si512(_mm256_loadu_si256(p))));
 }
 
-#if !defined(PB_FLOOR_BF16)
 /* bf16 nearest even in integer operations: u + 0x7fff + lsb (the bf16 in
  * the top half), a NaN (u | 0x400000) by a masked or taken only when the
  * vector holds one (a mask compare, kortest, a branch). */
@@ -66,6 +65,20 @@ FP __m512i bf16_rne(vf v) {
   if (__builtin_expect(nan != 0, 0)) r = _mm512_mask_or_epi32(r, nan, u, i1(0x400000));
   return r;
 }
+
+#if defined(PB_FLOOR_BF16)
+/* vcvtne2ps2bf16 / vcvtneps2bf16 read a subnormal input as zero, so an
+ * exact row tests what they give: a +-0 word (vptestnmw against 0x7fff, a
+ * kortest, a branch: the library's test, vec_avx512.h) sends those values
+ * to the integer rounding above. The benchmark's data never take the
+ * branch; bench_floor_kernels checks rows of subnormals through it. */
+FP __mmask32 bf16_zero_words(__m512i w) { return _mm512_testn_epi16_mask(w, _mm512_set1_epi16(0x7fff)); }
+FP __m512i bf16_exact2(vf a, vf b) { /* a low, b high */
+  return _mm512_permutex2var_epi16(bf16_rne(a), _mm512_loadu_si512(bf16_down), bf16_rne(b));
+}
+FP __m256i bf16_exact1(vf v) {
+  return _mm512_castsi512_si256(_mm512_permutexvar_epi16(_mm512_loadu_si512(bf16_down), bf16_rne(v)));
+}
 #endif
 
 FP void f_st(int dt, void *p, vf v) {
@@ -75,7 +88,12 @@ FP void f_st(int dt, void *p, vf v) {
     _mm256_storeu_si256(p, _mm512_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT));
   else
 #if defined(PB_FLOOR_BF16)
-    _mm256_storeu_si256(p, (__m256i)_mm512_cvtneps_pbh(v));
+  {
+    __m256i w = (__m256i)_mm512_cvtneps_pbh(v);
+    if (__builtin_expect(_mm256_testn_epi16_mask(w, _mm256_set1_epi16(0x7fff)) != 0, 0))
+      w = bf16_exact1(v);
+    _mm256_storeu_si256(p, w);
+  }
 #else /* the top halves down by one vpermw */
     _mm256_storeu_si256(p, _mm512_castsi512_si256(
                                _mm512_permutexvar_epi16(words(bf16_down), bf16_rne(v))));
@@ -85,7 +103,9 @@ FP void f_st(int dt, void *p, vf v) {
 FP void f_st2(int dt, void *p, vf a, vf b) {
   if (dt == PE_BF16) {
 #if defined(PB_FLOOR_BF16)
-    _mm512_storeu_si512(p, (__m512i)_mm512_cvtne2ps_pbh(b, a));
+    __m512i w = (__m512i)_mm512_cvtne2ps_pbh(b, a);
+    if (__builtin_expect(bf16_zero_words(w) != 0, 0)) w = bf16_exact2(a, b);
+    _mm512_storeu_si512(p, w);
 #else /* the top halves of both by one vpermt2w */
     _mm512_storeu_si512(p, _mm512_permutex2var_epi16(bf16_rne(a), words(bf16_down), bf16_rne(b)));
 #endif
@@ -114,8 +134,12 @@ FP void f_st2(int dt, void *p, vf a, vf b) {
  * that Xeon, where vpermw is one uop, the even/odd floor took 0.26 ms
  * against 0.24 in the natural order; AMD Zen 4's vpermw zmm takes several
  * cycles (the library's rows go even/odd there), so pe-bench times both
- * and takes the faster. Neither has the +-0 test an exact row needs after
- * vcvtne2ps2bf16 (which reads subnormals as zero): 0.29 ms with it. */
+ * and takes the faster. Both test the rounded words for +-0 (f_st2). */
+#if defined(PB_FLOOR_BF16_EO) /* even and odd rounded in integers, back in pair order */
+FP __m512i bf16_exact_eo(vf e, vf o) {
+  return _mm512_mask_mov_epi16(_mm512_srli_epi32(bf16_rne(e), 16), 0xaaaaaaaau, bf16_rne(o));
+}
+#endif
 #if !defined(PB_FLOOR_BF16) || defined(PB_FLOOR_BF16_EO)
 #define FL_EO 1
 FP void f_ld_eo(const void *p, vf *e, vf *o) {
@@ -125,8 +149,12 @@ FP void f_ld_eo(const void *p, vf *e, vf *o) {
 }
 FP void f_st_eo(void *p, vf e, vf o) {
 #if defined(PB_FLOOR_BF16_EO)
-  _mm512_storeu_si512(p, _mm512_permutexvar_epi16(words(bf16_eo_back),
-                                                  (__m512i)_mm512_cvtne2ps_pbh(o, e)));
+  __m512i w = (__m512i)_mm512_cvtne2ps_pbh(o, e);
+  if (__builtin_expect(bf16_zero_words(w) != 0, 0))
+    w = bf16_exact_eo(e, o);
+  else
+    w = _mm512_permutexvar_epi16(words(bf16_eo_back), w);
+  _mm512_storeu_si512(p, w);
 #else
   __m512i ue = _mm512_castps_si512(e), uo = _mm512_castps_si512(o), w;
   const __mmask32 odd = 0xaaaaaaaau;
@@ -141,6 +169,51 @@ FP void f_st_eo(void *p, vf e, vf o) {
   }
   _mm512_storeu_si512(p, w);
 #endif
+}
+#endif
+
+#if defined(PB_FLOOR_BF16_EO)
+/* n <= 4 even/odd vectors to p[i], their +-0 tests taken together as the
+ * library's grouped rows take them (vec_avx512.h's bf16_st_eo_g): a
+ * vptestnmw each, the masks or-ed, one branch. */
+#define F_ST_EO_G 1
+FP void f_st_eo_g(int n, char *const *p, const vf *e, const vf *o) {
+  __m512i w[4];
+  __mmask32 z = 0;
+  for (int i = 0; i < 4; i++)
+    if (i < n) {
+      w[i] = (__m512i)_mm512_cvtne2ps_pbh(o[i], e[i]);
+      z |= bf16_zero_words(w[i]);
+    }
+  for (int i = 0; i < 4; i++)
+    if (i < n)
+      w[i] = __builtin_expect(z != 0, 0) ? bf16_exact_eo(e[i], o[i])
+                                         : _mm512_permutexvar_epi16(words(bf16_eo_back), w[i]);
+  for (int i = 0; i < 4; i++)
+    if (i < n) _mm512_storeu_si512(p[i], w[i]);
+}
+#endif
+#if defined(PB_FLOOR_BF16)
+/* n <= 4 pairs of vectors rounded to bf16 at p, p + 64 bytes, ...: the
+ * same test once for the group. */
+#define F_ST2_G 1
+FP void f_st2_g(int dt, int n, char *p, const vf *v) {
+  if (dt != PE_BF16) {
+    for (int i = 0; i < n; i++) f_st2(dt, p + 2 * i * VL * (dt == PE_F32 ? 4 : 2), v[2 * i], v[2 * i + 1]);
+    return;
+  }
+  __m512i w[4];
+  __mmask32 z = 0;
+  for (int i = 0; i < 4; i++)
+    if (i < n) {
+      w[i] = (__m512i)_mm512_cvtne2ps_pbh(v[2 * i + 1], v[2 * i]);
+      z |= bf16_zero_words(w[i]);
+    }
+  if (__builtin_expect(z != 0, 0))
+    for (int i = 0; i < 4; i++)
+      if (i < n) w[i] = bf16_exact2(v[2 * i], v[2 * i + 1]);
+  for (int i = 0; i < 4; i++)
+    if (i < n) _mm512_storeu_si512(p + 64 * i, w[i]);
 }
 #endif
 

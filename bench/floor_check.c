@@ -2,7 +2,8 @@
  * arithmetic, so its time is that arithmetic's and not a shortcut's:
  *  1. every floor kernel this CPU runs gives the scalar floor kernel's bytes
  *     on the same rows (a row normed in float32 within 4 ulp of the output
- *     dtype: the sum of squares is added in another order);
+ *     dtype: the sum of squares is added in another order), and on bf16
+ *     rows of subnormals;
  *  2. the scalar floor kernel gives the library's bytes: the rotation
  *     (pe_apply_rope_qk) with the cache's cos/sin row, the fused rotation
  *     into fp8 and q8_0 rows (pe_qk_norm_rope_store), v quantized
@@ -15,6 +16,7 @@
  * and touch nothing else.
  * Prints one line per failure and a summary; exit status 1 on any failure. */
 #include <math.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -137,6 +139,36 @@ static void check_isa(floor_fn fn, const char *name, const floor_stage *st) {
     compare(what, st, out_rows(st, &got) + r * out_stride(st, &got),
             out_rows(st, &ref) + r * out_stride(st, &ref),
             st->kind == FL_NORM_ROT || st->kind == FL_MLA ? 4 : 0);
+  floor_free(&d);
+  free(ref.src);
+  free(got.src);
+}
+
+/* 1b. bf16 rows of subnormals (each element +-k * 2^-133, k in 1..127),
+ * whose rotated values are subnormal too: vcvtne2ps2bf16 reads those as
+ * zero, and only the floor's +-0 test (floor_avx512.c) keeps the row exact,
+ * so a floor without it fails here. */
+static void check_isa_subnormal(floor_fn fn, const char *name, const floor_stage *st) {
+  if (st->kind != FL_ROT || st->src != PE_BF16 || st->dst != PE_BF16 || st->fmt != FL_NONE)
+    return;
+  floor_data d, ref, got;
+  if (floor_alloc(st, &d, 0)) abort();
+  unsigned k = 12345;
+  for (int r = 0; r < d.n_rows; r++)
+    for (int e = 0; e < st->width; e++) {
+      k = k * 1103515245u + 12345u;
+      const uint16_t h = (uint16_t)(((k >> 16) & 0x8000u) | (1u + (k >> 8) % 127u));
+      memcpy(d.src + r * d.src_stride + 2 * e, &h, 2);
+    }
+  clone(&d, &ref);
+  clone(&d, &got);
+  pb_floor_scalar(st, &ref, ref.n_rows);
+  fn(st, &got, got.n_rows);
+  char what[80];
+  snprintf(what, sizeof what, "%s against scalar (subnormal bf16)", name);
+  for (int r = 0; r < d.n_rows; r++)
+    compare(what, st, out_rows(st, &got) + r * out_stride(st, &got),
+            out_rows(st, &ref) + r * out_stride(st, &ref), 0);
   floor_free(&d);
   free(ref.src);
   free(got.src);
@@ -357,7 +389,10 @@ int main(void) {
       failures++;
       continue;
     }
-    for (int f = 1; f < n_fns; f++) check_isa(fns[f], names[f], &sts[k]);
+    for (int f = 1; f < n_fns; f++) {
+      check_isa(fns[f], names[f], &sts[k]);
+      check_isa_subnormal(fns[f], names[f], &sts[k]);
+    }
     check_library(&sts[k]);
   }
   printf("%d stages, kernels:", n);

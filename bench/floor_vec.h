@@ -22,6 +22,11 @@
  *   void f_q8_emit4(out, v, sc) the four blocks (d and qs) with those scales
  *   void f_q8_ld(in, v)         one Q8_0 block dequantized into v[0 .. 32/VL)
  *   void f_copy(dst, src, n)    n bytes (a multiple of the vector size)
+ * and may define (F_ST2_G, F_ST_EO_G; defaults below store one by one):
+ *   void f_st2_g(dt, n, p, v)   n pairs v[2i], v[2i + 1] to p, p + 2*VL, ...
+ *   void f_st_eo_g(n, p, e, o)  f_st_eo(p[i], e[i], o[i]) for i < n
+ * for narrowing whose exactness test can be taken once for a group (the
+ * +-0 test after AVX512-BF16's rounding: floor_avx512.c).
  * Every helper here is inlined with constant dtype, style, output and norm
  * arguments (the entry point's switch), so each stage's loop is the straight
  * sequence of those primitives. */
@@ -42,6 +47,12 @@ FA vf ld_x(int dt, const char *row, int e, int norm, vf r, const float *w) {
   return norm ? f_mul(f_mul(x, r), f_ldf(w + e)) : x;
 }
 
+#if !defined(F_ST2_G)
+FA void f_st2_g(int dt, int n, char *p, const vf *v) {
+  for (int i = 0; i < n; i++) f_st2(dt, p + 2 * i * VL * esz(dt), v[2 * i], v[2 * i + 1]);
+}
+#endif
+
 /* Outputs of k vectors at channels e, e + VL, ...: narrowed to the dtype
  * out, or fp8 codes (scaled by y = x * inv or x / scale first). */
 FA vf fp8_y(vf x, vf vs, int mul) { return mul ? f_mul(x, vs) : f_div(x, vs); }
@@ -55,9 +66,9 @@ FA void emit(int out, char *dst, int e, const vf *o, int k, vf vs, int mul) {
                 fp8_y(o[i + 2], vs, mul), fp8_y(o[i + 3], vs, mul));
     for (; i < k; i++) f_fp8_st1(p + i * VL, fp8_y(o[i], vs, mul));
   } else {
-    int i = 0;
-    for (; i + 2 <= k; i += 2) f_st2(out, AT(dst, e + i * VL, out), o[i], o[i + 1]);
-    for (; i < k; i++) f_st(out, AT(dst, e + i * VL, out), o[i]);
+    const int i = k - k % 2;
+    if (i) f_st2_g(out, k / 2, AT(dst, e, out), o);
+    if (i < k) f_st(out, AT(dst, e + i * VL, out), o[i]);
   }
 }
 
@@ -155,6 +166,11 @@ _Static_assert(VL == 8 || VL == 16, "cs_eo and w_eo are laid out for 8 and 16 la
  * x, y (and of their weights) starts a block of cs_eo / w_eo. */
 FA int eo_fits(int style, int rot) { return rot % (style == PE_ROPE_NEOX ? 4 * VL : 2 * VL) == 0; }
 
+#if defined(FL_EO) && !defined(F_ST_EO_G)
+FA void f_st_eo_g(int n, char *const *p, const vf *e, const vf *o) {
+  for (int i = 0; i < n; i++) f_st_eo(p[i], e[i], o[i]);
+}
+#endif
 #if defined(FL_EO)
 FA void cs_chunk_eo(int style, const floor_data *d, int half, int j, int k, vf *c, vf *s) {
   for (int i = 0; i < k; i++) {
@@ -176,6 +192,9 @@ FA void ld_eo_x(const char *row, int e, int norm, vf r, const float *w_eo, vf *x
 /* k units from pair (NeoX) or channel (GPT-J) j with cs_chunk_eo's c, s. */
 FA void rot_chunk_eo(int style, int norm, const char *src, char *dst, int half, int j, int k,
                      const vf *c, const vf *s, const float *w_eo, vf r) {
+  char *p[4]; /* k <= 2 units: at most 4 stores, made together */
+  vf oe[4], oo[4];
+  int n = 0;
   for (int i = 0; i < k; i++) {
     const int e = j + 2 * VL * i;
     vf xe, xo;
@@ -184,14 +203,16 @@ FA void rot_chunk_eo(int style, int norm, const char *src, char *dst, int half, 
       vf ye, yo;
       ld_eo_x(src, half + e, norm, r, w_eo, &ye, &yo);
       const vf ce = c[2 * i], co = c[2 * i + 1], se = s[2 * i], so = s[2 * i + 1];
-      f_st_eo(AT(dst, e, O_BF16), f_fmsub(xe, ce, f_mul(ye, se)), f_fmsub(xo, co, f_mul(yo, so)));
-      f_st_eo(AT(dst, half + e, O_BF16), f_fmadd(ye, ce, f_mul(xe, se)),
-              f_fmadd(yo, co, f_mul(xo, so)));
+      p[n] = AT(dst, e, O_BF16), oe[n] = f_fmsub(xe, ce, f_mul(ye, se));
+      oo[n++] = f_fmsub(xo, co, f_mul(yo, so));
+      p[n] = AT(dst, half + e, O_BF16), oe[n] = f_fmadd(ye, ce, f_mul(xe, se));
+      oo[n++] = f_fmadd(yo, co, f_mul(xo, so));
     } else { /* xe: the pairs' x, xo: their y */
-      f_st_eo(AT(dst, e, O_BF16), f_fmsub(xe, c[i], f_mul(xo, s[i])),
-              f_fmadd(xo, c[i], f_mul(xe, s[i])));
+      p[n] = AT(dst, e, O_BF16), oe[n] = f_fmsub(xe, c[i], f_mul(xo, s[i]));
+      oo[n++] = f_fmadd(xo, c[i], f_mul(xe, s[i]));
     }
   }
+  f_st_eo_g(n, p, oe, oo);
 }
 #endif
 
