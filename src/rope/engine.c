@@ -993,6 +993,20 @@ static int64_t bytes_per_token(const pe__rope_plan *p) {
  * stream prefetched ahead gained nothing over the hardware's prefetch
  * (rows_streams). */
 #define PE_ENGINE_STREAMS 4
+/* The AMD families (cpuid, base + extended) that take the four streams, and
+ * the first that takes the near-L3 prefetch rule below (run_walk). Build
+ * knobs for measuring one rule against the other on a CPU
+ * (scripts/walk-ab.sh builds the library with other values), not settings:
+ * the defaults are what was measured. */
+#ifndef PE_STREAMS_AMD_MIN
+#define PE_STREAMS_AMD_MIN 0x17 /* Zen 1 */
+#endif
+#ifndef PE_STREAMS_AMD_MAX
+#define PE_STREAMS_AMD_MAX 0x19 /* Zen 3 and 4 */
+#endif
+#ifndef PE_NEAR_L3_AMD_MIN
+#define PE_NEAR_L3_AMD_MIN 0x1a /* Zen 5 */
+#endif
 /* The rows' software prefetch: whole rows walked token by token prefetch
  * a few KiB on (plan.stream_pf; isa_template.h's stream_ahead says why and
  * what it gains), a normed block its successor's rows (plan.norm_pf;
@@ -1029,12 +1043,13 @@ static void run_walk(pe__rope_plan *p, const pe_threadpool *pool) {
   bytes *= p->batch * p->tokens;
   int32_t threads = pool ? pe_threadpool_size(pool) : 1;
   if (threads < 1) threads = 1;
-  const int amd = pe__cpu_amd_family(), near_l3 = amd >= 0x1a; /* Zen 5 on */
+  const int amd = pe__cpu_amd_family(), near_l3 = amd >= PE_NEAR_L3_AMD_MIN; /* Zen 5 on */
   const int64_t half_llc = pe__cpu_llc_bytes() / 2;
   p->norm_pf = near_l3 ? bytes >= half_llc : 1;
   if (p->norm_mode) return;
   p->stream_pf = near_l3 ? bytes >= half_llc : bytes / threads > pe__cpu_l2_bytes();
-  if (amd >= 0x17 && amd <= 0x19 && bytes > half_llc && threads < PE_ENGINE_STREAMS)
+  if (amd >= PE_STREAMS_AMD_MIN && amd <= PE_STREAMS_AMD_MAX && bytes > half_llc &&
+      threads < PE_ENGINE_STREAMS)
     p->streams = PE_ENGINE_STREAMS / threads; /* Zen 1 to 4 */
 }
 

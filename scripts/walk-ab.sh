@@ -1,0 +1,83 @@
+#!/bin/sh
+# walk-ab.sh - measure the engine's memory-walk rules on this CPU, each
+# against its alternative, with pe-ab (both builds in one process, calls
+# alternated on the same buffers, their bytes compared first).
+#
+# run_walk (src/rope/engine.c) picks, per call, by the AMD cpuid family:
+#  - four memory streams for calls past half the last-level cache (AMD Zen
+#    1-4: PE_STREAMS_AMD_MIN..MAX), else token order with the rows' software
+#    prefetch;
+#  - the rows' software prefetch (whole rows a few KiB ahead, a normed
+#    block's successor) only from half the last-level cache (Zen 5 on:
+#    PE_NEAR_L3_AMD_MIN), else from a thread's L2 share (normed blocks
+#    always).
+# This script builds the library four more times with those knobs moved so
+# that each rule applies to every CPU (streams / tokens, nearl3 / farl3),
+# and times each against the build as it is (base) on the calls the rules
+# decide. On any CPU one of each pair is the base's own rule: its ratios
+# show the noise of the run.
+#
+# Usage: scripts/walk-ab.sh [--build DIR] [--samples N] [--out DIR]
+#   --build DIR    the project's build (default build), for pe-ab and base
+#   --samples N    pe-ab samples per case (default 40)
+#   --out DIR      where the variants are built (default /tmp/walk-ab)
+# Prints one line per case and variant: new/base, the median of the pairs'
+# ratios (below 1: the variant is faster), with its quartiles.
+set -eu
+build=build samples=40 out=/tmp/walk-ab
+while [ $# -gt 0 ]; do
+  case $1 in
+    --build) build=$2; shift 2 ;;
+    --samples) samples=$2; shift 2 ;;
+    --out) out=$2; shift 2 ;;
+    -h|--help) sed -n '2,/^set -eu/p' "$0" | sed 's/^# \{0,1\}//; /^set -eu/d'; exit 0 ;;
+    *) echo "walk-ab.sh: unknown argument $1" >&2; exit 2 ;;
+  esac
+done
+src=$(cd "$(dirname "$0")/.." && pwd)
+ab=$build/bench/pe-ab
+base=$build/libposenc.so
+[ -x "$ab" ] && [ -f "$base" ] || { echo "walk-ab.sh: build $build first (pe-ab, libposenc.so)" >&2; exit 1; }
+
+variant() { # name, C flags
+  cmake -S "$src" -B "$out/$1" -DCMAKE_BUILD_TYPE=Release -DPE_BUILD_BENCH=OFF \
+    -DCMAKE_C_FLAGS="$2" > "$out/$1.log" 2>&1 &&
+    cmake --build "$out/$1" --target posenc -j2 >> "$out/$1.log" 2>&1 ||
+    { tail -20 "$out/$1.log" >&2; exit 1; }
+}
+mkdir -p "$out"
+variant streams "-DPE_STREAMS_AMD_MIN=0 -DPE_STREAMS_AMD_MAX=255"
+variant tokens "-DPE_STREAMS_AMD_MIN=1 -DPE_STREAMS_AMD_MAX=0"
+variant nearl3 "-DPE_NEAR_L3_AMD_MIN=0"
+variant farl3 "-DPE_NEAR_L3_AMD_MIN=256"
+
+grep -m1 'model name' /proc/cpuinfo 2>/dev/null || true
+grep -m1 'cpu family' /proc/cpuinfo 2>/dev/null || true
+echo "pe-ab --samples $samples; new/base below 1: the variant is faster"
+llama="--heads 32 --kv-heads 8 --theta 500000"
+run() { # variant, label, pe-ab arguments
+  v=$1 label=$2
+  shift 2
+  r=$("$ab" --base "$base" --new "$out/$v/libposenc.so" --samples "$samples" --same-bytes "$@" 2>&1 |
+    sed -n 's/^new\/base: \([0-9.]*\), the median of the pairs. ratios (quartiles \([0-9.]*\.\.[0-9.]*\)).*/\1 (\2)/p')
+  printf '%-8s %-44s %s\n' "$v" "$label" "${r:-failed}"
+}
+for v in streams tokens; do
+  for dt in f32 bf16; do
+    for t in 1024 2048 4096; do
+      run $v "rope llama3-8b bthd $dt $t tokens" --case rope --layout bthd --dtype $dt --tokens $t $llama
+    done
+    run $v "store q+k llama3-8b bthd $dt 4096 tokens" --case store --dtype $dt --tokens 4096 $llama
+  done
+  run $v "rope llama3-8b bthd bf16 4x512" --case rope --layout bthd --dtype bf16 --batch 4 --tokens 512 $llama
+done
+for v in nearl3 farl3; do
+  for t in 128 512 1024 2048; do
+    run $v "rope qwen3-8b bthd f32 $t tokens" --case rope --layout bthd --dtype f32 --tokens $t
+  done
+  run $v "rope qwen3-8b bthd bf16 2048 tokens" --case rope --layout bthd --dtype bf16 --tokens 2048
+  for t in 64 256 512 1024; do
+    run $v "qknorm qwen3-8b f32 $t tokens" --case qknorm --dtype f32 --tokens $t
+  done
+  run $v "qknorm qwen3-8b bf16 1024 tokens" --case qknorm --dtype bf16 --tokens 1024
+done
