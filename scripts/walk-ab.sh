@@ -23,6 +23,7 @@
 #   --out DIR      where the variants are built (default /tmp/walk-ab)
 # Prints one line per case and variant: new/base, the median of the pairs'
 # ratios (below 1: the variant is faster), with its quartiles.
+# shellcheck disable=SC2086 # $llama is split into pe-ab's words on purpose
 set -eu
 build=build samples=40 out=/tmp/walk-ab
 while [ $# -gt 0 ]; do
@@ -30,20 +31,25 @@ while [ $# -gt 0 ]; do
     --build) build=$2; shift 2 ;;
     --samples) samples=$2; shift 2 ;;
     --out) out=$2; shift 2 ;;
-    -h|--help) sed -n '2,/^set -eu/p' "$0" | sed 's/^# \{0,1\}//; /^set -eu/d'; exit 0 ;;
+    -h|--help) awk 'NR > 1 && !/^#/ { exit } NR > 1 && !/shellcheck/ { sub(/^# ?/, ""); print }' "$0"; exit 0 ;;
     *) echo "walk-ab.sh: unknown argument $1" >&2; exit 2 ;;
   esac
 done
 src=$(cd "$(dirname "$0")/.." && pwd)
 ab=$build/bench/pe-ab
 base=$build/libposenc.so
-[ -x "$ab" ] && [ -f "$base" ] || { echo "walk-ab.sh: build $build first (pe-ab, libposenc.so)" >&2; exit 1; }
+if [ ! -x "$ab" ] || [ ! -f "$base" ]; then
+  echo "walk-ab.sh: build $build first (pe-ab, libposenc.so)" >&2
+  exit 1
+fi
 
 variant() { # name, C flags
-  cmake -S "$src" -B "$out/$1" -DCMAKE_BUILD_TYPE=Release -DPE_BUILD_BENCH=OFF \
-    -DCMAKE_C_FLAGS="$2" > "$out/$1.log" 2>&1 &&
-    cmake --build "$out/$1" --target posenc -j2 >> "$out/$1.log" 2>&1 ||
-    { tail -20 "$out/$1.log" >&2; exit 1; }
+  if ! { cmake -S "$src" -B "$out/$1" -DCMAKE_BUILD_TYPE=Release -DPE_BUILD_BENCH=OFF \
+           -DCMAKE_C_FLAGS="$2" && cmake --build "$out/$1" --target posenc -j2; } \
+       > "$out/$1.log" 2>&1; then
+    tail -20 "$out/$1.log" >&2
+    exit 1
+  fi
 }
 mkdir -p "$out"
 variant streams "-DPE_STREAMS_AMD_MIN=0 -DPE_STREAMS_AMD_MAX=255"
@@ -54,7 +60,7 @@ variant farl3 "-DPE_NEAR_L3_AMD_MIN=256"
 grep -m1 'model name' /proc/cpuinfo 2>/dev/null || true
 grep -m1 'cpu family' /proc/cpuinfo 2>/dev/null || true
 echo "pe-ab --samples $samples; new/base below 1: the variant is faster"
-llama="--heads 32 --kv-heads 8 --theta 500000"
+llama="--heads 32 --kv-heads 8 --theta 500000" # split into words where used
 run() { # variant, label, pe-ab arguments
   v=$1 label=$2
   shift 2
