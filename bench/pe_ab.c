@@ -37,6 +37,12 @@
  *           (pe-bench's qknorm and kvquant suites)
  *   store   pe_apply_rope_qk_store: q rotated in place, k into the cache
  *   rope    pe_apply_rope_qk: q and k rotated in place
+ *   mrope   pe_apply_mrope_qk: q and k rotated in place at three axes'
+ *           positions, Qwen2-VL's sections (16/24/24 of 64 pairs, the same
+ *           shares of other widths), a 16-token text prefix, a 32x32 image
+ *           and text after it, as pe-bench's fused suite
+ * --no-q leaves q NULL (store, rope, mrope): k alone, e.g. the cache write
+ * of a k-only call.
  * Decode (--tokens 1) puts sequence b at position 4000 + 7b, as pe-bench. */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
@@ -63,6 +69,8 @@ typedef struct lib {
   void (*cache_destroy)(pe_rope_cache *);
   pe_status (*apply)(const pe_rope_cache *, const pe_tensor *, const pe_tensor *, const int64_t *,
                      uint32_t, pe_threadpool *);
+  pe_status (*mrope)(const pe_rope_cache *, const pe_tensor *, const pe_tensor *, const int64_t *,
+                     const int32_t *, uint32_t, pe_threadpool *);
   pe_status (*store)(const pe_rope_cache *, const pe_tensor *, const pe_tensor *,
                      const pe_tensor *, const int64_t *, const int64_t *, uint32_t,
                      pe_threadpool *);
@@ -78,16 +86,16 @@ typedef struct lib {
   pe_kv_cache kv;
 } lib;
 
-enum { CASE_QKNORM, CASE_STORE, CASE_ROPE };
-static const char *const case_names[] = {"qknorm", "store", "rope"};
+enum { CASE_QKNORM, CASE_STORE, CASE_ROPE, CASE_MROPE, N_CASES };
+static const char *const case_names[N_CASES] = {"qknorm", "store", "rope", "mrope"};
 
 static struct {
   const char *base, *new_;
-  int kase, dtype, gptj, bhtd, layout_given, same_bytes, no_norm, kv_given;
+  int kase, dtype, gptj, bhtd, layout_given, same_bytes, no_norm, kv_given, no_q;
   uint32_t kv;
   int64_t tokens, batch, heads, kv_heads, head_dim, samples, evict_mib, fresh;
   double theta;
-} opt = {NULL, NULL, CASE_QKNORM, PE_F32, 0, 0, 0, 0, 0, 0, PE_KV_PLAIN,
+} opt = {NULL, NULL, CASE_QKNORM, PE_F32, 0, 0, 0, 0, 0, 0, 0, PE_KV_PLAIN,
            512, 1, 32, 8, 128, 100, 0, 1, 1e6};
 
 /* The call's tensors: q, k (and v) as views, the caches, positions, slots. */
@@ -96,6 +104,8 @@ static struct {
   size_t qkv_bytes, q_bytes, k_bytes, cache_bytes;
   pe_tensor tq, tk, tv, tkc, tvc;
   int64_t *pos, *slots, *slot_sets; /* slots: the call's; slot_sets: --fresh-cache's K */
+  int64_t *pos3;                     /* mrope: [3][batch][tokens] */
+  int32_t section[3];
   int64_t region;                    /* the next call's K-th of the caches */
   float *qw, *kw, k_scale, v_scale;
 } t;
@@ -129,11 +139,14 @@ static void usage(FILE *f) {
           "  --base LIB, --new LIB  the two libposenc.so files (each loaded from a\n"
           "                     private copy: a build can be compared with itself)\n"
           "  --case NAME        qknorm (pe_qk_norm_rope_store, default), store\n"
-          "                     (pe_apply_rope_qk_store) or rope (pe_apply_rope_qk)\n"
+          "                     (pe_apply_rope_qk_store), rope (pe_apply_rope_qk) or\n"
+          "                     mrope (pe_apply_mrope_qk: Qwen2-VL's sections and a\n"
+          "                     32x32 image after 16 text tokens)\n"
+          "  --no-q             store, rope, mrope: q NULL (k alone)\n"
           "  --tokens N         tokens per sequence (default 512; 1: decode)\n"
           "  --batch N          sequences (default 1)\n"
           "  --dtype f32|f16|bf16  tensor and cache dtype (default f32)\n"
-          "  --layout bhtd|bthd q and k of store and rope as [B,H,T,D] or [B,T,H,D]\n"
+          "  --layout bhtd|bthd q and k of store, rope and mrope as [B,H,T,D] or [B,T,H,D]\n"
           "                     (default bthd; qknorm's are views of a packed buffer)\n"
           "  --kv plain|fp8e4m3|fp8e5m2|q8_0  qknorm's cache format (default plain)\n"
           "  --norm rms|none    qknorm's norm (default rms, per head)\n"
@@ -168,6 +181,10 @@ static void parse(int argc, char **argv) {
       usage(stdout);
       exit(0);
     }
+    if (!strcmp(a, "--no-q")) {
+      opt.no_q = 1;
+      continue;
+    }
     if (!strcmp(a, "--same-bytes")) {
       opt.same_bytes = 1;
       continue;
@@ -178,8 +195,8 @@ static void parse(int argc, char **argv) {
     else if (!strcmp(a, "--new")) opt.new_ = v;
     else if (!strcmp(a, "--case")) {
       int k = 0;
-      while (k < 3 && strcmp(v, case_names[k])) k++;
-      if (k == 3) die("--case expects qknorm, store or rope, got \"%s\"", v);
+      while (k < N_CASES && strcmp(v, case_names[k])) k++;
+      if (k == N_CASES) die("--case expects qknorm, store, rope or mrope, got \"%s\"", v);
       opt.kase = k;
     } else if (!strcmp(a, "--tokens")) opt.tokens = int_arg(a, v, 1, 1 << 20);
     else if (!strcmp(a, "--batch")) opt.batch = int_arg(a, v, 1, 4096);
@@ -226,11 +243,17 @@ static void parse(int argc, char **argv) {
   if (!opt.base || !opt.new_) die("give both --base LIB and --new LIB (pe-ab --help)");
   if (opt.head_dim % 2) die("--head-dim %" PRId64 " is odd: RoPE rotates pairs", opt.head_dim);
   if (opt.kase == CASE_QKNORM && opt.layout_given)
-    die("--layout shapes store and rope: qknorm's q, k and v are views of one packed buffer");
+    die("--layout shapes store, rope and mrope: qknorm's q, k and v are views of one packed "
+        "buffer");
+  if (opt.kase == CASE_QKNORM && opt.no_q)
+    die("--no-q shapes store, rope and mrope (--case qknorm rotates q, k and v of one buffer)");
   if (opt.kase != CASE_QKNORM && opt.kv_given)
     die("--kv and --norm shape qknorm only (--case %s)", case_names[opt.kase]);
-  if (opt.kase == CASE_ROPE && opt.fresh > 1)
-    die("--fresh-cache shapes the caches of qknorm and store (--case rope)");
+  if ((opt.kase == CASE_ROPE || opt.kase == CASE_MROPE) && opt.fresh > 1)
+    die("--fresh-cache shapes the caches of qknorm and store (--case %s)", case_names[opt.kase]);
+  if (opt.kase == CASE_MROPE && opt.head_dim < 8)
+    die("--case mrope needs --head-dim 8 or more (three sections of its pairs), got %" PRId64,
+        opt.head_dim);
   if (opt.kv == PE_KV_Q8_0 && opt.head_dim % 32)
     die("--kv q8_0 needs --head-dim a multiple of 32 (blocks of 32), got %" PRId64, opt.head_dim);
   /* the buffers, their copies for the bytes check, and --fresh-cache's
@@ -274,6 +297,7 @@ static void load(lib *l, const char *path, const char *as) {
   *(void **)&l->cache_create = sym(l, "pe_rope_cache_create");
   *(void **)&l->cache_destroy = sym(l, "pe_rope_cache_destroy");
   *(void **)&l->apply = sym(l, "pe_apply_rope_qk");
+  *(void **)&l->mrope = sym(l, "pe_apply_mrope_qk");
   *(void **)&l->store = sym(l, "pe_apply_rope_qk_store");
   *(void **)&l->qk_norm_store = sym(l, "pe_qk_norm_rope_store");
   *(void **)&l->norm_init = sym(l, "pe_qk_norm_init");
@@ -283,6 +307,7 @@ static void load(lib *l, const char *path, const char *as) {
 }
 
 static int64_t max_position(void) {
+  if (opt.kase == CASE_MROPE) return opt.tokens + 64; /* pos3's text after the image */
   return opt.tokens == 1 ? 4000 + 7 * (opt.batch - 1) : opt.tokens - 1;
 }
 
@@ -398,6 +423,21 @@ static void setup_tensors(void) {
   t.pos = malloc((size_t)n * sizeof *t.pos);
   t.slot_sets = malloc((size_t)(n * opt.fresh) * sizeof *t.slot_sets);
   t.slots = t.slot_sets;
+  /* mrope: a 32x32 image grid after a text prefix of 16, then text (the
+   * image's t at 16, h and w at 16 + its row and column; text after it
+   * from 32 on), and Qwen2-VL's sections 16/24/24 of 64 pairs */
+  t.pos3 = malloc((size_t)(3 * n) * sizeof *t.pos3);
+  if (!t.pos3) die("out of memory");
+  for (int64_t b = 0; b < B; b++)
+    for (int64_t i = 0; i < T; i++) {
+      const int64_t u = b * T + i, img = i >= 16 && i < 16 + 1024 ? i - 16 : -1;
+      t.pos3[u] = img >= 0 ? 16 : i < 16 ? i : i - 1024 + 32;
+      t.pos3[n + u] = img >= 0 ? 16 + img / 32 : t.pos3[u];
+      t.pos3[2 * n + u] = img >= 0 ? 16 + img % 32 : t.pos3[u];
+    }
+  const int32_t half = (int32_t)(D / 2);
+  t.section[0] = half / 4, t.section[1] = (half - half / 4) / 2;
+  t.section[2] = half - t.section[0] - t.section[1];
   t.qw = malloc((size_t)D * sizeof *t.qw);
   t.kw = malloc((size_t)D * sizeof *t.kw);
   if (!t.pos || !t.slot_sets || !t.qw || !t.kw) die("out of memory");
@@ -413,14 +453,17 @@ static void setup_tensors(void) {
 static pe_status call(lib *l) {
   t.slots = t.slot_sets + t.region * opt.batch * opt.tokens;
   t.region = t.region + 1 < opt.fresh ? t.region + 1 : 0;
+  const pe_tensor *q = opt.no_q ? NULL : &t.tq;
   switch (opt.kase) {
   case CASE_QKNORM:
     return l->qk_norm_store(l->cache, &l->norm, &t.tq, &t.tk, &t.tv, &l->kv, t.slots, t.pos, 0,
                             NULL);
   case CASE_STORE:
-    return l->store(l->cache, &t.tq, &t.tk, &t.tkc, t.slots, t.pos, 0, NULL);
+    return l->store(l->cache, q, &t.tk, &t.tkc, t.slots, t.pos, 0, NULL);
+  case CASE_MROPE:
+    return l->mrope(l->cache, q, &t.tk, t.pos3, t.section, 0, NULL);
   default:
-    return l->apply(l->cache, &t.tq, &t.tk, t.pos, 0, NULL);
+    return l->apply(l->cache, q, &t.tk, t.pos, 0, NULL);
   }
 }
 
@@ -433,7 +476,7 @@ static int written(void **p, size_t *n) {
     p[m] = t.q, n[m++] = t.q_bytes;
     p[m] = t.k, n[m++] = t.k_bytes;
   }
-  if (opt.kase != CASE_ROPE) p[m] = t.kc, n[m++] = t.cache_bytes;
+  if (opt.kase == CASE_STORE || opt.kase == CASE_QKNORM) p[m] = t.kc, n[m++] = t.cache_bytes;
   if (opt.kase == CASE_QKNORM) p[m] = t.vc, n[m++] = t.cache_bytes;
   return m;
 }
@@ -528,7 +571,7 @@ int main(int argc, char **argv) {
     snprintf(extra, sizeof extra, ", %s cache, %s norm", kv_names[opt.kv],
              opt.no_norm ? "no" : "rms");
   else
-    snprintf(extra, sizeof extra, ", %s", opt.bhtd ? "bhtd" : "bthd");
+    snprintf(extra, sizeof extra, ", %s%s", opt.bhtd ? "bhtd" : "bthd", opt.no_q ? ", k only" : "");
   printf("pe-ab: %s, %" PRId64 "q/%" PRId64 "kv x%" PRId64 " %s, %" PRId64 "x%" PRId64
          " tokens, %s%s; base %s (%s), new %s (%s)\n",
          case_names[opt.kase], opt.heads, opt.kv_heads, opt.head_dim, opt.gptj ? "gptj" : "neox",

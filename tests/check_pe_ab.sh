@@ -12,7 +12,9 @@ trap 'rm -f "$out"' EXIT
 for args in "--case qknorm --dtype f32" "--case qknorm --dtype bf16 --tokens 1 --batch 3" \
             "--case store --layout bhtd --dtype f16" "--case rope --style gptj --dtype bf16" \
             "--kv fp8e4m3 --norm none --dtype bf16" "--kv q8_0 --dtype f16" "--kv fp8e5m2" \
-            "--case rope --evict 4" "--fresh-cache 3 --dtype bf16" "--case store --fresh-cache 2"; do
+            "--case rope --evict 4" "--fresh-cache 3 --dtype bf16" "--case store --fresh-cache 2" \
+            "--case mrope --dtype bf16 --tokens 40" "--case mrope --layout bhtd --no-q" \
+            "--case store --no-q --dtype bf16"; do
   # shellcheck disable=SC2086
   if "$ab" --base "$lib" --new "$lib" --tokens 4 --samples 5 --same-bytes $args >"$out" 2>&1; then
     case "$args" in
@@ -44,10 +46,12 @@ bad() { # expected message, then the arguments
 }
 bad 'give both --base LIB and --new LIB' --base "$lib"
 bad 'cannot read /nonexistent.so' --base /nonexistent.so --new "$lib"
-bad '--case expects qknorm, store or rope, got "mla"' --base "$lib" --new "$lib" --case mla
+bad '--case expects qknorm, store, rope or mrope, got "mla"' --base "$lib" --new "$lib" --case mla
+bad '--no-q shapes store, rope and mrope' --base "$lib" --new "$lib" --no-q
+bad '--fresh-cache shapes the caches of qknorm and store (--case mrope)' --base "$lib" --new "$lib" --case mrope --fresh-cache 2
 bad '--evict expects an integer in [1, 65536], got "0"' --base "$lib" --new "$lib" --evict 0
 bad '--fresh-cache shapes the caches of qknorm and store (--case rope)' --base "$lib" --new "$lib" --case rope --fresh-cache 4
-bad '--layout shapes store and rope' --base "$lib" --new "$lib" --layout bhtd
+bad '--layout shapes store, rope and mrope' --base "$lib" --new "$lib" --layout bhtd
 bad '--head-dim 127 is odd' --base "$lib" --new "$lib" --head-dim 127
 bad '--tokens expects an integer in [1, 1048576], got "0"' --base "$lib" --new "$lib" --tokens 0
 bad '--kv expects plain, fp8e4m3, fp8e5m2 or q8_0, got "fp4"' --base "$lib" --new "$lib" --kv fp4
