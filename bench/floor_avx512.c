@@ -79,6 +79,24 @@ FP __m512i bf16_exact2(vf a, vf b) { /* a low, b high */
 FP __m256i bf16_exact1(vf v) {
   return _mm512_castsi512_si256(_mm512_permutexvar_epi16(_mm512_loadu_si512(bf16_down), bf16_rne(v)));
 }
+/* n <= 4 pairs of vectors rounded to bf16 at p, p + 64 bytes, ...: the +-0
+ * test once for the group, as the library's grouped rows take it
+ * (floor_vec.h's f_st2_g calls it for bf16; f_st2 for one pair). */
+#define F_BF16_ST2_G 1
+FP void f_bf16_st2_g(int n, char *p, const vf *v) {
+  __m512i w[4];
+  __mmask32 z = 0;
+  for (int i = 0; i < 4; i++)
+    if (i < n) {
+      w[i] = (__m512i)_mm512_cvtne2ps_pbh(v[2 * i + 1], v[2 * i]);
+      z |= bf16_zero_words(w[i]);
+    }
+  if (__builtin_expect(z != 0, 0))
+    for (int i = 0; i < 4; i++)
+      if (i < n) w[i] = bf16_exact2(v[2 * i], v[2 * i + 1]);
+  for (int i = 0; i < 4; i++)
+    if (i < n) _mm512_storeu_si512(p + 64 * i, w[i]);
+}
 #endif
 
 FP void f_st(int dt, void *p, vf v) {
@@ -103,9 +121,7 @@ FP void f_st(int dt, void *p, vf v) {
 FP void f_st2(int dt, void *p, vf a, vf b) {
   if (dt == PE_BF16) {
 #if defined(PB_FLOOR_BF16)
-    __m512i w = (__m512i)_mm512_cvtne2ps_pbh(b, a);
-    if (__builtin_expect(bf16_zero_words(w) != 0, 0)) w = bf16_exact2(a, b);
-    _mm512_storeu_si512(p, w);
+    f_bf16_st2_g(1, p, (const vf[2]){a, b});
 #else /* the top halves of both by one vpermt2w */
     _mm512_storeu_si512(p, _mm512_permutex2var_epi16(bf16_rne(a), words(bf16_down), bf16_rne(b)));
 #endif
@@ -191,29 +207,6 @@ FP void f_st_eo_g(int n, char *const *p, const vf *e, const vf *o) {
                                          : _mm512_permutexvar_epi16(words(bf16_eo_back), w[i]);
   for (int i = 0; i < 4; i++)
     if (i < n) _mm512_storeu_si512(p[i], w[i]);
-}
-#endif
-#if defined(PB_FLOOR_BF16)
-/* n <= 4 pairs of vectors rounded to bf16 at p, p + 64 bytes, ...: the
- * same test once for the group. */
-#define F_ST2_G 1
-FP void f_st2_g(int dt, int n, char *p, const vf *v) {
-  if (dt != PE_BF16) {
-    for (int i = 0; i < n; i++) f_st2(dt, p + 2 * i * VL * (dt == PE_F32 ? 4 : 2), v[2 * i], v[2 * i + 1]);
-    return;
-  }
-  __m512i w[4];
-  __mmask32 z = 0;
-  for (int i = 0; i < 4; i++)
-    if (i < n) {
-      w[i] = (__m512i)_mm512_cvtne2ps_pbh(v[2 * i + 1], v[2 * i]);
-      z |= bf16_zero_words(w[i]);
-    }
-  if (__builtin_expect(z != 0, 0))
-    for (int i = 0; i < 4; i++)
-      if (i < n) w[i] = bf16_exact2(v[2 * i], v[2 * i + 1]);
-  for (int i = 0; i < 4; i++)
-    if (i < n) _mm512_storeu_si512(p + 64 * i, w[i]);
 }
 #endif
 

@@ -22,8 +22,8 @@
  *   void f_q8_emit4(out, v, sc) the four blocks (d and qs) with those scales
  *   void f_q8_ld(in, v)         one Q8_0 block dequantized into v[0 .. 32/VL)
  *   void f_copy(dst, src, n)    n bytes (a multiple of the vector size)
- * and may define (F_ST2_G, F_ST_EO_G; defaults below store one by one):
- *   void f_st2_g(dt, n, p, v)   n pairs v[2i], v[2i + 1] to p, p + 2*VL, ...
+ * and may define (F_BF16_ST2_G, F_ST_EO_G; else stores are made one by one):
+ *   void f_bf16_st2_g(n, p, v)  n pairs v[2i], v[2i + 1] to bf16 at p, p + 2*VL, ...
  *   void f_st_eo_g(n, p, e, o)  f_st_eo(p[i], e[i], o[i]) for i < n
  * for narrowing whose exactness test can be taken once for a group (the
  * +-0 test after AVX512-BF16's rounding: floor_avx512.c).
@@ -47,11 +47,16 @@ FA vf ld_x(int dt, const char *row, int e, int norm, vf r, const float *w) {
   return norm ? f_mul(f_mul(x, r), f_ldf(w + e)) : x;
 }
 
-#if !defined(F_ST2_G)
+/* n pairs v[2i], v[2i + 1] narrowed to dt at p, p + 2*VL elements, ... */
 FA void f_st2_g(int dt, int n, char *p, const vf *v) {
+#if defined(F_BF16_ST2_G)
+  if (dt == PE_BF16) {
+    f_bf16_st2_g(n, p, v);
+    return;
+  }
+#endif
   for (int i = 0; i < n; i++) f_st2(dt, p + 2 * i * VL * esz(dt), v[2 * i], v[2 * i + 1]);
 }
-#endif
 
 /* Outputs of k vectors at channels e, e + VL, ...: narrowed to the dtype
  * out, or fp8 codes (scaled by y = x * inv or x / scale first). */

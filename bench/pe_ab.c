@@ -58,6 +58,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "mrope_case.h"
 #include "posenc.h"
 
 typedef struct lib {
@@ -423,21 +424,10 @@ static void setup_tensors(void) {
   t.pos = malloc((size_t)n * sizeof *t.pos);
   t.slot_sets = malloc((size_t)(n * opt.fresh) * sizeof *t.slot_sets);
   t.slots = t.slot_sets;
-  /* mrope: a 32x32 image grid after a text prefix of 16, then text (the
-   * image's t at 16, h and w at 16 + its row and column; text after it
-   * from 32 on), and Qwen2-VL's sections 16/24/24 of 64 pairs */
-  t.pos3 = malloc((size_t)(3 * n) * sizeof *t.pos3);
+  t.pos3 = malloc((size_t)(3 * n) * sizeof *t.pos3); /* mrope (mrope_case.h) */
   if (!t.pos3) die("out of memory");
-  for (int64_t b = 0; b < B; b++)
-    for (int64_t i = 0; i < T; i++) {
-      const int64_t u = b * T + i, img = i >= 16 && i < 16 + 1024 ? i - 16 : -1;
-      t.pos3[u] = img >= 0 ? 16 : i < 16 ? i : i - 1024 + 32;
-      t.pos3[n + u] = img >= 0 ? 16 + img / 32 : t.pos3[u];
-      t.pos3[2 * n + u] = img >= 0 ? 16 + img % 32 : t.pos3[u];
-    }
-  const int32_t half = (int32_t)(D / 2);
-  t.section[0] = half / 4, t.section[1] = (half - half / 4) / 2;
-  t.section[2] = half - t.section[0] - t.section[1];
+  mrope_case_positions(t.pos3, B, T);
+  mrope_case_sections((int32_t)(D / 2), t.section);
   t.qw = malloc((size_t)D * sizeof *t.qw);
   t.kw = malloc((size_t)D * sizeof *t.kw);
   if (!t.pos || !t.slot_sets || !t.qw || !t.kw) die("out of memory");

@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "mrope_case.h"
 #include "pe_bench.h"
 
 /* ------------------------------------------------------------------------ */
@@ -160,16 +161,9 @@ static void fused_case(int kind, int64_t batch, int64_t tokens, int dt, int thre
                                   .heads = g.heads, .rows = batch * tokens * g.heads});
     snprintf(c.note, sizeof c.note, "unfused: pe_apply_rope_qk + copy k to the cache");
   } else if (kind == 2) {
-    s.section[0] = 16, s.section[1] = 24, s.section[2] = 24;
+    mrope_case_sections((int32_t)(g.rotary_dim / 2), s.section); /* 16/24/24 */
     s.pos3 = xalloc((size_t)(3 * batch * tokens) * sizeof *s.pos3);
-    /* a 32x32 image grid after a text prefix, then text */
-    for (int64_t b = 0; b < batch; b++)
-      for (int64_t t = 0; t < tokens; t++) {
-        int64_t i = b * tokens + t, img = t >= 16 && t < 16 + 1024 ? t - 16 : -1;
-        s.pos3[i] = img >= 0 ? 16 : t < 16 ? t : t - 1024 + 32;
-        s.pos3[batch * tokens + i] = img >= 0 ? 16 + img / 32 : s.pos3[i];
-        s.pos3[2 * batch * tokens + i] = img >= 0 ? 16 + img % 32 : s.pos3[i];
-      }
+    mrope_case_positions(s.pos3, batch, tokens); /* a 32x32 image after a text prefix */
     c.call = fused_mrope_call;
     c.textbook = fused_mrope_baseline;
     c.bytes = 2.0 * (qb + kb);
