@@ -1,0 +1,328 @@
+#!/usr/bin/env python3
+"""bench-targets.py - the library's performance targets, checked on this CPU.
+
+libposenc's serving paths have targets (docs/bench.md, "Performance
+targets"): each f16/bf16 row at 0.8 of its compute floor or better, each
+f32 row of 512 tokens or more at 0.85 of the stream bound, the QK-norm
+step's own targets, and the thread pool's scaling. A single pe-bench run
+says little on a shared machine, so this script runs the same pe-bench
+commands several rounds and reports, per target and row, the median of the
+rounds' values with their range and how many rounds met the target.
+
+With --diagnose, one more round runs the rows with the floor's own kernels
+walking the call's rows (pe-bench --floor-data call) and prints, for each
+row below its target, the library's speed against theirs ('x call floor':
+max(bound, that time) / library time): at or above 1 the library runs its
+rows' bytes at least as fast as the shortest instruction sequence meeting
+the same caches, and what is left is the core's overlap of the two (see
+docs/compute-floor.md, "When x floor stays below 1 on large calls").
+
+Usage: scripts/bench-targets.py [--bench PATH] [--rounds N] [--reps N]
+                                [--isa NAME] [--diagnose] [--strict]
+                                [--from-csv FILE ...]
+  --bench PATH  the pe-bench binary (default: build/bench/pe-bench)
+  --rounds N    rounds (default 5); a round runs the three commands below
+  --reps N      pe-bench's --reps (default: pe-bench's own, 15)
+  --isa NAME    pe-bench's --isa (default: the best path of this CPU)
+  --diagnose    one more round with --floor-data call, for the rows below
+  --strict      exit 1 when a target is not met (default: a report, exit 0)
+  --from-csv F  evaluate saved `pe-bench --csv` outputs instead of running
+                pe-bench (each file one round, the three commands' rows in
+                one file)
+
+The commands of a round (each with --csv, and --reps/--isa when given):
+  pe-bench --suite rope,fused,kvquant,qknorm --threads 1
+  pe-bench --suite rope --tokens 128 --dtype f32 --threads 1,2
+  pe-bench --suite fused --model qwen3-8b --tokens 1 --threads 1
+"""
+import csv
+import io
+import os
+import platform
+import re
+import statistics
+import subprocess
+import sys
+
+COMMANDS = [
+    ["--suite", "rope,fused,kvquant,qknorm", "--threads", "1"],
+    ["--suite", "rope", "--tokens", "128", "--dtype", "f32", "--threads", "1,2"],
+    ["--suite", "fused", "--model", "qwen3-8b", "--tokens", "1", "--threads", "1"],
+]
+
+
+def usage(msg):
+    print(f"bench-targets: {msg} (see --help)", file=sys.stderr)
+    sys.exit(2)
+
+
+def parse_args(argv):
+    opt = {"bench": "build/bench/pe-bench", "rounds": 5, "reps": None, "isa": None,
+           "diagnose": False, "strict": False, "from_csv": []}
+    i = 0
+    while i < len(argv):
+        a = argv[i]
+        if a in ("-h", "--help"):
+            print(__doc__)
+            sys.exit(0)
+        if a in ("--diagnose", "--strict"):
+            opt[a[2:]] = True
+            i += 1
+            continue
+        if a == "--from-csv":
+            files = []
+            i += 1
+            while i < len(argv) and not argv[i].startswith("--"):
+                files.append(argv[i])
+                i += 1
+            if not files:
+                usage("--from-csv needs at least one file")
+            opt["from_csv"] += files
+            continue
+        if a in ("--bench", "--rounds", "--reps", "--isa"):
+            if i + 1 >= len(argv):
+                usage(f"{a} needs a value")
+            opt[a[2:]] = argv[i + 1]
+            i += 2
+            continue
+        usage(f"unknown argument {a}")
+    for key in ("rounds", "reps"):
+        if opt[key] is None:
+            continue
+        try:
+            opt[key] = int(opt[key])
+        except ValueError:
+            usage(f"--{key} {opt[key]} is not a number")
+        if opt[key] < 1:
+            usage(f"--{key} {opt[key]} must be at least 1")
+    if opt["from_csv"]:
+        if opt["diagnose"]:
+            usage("--diagnose runs pe-bench; it cannot be combined with --from-csv")
+        for f in opt["from_csv"]:
+            if not os.path.isfile(f):
+                usage(f"--from-csv {f}: no such file")
+    elif not os.access(opt["bench"], os.X_OK):
+        usage(f"--bench {opt['bench']}: not an executable")
+    return opt
+
+
+def read_rows(text):
+    """pe-bench --csv output (COMMANDS' outputs appended, in order) as dicts."""
+    rows = []
+    header, command = None, -1
+    for line in text.splitlines():
+        if line.startswith("suite,"):
+            header = next(csv.reader([line]))
+            command += 1
+            continue
+        if not line.strip() or header is None:
+            continue
+        row = dict(zip(header, next(csv.reader([line]))))
+        row["command"] = command  # which of COMMANDS printed it: its header's rank
+        rows.append(row)
+    return rows
+
+
+def run_round(opt, extra=()):
+    out = []
+    for cmd in COMMANDS:
+        args = [opt["bench"], "--csv"] + cmd + list(extra)
+        if opt["reps"]:
+            args += ["--reps", str(opt["reps"])]
+        if opt["isa"]:
+            args += ["--isa", opt["isa"]]
+        p = subprocess.run(args, capture_output=True, text=True)
+        if p.returncode != 0:
+            print(p.stderr, file=sys.stderr, end="")
+            sys.exit(f"bench-targets: `{' '.join(args)}` failed with status {p.returncode}")
+        out.append(p.stdout)
+    return read_rows("\n".join(out))
+
+
+def num(r, key):
+    v = r.get(key, "")
+    try:
+        return float(v)
+    except ValueError:
+        return None
+
+
+def tokens_of(case):
+    """Tokens per sequence of a case name: 'prefill 512 ...', '... 1x4096', '512 tok'."""
+    m = re.search(r"\b\d+x(\d+)\b", case) or re.search(r"prefill (\d+)", case) or \
+        re.search(r"\b(\d+) tok\b", case)
+    if m:
+        return int(m.group(1))
+    return 1 if "decode" in case else None
+
+
+# The targets: (name, threshold, pick(rows) -> [(row label, value, extra)]),
+# each value to be >= threshold unless the name says "at most".
+
+
+def floor_rows(rows):
+    """rope, fused, kvquant: f16/bf16 rows against their floor, one thread
+    (the first command's: the third's one-token store rows are only the
+    reference of decode_ratio_rows)."""
+    for r in rows:
+        if r["command"] == 0 and r["suite"] in ("rope", "fused", "kvquant") and \
+                r["dtype"] in ("f16", "bf16") and r["threads"] == "1" and \
+                num(r, "ratio_floor") is not None:
+            yield (r["suite"], r["case"], r["dtype"]), num(r, "ratio_floor")
+
+
+def bound_rows(rows):
+    """rope, fused, kvquant: f32 rows of 512 tokens or more against the stream bound."""
+    for r in rows:
+        t = tokens_of(r["case"])
+        if r["command"] == 0 and r["suite"] in ("rope", "fused", "kvquant") and \
+                r["dtype"] == "f32" and r["threads"] == "1" and t is not None and t >= 512:
+            yield (r["suite"], r["case"], r["dtype"]), num(r, "ratio_bound")
+
+
+def qknorm_f32_rows(rows):
+    for r in rows:
+        if r["suite"] == "qknorm" and r["dtype"] == "f32" and r["threads"] == "1" and \
+                ("decode 32x1" in r["case"] or "prefill 1x512" in r["case"]):
+            yield (r["suite"], r["case"], r["dtype"]), num(r, "ratio_bound")
+
+
+def qknorm_half_rows(rows):
+    for r in rows:
+        if r["suite"] == "qknorm" and r["dtype"] in ("f16", "bf16") and r["threads"] == "1" and \
+                num(r, "ratio_floor") is not None:
+            yield (r["suite"], r["case"], r["dtype"]), num(r, "ratio_floor")
+
+
+def decode_ratio_rows(rows):
+    """The QK-norm step of one token against pe_apply_rope_qk_store alone (q+k)."""
+    norm = {r["dtype"]: r for r in rows
+            if r["suite"] == "qknorm" and r["threads"] == "1" and "decode 1x1" in r["case"]}
+    store = {r["dtype"]: r for r in rows
+             if r["suite"] == "fused" and r["threads"] == "1" and r["case"] == "store q+k qwen3-8b 1x1"}
+    for dt in sorted(set(norm) & set(store)):
+        a, b = num(norm[dt], "ns_median"), num(store[dt], "ns_median")
+        fa, fb = num(norm[dt], "floor_ns_median"), num(store[dt], "floor_ns_median")
+        if a and b:
+            floors = f"floors {fa / fb:.2f}x apart" if fa and fb else ""
+            yield ("qknorm", "decode 1x1 / store q+k 1x1", dt), a / b, floors
+
+
+def unfused_rows(rows):
+    for r in rows:
+        if r["suite"] == "qknorm" and r["dtype"] == "bf16" and r["threads"] == "1" and \
+                "prefill 1x512" in r["case"]:
+            yield (r["suite"], r["case"], r["dtype"]), num(r, "ratio_textbook")
+
+
+def pool_rows(rows):
+    for r in rows:
+        if r["suite"] == "rope" and r["threads"] == "2" and tokens_of(r["case"]) == 128 and \
+                r["dtype"] == "f32":
+            yield (r["suite"], r["case"], r["dtype"] + " 2 threads"), num(r, "speedup_vs_1_thread")
+
+
+TARGETS = [
+    ("f16/bf16 x floor", 0.8, False, floor_rows),
+    ("f32 512+ tokens x bound", 0.85, False, bound_rows),
+    ("QK-norm f32 x bound", 0.8, False, qknorm_f32_rows),
+    ("QK-norm f16/bf16 x floor", 0.8, False, qknorm_half_rows),
+    ("QK-norm decode 1 / store", 1.3, True, decode_ratio_rows),
+    ("QK-norm x unfused", 1.8, False, unfused_rows),
+    ("2 threads / 1 thread", 1.7, False, pool_rows),
+]
+
+
+def evaluate(rounds):
+    """[(target, threshold, at_most, [(key, values, extra)])] over the rounds."""
+    out = []
+    for name, thr, at_most, pick in TARGETS:
+        keyed, order, extras = {}, [], {}
+        for rows in rounds:
+            for item in pick(rows):
+                key, value = item[0], item[1]
+                if value is None:
+                    continue
+                if key not in keyed:
+                    keyed[key] = []
+                    order.append(key)
+                keyed[key].append(value)
+                if len(item) > 2 and item[2]:
+                    extras[key] = item[2]
+        out.append((name, thr, at_most, [(k, keyed[k], extras.get(k, "")) for k in order]))
+    return out
+
+
+def met(v, thr, at_most):
+    return v <= thr if at_most else v >= thr
+
+
+def cpu_name():
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown CPU"
+
+
+def main():
+    opt = parse_args(sys.argv[1:])
+    rounds = []
+    if opt["from_csv"]:
+        for f in opt["from_csv"]:
+            with open(f) as fh:
+                rounds.append(read_rows(fh.read()))
+        source = f"{len(rounds)} saved run(s): {' '.join(opt['from_csv'])}"
+    else:
+        for i in range(opt["rounds"]):
+            rounds.append(run_round(opt))
+            print(f"[round {i + 1}/{opt['rounds']}]", file=sys.stderr)
+        source = (f"{opt['rounds']} rounds on {cpu_name()}, {os.cpu_count()} CPUs"
+                  + (f", --isa {opt['isa']}" if opt["isa"] else "")
+                  + (f", --reps {opt['reps']}" if opt["reps"] else ""))
+    isas = sorted({r.get("isa", "") for rows in rounds for r in rows} - {""})
+    print(f"bench-targets: {source}; path {', '.join(isas) or '?'}")
+    print("value: the median over the rounds (min..max); met: rounds meeting the target")
+    results = evaluate(rounds)
+    below = [(name, key) for name, thr, at_most, items in results
+             for key, vals, _ in items if not met(statistics.median(vals), thr, at_most)]
+    diag = {}
+    if opt["diagnose"] and below:
+        print("[diagnose: a round with --floor-data call]", file=sys.stderr)
+        call_rows = run_round(opt, ["--floor-data", "call"])
+        for r in call_rows:
+            v = num(r, "ratio_floor")
+            if v is not None and r["threads"] == "1" and r["command"] == 0:
+                diag[(r["suite"], r["case"], r["dtype"])] = v
+    table = [("target", "suite", "case", "dtype", "value", "target", "met", "")]
+    for name, thr, at_most, items in results:
+        if not items:
+            table.append((name, "-", "(no row in these runs)", "-", "-", f"{thr:g}", "-", ""))
+        for key, vals, extra in items:
+            med = statistics.median(vals)
+            ok = sum(met(v, thr, at_most) for v in vals)
+            value = f"{med:.2f}" + (f" ({min(vals):.2f}..{max(vals):.2f})" if len(vals) > 1 else "")
+            note = [] if met(med, thr, at_most) else ["BELOW"]
+            if extra:
+                note.append(extra)
+            if key in diag and not met(med, thr, at_most):
+                note.append(f"x call floor {diag[key]:.2f}")
+            table.append((name, key[0], key[1], key[2], value,
+                          ("<= " if at_most else ">= ") + f"{thr:g}", f"{ok}/{len(vals)}",
+                          "; ".join(note)))
+    widths = [max(len(str(row[c])) for row in table) for c in range(len(table[0]))]
+    for j, row in enumerate(table):
+        print("  ".join(str(v).ljust(widths[c]) for c, v in enumerate(row)).rstrip())
+        if j == 0:
+            print("  ".join("-" * w for w in widths))
+    total = sum(len(items) for _, _, _, items in results)
+    print(f"\n{total - len(below)} of {total} rows meet their target; {len(below)} below")
+    if opt["strict"] and below:
+        sys.exit(1)
+
+
+if __name__ == "__main__":
+    main()
