@@ -9,9 +9,13 @@ says little on a shared machine, so this script runs the same pe-bench
 commands several rounds and reports, per target and row, the median of the
 rounds' values with their range and how many rounds met the target.
 
+A row held to the stream bound also shows floor/bound: its compute floor's
+time over the bound's (above 1 the arithmetic alone takes longer than
+streaming the bytes, so the bound cannot be reached).
+
 With --diagnose, one more round runs the rows with the floor's own kernels
 walking the call's rows (pe-bench --floor-data call) and prints, for each
-row below its target, the library's speed against theirs ('x call floor':
+row below an 'x floor' target, the library's speed against theirs ('x call floor':
 max(bound, that time) / library time): at or above 1 the library runs its
 rows' bytes at least as fast as the shortest instruction sequence meeting
 the same caches, and what is left is the core's overlap of the two (see
@@ -160,6 +164,14 @@ def tokens_of(case):
 # each value to be >= threshold unless the name says "at most".
 
 
+def floor_over_bound(r):
+    """A row held to the stream bound: its compute floor's time over the
+    bound's, when known (above 1 the arithmetic alone is slower than
+    streaming the bytes, and the bound cannot be reached)."""
+    f, b = num(r, "floor_ns_median"), num(r, "bound_ns_median")
+    return f / b if f and b else None
+
+
 def floor_rows(rows):
     """rope, fused, kvquant: f16/bf16 rows against their floor, one thread
     (the first command's: the third's one-token store rows are only the
@@ -177,14 +189,14 @@ def bound_rows(rows):
         t = tokens_of(r["case"])
         if r["command"] == 0 and r["suite"] in ("rope", "fused", "kvquant") and \
                 r["dtype"] == "f32" and r["threads"] == "1" and t is not None and t >= 512:
-            yield (r["suite"], r["case"], r["dtype"]), num(r, "ratio_bound")
+            yield (r["suite"], r["case"], r["dtype"]), num(r, "ratio_bound"), floor_over_bound(r)
 
 
 def qknorm_f32_rows(rows):
     for r in rows:
         if r["suite"] == "qknorm" and r["dtype"] == "f32" and r["threads"] == "1" and \
                 ("decode 32x1" in r["case"] or "prefill 1x512" in r["case"]):
-            yield (r["suite"], r["case"], r["dtype"]), num(r, "ratio_bound")
+            yield (r["suite"], r["case"], r["dtype"]), num(r, "ratio_bound"), floor_over_bound(r)
 
 
 def qknorm_half_rows(rows):
@@ -204,7 +216,7 @@ def decode_ratio_rows(rows):
         a, b = num(norm[dt], "ns_median"), num(store[dt], "ns_median")
         fa, fb = num(norm[dt], "floor_ns_median"), num(store[dt], "floor_ns_median")
         if a and b:
-            floors = f"floors {fa / fb:.2f}x apart" if fa and fb else ""
+            floors = f"floors {fa / fb:.2f}x apart" if fa and fb else None
             yield ("qknorm", "decode 1x1 / store q+k 1x1", dt), a / b, floors
 
 
@@ -233,6 +245,16 @@ TARGETS = [
 ]
 
 
+def note_of(extras):
+    """A row's extra across the rounds: a number (the floor over the bound)
+    as its median, a text (the decode ratio's floors) as the last round's."""
+    if not extras:
+        return ""
+    if isinstance(extras[-1], str):
+        return extras[-1]
+    return f"floor/bound {statistics.median(extras):.2f}"
+
+
 def evaluate(rounds):
     """[(target, threshold, at_most, [(key, values, extra)])] over the rounds."""
     out = []
@@ -247,9 +269,9 @@ def evaluate(rounds):
                     keyed[key] = []
                     order.append(key)
                 keyed[key].append(value)
-                if len(item) > 2 and item[2]:
-                    extras[key] = item[2]
-        out.append((name, thr, at_most, [(k, keyed[k], extras.get(k, "")) for k in order]))
+                if len(item) > 2 and item[2] is not None:
+                    extras.setdefault(key, []).append(item[2])
+        out.append((name, thr, at_most, [(k, keyed[k], note_of(extras.get(k))) for k in order]))
     return out
 
 
@@ -308,7 +330,7 @@ def main():
             note = [] if met(med, thr, at_most) else ["BELOW"]
             if extra:
                 note.append(extra)
-            if key in diag and not met(med, thr, at_most):
+            if key in diag and not met(med, thr, at_most) and "x floor" in name:
                 note.append(f"x call floor {diag[key]:.2f}")
             table.append((name, key[0], key[1], key[2], value,
                           ("<= " if at_most else ">= ") + f"{thr:g}", f"{ok}/{len(vals)}",
