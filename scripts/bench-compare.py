@@ -33,10 +33,11 @@ Usage: scripts/bench-compare.py --base DIR [--new DIR] [--rounds N]
 import csv
 import io
 import os
-import platform
 import statistics
 import subprocess
 import sys
+
+from bench_common import cpu_name, option_value, positive_int, print_table
 
 
 def usage(msg):
@@ -57,20 +58,13 @@ def parse_args(argv):
             print(__doc__)
             sys.exit(0)
         if a in ("--base", "--new", "--rounds", "--bench"):
-            if i + 1 >= len(argv):
-                usage(f"{a} needs a value")
-            opt[a[2:]] = argv[i + 1]
+            opt[a[2:]] = option_value(argv, i, usage)
             i += 2
             continue
         usage(f"unknown argument {a}")
     if not opt["base"]:
         usage("--base DIR is required")
-    try:
-        opt["rounds"] = int(opt["rounds"])
-    except ValueError:
-        usage(f"--rounds {opt['rounds']} is not a number")
-    if opt["rounds"] < 1:
-        usage(f"--rounds {opt['rounds']} must be at least 1")
+    positive_int(opt, "rounds", usage)
     for key in ("base", "new"):
         lib = os.path.join(opt[key], "libposenc.so.0")
         if not os.path.exists(lib):
@@ -108,17 +102,6 @@ def run(bench, libdir, args):
         rows[key] = (t, max(refs) if refs else None, r.get("flag", ""))
         order.append(key)
     return order, rows
-
-
-def cpu_name():
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown CPU"
 
 
 def span(values, fmt="{:.2f}"):
@@ -168,13 +151,7 @@ def main():
         table.append((key[0], key[1] + (" !" if flag else ""), key[2], key[3],
                       f"{statistics.median(x[0] for x in b):.0f}",
                       f"{statistics.median(x[0] for x in n):.0f}", span(ratio), span(norm)))
-    widths = [max(len(str(row[c])) for row in table) for c in range(len(head))]
-    for j, row in enumerate(table):
-        cells = [str(v).ljust(widths[c]) if c < 4 else str(v).rjust(widths[c])
-                 for c, v in enumerate(row)]
-        print("  ".join(cells).rstrip())
-        if j == 0:
-            print("  ".join("-" * w for w in widths))
+    print_table(table, left=4)
 
 
 if __name__ == "__main__":

@@ -40,13 +40,13 @@ The commands of a round (each with --csv, and --reps/--isa when given):
   pe-bench --suite fused --model qwen3-8b --tokens 1 --threads 1
 """
 import csv
-import io
 import os
-import platform
 import re
 import statistics
 import subprocess
 import sys
+
+from bench_common import cpu_name, option_value, positive_int, print_table
 
 COMMANDS = [
     ["--suite", "rope,fused,kvquant,qknorm", "--threads", "1"],
@@ -84,21 +84,13 @@ def parse_args(argv):
             opt["from_csv"] += files
             continue
         if a in ("--bench", "--rounds", "--reps", "--isa"):
-            if i + 1 >= len(argv):
-                usage(f"{a} needs a value")
-            opt[a[2:]] = argv[i + 1]
+            opt[a[2:]] = option_value(argv, i, usage)
             i += 2
             continue
         usage(f"unknown argument {a}")
     for key in ("rounds", "reps"):
-        if opt[key] is None:
-            continue
-        try:
-            opt[key] = int(opt[key])
-        except ValueError:
-            usage(f"--{key} {opt[key]} is not a number")
-        if opt[key] < 1:
-            usage(f"--{key} {opt[key]} must be at least 1")
+        if opt[key] is not None:
+            positive_int(opt, key, usage)
     if opt["from_csv"]:
         if opt["diagnose"]:
             usage("--diagnose runs pe-bench; it cannot be combined with --from-csv")
@@ -279,17 +271,6 @@ def met(v, thr, at_most):
     return v <= thr if at_most else v >= thr
 
 
-def cpu_name():
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown CPU"
-
-
 def main():
     opt = parse_args(sys.argv[1:])
     rounds = []
@@ -335,11 +316,7 @@ def main():
             table.append((name, key[0], key[1], key[2], value,
                           ("<= " if at_most else ">= ") + f"{thr:g}", f"{ok}/{len(vals)}",
                           "; ".join(note)))
-    widths = [max(len(str(row[c])) for row in table) for c in range(len(table[0]))]
-    for j, row in enumerate(table):
-        print("  ".join(str(v).ljust(widths[c]) for c, v in enumerate(row)).rstrip())
-        if j == 0:
-            print("  ".join("-" * w for w in widths))
+    print_table(table)
     total = sum(len(items) for _, _, _, items in results)
     print(f"\n{total - len(below)} of {total} rows meet their target; {len(below)} below")
     if opt["strict"] and below:
