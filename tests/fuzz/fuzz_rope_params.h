@@ -48,7 +48,10 @@ static inline pe_rope_params *fz_rope_params(fz *f, fz_rope_arrays *arr, int sma
   uint32_t rsel = fz_u8(f) % 8;
   if (rsel < 3) p->rotary_dim = 0;
   else if (rsel < 6) p->rotary_dim = 2 * (int32_t)fz_range(f, 1, p->head_dim > 1 ? p->head_dim / 2 : 1);
-  else if (rsel == 6) p->rotary_dim = (int32_t)fz_range(f, -3, p->head_dim + 3);
+  else if (rsel == 6) { /* around head_dim, in int64: a wild head_dim may be INT32_MAX */
+    int64_t r = fz_range(f, -3, (int64_t)p->head_dim + 3);
+    p->rotary_dim = r > INT32_MAX ? INT32_MAX : (int32_t)r;
+  }
   else p->rotary_dim = (int32_t)fz_bits(f, 4);
   uint32_t ssel = fz_u8(f);
   p->style = ssel < 250 ? (pe_rope_style)(ssel & 1) : (pe_rope_style)(int)(ssel - 248);
