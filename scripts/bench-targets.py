@@ -119,9 +119,10 @@ def read_rows(text):
     return rows
 
 
-def run_round(opt, extra=()):
+def run_round(opt, extra=(), commands=COMMANDS):
+    """One round: each of commands run once (with extra), its rows read."""
     out = []
-    for cmd in COMMANDS:
+    for cmd in commands:
         args = [opt["bench"], "--csv"] + cmd + list(extra)
         if opt["reps"]:
             args += ["--reps", str(opt["reps"])]
@@ -152,8 +153,10 @@ def tokens_of(case):
     return 1 if "decode" in case else None
 
 
-# The targets: (name, threshold, pick(rows) -> [(row label, value, extra)]),
-# each value to be >= threshold unless the name says "at most".
+def key_of(r):
+    """A row's label: suite, case, dtype (with its thread count past one)."""
+    threads = "" if r["threads"] == "1" else f" {r['threads']} threads"
+    return (r["suite"], r["case"], r["dtype"] + threads)
 
 
 def floor_over_bound(r):
@@ -164,38 +167,25 @@ def floor_over_bound(r):
     return f / b if f and b else None
 
 
-def floor_rows(rows):
-    """rope, fused, kvquant: f16/bf16 rows against their floor, one thread
-    (the first command's: the third's one-token store rows are only the
-    reference of decode_ratio_rows)."""
-    for r in rows:
-        if r["command"] == 0 and r["suite"] in ("rope", "fused", "kvquant") and \
-                r["dtype"] in ("f16", "bf16") and r["threads"] == "1" and \
-                num(r, "ratio_floor") is not None:
-            yield (r["suite"], r["case"], r["dtype"]), num(r, "ratio_floor")
+def rows_where(test, column, extra=None):
+    """pick(rows) for a target read from one column: (label, value, extra)
+    for each row passing test that has a value there."""
+    def pick(rows):
+        for r in rows:
+            v = num(r, column)
+            if v is not None and test(r):
+                yield key_of(r), v, extra(r) if extra else None
+    return pick
 
 
-def bound_rows(rows):
-    """rope, fused, kvquant: f32 rows of 512 tokens or more against the stream bound."""
-    for r in rows:
-        t = tokens_of(r["case"])
-        if r["command"] == 0 and r["suite"] in ("rope", "fused", "kvquant") and \
-                r["dtype"] == "f32" and r["threads"] == "1" and t is not None and t >= 512:
-            yield (r["suite"], r["case"], r["dtype"]), num(r, "ratio_bound"), floor_over_bound(r)
+SERVING = ("rope", "fused", "kvquant")
 
 
-def qknorm_f32_rows(rows):
-    for r in rows:
-        if r["suite"] == "qknorm" and r["dtype"] == "f32" and r["threads"] == "1" and \
-                ("decode 32x1" in r["case"] or "prefill 1x512" in r["case"]):
-            yield (r["suite"], r["case"], r["dtype"]), num(r, "ratio_bound"), floor_over_bound(r)
-
-
-def qknorm_half_rows(rows):
-    for r in rows:
-        if r["suite"] == "qknorm" and r["dtype"] in ("f16", "bf16") and r["threads"] == "1" and \
-                num(r, "ratio_floor") is not None:
-            yield (r["suite"], r["case"], r["dtype"]), num(r, "ratio_floor")
+def first_command(r, suites, dtypes, threads="1"):
+    """r is a row of COMMANDS[0] (the third's one-token store rows are only
+    the decode ratio's reference) of these suites and dtypes."""
+    return r["command"] == 0 and r["suite"] in suites and r["dtype"] in dtypes and \
+        r["threads"] == threads
 
 
 def decode_ratio_rows(rows):
@@ -212,28 +202,28 @@ def decode_ratio_rows(rows):
             yield ("qknorm", "decode 1x1 / store q+k 1x1", dt), a / b, floors
 
 
-def unfused_rows(rows):
-    for r in rows:
-        if r["suite"] == "qknorm" and r["dtype"] == "bf16" and r["threads"] == "1" and \
-                "prefill 1x512" in r["case"]:
-            yield (r["suite"], r["case"], r["dtype"]), num(r, "ratio_textbook")
-
-
-def pool_rows(rows):
-    for r in rows:
-        if r["suite"] == "rope" and r["threads"] == "2" and tokens_of(r["case"]) == 128 and \
-                r["dtype"] == "f32":
-            yield (r["suite"], r["case"], r["dtype"] + " 2 threads"), num(r, "speedup_vs_1_thread")
-
-
+# The targets: (name, threshold, at_most (the value is to be at most the
+# threshold, else at least), pick(rows) -> (label, value, extra) per row,
+# whether the value is an x floor (the rows --diagnose explains)).
 TARGETS = [
-    ("f16/bf16 x floor", 0.8, False, floor_rows),
-    ("f32 512+ tokens x bound", 0.85, False, bound_rows),
-    ("QK-norm f32 x bound", 0.8, False, qknorm_f32_rows),
-    ("QK-norm f16/bf16 x floor", 0.8, False, qknorm_half_rows),
-    ("QK-norm decode 1 / store", 1.3, True, decode_ratio_rows),
-    ("QK-norm x unfused", 1.8, False, unfused_rows),
-    ("2 threads / 1 thread", 1.7, False, pool_rows),
+    ("f16/bf16 x floor", 0.8, False,
+     rows_where(lambda r: first_command(r, SERVING, ("f16", "bf16")), "ratio_floor"), True),
+    ("f32 512+ tokens x bound", 0.85, False,
+     rows_where(lambda r: first_command(r, SERVING, ("f32",)) and (tokens_of(r["case"]) or 0) >= 512,
+                "ratio_bound", floor_over_bound), False),
+    ("QK-norm f32 x bound", 0.8, False,
+     rows_where(lambda r: first_command(r, ("qknorm",), ("f32",)) and
+                ("decode 32x1" in r["case"] or "prefill 1x512" in r["case"]),
+                "ratio_bound", floor_over_bound), False),
+    ("QK-norm f16/bf16 x floor", 0.8, False,
+     rows_where(lambda r: first_command(r, ("qknorm",), ("f16", "bf16")), "ratio_floor"), True),
+    ("QK-norm decode 1 / store", 1.3, True, decode_ratio_rows, False),
+    ("QK-norm x unfused", 1.8, False,
+     rows_where(lambda r: first_command(r, ("qknorm",), ("bf16",)) and "prefill 1x512" in r["case"],
+                "ratio_textbook"), False),
+    ("2 threads / 1 thread", 1.7, False,
+     rows_where(lambda r: r["suite"] == "rope" and r["dtype"] == "f32" and r["threads"] == "2" and
+                tokens_of(r["case"]) == 128, "speedup_vs_1_thread"), False),
 ]
 
 
@@ -248,22 +238,21 @@ def note_of(extras):
 
 
 def evaluate(rounds):
-    """[(target, threshold, at_most, [(key, values, extra)])] over the rounds."""
+    """[(target, threshold, at_most, is_floor, [(key, values, extra)])] over the rounds."""
     out = []
-    for name, thr, at_most, pick in TARGETS:
+    for name, thr, at_most, pick, is_floor in TARGETS:
         keyed, order, extras = {}, [], {}
         for rows in rounds:
             for item in pick(rows):
-                key, value = item[0], item[1]
-                if value is None:
-                    continue
+                key, value, extra = item
                 if key not in keyed:
                     keyed[key] = []
                     order.append(key)
                 keyed[key].append(value)
-                if len(item) > 2 and item[2] is not None:
-                    extras.setdefault(key, []).append(item[2])
-        out.append((name, thr, at_most, [(k, keyed[k], note_of(extras.get(k))) for k in order]))
+                if extra is not None:
+                    extras.setdefault(key, []).append(extra)
+        out.append((name, thr, at_most, is_floor,
+                    [(k, keyed[k], note_of(extras.get(k))) for k in order]))
     return out
 
 
@@ -290,20 +279,20 @@ def main():
     print(f"bench-targets: {source}; path {', '.join(isas) or '?'}")
     print("value: the median over the rounds (min..max); met: rounds meeting the target")
     results = evaluate(rounds)
-    below = [(name, key) for name, thr, at_most, items in results
+    below = [(name, key) for name, thr, at_most, _, items in results
              for key, vals, _ in items if not met(statistics.median(vals), thr, at_most)]
     diag = {}
     if opt["diagnose"] and below:
         print("[diagnose: a round with --floor-data call]", file=sys.stderr)
-        call_rows = run_round(opt, ["--floor-data", "call"])
-        for r in call_rows:
+        for r in run_round(opt, ["--floor-data", "call"], COMMANDS[:1]):
             v = num(r, "ratio_floor")
-            if v is not None and r["threads"] == "1" and r["command"] == 0:
-                diag[(r["suite"], r["case"], r["dtype"])] = v
+            if v is not None:
+                diag[key_of(r)] = v
     table = [("target", "suite", "case", "dtype", "value", "target", "met", "")]
-    for name, thr, at_most, items in results:
+    for name, thr, at_most, is_floor, items in results:
+        bound = ("<= " if at_most else ">= ") + f"{thr:g}"
         if not items:
-            table.append((name, "-", "(no row in these runs)", "-", "-", f"{thr:g}", "-", ""))
+            table.append((name, "-", "(no row in these runs)", "-", "-", bound, "-", ""))
         for key, vals, extra in items:
             med = statistics.median(vals)
             ok = sum(met(v, thr, at_most) for v in vals)
@@ -311,13 +300,12 @@ def main():
             note = [] if met(med, thr, at_most) else ["BELOW"]
             if extra:
                 note.append(extra)
-            if key in diag and not met(med, thr, at_most) and "x floor" in name:
+            if is_floor and key in diag and not met(med, thr, at_most):
                 note.append(f"x call floor {diag[key]:.2f}")
-            table.append((name, key[0], key[1], key[2], value,
-                          ("<= " if at_most else ">= ") + f"{thr:g}", f"{ok}/{len(vals)}",
+            table.append((name, key[0], key[1], key[2], value, bound, f"{ok}/{len(vals)}",
                           "; ".join(note)))
     print_table(table)
-    total = sum(len(items) for _, _, _, items in results)
+    total = sum(len(items) for *_, items in results)
     print(f"\n{total - len(below)} of {total} rows meet their target; {len(below)} below")
     if opt["strict"] and below:
         sys.exit(1)
