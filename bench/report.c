@@ -185,7 +185,8 @@ static void print_rows(const int *rows, int n, const int *cols, int nc, const ch
 
 /* The narrow table: one block per suite and thread count, in run order,
  * titled with the shape most of its rows have (a row of another shape says
- * so in its note). Its columns: case, dtype, ns/call, x stream bound, and
+ * so in its note). Its columns: case, dtype, isa where the block's rows
+ * ran on more than one path (--isa all), ns/call, x stream bound, and
  * where a row of the block has them x textbook (rope; x unfused for the
  * serving suites, whose baseline is the unfused sequence), x native,
  * x 1 thread; the remarks numbered under the block ('!' before the number:
@@ -212,9 +213,11 @@ static void print_narrow(void) {
       if (same > best) best = same, shape = results[rows[i]].shape;
     }
     char cells[N_COLS][CELL];
+    int paths = 0; /* rows of another path than the block's first (--isa all) */
     for (int i = 0; i < n; i++) {
       result_cells(&results[rows[i]], cells);
       for (int c = 0; c < N_COLS; c++) any[c] |= strcmp(cells[c], "-") != 0;
+      paths |= strcmp(results[rows[i]].isa, f->isa) != 0;
     }
     /* numbered remarks: equal texts share a number */
     int n_texts = 0;
@@ -236,6 +239,7 @@ static void print_narrow(void) {
 #define COL(c, name) (cols[nc] = (c), names[nc++] = (name))
     COL(C_CASE, "case");
     COL(C_DTYPE, "dtype");
+    if (paths) COL(C_ISA, "isa");
     COL(C_NS, "ns/call");
     if (any[C_BOUND]) COL(C_BOUND, "x stream bound");
     if (any[C_FLOOR]) COL(C_FLOOR, "floor");
@@ -262,8 +266,11 @@ static void print_narrow(void) {
 
 void print_table(const char *cpu, const char *cmdline) {
   char line[1024];
+  /* --isa all: each row on its own path, its floor with that path's kernels */
+  const int all = opt.isa && !strcmp(opt.isa, "all");
   snprintf(line, sizeof line, "pe-bench %s on %s, %ld CPUs; library path %s; command: %s",
-           pe_version_string(), cpu, sysconf(_SC_NPROCESSORS_ONLN), pe_isa_name(), cmdline);
+           pe_version_string(), cpu, sysconf(_SC_NPROCESSORS_ONLN),
+           all ? "each one this CPU runs (isa column)" : pe_isa_name(), cmdline);
   print_wrapped("", 2, line);
   char floor_words[256] = "";
   if (pb_floor_name)
@@ -272,7 +279,7 @@ void print_table(const char *cpu, const char *cmdline) {
              "max(bound, floor) / ns;",
              opt.floor_call ? "as many rows as the call has (--floor-data call)"
                             : "L1-resident data",
-             pb_floor_name);
+             all ? "each row's path's" : pb_floor_name);
   snprintf(line, sizeof line,
            "median of %d runs after %d warm-up; bound = in-place x=x*a+b over the same bytes, "
            "the faster of one stream and four, same threads, same run;%s load average %.2f at "

@@ -27,12 +27,16 @@ Usage: scripts/bench-targets.py [--bench PATH] [--rounds N] [--reps N]
   --bench PATH  the pe-bench binary (default: build/bench/pe-bench)
   --rounds N    rounds (default 5); a round runs the three commands below
   --reps N      pe-bench's --reps (default: pe-bench's own, 15)
-  --isa NAME    pe-bench's --isa (default: the best path of this CPU)
+  --isa NAME    pe-bench's --isa (default: the best path of this CPU); all:
+                each vector path this CPU runs (pe-bench --isa all's but
+                scalar, the reference), taken in turn within every round,
+                one table each
   --diagnose    one more round with --floor-data call, for the rows below
   --strict      exit 1 when a target is not met (default: a report, exit 0)
   --from-csv F  evaluate saved `pe-bench --csv` outputs instead of running
-                pe-bench (each file one round, the three commands' rows in
-                one file)
+                pe-bench (each file one round: the three commands' outputs
+                in order, once per path when they hold several; the rows
+                are grouped by their isa column)
 
 The commands of a round (each with --csv, and --reps/--isa when given):
   pe-bench --suite rope,fused,kvquant,qknorm --threads 1
@@ -103,7 +107,8 @@ def parse_args(argv):
 
 
 def read_rows(text):
-    """pe-bench --csv output (COMMANDS' outputs appended, in order) as dicts."""
+    """pe-bench --csv output (COMMANDS' outputs appended, in order, once per
+    path when a round took several) as dicts."""
     rows = []
     header, command = None, -1
     for line in text.splitlines():
@@ -114,26 +119,44 @@ def read_rows(text):
         if not line.strip() or header is None:
             continue
         row = dict(zip(header, next(csv.reader([line]))))
-        row["command"] = command  # which of COMMANDS printed it: its header's rank
+        # which of COMMANDS printed it: its header's rank, counted per path
+        row["command"] = command % len(COMMANDS)
         rows.append(row)
     return rows
 
 
-def run_round(opt, extra=(), commands=COMMANDS):
-    """One round: each of commands run once (with extra), its rows read."""
+def bench(opt, args):
+    """pe-bench's standard output for these arguments; exit when it fails."""
+    args = [opt["bench"]] + args
+    p = subprocess.run(args, capture_output=True, text=True)
+    if p.returncode != 0:
+        print(p.stderr, file=sys.stderr, end="")
+        sys.exit(f"bench-targets: `{' '.join(args)}` failed with status {p.returncode}")
+    return p.stdout
+
+
+def run_round(opt, isa, extra=(), commands=COMMANDS):
+    """One round on one path (isa None: pe-bench's choice): each of
+    commands run once (with extra), its rows read."""
     out = []
     for cmd in commands:
-        args = [opt["bench"], "--csv"] + cmd + list(extra)
+        args = ["--csv"] + cmd + list(extra)
         if opt["reps"]:
             args += ["--reps", str(opt["reps"])]
-        if opt["isa"]:
-            args += ["--isa", opt["isa"]]
-        p = subprocess.run(args, capture_output=True, text=True)
-        if p.returncode != 0:
-            print(p.stderr, file=sys.stderr, end="")
-            sys.exit(f"bench-targets: `{' '.join(args)}` failed with status {p.returncode}")
-        out.append(p.stdout)
+        if isa:
+            args += ["--isa", isa]
+        out.append(bench(opt, args))
     return read_rows("\n".join(out))
+
+
+def vector_paths(opt):
+    """The paths --isa all takes: every one pe-bench runs on this CPU but scalar."""
+    rows = read_rows(bench(opt, ["--csv", "--suite", "rope", "--tokens", "1", "--dtype", "f32",
+                                 "--threads", "1", "--reps", "1", "--isa", "all"]))
+    paths = [r["isa"] for r in rows if r["isa"] != "scalar"]
+    if not paths:
+        sys.exit("bench-targets: --isa all: this CPU runs no vector path (scalar only)")
+    return list(dict.fromkeys(paths))
 
 
 def num(r, key):
@@ -260,31 +283,17 @@ def met(v, thr, at_most):
     return v <= thr if at_most else v >= thr
 
 
-def main():
-    opt = parse_args(sys.argv[1:])
-    rounds = []
-    if opt["from_csv"]:
-        for f in opt["from_csv"]:
-            with open(f) as fh:
-                rounds.append(read_rows(fh.read()))
-        source = f"{len(rounds)} saved run(s): {' '.join(opt['from_csv'])}"
-    else:
-        for i in range(opt["rounds"]):
-            rounds.append(run_round(opt))
-            print(f"[round {i + 1}/{opt['rounds']}]", file=sys.stderr)
-        source = (f"{opt['rounds']} rounds on {cpu_name()}, {os.cpu_count()} CPUs"
-                  + (f", --isa {opt['isa']}" if opt["isa"] else "")
-                  + (f", --reps {opt['reps']}" if opt["reps"] else ""))
-    isas = sorted({r.get("isa", "") for rows in rounds for r in rows} - {""})
-    print(f"bench-targets: {source}; path {', '.join(isas) or '?'}")
-    print("value: the median over the rounds (min..max); met: rounds meeting the target")
+def report(opt, rounds, isa):
+    """The targets' table for the rows of one path (isa; "" when the rows
+    name none); returns (rows, rows below)."""
     results = evaluate(rounds)
     below = [(name, key) for name, thr, at_most, _, items in results
              for key, vals, _ in items if not met(statistics.median(vals), thr, at_most)]
     diag = {}
     if opt["diagnose"] and below:
-        print("[diagnose: a round with --floor-data call]", file=sys.stderr)
-        for r in run_round(opt, ["--floor-data", "call"], COMMANDS[:1]):
+        print(f"[diagnose{' ' + isa if isa else ''}: a round with --floor-data call]",
+              file=sys.stderr)
+        for r in run_round(opt, isa or opt["isa"], ["--floor-data", "call"], COMMANDS[:1]):
             v = num(r, "ratio_floor")
             if v is not None:
                 diag[key_of(r)] = v
@@ -307,7 +316,41 @@ def main():
     print_table(table)
     total = sum(len(items) for *_, items in results)
     print(f"\n{total - len(below)} of {total} rows meet their target; {len(below)} below")
-    if opt["strict"] and below:
+    return total, len(below)
+
+
+def main():
+    opt = parse_args(sys.argv[1:])
+    rounds = []
+    if opt["from_csv"]:
+        for f in opt["from_csv"]:
+            with open(f) as fh:
+                rounds.append(read_rows(fh.read()))
+        source = f"{len(rounds)} saved run(s): {' '.join(opt['from_csv'])}"
+    else:
+        paths = vector_paths(opt) if opt["isa"] == "all" else [opt["isa"]]
+        for i in range(opt["rounds"]):
+            rows = []
+            for isa in paths:  # the paths alternated within each round
+                rows += run_round(opt, isa)
+            rounds.append(rows)
+            print(f"[round {i + 1}/{opt['rounds']}]", file=sys.stderr)
+        source = (f"{opt['rounds']} rounds on {cpu_name()}, {os.cpu_count()} CPUs"
+                  + (f", --isa {opt['isa']}" if opt["isa"] else "")
+                  + (f", --reps {opt['reps']}" if opt["reps"] else ""))
+    isas = list(dict.fromkeys(r.get("isa", "") for rows in rounds for r in rows)) or [""]
+    print(f"bench-targets: {source}; path {', '.join(i for i in isas if i) or '?'}")
+    print("value: the median over the rounds (min..max); met: rounds meeting the target")
+    counts = []
+    for isa in isas:
+        if len(isas) > 1:
+            print(f"\n== path {isa} ==")
+        counts.append(report(opt, [[r for r in rows if r.get("isa", "") == isa]
+                                   for rows in rounds], isa))
+    if len(isas) > 1:
+        print("\nper path: " + ", ".join(f"{isa} {n - b} of {n}"
+                                         for isa, (n, b) in zip(isas, counts)))
+    if opt["strict"] and any(b for _, b in counts):
         sys.exit(1)
 
 

@@ -119,6 +119,22 @@ else
   fail "pe-bench --suite rope $quick --csv exited $?: $(cat "$err")"
 fi
 
+# --isa all: a row per path this CPU runs (scalar always), each named in the
+# narrow table's isa column, the header naming no single path.
+# shellcheck disable=SC2086
+if "$bench" --suite rope $quick --layout bthd --isa all >"$out" 2>"$err"; then
+  paths=$(awk '$1 == "llama3-8b" && $6 == "f32" { print $7 }' "$out" | tr '\n' ' ')
+  case "$paths" in
+    scalar*) grep -q 'library path each one this CPU runs (isa column)' "$out" \
+               && grep -Eq '^case +dtype +isa +ns/call' "$out" \
+               && echo "ok   --isa all: rows of $paths" \
+               || fail "--isa all: header or isa column missing: $(cat "$out")" ;;
+    *) fail "--isa all: no scalar row first (paths: '$paths'): $(cat "$out")" ;;
+  esac
+else
+  fail "--isa all exited $?: $(cat "$err")"
+fi
+
 # An overridden shape is "custom", with the shape it has.
 # shellcheck disable=SC2086
 if "$bench" --suite rope $quick --layout bhtd --heads 16 --csv >"$out" 2>"$err"; then

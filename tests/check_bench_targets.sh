@@ -66,6 +66,20 @@ if "$py" "$script" --from-csv "$dir/r1.csv" "$dir/r2.csv" >"$out" 2>&1; then
 else
   fail "bench-targets --from-csv exited $?: $(cat "$out")"
 fi
+# two paths in one round (as --isa all takes them): one table each, counted
+# per path, the header rank of the second path's commands counted anew
+{ round 0.79 1400 1.69; round 0.85 1200 1.75 | sed 's/,avx2,/,avx512,/'; } >"$dir/r3.csv"
+if "$py" "$script" --from-csv "$dir/r3.csv" >"$out" 2>&1; then
+  for want in '^== path avx2 ==$' '^== path avx512 ==$' \
+              '^f16/bf16 x floor +rope +llama3-8b prefill 512 bhtd +bf16 +0\.79 +>= 0\.8 +0/1 +BELOW$' \
+              '^f16/bf16 x floor +rope +llama3-8b prefill 512 bhtd +bf16 +0\.85 +>= 0\.8 +1/1 *$' \
+              '^2 threads / 1 thread +rope +llama3-8b 128 tok x1 bthd +f32 2 threads +1\.75 +>= 1\.7 +1/1 *$' \
+              '^per path: avx2 6 of 11, avx512 9 of 11$'; do
+    grep -Eq "$want" "$out" && echo "ok   two paths: $want" || fail "two paths: no '$want' in: $(cat "$out")"
+  done
+else
+  fail "bench-targets --from-csv (two paths) exited $?: $(cat "$out")"
+fi
 "$py" "$script" --from-csv "$dir/r1.csv" --strict >/dev/null 2>&1
 [ $? -eq 1 ] && echo "ok   --strict exits 1 below a target" || fail "--strict did not exit 1"
 
