@@ -66,20 +66,32 @@ if "$py" "$script" --from-csv "$dir/r1.csv" "$dir/r2.csv" >"$out" 2>&1; then
 else
   fail "bench-targets --from-csv exited $?: $(cat "$out")"
 fi
+# expect WHAT ARGS -- PATTERN...: bench-targets ARGS succeeds and prints a
+# line matching each PATTERN
+expect() {
+  what=$1
+  shift
+  args=
+  while [ "$1" != "--" ]; do args="$args $1"; shift; done
+  shift
+  # shellcheck disable=SC2086
+  if "$py" "$script" $args >"$out" 2>&1; then
+    for want in "$@"; do
+      grep -Eq "$want" "$out" && echo "ok   $what: $want" || fail "$what: no '$want' in: $(cat "$out")"
+    done
+  else
+    fail "$what: bench-targets$args exited $?: $(cat "$out")"
+  fi
+}
+
 # two paths in one round (as --isa all takes them): one table each, counted
 # per path, the header rank of the second path's commands counted anew
 { round 0.79 1400 1.69; round 0.85 1200 1.75 | sed 's/,avx2,/,avx512,/'; } >"$dir/r3.csv"
-if "$py" "$script" --from-csv "$dir/r3.csv" >"$out" 2>&1; then
-  for want in '^== path avx2 ==$' '^== path avx512 ==$' \
-              '^f16/bf16 x floor +rope +llama3-8b prefill 512 bhtd +bf16 +0\.79 +>= 0\.8 +0/1 +BELOW$' \
-              '^f16/bf16 x floor +rope +llama3-8b prefill 512 bhtd +bf16 +0\.85 +>= 0\.8 +1/1 *$' \
-              '^2 threads / 1 thread +rope +llama3-8b 128 tok x1 bthd +f32 2 threads +1\.75 +>= 1\.7 +1/1 *$' \
-              '^per path: avx2 6 of 11, avx512 9 of 11$'; do
-    grep -Eq "$want" "$out" && echo "ok   two paths: $want" || fail "two paths: no '$want' in: $(cat "$out")"
-  done
-else
-  fail "bench-targets --from-csv (two paths) exited $?: $(cat "$out")"
-fi
+expect "two paths" --from-csv "$dir/r3.csv" -- '^== path avx2 ==$' '^== path avx512 ==$' \
+  '^f16/bf16 x floor +rope +llama3-8b prefill 512 bhtd +bf16 +0\.79 +>= 0\.8 +0/1 +BELOW$' \
+  '^f16/bf16 x floor +rope +llama3-8b prefill 512 bhtd +bf16 +0\.85 +>= 0\.8 +1/1 *$' \
+  '^2 threads / 1 thread +rope +llama3-8b 128 tok x1 bthd +f32 2 threads +1\.75 +>= 1\.7 +1/1 *$' \
+  '^per path: avx2 6 of 11, avx512 9 of 11$'
 "$py" "$script" --from-csv "$dir/r1.csv" --strict >/dev/null 2>&1
 [ $? -eq 1 ] && echo "ok   --strict exits 1 below a target" || fail "--strict did not exit 1"
 
@@ -97,16 +109,11 @@ for args in "--rounds 0" "--reps x" "--from-csv /nonexistent.csv" "--bogus" \
 done
 
 # one real round, one repetition: every command ran and was read back
-if "$py" "$script" --bench "$bench" --rounds 1 --reps 1 >"$out" 2>&1; then
-  for want in '^f16/bf16 x floor +rope +llama3-8b prefill 512 bhtd +f16 ' \
-              '^QK-norm decode 1 / store +qknorm +decode 1x1 / store q\+k 1x1 +f32 ' \
-              '^2 threads / 1 thread +rope +llama3-8b 128 tok x1 bhtd ' \
-              '^[0-9]+ of [0-9]+ rows meet their target; [0-9]+ below$'; do
-    grep -Eq "$want" "$out" && echo "ok   real round: $want" || fail "real round: no '$want' in: $(cat "$out")"
-  done
-else
-  fail "a real round failed: $(cat "$out")"
-fi
+expect "real round" --bench "$bench" --rounds 1 --reps 1 -- \
+  '^f16/bf16 x floor +rope +llama3-8b prefill 512 bhtd +f16 ' \
+  '^QK-norm decode 1 / store +qknorm +decode 1x1 / store q\+k 1x1 +f32 ' \
+  '^2 threads / 1 thread +rope +llama3-8b 128 tok x1 bhtd ' \
+  '^[0-9]+ of [0-9]+ rows meet their target; [0-9]+ below$'
 
 [ "$failed" -eq 0 ] && echo "bench-targets checks passed" && exit 0
 echo "$failed bench-targets check(s) failed"
