@@ -267,10 +267,10 @@ static void print_narrow(void) {
 void print_table(const char *cpu, const char *cmdline) {
   char line[1024];
   /* --isa all: each row on its own path, its floor with that path's kernels */
-  const int all = opt.isa && !strcmp(opt.isa, "all");
+  const int each_path = opt.isa && !strcmp(opt.isa, "all");
   snprintf(line, sizeof line, "pe-bench %s on %s, %ld CPUs; library path %s; command: %s",
            pe_version_string(), cpu, sysconf(_SC_NPROCESSORS_ONLN),
-           all ? "each one this CPU runs (isa column)" : pe_isa_name(), cmdline);
+           each_path ? "each one this CPU runs (isa column)" : pe_isa_name(), cmdline);
   print_wrapped("", 2, line);
   char floor_words[256] = "";
   if (pb_floor_name)
@@ -279,7 +279,7 @@ void print_table(const char *cpu, const char *cmdline) {
              "max(bound, floor) / ns;",
              opt.floor_call ? "as many rows as the call has (--floor-data call)"
                             : "L1-resident data",
-             all ? "each row's path's" : pb_floor_name);
+             each_path ? "each row's path's" : pb_floor_name);
   snprintf(line, sizeof line,
            "median of %d runs after %d warm-up; bound = in-place x=x*a+b over the same bytes, "
            "the faster of one stream and four, same threads, same run;%s load average %.2f at "
