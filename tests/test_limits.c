@@ -174,6 +174,58 @@ static void test_negative_stride_below_address_zero(void **state) {
   pe_rope_cache_destroy(c);
 }
 
+/* Tensors on both sides of the shapes (2^15) and strides (+-2^31) below
+ * which the library skips the per-product overflow tests, at addresses
+ * where the span ends below 0, past the top of the address space, or fits
+ * (some exactly at those edges):
+ * each refused with PE_ERR_OVERFLOW exactly when its byte range, computed
+ * here in 128 bits, leaves [0, 2^64). A tensor that fits is refused by its
+ * positions (one past the table), so no call touches these addresses. */
+static void test_extent_at_the_fast_path_limits(void **state) {
+  (void)state;
+  pe_rope_cache *c = make_cache(16, 4);
+  const int64_t shapes[] = {((int64_t)1 << 15) - 1, (int64_t)1 << 15};
+  const int64_t strides[] = {((int64_t)1 << 31) - 1, (int64_t)1 << 31, -((int64_t)1 << 31),
+                             -((int64_t)1 << 31) - 1, 16, -16};
+  const uintptr_t bases[] = {(uintptr_t)1 << 20, (uintptr_t)1 << 46, (uintptr_t)1 << 50,
+                             UINTPTR_MAX - ((uintptr_t)1 << 20) + 1, UINTPTR_MAX - ((uintptr_t)1 << 47) + 1};
+  int64_t *pos = malloc(((size_t)1 << 15) * sizeof *pos);
+  assert_non_null(pos);
+  for (size_t i = 0; i < (size_t)1 << 15; i++) pos[i] = 4; /* max_positions: out of range */
+  int fits = 0, overflows = 0;
+  for (int dim = 0; dim < 3; dim++)
+    for (size_t n = 0; n < sizeof shapes / sizeof shapes[0]; n++)
+      for (size_t s = 0; s < sizeof strides / sizeof strides[0]; s++)
+        for (size_t a = 0; a < 9; a++) {
+          /* The byte range from data: [below, above). */
+          __int128 span = (__int128)(shapes[n] - 1) * strides[s];
+          __int128 below = (span < 0 ? span : 0) * 4, above = (16 + (span > 0 ? span : 0)) * 4;
+          /* A fixed address, or one at an edge: the range starting at 0 or
+           * 4 bytes below it, ending at the top (2^64 - 1) or at 2^64. */
+          __int128 top = (__int128)UINTPTR_MAX + 1;
+          const __int128 at[4] = {-below, -below - 4, top - 4 - above, top - above};
+          __int128 data = a < 5 ? (__int128)bases[a] : at[a - 5];
+          if (data <= 0 || data >= top) continue; /* NULL is another error */
+          pe_tensor q = {(void *)(uintptr_t)data, PE_F32, {1, 1, 1, 16}, {16, 16, 16, 1}};
+          q.shape[dim] = shapes[n];
+          q.stride[dim] = strides[s];
+          __int128 lo = data + below, hi = data + above;
+          int ok = lo >= 0 && hi <= (__int128)UINTPTR_MAX;
+          pe_status st = pe_apply_rope_qk(c, &q, NULL, pos, 0, NULL);
+          if (st != (ok ? PE_ERR_POSITION_OUT_OF_RANGE : PE_ERR_OVERFLOW))
+            fail_msg("dim %d shape %lld stride %lld data %#llx: %s (%s), wanted %s", dim,
+                     (long long)shapes[n], (long long)strides[s], (unsigned long long)data,
+                     pe_status_string(st), pe_last_error(),
+                     ok ? "the positions refused" : "PE_ERR_OVERFLOW");
+          fits += ok;
+          overflows += !ok;
+          bad_inputs++;
+        }
+  assert_true(fits > 0 && overflows > 0);
+  free(pos);
+  pe_rope_cache_destroy(c);
+}
+
 /* A dimension of size 1 may carry any stride (it is never stepped): the
  * call is valid and must touch exactly the elements of the other dims. */
 static void test_size_one_dim_with_huge_stride(void **state) {
@@ -642,6 +694,7 @@ int main(void) {
       cmocka_unit_test(test_stride_extent_overflow),
       cmocka_unit_test(test_extent_ending_at_int64_max),
       cmocka_unit_test(test_negative_stride_below_address_zero),
+      cmocka_unit_test(test_extent_at_the_fast_path_limits),
       cmocka_unit_test(test_size_one_dim_with_huge_stride),
       cmocka_unit_test(test_table_larger_than_memory),
       cmocka_unit_test(test_huge_frequencies_stay_bounded),
