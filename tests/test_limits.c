@@ -226,6 +226,71 @@ static void test_extent_at_the_fast_path_limits(void **state) {
   pe_rope_cache_destroy(c);
 }
 
+/* The same limits for a quantized cache (a tensor of bytes: FP8 rows of
+ * head_dim bytes, Q8_0 rows of head_dim / 32 blocks of 34), through
+ * pe_qk_norm_rope_store. Nothing is dereferenced: k and the cache sit at
+ * made-up addresses and the positions are refused after both. A cache that
+ * fits is refused for overlapping k when its byte range holds k's, else
+ * for the positions. */
+static void test_kv_extent_at_the_fast_path_limits(void **state) {
+  (void)state;
+  pe_rope_cache *c = make_cache(128, 4);
+  const int64_t shapes[] = {((int64_t)1 << 15) - 1, (int64_t)1 << 15};
+  const uintptr_t k_at = (uintptr_t)1 << 28;
+  pe_tensor k = {(void *)k_at, PE_F32, {1, 1, 1, 128}, {128, 128, 128, 1}};
+  int64_t pos = 4, slot = 0; /* max_positions: out of range */
+  float scale = 1.0f;
+  pe_qk_norm none;
+  pe_qk_norm_init(&none); /* PE_QK_NORM_NONE */
+  const uint32_t formats[2] = {PE_KV_FP8_E4M3, PE_KV_Q8_0};
+  const int64_t row_bytes[2] = {128, 128 / 32 * 34};
+  int fits = 0, overflows = 0, overlaps = 0;
+  for (int f = 0; f < 2; f++) {
+    const int64_t row = row_bytes[f];
+    const int64_t strides[] = {((int64_t)1 << 31) - 1, (int64_t)1 << 31, -((int64_t)1 << 31),
+                               -((int64_t)1 << 31) - 1, row, -row};
+    for (int dim = 0; dim < 3; dim += 2) /* blocks, slots (heads must be k's) */
+      for (size_t n = 0; n < sizeof shapes / sizeof shapes[0]; n++)
+        for (size_t s = 0; s < sizeof strides / sizeof strides[0]; s++)
+          for (int a = 0; a < 6; a++) {
+            __int128 span = (__int128)(shapes[n] - 1) * strides[s];
+            __int128 below = span < 0 ? span : 0, above = row + (span > 0 ? span : 0);
+            __int128 top = (__int128)UINTPTR_MAX + 1;
+            /* (byte tensors need no alignment: the edges to the byte) */
+            const __int128 at[6] = {(__int128)1 << 50, top - ((__int128)1 << 47), -below,
+                                    -below - 1, top - 1 - above, top - above};
+            __int128 data = at[a];
+            if (data <= 0 || data >= top) continue;
+            pe_tensor kc = {(void *)(uintptr_t)data, PE_F32, {1, 1, 1, 128}, {row, row, row, 1}};
+            kc.shape[dim] = shapes[n];
+            kc.stride[dim] = strides[s];
+            pe_kv_cache kv;
+            pe_kv_cache_init(&kv);
+            kv.k = &kc;
+            kv.k_quant = formats[f];
+            kv.k_scale = formats[f] == PE_KV_FP8_E4M3 ? &scale : NULL;
+            __int128 lo = data + below, hi = data + above;
+            int ok = lo >= 0 && hi <= (__int128)UINTPTR_MAX;
+            int meets = ok && lo < (__int128)k_at + 512 && (__int128)k_at < hi;
+            pe_status want = !ok ? PE_ERR_OVERFLOW
+                             : meets ? PE_ERR_SHAPE
+                                     : PE_ERR_POSITION_OUT_OF_RANGE;
+            pe_status st = pe_qk_norm_rope_store(c, &none, NULL, &k, NULL, &kv, &slot, &pos, 0, NULL);
+            if (st != want || (meets && !strstr(pe_last_error(), "overlap")))
+              fail_msg("format %u dim %d shape %lld stride %lld data %#llx: %s (%s), wanted %s",
+                       (unsigned)formats[f], dim, (long long)shapes[n], (long long)strides[s],
+                       (unsigned long long)data, pe_status_string(st), pe_last_error(),
+                       pe_status_string(want));
+            fits += ok && !meets;
+            overflows += !ok;
+            overlaps += meets;
+            bad_inputs++;
+          }
+  }
+  assert_true(fits > 0 && overflows > 0 && overlaps > 0);
+  pe_rope_cache_destroy(c);
+}
+
 /* A dimension of size 1 may carry any stride (it is never stepped): the
  * call is valid and must touch exactly the elements of the other dims. */
 static void test_size_one_dim_with_huge_stride(void **state) {
@@ -695,6 +760,7 @@ int main(void) {
       cmocka_unit_test(test_extent_ending_at_int64_max),
       cmocka_unit_test(test_negative_stride_below_address_zero),
       cmocka_unit_test(test_extent_at_the_fast_path_limits),
+      cmocka_unit_test(test_kv_extent_at_the_fast_path_limits),
       cmocka_unit_test(test_size_one_dim_with_huge_stride),
       cmocka_unit_test(test_table_larger_than_memory),
       cmocka_unit_test(test_huge_frequencies_stay_bounded),

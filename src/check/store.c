@@ -45,12 +45,20 @@ pe_status pe__check_byte_tensor(const char *fn, const char *name, const pe_tenso
   if (st != PE_OK) return st;
   if (!t->shape[0] || !t->shape[1] || !t->shape[2]) return PE_OK;
   int64_t lo = 0, hi = row_bytes;
-  for (int i = 0; i < 3; i++) {
-    int64_t s = t->stride[i], span;
-    if (s == INT64_MIN || __builtin_mul_overflow(t->shape[i] - 1, s < 0 ? -s : s, &span) ||
-        (s < 0 ? __builtin_sub_overflow(lo, span, &lo) : __builtin_add_overflow(hi, span, &hi)))
-      return pe__fail(PE_ERR_OVERFLOW, "%s: %s byte extent overflows int64 (stride[%d] %" PRId64 ")",
-                      fn, name, i, s);
+  if (pe__extent_cannot_overflow(t) && row_bytes < ((int64_t)1 << 31)) {
+    for (int i = 0; i < 3; i++) {
+      int64_t span = (t->shape[i] - 1) * t->stride[i];
+      if (span < 0) lo += span;
+      else hi += span;
+    }
+  } else {
+    for (int i = 0; i < 3; i++) {
+      int64_t s = t->stride[i], span;
+      if (s == INT64_MIN || __builtin_mul_overflow(t->shape[i] - 1, s < 0 ? -s : s, &span) ||
+          (s < 0 ? __builtin_sub_overflow(lo, span, &lo) : __builtin_add_overflow(hi, span, &hi)))
+        return pe__fail(PE_ERR_OVERFLOW,
+                        "%s: %s byte extent overflows int64 (stride[%d] %" PRId64 ")", fn, name, i, s);
+    }
   }
   uintptr_t base = (uintptr_t)t->data, end;
   if ((uintptr_t)(-lo) > base || __builtin_add_overflow(base, (uintptr_t)hi, &end))

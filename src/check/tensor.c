@@ -74,22 +74,6 @@ pe_status pe__check_shape(const char *fn, const char *name, const pe_tensor *t) 
   return PE_OK;
 }
 
-/* Shapes (already >= 0) below 2^15 and strides within [-2^31, 2^31): the
- * element count (< 2^60), each dimension's span (< 2^46) and the byte
- * extent (< 2^50) fit in int64 without a test of each product and sum,
- * which every call of a serving step passes. Those tests are a dependent
- * chain of multiplies and branches per tensor: without them a one-token
- * Qwen3-8B pe_qk_norm_rope_store (five tensors) took 0.94-0.98 of the time
- * (bf16, AMD EPYC Zen 5, avx512bf16 path, `pe-ab --case qknorm --tokens 1`,
- * four runs). */
-static inline int extent_cannot_overflow(const pe_tensor *t) {
-  const uint64_t shapes = (uint64_t)(t->shape[0] | t->shape[1] | t->shape[2] | t->shape[3]);
-  const uint64_t bias = (uint64_t)1 << 31; /* [-2^31, 2^31) -> [0, 2^32) */
-  const uint64_t strides = ((uint64_t)t->stride[0] + bias) | ((uint64_t)t->stride[1] + bias) |
-                           ((uint64_t)t->stride[2] + bias);
-  return !(shapes >> 15) && !(strides >> 32);
-}
-
 pe_status pe__check_tensor(const char *fn, const char *name, const pe_tensor *t, int writable) {
   if (!t) return pe__fail(PE_ERR_NULL_POINTER, "%s: %s is NULL", fn, name);
   if (!t->data) return pe__fail(PE_ERR_NULL_POINTER, "%s: %s->data is NULL", fn, name);
@@ -113,7 +97,7 @@ pe_status pe__check_tensor(const char *fn, const char *name, const pe_tensor *t,
   /* Element count and byte extent must be representable: [blo, bhi) the
    * bytes from data the tensor spans. */
   int64_t blo, bhi;
-  if (extent_cannot_overflow(t)) {
+  if (pe__extent_cannot_overflow(t)) {
     int64_t lo = 0, hi = t->shape[3];
     for (int i = 0; i < 3; i++) {
       int64_t span = (t->shape[i] - 1) * t->stride[i];
