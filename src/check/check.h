@@ -34,8 +34,8 @@ PE_HIDDEN pe_status pe__check_tensor(const char *fn, const char *name, const pe_
 /* Shapes (already checked >= 0) below 2^15 and strides within [-2^31,
  * 2^31): the element count (< 2^60), each dimension's span (< 2^46) and
  * the byte extent (< 2^50, rows of fewer than 2^31 bytes) fit in int64
- * without a test of each product and sum, which every tensor of a serving
- * step passes. Those tests are a dependent chain of multiplies and
+ * without a test of each product and sum: the tensors of a decode step
+ * and of prefill chunks under 32768 tokens take no such test. Those tests are a dependent chain of multiplies and
  * branches per tensor: without them a one-token Qwen3-8B
  * pe_qk_norm_rope_store (five tensors) took 0.94-0.97 of the time (bf16,
  * AMD EPYC Zen 5, avx512bf16 path, `pe-ab --case qknorm --tokens 1`, four
