@@ -177,10 +177,10 @@ static void test_negative_stride_below_address_zero(void **state) {
 /* Tensors on both sides of the shapes (2^15) and strides (+-2^31) below
  * which the library skips the per-product overflow tests, at addresses
  * where the span ends below 0, past the top of the address space, or fits
- * (some exactly at those edges):
- * each refused with PE_ERR_OVERFLOW exactly when its byte range, computed
- * here in 128 bits, leaves [0, 2^64). A tensor that fits is refused by its
- * positions (one past the table), so no call touches these addresses. */
+ * (some exactly at those edges): each refused with PE_ERR_OVERFLOW exactly
+ * when its byte range, computed here in 128 bits, leaves [0, 2^64). A
+ * tensor that fits is refused by its positions (one past the table), so no
+ * call touches these addresses. */
 static void test_extent_at_the_fast_path_limits(void **state) {
   (void)state;
   pe_rope_cache *c = make_cache(16, 4);
@@ -188,7 +188,9 @@ static void test_extent_at_the_fast_path_limits(void **state) {
   const int64_t strides[] = {((int64_t)1 << 31) - 1, (int64_t)1 << 31, -((int64_t)1 << 31),
                              -((int64_t)1 << 31) - 1, 16, -16};
   const uintptr_t bases[] = {(uintptr_t)1 << 20, (uintptr_t)1 << 46, (uintptr_t)1 << 50,
-                             UINTPTR_MAX - ((uintptr_t)1 << 20) + 1, UINTPTR_MAX - ((uintptr_t)1 << 47) + 1};
+                             UINTPTR_MAX - ((uintptr_t)1 << 20) + 1,
+                             UINTPTR_MAX - ((uintptr_t)1 << 47) + 1};
+  const size_t n_bases = sizeof bases / sizeof bases[0];
   int64_t *pos = malloc(((size_t)1 << 15) * sizeof *pos);
   assert_non_null(pos);
   for (size_t i = 0; i < (size_t)1 << 15; i++) pos[i] = 4; /* max_positions: out of range */
@@ -196,7 +198,7 @@ static void test_extent_at_the_fast_path_limits(void **state) {
   for (int dim = 0; dim < 3; dim++)
     for (size_t n = 0; n < sizeof shapes / sizeof shapes[0]; n++)
       for (size_t s = 0; s < sizeof strides / sizeof strides[0]; s++)
-        for (size_t a = 0; a < 9; a++) {
+        for (size_t a = 0; a < n_bases + 4; a++) {
           /* The byte range from data: [below, above). */
           __int128 span = (__int128)(shapes[n] - 1) * strides[s];
           __int128 below = (span < 0 ? span : 0) * 4, above = (16 + (span > 0 ? span : 0)) * 4;
@@ -204,7 +206,7 @@ static void test_extent_at_the_fast_path_limits(void **state) {
            * 4 bytes below it, ending at the top (2^64 - 1) or at 2^64. */
           __int128 top = (__int128)UINTPTR_MAX + 1;
           const __int128 at[4] = {-below, -below - 4, top - 4 - above, top - above};
-          __int128 data = a < 5 ? (__int128)bases[a] : at[a - 5];
+          __int128 data = a < n_bases ? (__int128)bases[a] : at[a - n_bases];
           if (data <= 0 || data >= top) continue; /* NULL is another error */
           pe_tensor q = {(void *)(uintptr_t)data, PE_F32, {1, 1, 1, 16}, {16, 16, 16, 1}};
           q.shape[dim] = shapes[n];

@@ -31,21 +31,34 @@ PE_HIDDEN pe_status pe__check_shape(const char *fn, const char *name, const pe_t
  * alias one element. fn and name are used in the error sentence. */
 PE_HIDDEN pe_status pe__check_tensor(const char *fn, const char *name, const pe_tensor *t,
                                      int writable);
-/* Shapes (already checked >= 0) below 2^15 and strides within [-2^31,
- * 2^31): the element count (< 2^60), each dimension's span (< 2^46) and
- * the byte extent (< 2^50, rows of fewer than 2^31 bytes) fit in int64
- * without a test of each product and sum: the tensors of a decode step
- * and of prefill chunks under 32768 tokens take no such test. Those tests are a dependent chain of multiplies and
+/* The span of a tensor (shapes already checked >= 0, non-empty) in its
+ * stride units, found without a test of each product and sum when none can
+ * overflow: shapes below 2^15, strides within [-2^31, 2^31) and rows of
+ * fewer than 2^31 units keep the element count (< 2^60), each dimension's
+ * span (< 2^46) and the extent (< 2^50 bytes) in int64. Then 1, with the
+ * tensor's units at [*lo, *hi) from data (*hi counting the row of `row`
+ * units); else 0 and the caller takes the checked arithmetic. The tensors
+ * of a decode step and of prefill chunks under 32768 tokens take this
+ * path. The tests it skips are a dependent chain of multiplies and
  * branches per tensor: without them a one-token Qwen3-8B
  * pe_qk_norm_rope_store (five tensors) took 0.94-0.97 of the time (bf16,
  * AMD EPYC Zen 5, avx512bf16 path, `pe-ab --case qknorm --tokens 1`, four
  * runs). */
-static inline int pe__extent_cannot_overflow(const pe_tensor *t) {
+static inline int pe__extent_small(const pe_tensor *t, int64_t row, int64_t *lo, int64_t *hi) {
   const uint64_t shapes = (uint64_t)(t->shape[0] | t->shape[1] | t->shape[2] | t->shape[3]);
   const uint64_t bias = (uint64_t)1 << 31; /* [-2^31, 2^31) -> [0, 2^32) */
   const uint64_t strides = ((uint64_t)t->stride[0] + bias) | ((uint64_t)t->stride[1] + bias) |
                            ((uint64_t)t->stride[2] + bias);
-  return !(shapes >> 15) && !(strides >> 32);
+  if ((shapes >> 15) || (strides >> 32) || (uint64_t)row >= bias) return 0;
+  int64_t a = 0, b = row;
+  for (int i = 0; i < 3; i++) {
+    int64_t span = (t->shape[i] - 1) * t->stride[i];
+    if (span < 0) a += span;
+    else b += span;
+  }
+  *lo = a;
+  *hi = b;
+  return 1;
 }
 /* Fail unless the three outer dimensions of t step over disjoint rows of row
  * units (elements, or bytes for a quantized cache); strides in the same units.

@@ -45,13 +45,7 @@ pe_status pe__check_byte_tensor(const char *fn, const char *name, const pe_tenso
   if (st != PE_OK) return st;
   if (!t->shape[0] || !t->shape[1] || !t->shape[2]) return PE_OK;
   int64_t lo = 0, hi = row_bytes;
-  if (pe__extent_cannot_overflow(t) && row_bytes < ((int64_t)1 << 31)) {
-    for (int i = 0; i < 3; i++) {
-      int64_t span = (t->shape[i] - 1) * t->stride[i];
-      if (span < 0) lo += span;
-      else hi += span;
-    }
-  } else {
+  if (!pe__extent_small(t, row_bytes, &lo, &hi)) {
     for (int i = 0; i < 3; i++) {
       int64_t s = t->stride[i], span;
       if (s == INT64_MIN || __builtin_mul_overflow(t->shape[i] - 1, s < 0 ? -s : s, &span) ||

@@ -96,16 +96,10 @@ pe_status pe__check_tensor(const char *fn, const char *name, const pe_tensor *t,
   }
   /* Element count and byte extent must be representable: [blo, bhi) the
    * bytes from data the tensor spans. */
-  int64_t blo, bhi;
-  if (pe__extent_cannot_overflow(t)) {
-    int64_t lo = 0, hi = t->shape[3];
-    for (int i = 0; i < 3; i++) {
-      int64_t span = (t->shape[i] - 1) * t->stride[i];
-      if (span < 0) lo += span;
-      else hi += span;
-    }
-    blo = lo * (int64_t)es;
-    bhi = hi * (int64_t)es;
+  int64_t blo, bhi, ulo, uhi;
+  if (pe__extent_small(t, t->shape[3], &ulo, &uhi)) {
+    blo = ulo * (int64_t)es;
+    bhi = uhi * (int64_t)es;
   } else {
     int64_t count = 1, lo = 0, hi = t->shape[3] - 1;
     for (int i = 0; i < 4; i++) {
