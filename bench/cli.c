@@ -49,7 +49,8 @@ static void usage(FILE *f) {
           "  --suite LIST       comma list of rope,table,alibi,t5,sinusoidal,learned,cutover,\n"
           "                     fused (serving entry points against their unfused\n"
           "                     equivalent), qknorm (QK-norm + RoPE + K/V into the cache,\n"
-          "                     Qwen3-8B, against the unfused sequence), kvquant (RoPE + K/V\n"
+          "                     Qwen3-8B's per-head norm and OLMo 2's per-token one, against\n"
+          "                     the unfused sequence), kvquant (RoPE + K/V\n"
           "                     into fp8/q8_0 caches and the q8_0 shift, Llama-3-8B, against\n"
           "                     the unfused libposenc calls), mla (DeepSeek-V3's MLA step:\n"
           "                     the latent's RMSNorm, RoPE of k_pe and q's rope slices, the\n"
@@ -57,7 +58,8 @@ static void usage(FILE *f) {
           "                     sequence) or all\n"
           "                     (default: " DEFAULT_SUITES ")\n"
           "  --model NAME       a published model's heads, kv heads, head_dim, rotary_dim,\n"
-          "                     pairing and rope (default llama3-8b); --model list: the names\n"
+          "                     pairing and rope (default llama3-8b); --model list: the names;\n"
+          "                     qknorm: olmo2-7b its cases alone, any other Qwen3-8B's\n"
           "  --heads N          query heads (overrides the model; the cases are then named\n"
           "                     \"custom\", their shape in the shape column)\n"
           "  --kv-heads N       key heads\n"
@@ -259,7 +261,7 @@ static const struct {
     {"--max-positions", "rope"},
     {"--fresh-cache", "fused,qknorm,kvquant,mla"},
     {"--layout", "rope,cutover"},
-    {"--model", "rope,cutover,fused,alibi,t5,sinusoidal,learned"},
+    {"--model", "rope,cutover,fused,alibi,t5,sinusoidal,learned,qknorm"},
     {"--heads", "rope,cutover,fused,alibi,t5,sinusoidal,learned"},
     {"--kv-heads", "rope,cutover,fused"},
     {"--head-dim", "rope,cutover,fused,sinusoidal,learned"},

@@ -53,6 +53,9 @@ int floor_supported(const floor_stage *st) {
       return 0;
   }
   if (st->fmt == FL_FP8 && w > 4096) return 0;
+  if (st->norm_token && (st->kind != FL_NORM_ROT || st->heads < 1 || st->heads > 256 ||
+                         (int64_t)st->heads * w > 32768))
+    return 0; /* a token's rows (floor_vec.h's FL_HEADS), its weights */
   if ((st->kind == FL_ROT || st->kind == FL_NORM_ROT || st->kind == FL_MLA) && !st->fmt &&
       st->dst != st->src)
     return 0;
@@ -178,24 +181,27 @@ int floor_alloc(const floor_stage *st, floor_data *d, int64_t rows) {
     if (rows > INT32_MAX) return -1;
     d->n_rows = (int)rows;
   }
-  size_t bytes = (size_t)(d->n_rows * (d->src_stride + d->dst_stride)) + (size_t)(8 * w) * 4 + 128;
+  /* the weights: one row of them, or each head's under a per-token norm */
+  const int64_t nw = st->norm_token && st->heads > 1 ? (int64_t)st->heads * w : w;
+  size_t bytes = (size_t)(d->n_rows * (d->src_stride + d->dst_stride)) +
+                 (size_t)(5 * w + 3 * nw) * 4 + 128;
   char *mem = NULL;
   if (posix_memalign((void **)&mem, 64, bytes)) return -1;
   d->bytes = bytes;
   memset(mem, 0, bytes);
   d->src = mem;
   d->dst = mem + d->n_rows * d->src_stride;
-  float *cs = (float *)(void *)(d->dst + d->n_rows * d->dst_stride), *wt = cs + w;
+  /* cs, cs_eo for 8 lanes and for 16, the scratch rows, then the weights
+   * and w_eo for 8 lanes and for 16 */
+  float *cs = (float *)(void *)(d->dst + d->n_rows * d->dst_stride), *wt = cs + 5 * w;
   d->cs = cs;
   d->w = wt;
-  float *eo = wt + w; /* cs_eo and w_eo for 8 lanes, then for 16 */
-  d->scratch = eo + 4 * w;
+  d->scratch = cs + 3 * w;
   for (int k = 0; k < 2; k++) {
-    float *cse = eo + 2 * k * w, *wte = cse + w;
-    d->cs_eo[k] = cse;
-    d->w_eo[k] = wte;
+    d->cs_eo[k] = cs + (1 + k) * w;
+    d->w_eo[k] = wt + (1 + k) * nw;
   }
-  for (int e = 0; e < w; e++) wt[e] = e % 3 ? 1.0f : -1.0f;
+  for (int64_t e = 0; e < nw; e++) wt[e] = e % 3 ? 1.0f : -1.0f;
   for (int j = 0; j < st->rot / 2; j++) {
     float a = 0.3f * (float)j + 0.1f;
     cs[j] = cosf(a), cs[st->rot / 2 + j] = sinf(a);
@@ -209,10 +215,11 @@ int floor_alloc(const floor_stage *st, floor_data *d, int64_t rows) {
       const int blk = j - j % b2, at = blk + (j % 2 ? vl : 0) + (j % b2) / 2;
       cse[at] = cs[j], cse[half + at] = cs[half + j];
     }
-    for (int e = 0; e < w - w % b2; e++) {
-      const int blk = e - e % b2;
-      wte[blk + (e % 2 ? vl : 0) + (e % b2) / 2] = wt[e];
-    }
+    for (int64_t r = 0; r < nw; r += w) /* each head's weights: whole blocks of its row */
+      for (int e = 0; e < w - w % b2; e++) {
+        const int blk = e - e % b2;
+        wte[r + blk + (e % 2 ? vl : 0) + (e % b2) / 2] = wt[r + e];
+      }
   }
   for (int r = 0; r < d->n_rows; r++) {
     char *row = d->src + r * d->src_stride;

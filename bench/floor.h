@@ -9,7 +9,9 @@
  *                dst) or quantized (fmt);
  *   FL_NORM_ROT  the same after a float32 RMSNorm of the whole row (a sum of
  *                squares, a scale, a weight), the channels past `rot`
- *                normed too;
+ *                normed too; with norm_token, one RMSNorm over a token's
+ *                `heads` rows taken as one (OLMo 2), each head's row with
+ *                weights of its own;
  *   FL_COPY      copy `width` channels (a V row or the channels past rot
  *                into a cache of the same dtype);
  *   FL_QUANT     quantize `width` channels of src (fmt);
@@ -50,6 +52,7 @@ typedef struct floor_stage {
   int width, rot; /* channels of a row; rotated channels (even, <= width) */
   float scale;    /* FL_FP8: the quantizer's scale */
   int heads;      /* consecutive rows sharing one cos/sin row (the heads of a token) */
+  int norm_token; /* FL_NORM_ROT: one norm over the token's heads rows, heads * width weights */
   int64_t rows;   /* rows of one call */
 } floor_stage;
 
@@ -64,12 +67,13 @@ typedef struct floor_data {
   int64_t src_stride, dst_stride;
   int n_rows;
   const float *cs;          /* the cos/sin row: rot/2 cos, then rot/2 sin */
-  const float *w;           /* width weights (FL_NORM_ROT) */
+  const float *w;           /* width weights (FL_NORM_ROT; heads * width under norm_token) */
   const float *cs_eo[2];    /* cs in even/odd order for 8 and 16 lanes (FL_EO_IX): per
                              * block of 2*VL pairs from pair 0, the cos of its even pairs
                              * then of its odd ones, then the sin the same way from
                              * rot/2; whole blocks */
-  const float *w_eo[2];     /* w in that order (blocks of 2*VL channels) */
+  const float *w_eo[2];     /* w in that order (blocks of 2*VL channels; each head's row of
+                             * weights in turn under norm_token) */
   float scale;              /* FL_FP8: the scale (dst = x / scale) */
   float eps;                /* FL_NORM_ROT */
   float *scratch;           /* two rows of width floats (Q8_0 outputs: rotated, then quantized) */

@@ -8,7 +8,8 @@
  *     (pe_apply_rope_qk) with the cache's cos/sin row, the fused rotation
  *     into fp8 and q8_0 rows (pe_qk_norm_rope_store), v quantized
  *     (pe_kv_write), a q8_0 key shifted (pe_rope_shift_k_cache), an MLA kv
- *     row into its cache row in each format (pe_mla_rope_store); the norm,
+ *     row into its cache row in each format (pe_mla_rope_store), and a
+ *     token's rows under OLMo 2's per-token norm (each of them); the norm,
  *     which the library computes in float64, within 4 ulp of the output
  *     dtype (an fp8 code: the same or its neighbour).
  * And the bound (bench.h): both its walks, one stream and PB_STREAMS, in
@@ -31,7 +32,8 @@ static const char *dt_name(int dt) { return dt == PE_F32 ? "f32" : dt == PE_F16 
 
 static void describe(const floor_stage *st, char *out, size_t len) {
   static const char *const kinds[] = {"rot", "norm+rot", "copy", "quant", "shift", "mla"};
-  snprintf(out, len, "%s %s%s%s%s %s w%d r%d%s", kinds[st->kind], dt_name(st->src),
+  snprintf(out, len, "%s%s %s%s%s%s %s w%d r%d%s", kinds[st->kind],
+           st->norm_token ? " (per token)" : "", dt_name(st->src),
            st->fmt == FL_FP8 ? (st->fp8_mul ? " -> fp8 (x 1/scale)" : " -> fp8 (/ scale)") : "",
            st->fmt == FL_Q8_0 ? " -> q8_0" : "", st->fmt == FL_FP8_DS ? " -> fp8_ds" : "",
            st->style == PE_ROPE_GPTJ ? "gptj" : "neox", st->width, st->rot,
@@ -158,10 +160,16 @@ static void check_isa(floor_fn fn, const char *name, const floor_stage *st, int 
   free(got.src);
 }
 
+static void check_library_token(const floor_stage *st);
+
 /* 2. the scalar kernel against the library on row 0, at position (or
  * delta) 37 of a cache of the stage's geometry. */
 static void check_library(const floor_stage *st) {
   if (st->kind == FL_COPY) return; /* a copy */
+  if (st->norm_token) {
+    check_library_token(st);
+    return;
+  }
   pe_rope_params p;
   pe_rope_params_init(&p);
   p.head_dim = st->kind == FL_MLA ? st->rot : st->width; /* MLA: the rope channels' cache */
@@ -241,6 +249,58 @@ static void check_library(const floor_stage *st) {
     failures++;
   } else {
     compare("scalar against the library", st, out_rows(st, &d), ref, ulps);
+  }
+  free(out);
+  free(lib.src);
+  floor_free(&d);
+  pe_rope_cache_destroy(cache);
+}
+
+/* 2b. a per-token norm (OLMo 2): the scalar kernel's rows of one token
+ * against the library's, k's `heads` rows normed as one into a plain cache
+ * (pe_qk_norm_rope_store, PE_QK_NORM_PER_TOKEN, each head its own weights),
+ * within 4 ulp. */
+static void check_library_token(const floor_stage *st) {
+  pe_rope_params p;
+  pe_rope_params_init(&p);
+  p.head_dim = st->width;
+  p.rotary_dim = st->rot;
+  p.style = (pe_rope_style)st->style;
+  p.max_positions = 64;
+  pe_rope_cache *cache = NULL;
+  if (pe_rope_cache_create(&p, &cache) != PE_OK) abort();
+  floor_data d, lib;
+  if (floor_alloc(st, &d, 0)) abort();
+  const int64_t h_n = st->heads, w = st->width, es = st->src == PE_F32 ? 4 : 2;
+  if (d.n_rows < h_n) abort(); /* the token's rows are distinct rows of the data */
+  const int half = st->rot / 2;
+  pe_rope_cache_cos_sin(cache, 37, (float *)(void *)d.cs, (float *)(void *)(d.cs + half));
+  clone(&d, &lib);
+  pb_floor_scalar(st, &d, h_n);
+  char *out = calloc(1, (size_t)(h_n * w * es + 64));
+  if (!out) abort();
+  const int64_t rs = d.src_stride / es, pos = 37, slot = 0;
+  pe_tensor k = {lib.src, (pe_dtype)st->src, {1, h_n, 1, w}, {h_n * rs, rs, h_n * rs, 1}};
+  pe_tensor kc = {out, (pe_dtype)st->src, {1, h_n, 1, w}, {h_n * w, w, h_n * w, 1}};
+  pe_kv_cache kv;
+  pe_kv_cache_init(&kv);
+  kv.k = &kc;
+  pe_qk_norm norm;
+  pe_qk_norm_init(&norm);
+  norm.kind = PE_QK_NORM_RMS;
+  norm.scope = PE_QK_NORM_PER_TOKEN;
+  norm.eps = d.eps;
+  norm.k_weight = d.w;
+  pe_status s = pe_qk_norm_rope_store(cache, &norm, NULL, &k, NULL, &kv, &slot, &pos, 0, NULL);
+  if (s != PE_OK) {
+    char desc[96];
+    describe(st, desc, sizeof desc);
+    printf("FAIL library: %s (per-token norm): %s\n", desc, pe_last_error());
+    failures++;
+  } else {
+    for (int64_t h = 0; h < h_n; h++)
+      compare("scalar against the library (per-token norm)", st,
+              out_rows(st, &d) + h * out_stride(st, &d), out + h * w * es, 4);
   }
   free(out);
   free(lib.src);
@@ -348,6 +408,9 @@ int main(void) {
       s = b, s.kind = FL_NORM_ROT, s.inplace = 1, sts[n++] = s;
       s = b, s.kind = FL_NORM_ROT, sts[n++] = s;
       s = b, s.kind = FL_NORM_ROT, s.width = 96, s.rot = 96, s.inplace = 1, sts[n++] = s;
+      /* OLMo 2's per-token norm: one scale for a token's 3 rows */
+      s = b, s.kind = FL_NORM_ROT, s.norm_token = 1, s.inplace = 1, sts[n++] = s;
+      s = b, s.kind = FL_NORM_ROT, s.norm_token = 1, sts[n++] = s;
       if (style == PE_ROPE_NEOX) {
         s = b, s.kind = FL_QUANT, s.fmt = FL_FP8, s.scale = 0.02f, s.rot = 0, sts[n++] = s;
         s = b, s.kind = FL_QUANT, s.fmt = FL_FP8, s.scale = 1.0f, s.fp8_mul = 1, s.rot = 0,

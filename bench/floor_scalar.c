@@ -91,24 +91,34 @@ FS void rot_rows(const floor_stage *st, floor_data *d, int64_t rows, int sd, int
   const float scale = mul ? 1.0f / d->scale : d->scale; /* mul: the reciprocal, exact */
   float q[4096]; /* a q8_0 row before its blocks are written (width <= 4096) */
   int i = 0;
+  /* a per-token norm: one scale for a token's heads rows (the last token
+   * of the call may have fewer), each row with its head's weights */
+  const int heads = st->norm_token && st->heads > 1 ? st->heads : 1;
+  float r = 1.0f;
   for (int64_t n = 0; n < rows; n++) {
     char *src = d->src + i * d->src_stride, *dst = st->inplace ? src : d->dst + i * d->dst_stride;
-    float r = 1.0f;
-    if (norm) {
+    const int h = (int)(n % heads);
+    const float *wt = d->w + (int64_t)h * w;
+    if (norm && h == 0) { /* every token's rows read before any is written */
+      const int64_t hn = rows - n < heads ? rows - n : heads;
       float ss = 0.0f;
-      for (int e = 0; e < w; e++) ss = fmaf(ld(sd, src, e), ld(sd, src, e), ss);
-      r = 1.0f / sqrtf(ss / (float)w + d->eps);
+      for (int64_t k = 0, ii = i; k < hn; k++, ii = ii + 1 == d->n_rows ? 0 : ii + 1)
+        for (int e = 0; e < w; e++) {
+          const char *row = d->src + ii * d->src_stride;
+          ss = fmaf(ld(sd, row, e), ld(sd, row, e), ss);
+        }
+      r = 1.0f / sqrtf(ss / ((float)hn * (float)w) + d->eps);
     }
     for (int j = 0; j < half; j++) {
       const int ex = style == PE_ROPE_NEOX ? j : 2 * j;
       const int ey = style == PE_ROPE_NEOX ? half + j : 2 * j + 1;
       float x = ld(sd, src, ex), y = ld(sd, src, ey), c = d->cs[j], sn = d->cs[half + j];
-      if (norm) x = x * r * d->w[ex], y = y * r * d->w[ey];
+      if (norm) x = x * r * wt[ex], y = y * r * wt[ey];
       put(out, mul, dst, ex, fmaf(x, c, -(y * sn)), q, scale);
       put(out, mul, dst, ey, fmaf(y, c, x * sn), q, scale);
     }
     for (int e = st->rot; e < w; e++) {
-      if (norm) store(out, dst, e, ld(sd, src, e) * r * d->w[e]);
+      if (norm) store(out, dst, e, ld(sd, src, e) * r * wt[e]);
       else if (!st->inplace) store(out, dst, e, ld(sd, src, e));
     }
     if (out == O_Q8)

@@ -243,6 +243,26 @@ FA float norm_scale(int sd, const char *src, int width, float eps, int na) {
   return 1.0f / sqrtf(f_hsum(t) / (float)width + eps);
 }
 
+/* The float32 RMSNorm scale of a token's hn rows taken as one (OLMo 2's
+ * per-token q_norm / k_norm over heads * width channels): each row's
+ * squares into the same two accumulators, one square root for the token. */
+FA float token_scale(int sd, const char *const *rows, int hn, int width, float eps) {
+  vf a[2] = {f_set1(0.0f), f_set1(0.0f)};
+  for (int h = 0; h < hn; h++) {
+    int e = 0;
+    for (; e + 2 * VL <= width; e += 2 * VL)
+      for (int k = 0; k < 2; k++) {
+        vf x = f_ld(sd, AT(rows[h], e + k * VL, sd));
+        a[k] = f_fmadd(x, x, a[k]);
+      }
+    for (; e < width; e += VL) { /* width a multiple of VL only */
+      vf x = f_ld(sd, AT(rows[h], e, sd));
+      a[0] = f_fmadd(x, x, a[0]);
+    }
+  }
+  return 1.0f / sqrtf(f_hsum(f_add(a[0], a[1])) / ((float)hn * (float)width) + eps);
+}
+
 #define FL_HEADS 256 /* heads of a token sharing one load of a cos/sin chunk, at most */
 
 /* Rows of FL_ROT / FL_NORM_ROT, cycling through the data's rows, a token's
@@ -282,6 +302,10 @@ FA void rot_rows(const floor_stage *st, floor_data *d, int64_t rows, int sd, int
   char *wp[FL_HEADS];
 #define ROW(h) rp[h]
 #define DST(h) wp[h]
+  /* the weights of head h's row: its own under a per-token norm */
+  const int64_t wstep = st->norm_token ? width : 0;
+#define WT(h) (d->w + (h) * wstep)
+#define WEO(h) (d->w_eo[FL_EO_IX(VL)] + (h) * wstep)
   for (int64_t n0 = 0; n0 < rows; n0 += heads) {
     const int hn = rows - n0 < heads ? (int)(rows - n0) : heads;
     for (int h = 0; h < hn; h++) {
@@ -289,8 +313,12 @@ FA void rot_rows(const floor_stage *st, floor_data *d, int64_t rows, int sd, int
       wp[h] = st->inplace ? (char *)rp[h] : d->dst + i * d->dst_stride;
       if (++i == d->n_rows) i = 0;
     }
-    if (norm)
+    if (norm && st->norm_token) {
+      const float r = token_scale(sd, rp, hn, width, d->eps);
+      for (int h = 0; h < hn; h++) rs[h] = r;
+    } else if (norm) {
       for (int h = 0; h < hn; h++) rs[h] = norm_scale(sd, ROW(h), width, d->eps, 2);
+    }
     vf c[4], s[4];
     int j = 0;
 #if defined(FL_EO)
@@ -298,13 +326,13 @@ FA void rot_rows(const floor_stage *st, floor_data *d, int64_t rows, int sd, int
       for (; j + 4 * VL <= n; j += 4 * VL) {
         cs_chunk_eo(style, d, half, j, 2, c, s);
         for (int h = 0; h < hn; h++)
-          rot_chunk_eo(style, norm, ROW(h), DST(h), half, j, 2, c, s, d->w_eo[FL_EO_IX(VL)],
+          rot_chunk_eo(style, norm, ROW(h), DST(h), half, j, 2, c, s, WEO(h),
                        norm ? f_set1(rs[h]) : one);
       }
       for (; j + 2 * VL <= n; j += 2 * VL) {
         cs_chunk_eo(style, d, half, j, 1, c, s);
         for (int h = 0; h < hn; h++)
-          rot_chunk_eo(style, norm, ROW(h), DST(h), half, j, 1, c, s, d->w_eo[FL_EO_IX(VL)],
+          rot_chunk_eo(style, norm, ROW(h), DST(h), half, j, 1, c, s, WEO(h),
                        norm ? f_set1(rs[h]) : one);
       }
     }
@@ -312,13 +340,13 @@ FA void rot_rows(const floor_stage *st, floor_data *d, int64_t rows, int sd, int
     for (; j + g * VL <= n; j += g * VL) {
       cs_chunk(style, d->cs, half, j, g, c, s);
       for (int h = 0; h < hn; h++)
-        rot_chunk(sd, out, style, norm, mul, ROW(h), DST(h), half, j, g, c, s, d->w,
+        rot_chunk(sd, out, style, norm, mul, ROW(h), DST(h), half, j, g, c, s, WT(h),
                   norm ? f_set1(rs[h]) : one, vs);
     }
     for (; j < n; j += VL) {
       cs_chunk(style, d->cs, half, j, 1, c, s);
       for (int h = 0; h < hn; h++)
-        rot_chunk(sd, out, style, norm, mul, ROW(h), DST(h), half, j, 1, c, s, d->w,
+        rot_chunk(sd, out, style, norm, mul, ROW(h), DST(h), half, j, 1, c, s, WT(h),
                   norm ? f_set1(rs[h]) : one, vs);
     }
     for (int h = 0; h < hn && rot < width; h++) {
@@ -328,12 +356,12 @@ FA void rot_rows(const floor_stage *st, floor_data *d, int64_t rows, int sd, int
         if (EO(sd, out) && rot % (2 * VL) == 0)
           for (; e + 2 * VL <= width; e += 2 * VL) {
             vf xe, xo;
-            ld_eo_x(ROW(h), e, 1, f_set1(rs[h]), d->w_eo[FL_EO_IX(VL)], &xe, &xo);
+            ld_eo_x(ROW(h), e, 1, f_set1(rs[h]), WEO(h), &xe, &xo);
             f_st_eo(AT(DST(h), e, out), xe, xo);
           }
 #endif
         for (; e < width; e += VL)
-          f_st(out, AT(DST(h), e, out), ld_x(sd, ROW(h), e, 1, f_set1(rs[h]), d->w));
+          f_st(out, AT(DST(h), e, out), ld_x(sd, ROW(h), e, 1, f_set1(rs[h]), WT(h)));
       }
       else if (!st->inplace)
         f_copy(AT(DST(h), rot, out), AT(ROW(h), rot, sd), (width - rot) * esz(sd));
@@ -341,6 +369,8 @@ FA void rot_rows(const floor_stage *st, floor_data *d, int64_t rows, int sd, int
   }
 #undef ROW
 #undef DST
+#undef WT
+#undef WEO
 }
 
 /* FL_MLA: rows of an MLA step's kv rows (width channels: lat = width - rot

@@ -29,6 +29,9 @@ const model_preset pb_models[] = {
      1.0, 1.0, 1.0, {1536, 512, 128, 64, 128}, "DeepSeek-V3",
      "MLA: q heads of qk_nope 128 + qk_rope 64 = 192 channels, 64 rotated (interleaved pairs); "
      "k's rope part is one 64-channel head shared by the 128 heads (kv_a row: 512 latent + 64)"},
+    {"olmo2-7b", 32, 32, 128, 128, PE_ROPE_NEOX, 500000.0, NO_SCALING, "OLMo-2-1124-7B",
+     "q_norm and k_norm: RMSNorms over each token's 4096 q and 4096 k channels (the qknorm "
+     "suite's per-token norm)"},
     {"gpt-j", 16, 16, 256, 64, PE_ROPE_GPTJ, 10000.0, NO_SCALING, "GPT-J-6B (rotary_dim 64)", NULL},
     {"neox-20b", 64, 64, 96, 24, PE_ROPE_NEOX, 10000.0, NO_SCALING,
      "GPT-NeoX-20B (rotary_pct 0.25)", NULL},

@@ -30,7 +30,8 @@
  * The calls, with a published model's attention shapes (default Qwen3-8B:
  * 32 q / 8 kv heads of 128, NeoX, theta 1e6):
  *   qknorm  pe_qk_norm_rope_store: per-head RMSNorm (weights +-1; --norm
- *           none: no norm), RoPE, k and v into a paged NHD cache of 16-token
+ *           rms-token: over each token's heads, OLMo 2's; none: no norm),
+ *           RoPE, k and v into a paged NHD cache of 16-token
  *           blocks (--kv: plain rows of the dtype, FP8 with a per-tensor
  *           scale, k 0.05 and v 0.02 as pe-bench's kvquant suite, or Q8_0),
  *           q/k/v views of one packed QKV buffer [B, T, (hq + 2*hkv) * hd]
@@ -92,11 +93,11 @@ static const char *const case_names[N_CASES] = {"qknorm", "store", "rope", "mrop
 
 static struct {
   const char *base, *new_;
-  int kase, dtype, gptj, bhtd, layout_given, same_bytes, no_norm, kv_given, no_q;
+  int kase, dtype, gptj, bhtd, layout_given, same_bytes, no_norm, norm_token, kv_given, no_q;
   uint32_t kv;
   int64_t tokens, batch, heads, kv_heads, head_dim, samples, evict_mib, fresh;
   double theta;
-} opt = {NULL, NULL, CASE_QKNORM, PE_F32, 0, 0, 0, 0, 0, 0, 0, PE_KV_PLAIN,
+} opt = {NULL, NULL, CASE_QKNORM, PE_F32, 0, 0, 0, 0, 0, 0, 0, 0, PE_KV_PLAIN,
            512, 1, 32, 8, 128, 100, 0, 1, 1e6};
 
 /* The call's tensors: q, k (and v) as views, the caches, positions, slots. */
@@ -150,7 +151,8 @@ static void usage(FILE *f) {
           "  --layout bhtd|bthd q and k of store, rope and mrope as [B,H,T,D] or [B,T,H,D]\n"
           "                     (default bthd; qknorm's are views of a packed buffer)\n"
           "  --kv plain|fp8e4m3|fp8e5m2|q8_0  qknorm's cache format (default plain)\n"
-          "  --norm rms|none    qknorm's norm (default rms, per head)\n"
+          "  --norm rms|rms-token|none  qknorm's norm (default rms, per head;\n"
+          "                     rms-token: per token, OLMo 2's)\n"
           "  --heads N, --kv-heads N, --head-dim N, --style neox|gptj, --theta X\n"
           "                     the shapes (default Qwen3-8B: 32, 8, 128, neox, 1e6)\n"
           "  --samples N        timed samples per library (default 100)\n"
@@ -226,8 +228,10 @@ static void parse(int argc, char **argv) {
       opt.kv = q[k];
       opt.kv_given = 1;
     } else if (!strcmp(a, "--norm")) {
-      if (strcmp(v, "rms") && strcmp(v, "none")) die("--norm expects rms or none, got \"%s\"", v);
+      if (strcmp(v, "rms") && strcmp(v, "rms-token") && strcmp(v, "none"))
+        die("--norm expects rms, rms-token or none, got \"%s\"", v);
       opt.no_norm = !strcmp(v, "none");
+      opt.norm_token = !strcmp(v, "rms-token");
       opt.kv_given = 1;
     } else if (!strcmp(a, "--style")) {
       if (strcmp(v, "neox") && strcmp(v, "gptj")) die("--style expects neox or gptj, got \"%s\"", v);
@@ -327,6 +331,7 @@ static void setup_lib(lib *l) {
   if (!opt.no_norm) {
     l->norm.kind = PE_QK_NORM_RMS;
     l->norm.eps = 1e-6f;
+    l->norm.scope = opt.norm_token ? PE_QK_NORM_PER_TOKEN : PE_QK_NORM_PER_HEAD;
     l->norm.q_weight = t.qw;
     l->norm.k_weight = t.kw;
   }
@@ -428,8 +433,10 @@ static void setup_tensors(void) {
   if (!t.pos3) die("out of memory");
   mrope_case_positions(t.pos3, B, T);
   mrope_case_sections((int32_t)(D / 2), t.section);
-  t.qw = malloc((size_t)D * sizeof *t.qw);
-  t.kw = malloc((size_t)D * sizeof *t.kw);
+  /* per head: head_dim weights; per token: one per channel of the token */
+  const int64_t nqw = opt.norm_token ? opt.heads * D : D, nkw = opt.norm_token ? opt.kv_heads * D : D;
+  t.qw = malloc((size_t)nqw * sizeof *t.qw);
+  t.kw = malloc((size_t)nkw * sizeof *t.kw);
   if (!t.pos || !t.slot_sets || !t.qw || !t.kw) die("out of memory");
   for (int64_t b = 0; b < B; b++)
     for (int64_t i = 0; i < T; i++) {
@@ -437,7 +444,8 @@ static void setup_tensors(void) {
       for (int64_t r = 0; r < opt.fresh; r++) /* block 0 of each K-th unused */
         t.slot_sets[r * n + b * T + i] = (r * region + 1) * BLOCK + b * T + i;
     }
-  for (int64_t e = 0; e < D; e++) t.qw[e] = rnd() < 0 ? -1.0f : 1.0f, t.kw[e] = rnd() < 0 ? -1.0f : 1.0f;
+  for (int64_t e = 0; e < nqw; e++) t.qw[e] = rnd() < 0 ? -1.0f : 1.0f;
+  for (int64_t e = 0; e < nkw; e++) t.kw[e] = rnd() < 0 ? -1.0f : 1.0f;
 }
 
 static pe_status call(lib *l) {
@@ -559,7 +567,7 @@ int main(int argc, char **argv) {
   char extra[64];
   if (opt.kase == CASE_QKNORM)
     snprintf(extra, sizeof extra, ", %s cache, %s norm", kv_names[opt.kv],
-             opt.no_norm ? "no" : "rms");
+             opt.no_norm ? "no" : opt.norm_token ? "per-token rms" : "rms");
   else
     snprintf(extra, sizeof extra, ", %s%s", opt.bhtd ? "bhtd" : "bthd", opt.no_q ? ", k only" : "");
   printf("pe-ab: %s, %" PRId64 "q/%" PRId64 "kv x%" PRId64 " %s, %" PRId64 "x%" PRId64

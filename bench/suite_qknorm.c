@@ -1,6 +1,7 @@
 /* suite_qknorm.c - the qknorm suite (QK-norm + RoPE + K and V into the
- * paged cache, Qwen3-8B, against the unfused sequence) and the packed QKV
- * buffer it shares with the kvquant suite. */
+ * paged cache, Qwen3-8B's per-head norm and OLMo 2's per-token one,
+ * against the unfused sequence) and the packed QKV buffer it shares with
+ * the kvquant suite. */
 #include <inttypes.h>
 #include <math.h>
 #include <stdio.h>
@@ -15,13 +16,26 @@
 
 /* Qwen3-8B's attention (32 q / 8 kv heads x 128, NeoX, theta 1e6, per-head
  * RMSNorm eps 1e-6) on a packed QKV buffer [B, T, (32 + 2*8) * 128] and an
- * NHD paged cache of the same dtype. The call is pe_qk_norm_rope_store; the
- * "x textbook loop" column ('x unfused' in the narrow table) is the unfused
- * sequence an engine runs without it, timed interleaved: a plain C RMSNorm
- * loop over each q and k head row (in place, float32 sum), pe_apply_rope_qk,
- * then memcpy of each token's k and v rows into their slots. The bound
- * streams the bytes the fused call touches once: q read and written, k and v
- * read, their cache rows written. */
+ * NHD paged cache of the same dtype; or OLMo-2-1124-7B's (32 q / 32 kv
+ * heads x 128, theta 5e5, eps 1e-6), whose q_norm and k_norm are RMSNorms
+ * over each token's 4096 q and 4096 k channels (PE_QK_NORM_PER_TOKEN: one
+ * scale for a token's heads, a weight per channel). The call is
+ * pe_qk_norm_rope_store; the "x textbook loop" column ('x unfused' in the
+ * narrow table) is the unfused sequence an engine runs without it, timed
+ * interleaved: a plain C RMSNorm loop over each q and k head row (or each
+ * token's heads, per token; in place, float32 sum), pe_apply_rope_qk, then
+ * memcpy of each token's k and v rows into their slots. The bound streams
+ * the bytes the fused call touches once: q read and written, k and v read,
+ * their cache rows written. */
+typedef struct qkn_model {
+  const char *name; /* the case names' model */
+  int64_t hq, hkv, hd;
+  double theta;
+  int per_token; /* the norm over each token's heads (OLMo 2), else each head's row */
+} qkn_model;
+static const qkn_model qkn_qwen3 = {"qwen3-8b", 32, 8, 128, 1000000.0, 0};
+static const qkn_model qkn_olmo2 = {"olmo2-7b", 32, 32, 128, 500000.0, 1};
+
 typedef struct qkn_state {
   pe_rope_cache *cache;
   pe_qk_norm norm;
@@ -33,6 +47,7 @@ typedef struct qkn_state {
   fresh_slots fresh; /* --fresh-cache: each call's slots */
   pb_qknorm native; /* the one-pass C loop ('x native'), its cos/sin tables */
   float *cos_t, *sin_t;
+  int per_token; /* OLMo 2's norm */
 } qkn_state;
 
 /* The next set of slots (--fresh-cache), for every side's call. */
@@ -46,21 +61,29 @@ static pe_status qkn_call(bench_case *c) {
                                c->pool);
 }
 
-/* The plain RMSNorm of every head row of x, in place (Qwen3RMSNorm). */
-static void qkn_rmsnorm(const pe_tensor *x, const float *w, float eps) {
+/* The plain RMSNorm of every head row of x, in place (Qwen3RMSNorm); per
+ * token, of each token's heads as one row, head h's weights at w + h * hd
+ * (OLMo 2's q_norm / k_norm over the projection's row). */
+static void qkn_rmsnorm(const pe_tensor *x, const float *w, float eps, int per_token) {
   int dt = x->dtype;
-  int64_t hd = x->shape[3], es = (int64_t)dtype_size(dt);
+  int64_t hd = x->shape[3], es = (int64_t)dtype_size(dt), nh = x->shape[1];
+  int64_t rows = per_token ? nh : 1; /* rows under one scale */
   for (int64_t b = 0; b < x->shape[0]; b++)
     for (int64_t t = 0; t < x->shape[2]; t++)
-      for (int64_t h = 0; h < x->shape[1]; h++) {
-        char *row = (char *)x->data + (b * x->stride[0] + t * x->stride[2] + h * x->stride[1]) * es;
+      for (int64_t h0 = 0; h0 < nh; h0 += rows) {
+        char *tok = (char *)x->data + (b * x->stride[0] + t * x->stride[2]) * es;
         float ss = 0;
-        for (int64_t e = 0; e < hd; e++) {
-          float v = pb_load(dt, row, e);
-          ss += v * v;
+        for (int64_t h = h0; h < h0 + rows; h++)
+          for (int64_t e = 0; e < hd; e++) {
+            float v = pb_load(dt, tok + h * x->stride[1] * es, e);
+            ss += v * v;
+          }
+        float r = 1.0f / sqrtf(ss / (float)(hd * rows) + eps);
+        for (int64_t h = h0; h < h0 + rows; h++) {
+          char *row = tok + h * x->stride[1] * es;
+          const float *wh = w + (per_token ? h * hd : 0);
+          for (int64_t e = 0; e < hd; e++) pb_store(dt, row, e, pb_load(dt, row, e) * r * wh[e]);
         }
-        float r = 1.0f / sqrtf(ss / (float)hd + eps);
-        for (int64_t e = 0; e < hd; e++) pb_store(dt, row, e, pb_load(dt, row, e) * r * w[e]);
       }
 }
 
@@ -131,8 +154,8 @@ static const char *qkn_native_mismatch(bench_case *c, int64_t n) {
 static void qkn_unfused(bench_case *c) {
   qkn_state *s = c->st;
   qkn_advance(s);
-  qkn_rmsnorm(&s->q, s->qw, s->norm.eps);
-  qkn_rmsnorm(&s->k, s->kw, s->norm.eps);
+  qkn_rmsnorm(&s->q, s->qw, s->norm.eps, s->per_token);
+  qkn_rmsnorm(&s->k, s->kw, s->norm.eps, s->per_token);
   pe_apply_rope_qk(s->cache, &s->q, &s->k, s->pos, 0, c->pool);
   qkn_copy_rows(&s->k, &s->kc, s->slots);
   qkn_copy_rows(&s->v, &s->vc, s->slots);
@@ -166,11 +189,12 @@ int packed_qkv(const char *suite, int64_t hq, int64_t hkv, int64_t hd, double th
   return 0;
 }
 
-static void qkn_case(int64_t batch, int64_t tokens, int dt, int threads) {
-  enum { HQ = 32, HKV = 8, HD = 128 };
+static void qkn_case(const qkn_model *m, int64_t batch, int64_t tokens, int dt, int threads) {
+  const int64_t HQ = m->hq, HKV = m->hkv, HD = m->hd;
   qkn_state s;
   memset(&s, 0, sizeof s);
-  if (packed_qkv("qknorm", HQ, HKV, HD, 1000000.0, batch, tokens, dt, &s.cache, &s.qkv, &s.q, &s.k,
+  s.per_token = m->per_token;
+  if (packed_qkv("qknorm", HQ, HKV, HD, m->theta, batch, tokens, dt, &s.cache, &s.qkv, &s.q, &s.k,
                  &s.v))
     return;
   int64_t row = (HQ + 2 * HKV) * HD, n = batch * tokens, es = (int64_t)dtype_size(dt);
@@ -183,18 +207,21 @@ static void qkn_case(int64_t batch, int64_t tokens, int dt, int threads) {
   s.kc = s.vc = kc;
   s.vc.data = xalloc(cache_elems * (size_t)es);
   memset(s.vc.data, 0, cache_elems * (size_t)es);
-  s.qw = xalloc(HD * sizeof(float));
-  s.kw = xalloc(HD * sizeof(float));
+  /* per head: one row of weights for every head; per token: each head's own */
+  const int64_t nqw = m->per_token ? HQ * HD : HD, nkw = m->per_token ? HKV * HD : HD;
+  s.qw = xalloc((size_t)nqw * sizeof(float));
+  s.kw = xalloc((size_t)nkw * sizeof(float));
   /* Weights of magnitude 1 (random signs): every timed call norms the same
    * tensors again in place, and weights 1 + rand/8 multiplied the channels'
    * ratios call after call until half the bf16 values were subnormal (4000
    * calls), which sent the bf16 rounding to its slow exact path: a figure of
    * the benchmark's data, not of a layer's (0.074 vs 0.11-0.13 of the bound
    * on fresh data, Zen 4 bf16 decode). A weight's value costs nothing. */
-  for (int i = 0; i < HD; i++)
-    s.qw[i] = frand() < 0 ? -1.0f : 1.0f, s.kw[i] = frand() < 0 ? -1.0f : 1.0f;
+  for (int64_t i = 0; i < nqw; i++) s.qw[i] = frand() < 0 ? -1.0f : 1.0f;
+  for (int64_t i = 0; i < nkw; i++) s.kw[i] = frand() < 0 ? -1.0f : 1.0f;
   pe_qk_norm_init(&s.norm);
   s.norm.kind = PE_QK_NORM_RMS;
+  s.norm.scope = m->per_token ? PE_QK_NORM_PER_TOKEN : PE_QK_NORM_PER_HEAD;
   s.norm.eps = 1e-6f;
   s.norm.q_weight = s.qw;
   s.norm.k_weight = s.kw;
@@ -212,7 +239,7 @@ static void qkn_case(int64_t batch, int64_t tokens, int dt, int threads) {
   bench_case c;
   memset(&c, 0, sizeof c);
   c.suite = "qknorm";
-  snprintf(c.name, sizeof c.name, "qwen3-8b %s %" PRId64 "x%" PRId64,
+  snprintf(c.name, sizeof c.name, "%s %s %" PRId64 "x%" PRId64, m->name,
            tokens == 1 ? "decode" : "prefill", batch, tokens);
   c.dtype = dt;
   c.threads = threads;
@@ -228,13 +255,17 @@ static void qkn_case(int64_t batch, int64_t tokens, int dt, int threads) {
   c.n_probe = 2;
   /* q normed and rotated in place, k into its cache rows, v copied */
   floor_add(&c, (floor_stage){.kind = FL_NORM_ROT, .src = dt, .dst = dt, .style = PE_ROPE_NEOX,
-                              .inplace = 1, .width = HD, .rot = HD, .heads = HQ, .rows = n * HQ});
+                              .inplace = 1, .width = (int)HD, .rot = (int)HD, .heads = (int)HQ,
+                              .norm_token = m->per_token, .rows = n * HQ});
   floor_add(&c, (floor_stage){.kind = FL_NORM_ROT, .src = dt, .dst = dt, .style = PE_ROPE_NEOX,
-                              .width = HD, .rot = HD, .heads = HKV, .rows = n * HKV});
-  floor_add(&c, (floor_stage){.kind = FL_COPY, .src = dt, .dst = dt, .width = HD,
+                              .width = (int)HD, .rot = (int)HD, .heads = (int)HKV,
+                              .norm_token = m->per_token, .rows = n * HKV});
+  floor_add(&c, (floor_stage){.kind = FL_COPY, .src = dt, .dst = dt, .width = (int)HD,
                               .rows = n * HKV});
-  snprintf(c.shape, sizeof c.shape, "%dq/%dkv x%d neox", HQ, HKV, HD);
-  snprintf(c.note, sizeof c.note, "unfused: RMSNorm loop + pe_apply_rope_qk + copy k, v");
+  snprintf(c.shape, sizeof c.shape, "%" PRId64 "q/%" PRId64 "kv x%" PRId64 " neox%s", HQ, HKV, HD,
+           m->per_token ? " per-token norm" : "");
+  snprintf(c.note, sizeof c.note, "unfused: RMSNorm loop%s + pe_apply_rope_qk + copy k, v",
+           m->per_token ? " (per token)" : "");
   /* 'x native': the step as one C loop per token, built -march=native, on
    * a float cos/sin table of the positions used (the library's values) */
   int64_t tb_pos = 0;
@@ -253,7 +284,8 @@ static void qkn_case(int64_t batch, int64_t tokens, int dt, int threads) {
                          .v_cache = s.vc.data, .slots = s.slots, .pos = s.pos,
                          .q_weight = s.qw, .k_weight = s.kw, .cos_t = s.cos_t,
                          .sin_t = s.sin_t, .eps = s.norm.eps};
-  const char *bad = qkn_native_mismatch(&c, n);
+  /* the one-pass loop norms each head's row: no 'x native' per token */
+  const char *bad = m->per_token ? "the loop norms per head" : qkn_native_mismatch(&c, n);
   if (bad) {
     size_t l = strlen(c.note);
     snprintf(c.note + l, sizeof c.note - l, "; no native: %s", bad);
@@ -276,16 +308,25 @@ static void qkn_case(int64_t batch, int64_t tokens, int dt, int threads) {
   pe_rope_cache_destroy(s.cache);
 }
 
+/* Qwen3-8B's cases, then OLMo 2's decode 32 and prefill 512 (the per-token
+ * norm); --model olmo2-7b: OLMo 2's alone, --tokens N: one case of the
+ * model (Qwen3-8B unless --model olmo2-7b). */
 void suite_qknorm(void) {
+  const int olmo = opt.model_given && !strcmp(opt.model->name, qkn_olmo2.name);
+  const qkn_model *m = olmo ? &qkn_olmo2 : &qkn_qwen3;
   for (int ti = 0; ti < opt.n_threads; ti++)
     for (int d = 0; d < 2; d++) {
       int dt = opt.dtype >= 0 ? opt.dtype : d ? PE_BF16 : PE_F32;
       if (opt.tokens) {
-        qkn_case(opt.batch, opt.tokens, dt, opt.threads[ti]);
+        qkn_case(m, opt.batch, opt.tokens, dt, opt.threads[ti]);
       } else {
-        qkn_case(1, 1, dt, opt.threads[ti]);     /* decode, one sequence */
-        qkn_case(32, 1, dt, opt.threads[ti]);    /* decode, a batch of 32 */
-        qkn_case(1, 512, dt, opt.threads[ti]);   /* prefill */
+        qkn_case(m, 1, 1, dt, opt.threads[ti]);     /* decode, one sequence */
+        qkn_case(m, 32, 1, dt, opt.threads[ti]);    /* decode, a batch of 32 */
+        qkn_case(m, 1, 512, dt, opt.threads[ti]);   /* prefill */
+        if (!opt.model_given) { /* the per-token norm */
+          qkn_case(&qkn_olmo2, 32, 1, dt, opt.threads[ti]);
+          qkn_case(&qkn_olmo2, 1, 512, dt, opt.threads[ti]);
+        }
       }
       if (opt.dtype >= 0) break;
     }

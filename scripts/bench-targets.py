@@ -214,7 +214,8 @@ def first_command(r, suites, dtypes, threads="1"):
 def decode_ratio_rows(rows):
     """The QK-norm step of one token against pe_apply_rope_qk_store alone (q+k)."""
     norm = {r["dtype"]: r for r in rows
-            if r["suite"] == "qknorm" and r["threads"] == "1" and "decode 1x1" in r["case"]}
+            if r["suite"] == "qknorm" and r["threads"] == "1" and
+            r["case"] == "qwen3-8b decode 1x1"}
     store = {r["dtype"]: r for r in rows
              if r["suite"] == "fused" and r["threads"] == "1" and r["case"] == "store q+k qwen3-8b 1x1"}
     for dt in sorted(set(norm) & set(store)):
