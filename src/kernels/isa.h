@@ -331,21 +331,29 @@ static inline float pe__tree16f(const float *a) {
 }
 
 /* isa.h's pairwise combination of row sums (pe_norm_sumsq_fn, combine 1): a
- * binary counter over the rows, a partial sum per binary digit. */
+ * binary counter over the rows, a partial sum per binary digit. n counts
+ * the rows pushed; the partial sums held are its set bits, the lowest on
+ * top. Set up with pe__sum_init (the sums need no zeroing: a 320-byte
+ * initializer's `rep stos` and the per-sum levels it replaces were a
+ * quarter of a per-token norm's sums, OLMo 2's shapes). */
 typedef struct pe__sum_stack {
   float sum[64];
-  int8_t level[64];
+  uint64_t n;
   int top;
 } pe__sum_stack;
-static inline void pe__sum_push(pe__sum_stack *k, float s) {
-  int8_t l = 0;
-  while (k->top > 0 && k->level[k->top - 1] == l) {
-    s = k->sum[--k->top] + s; /* the earlier block first */
-    l++;
-  }
-  k->sum[k->top] = s;
-  k->level[k->top++] = l;
+static inline void pe__sum_init(pe__sum_stack *k) {
+  k->n = 0;
+  k->top = 0;
 }
+/* The sum of a block of 2^l rows, added pairwise within the block (as
+ * pushing them one by one adds them), pushed where the rows pushed so far
+ * are a multiple of 2^l. */
+static inline void pe__sum_push_block(pe__sum_stack *k, float s, int l) {
+  for (uint64_t n = k->n >> l; n & 1; n >>= 1) s = k->sum[--k->top] + s; /* the earlier first */
+  k->sum[k->top++] = s;
+  k->n += (uint64_t)1 << l;
+}
+static inline void pe__sum_push(pe__sum_stack *k, float s) { pe__sum_push_block(k, s, 0); }
 static inline float pe__sum_total(const pe__sum_stack *k) {
   float t = k->sum[k->top - 1];
   for (int i = k->top - 2; i >= 0; i--) t = k->sum[i] + t;

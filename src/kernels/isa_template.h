@@ -160,8 +160,8 @@ __attribute__((noinline)) static void FN(nwalk)(const pe_rope_block *b, pe_nrow_
       int64_t rstep, const float *w, int64_t wstep, int64_t count, int64_t pf) {               \
     const int64_t pfe = row_span(ST, n, dist);                                                \
     if (NEO_TAKE(sd, dd, ST, M, n, cinc, wstep)) {                                             \
-      NEO_ROWS(sd, dd, ST, M, src, sstep, dst, dstep, *cp, *sp, n, dist, rs, rstep, w, count,   \
-               pf, pfe);                                                                       \
+      NEO_ROWS(sd, dd, ST, M, src, sstep, dst, dstep, *cp, *sp, n, dist, rs, rstep, w, wstep,   \
+               count, pf, pfe);                                                                \
       return;                                                                                  \
     }                                                                                          \
     if (nheld_take(sd, ST, M, n, cinc, wstep, pf)) {                                           \

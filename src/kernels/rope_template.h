@@ -228,12 +228,14 @@ PE_AI void sumsq_gen(int dt, const void *src, int64_t n, int64_t rows, int64_t r
     for (; r < rows; r++) sumsq_rows(dt, 1, p + r * rs, rs, n, out + r);
     return;
   }
-  pe__sum_stack k = {.top = 0};
+  _Static_assert(SQ_ROWS == 4, "a block of SQ_ROWS rows is pushed as level 2");
+  pe__sum_stack k;
+  pe__sum_init(&k);
   float s[SQ_ROWS];
   int64_t r = 0;
   for (; r + SQ_ROWS <= rows; r += SQ_ROWS) {
     sumsq_rows(dt, SQ_ROWS, p + r * rs, rs, n, s);
-    for (int i = 0; i < SQ_ROWS; i++) pe__sum_push(&k, s[i]);
+    pe__sum_push_block(&k, (s[0] + s[1]) + (s[2] + s[3]), 2);
   }
   for (; r < rows; r++) {
     sumsq_rows(dt, 1, p + r * rs, rs, n, s);
@@ -1068,8 +1070,8 @@ PE_AI void nheld_rows(int sd, int dd, int mode, const char *src, int64_t sstep, 
 enum { NEO_MAX = 256 };
 PE_AI int neo_take(int sd, int dd, int style, int mode, int32_t n, int64_t cinc,
                    int64_t wstep) {
-  return EO_PAIR(sd, dd) && cinc == 0 &&
-         (mode == PE_NORM_UNIT || wstep == 0) && 2 * n <= NEO_MAX &&
+  (void)mode, (void)wstep;
+  return EO_PAIR(sd, dd) && cinc == 0 && 2 * n <= NEO_MAX &&
          n % (style == PE_ROPE_NEOX ? 2 * VL : VL) == 0;
 }
 /* The even and odd values of the 2*VL floats at v into b (even first). */
@@ -1082,24 +1084,31 @@ PE_AI void neo_split(const float *v, float *b) {
 PE_AI vf neo_norm(int mode, vf x, vf r, const float *w) {
   return nnorm(mode, x, r, mode == PE_NORM_UNIT ? r : vf_load(w));
 }
+/* A row's own weights (a per-token norm: wstep, each head its row of
+ * them) in even/odd order, the 2*VL from element e of w: one unit's. */
+PE_AI void neo_wrow(const float *w, int32_t e, vf *we, vf *wo) { cs_eo(w + e, we, wo); }
 PE_AI void neo_rows(int sd, int dd, int style, int mode, const char *src, int64_t sstep, char *dst,
                     int64_t dstep, const float *c, const float *s, int32_t n, int32_t dist,
-                    const float *rs, int64_t rstep, const float *w, int64_t count, int64_t pf,
-                    int64_t pfe) {
+                    const float *rs, int64_t rstep, const float *w, int64_t wstep,
+                    int64_t count, int64_t pf, int64_t pfe) {
   /* NeoX: cos, sin, x's weights, y's (n floats each); GPT-J: the weights
-   * of the 2n channels (cos/sin are read as they are) */
+   * of the 2n channels (cos/sin are read as they are). Weights of each
+   * row's own (wstep, a per-token norm) are put in order row by row, as
+   * the row's units are normed: each is read once. */
+  const int wrow = mode != PE_NORM_UNIT && wstep != 0;
   _Alignas(32) float b[2 * NEO_MAX];
   float *bc = b, *bs = b + n, *bwx = b + 2 * n, *bwy = b + 3 * n;
   if (style == PE_ROPE_NEOX) {
     for (int32_t j = 0; j < n; j += 2 * VL) {
       neo_split(c + j, bc + j);
       neo_split(s + j, bs + j);
-      if (mode != PE_NORM_UNIT) neo_split(w + j, bwx + j), neo_split(w + dist + j, bwy + j);
+      if (mode != PE_NORM_UNIT && !wrow)
+        neo_split(w + j, bwx + j), neo_split(w + dist + j, bwy + j);
     }
-  } else if (mode != PE_NORM_UNIT) {
+  } else if (mode != PE_NORM_UNIT && !wrow) {
     for (int32_t e = 0; e < 2 * n; e += 2 * VL) neo_split(w + e, b + e);
   }
-  for (; count > 0; count--, src += sstep, dst += dstep, rs += rstep) {
+  for (; count > 0; count--, src += sstep, dst += dstep, rs += rstep, w += wrow ? wstep : 0) {
     if (pf) nprefetch(src, pf, pfe, sd);
     const vf rv = vf_set1(*rs);
     if (style == PE_ROPE_NEOX) {
@@ -1107,8 +1116,16 @@ PE_AI void neo_rows(int sd, int dd, int style, int mode, const char *src, int64_
         vf ex, ox, ey, oy, xe, xo, ye, yo;
         bf16_ld_eo(src + 2 * j, 2 * VL, &ex, &ox);
         bf16_ld_eo(src + 2 * (dist + j), 2 * VL, &ey, &oy);
-        ex = neo_norm(mode, ex, rv, bwx + j), ox = neo_norm(mode, ox, rv, bwx + j + VL);
-        ey = neo_norm(mode, ey, rv, bwy + j), oy = neo_norm(mode, oy, rv, bwy + j + VL);
+        if (wrow) {
+          vf wxe, wxo, wye, wyo;
+          neo_wrow(w, j, &wxe, &wxo);
+          neo_wrow(w, dist + j, &wye, &wyo);
+          ex = nnorm(mode, ex, rv, wxe), ox = nnorm(mode, ox, rv, wxo);
+          ey = nnorm(mode, ey, rv, wye), oy = nnorm(mode, oy, rv, wyo);
+        } else {
+          ex = neo_norm(mode, ex, rv, bwx + j), ox = neo_norm(mode, ox, rv, bwx + j + VL);
+          ey = neo_norm(mode, ey, rv, bwy + j), oy = neo_norm(mode, oy, rv, bwy + j + VL);
+        }
         rotate_fast(ex, ey, vf_load(bc + j), vf_load(bs + j), &xe, &ye);
         rotate_fast(ox, oy, vf_load(bc + j + VL), vf_load(bs + j + VL), &xo, &yo);
         if (__builtin_expect(vf_any_nan4(xe, xo, ye, yo), 0)) {
@@ -1123,7 +1140,13 @@ PE_AI void neo_rows(int sd, int dd, int style, int mode, const char *src, int64_
       for (int32_t e = 0; e < 2 * n; e += 2 * VL) {
         vf x, y, xn, yn;
         bf16_ld_eo(src + 2 * e, 2 * VL, &x, &y);
-        x = neo_norm(mode, x, rv, b + e), y = neo_norm(mode, y, rv, b + e + VL);
+        if (wrow) {
+          vf wx, wy;
+          neo_wrow(w, e, &wx, &wy);
+          x = nnorm(mode, x, rv, wx), y = nnorm(mode, y, rv, wy);
+        } else {
+          x = neo_norm(mode, x, rv, b + e), y = neo_norm(mode, y, rv, b + e + VL);
+        }
         rotate_fast(x, y, vf_load(c + e / 2), vf_load(s + e / 2), &xn, &yn);
         if (__builtin_expect(vf_any_nan2(xn, yn), 0)) {
           nstep(sd, dd, style, mode, src, dst, e / 2, VL, dist, rv, c, s, w);

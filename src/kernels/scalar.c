@@ -155,7 +155,8 @@ PE_AI void rope_row(int dt, int style, void *row, const float *cosv, const float
 
 PE_AI void sumsq_gen(int dt, const void *src, int64_t n, int64_t rows, int64_t row_stride,
                      int combine, float *out) {
-  pe__sum_stack k = {.top = 0};
+  pe__sum_stack k;
+  pe__sum_init(&k);
   for (int64_t r = 0; r < rows; r++) {
     const char *p = (const char *)src + r * row_stride * pe__esize(dt);
     float a[16] = {0};
