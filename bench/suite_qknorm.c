@@ -264,8 +264,8 @@ static void qkn_case(const qkn_model *m, int64_t batch, int64_t tokens, int dt, 
                               .rows = n * HKV});
   snprintf(c.shape, sizeof c.shape, "%" PRId64 "q/%" PRId64 "kv x%" PRId64 " neox%s", HQ, HKV, HD,
            m->per_token ? " per-token norm" : "");
-  snprintf(c.note, sizeof c.note, "unfused: RMSNorm loop%s + pe_apply_rope_qk + copy k, v",
-           m->per_token ? " (per token)" : "");
+  snprintf(c.note, sizeof c.note, "unfused: %sRMSNorm loop + pe_apply_rope_qk + copy k, v",
+           m->per_token ? "per-token " : "");
   /* 'x native': the step as one C loop per token, built -march=native, on
    * a float cos/sin table of the positions used (the library's values) */
   int64_t tb_pos = 0;
@@ -285,7 +285,7 @@ static void qkn_case(const qkn_model *m, int64_t batch, int64_t tokens, int dt, 
                          .q_weight = s.qw, .k_weight = s.kw, .cos_t = s.cos_t,
                          .sin_t = s.sin_t, .eps = s.norm.eps};
   /* the one-pass loop norms each head's row: no 'x native' per token */
-  const char *bad = m->per_token ? "the loop norms per head" : qkn_native_mismatch(&c, n);
+  const char *bad = m->per_token ? "per head only" : qkn_native_mismatch(&c, n);
   if (bad) {
     size_t l = strlen(c.note);
     snprintf(c.note + l, sizeof c.note - l, "; no native: %s", bad);
