@@ -162,6 +162,26 @@ static void check_isa(floor_fn fn, const char *name, const floor_stage *st, int 
 
 static void check_library_token(const floor_stage *st);
 
+/* A cache of the stage's geometry (MLA: its rope channels'), the stage's
+ * data with the cache's cos/sin row of position 37, and lib, a copy of the
+ * data before a floor kernel writes it (the library's input). */
+static pe_rope_cache *stage_cache(const floor_stage *st, floor_data *d, floor_data *lib) {
+  pe_rope_params p;
+  pe_rope_params_init(&p);
+  p.head_dim = st->kind == FL_MLA ? st->rot : st->width;
+  p.rotary_dim = st->rot ? st->rot : st->width;
+  p.style = (pe_rope_style)st->style;
+  p.max_positions = 64;
+  pe_rope_cache *cache = NULL;
+  if (pe_rope_cache_create(&p, &cache) != PE_OK) abort();
+  if (floor_alloc(st, d, 0)) abort();
+  const int half = st->rot / 2;
+  if (half)
+    pe_rope_cache_cos_sin(cache, 37, (float *)(void *)d->cs, (float *)(void *)(d->cs + half));
+  clone(d, lib);
+  return cache;
+}
+
 /* 2. the scalar kernel against the library on row 0, at position (or
  * delta) 37 of a cache of the stage's geometry. */
 static void check_library(const floor_stage *st) {
@@ -170,20 +190,8 @@ static void check_library(const floor_stage *st) {
     check_library_token(st);
     return;
   }
-  pe_rope_params p;
-  pe_rope_params_init(&p);
-  p.head_dim = st->kind == FL_MLA ? st->rot : st->width; /* MLA: the rope channels' cache */
-  p.rotary_dim = st->rot ? st->rot : st->width;
-  p.style = (pe_rope_style)st->style;
-  p.max_positions = 64;
-  pe_rope_cache *cache = NULL;
-  if (pe_rope_cache_create(&p, &cache) != PE_OK) abort();
   floor_data d, lib;
-  if (floor_alloc(st, &d, 0)) abort();
-  const int half = st->rot / 2;
-  if (half)
-    pe_rope_cache_cos_sin(cache, 37, (float *)(void *)d.cs, (float *)(void *)(d.cs + half));
-  clone(&d, &lib); /* the row before the floor kernel writes it */
+  pe_rope_cache *cache = stage_cache(st, &d, &lib);
   pb_floor_scalar(st, &d, 1);
 
   const int64_t w = st->width, pos = 37, slot = 0;
@@ -261,21 +269,10 @@ static void check_library(const floor_stage *st) {
  * (pe_qk_norm_rope_store, PE_QK_NORM_PER_TOKEN, each head its own weights),
  * within 4 ulp. */
 static void check_library_token(const floor_stage *st) {
-  pe_rope_params p;
-  pe_rope_params_init(&p);
-  p.head_dim = st->width;
-  p.rotary_dim = st->rot;
-  p.style = (pe_rope_style)st->style;
-  p.max_positions = 64;
-  pe_rope_cache *cache = NULL;
-  if (pe_rope_cache_create(&p, &cache) != PE_OK) abort();
   floor_data d, lib;
-  if (floor_alloc(st, &d, 0)) abort();
+  pe_rope_cache *cache = stage_cache(st, &d, &lib);
   const int64_t h_n = st->heads, w = st->width, es = st->src == PE_F32 ? 4 : 2;
   if (d.n_rows < h_n) abort(); /* the token's rows are distinct rows of the data */
-  const int half = st->rot / 2;
-  pe_rope_cache_cos_sin(cache, 37, (float *)(void *)d.cs, (float *)(void *)(d.cs + half));
-  clone(&d, &lib);
   pb_floor_scalar(st, &d, h_n);
   char *out = calloc(1, (size_t)(h_n * w * es + 64));
   if (!out) abort();
