@@ -73,15 +73,19 @@ void pb_bound_rmw_streams(const pb_rows *r, int index, int n, float a, float b);
  * (x * r * w, r = 1/sqrt(mean of squares + eps)) and NeoX-rotated in place,
  * each k head row the same into its slot of the k cache, each v row copied
  * into the v cache; caches of the same dtype, paged NHD ([blocks][block
- * tokens][hkv][hd]): slot s's head rows at s * hkv * hd. */
+ * tokens][hkv][hd]): slot s's head rows at s * hkv * hd. per_token (OLMo
+ * 2): one r for a token's q rows and one for its k rows, from the squares
+ * of all of them, and a weight per channel of the token. */
 typedef struct pb_qknorm {
   void *qkv;
   int64_t batch, tokens, hq, hkv, hd; /* hd a multiple of 16, at most 256 */
   int dtype;                          /* pe_dtype: 0 f32, 1 f16, 2 bf16 */
   void *k_cache, *v_cache;
   const int64_t *slots, *pos; /* [B*T] */
-  const float *q_weight, *k_weight, *cos_t, *sin_t; /* weights [hd]; tables [pos][hd/2] */
+  const float *q_weight, *k_weight, *cos_t, *sin_t; /* weights [hd] ([heads*hd] per token);
+                                                     * tables [pos][hd/2] */
   float eps;
+  int per_token;
 } pb_qknorm;
 #define PB_TEXTBOOK_DECLARE_QKNORM(PREFIX) void PREFIX##qknorm_store(const pb_qknorm *a);
 

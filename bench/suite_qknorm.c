@@ -283,9 +283,9 @@ static void qkn_case(const qkn_model *m, int64_t batch, int64_t tokens, int dt, 
                          .hd = HD, .dtype = dt, .k_cache = s.kc.data,
                          .v_cache = s.vc.data, .slots = s.slots, .pos = s.pos,
                          .q_weight = s.qw, .k_weight = s.kw, .cos_t = s.cos_t,
-                         .sin_t = s.sin_t, .eps = s.norm.eps};
-  /* the one-pass loop norms each head's row: no 'x native' per token */
-  const char *bad = m->per_token ? "per head only" : qkn_native_mismatch(&c, n);
+                         .sin_t = s.sin_t, .eps = s.norm.eps,
+                         .per_token = m->per_token};
+  const char *bad = qkn_native_mismatch(&c, n);
   if (bad) {
     size_t l = strlen(c.note);
     snprintf(c.note + l, sizeof c.note - l, "; no native: %s", bad);

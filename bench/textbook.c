@@ -155,8 +155,10 @@ void PB_TB(rope_neox_bf16)(uint16_t *x, const int64_t shape[4], const int64_t st
  * each head row widened to float into a row of its own, its sum of squares
  * in 16 partial sums (one float chain per lane, as anyone who wants the
  * loop vectorized writes it), r = 1 / sqrtf(mean + eps), then x * r * w
- * rotated as ROW_F32 and stored (f16/bf16 rounded to nearest even). pe-bench
- * times the native build ('x native' of the qknorm rows). */
+ * rotated as ROW_F32 and stored (f16/bf16 rounded to nearest even); per
+ * token, the rows' sums first, then one r for the token's q rows and one
+ * for its k rows. pe-bench times the native build ('x native' of the
+ * qknorm rows). */
 #define TB_AI static inline __attribute__((always_inline))
 TB_AI float tb_load(const void *row, int dtype, int64_t e) {
   if (dtype == 0) return ((const float *)row)[e];
@@ -169,16 +171,27 @@ TB_AI void tb_store(void *row, int dtype, int64_t e, float v) {
   else ((uint16_t *)row)[e] = dtype == 2 ? f32_to_bf16(v) : f32_to_f16(v);
 }
 
-TB_AI void tb_qknorm_row(const pb_qknorm *a, int dt, const void *src, void *dst, const float *w,
-                         const float *c, const float *s) {
-  const int64_t hd = a->hd, half = hd / 2;
-  float x[256], acc[16] = {0};
-  for (int64_t e = 0; e < hd; e++) x[e] = tb_load(src, dt, e);
-  for (int64_t e = 0; e < hd; e += 16)
-    for (int i = 0; i < 16; i++) acc[i] += x[e + i] * x[e + i];
+/* The sum of squares of a head row, in 16 partial sums. */
+TB_AI float tb_sumsq(const pb_qknorm *a, int dt, const void *src) {
+  float acc[16] = {0};
+  for (int64_t e = 0; e < a->hd; e += 16)
+    for (int i = 0; i < 16; i++) {
+      const float x = tb_load(src, dt, e + i);
+      acc[i] += x * x;
+    }
   float ss = 0.0f;
   for (int i = 0; i < 16; i++) ss += acc[i];
-  const float r = 1.0f / sqrtf(ss / (float)hd + a->eps);
+  return ss;
+}
+
+/* A head row normed (scale r: per token, the caller's; else the row's own,
+ * r < 0) and rotated into dst. */
+TB_AI void tb_qknorm_row(const pb_qknorm *a, int dt, const void *src, void *dst, const float *w,
+                         const float *c, const float *s, float r) {
+  const int64_t hd = a->hd, half = hd / 2;
+  float x[256];
+  for (int64_t e = 0; e < hd; e++) x[e] = tb_load(src, dt, e);
+  if (r < 0.0f) r = 1.0f / sqrtf(tb_sumsq(a, dt, src) / (float)hd + a->eps);
   for (int64_t i = 0; i < half; i++) {
     float x0 = x[i] * r * w[i], x1 = x[i + half] * r * w[i + half];
     tb_store(dst, dt, i, x0 * c[i] - x1 * s[i]);
@@ -195,13 +208,23 @@ TB_AI void tb_qknorm_tokens(const pb_qknorm *a, int dt) {
       const int64_t u = b * a->tokens + t, slot = a->slots[u];
       char *tok = (char *)a->qkv + u * row;
       const float *c = a->cos_t + a->pos[u] * half, *s = a->sin_t + a->pos[u] * half;
+      /* per token: one scale from every head row's squares (q's, then k's) */
+      float rq = -1.0f, rk = -1.0f;
+      if (a->per_token) {
+        float sq = 0.0f, sk = 0.0f;
+        for (int64_t h = 0; h < a->hq; h++) sq += tb_sumsq(a, dt, tok + h * head);
+        for (int64_t h = 0; h < a->hkv; h++) sk += tb_sumsq(a, dt, tok + (a->hq + h) * head);
+        rq = 1.0f / sqrtf(sq / (float)(a->hq * hd) + a->eps);
+        rk = 1.0f / sqrtf(sk / (float)(a->hkv * hd) + a->eps);
+      }
+      const int64_t wh = a->per_token ? hd : 0; /* a head's weights */
       for (int64_t h = 0; h < a->hq; h++)
-        tb_qknorm_row(a, dt, tok + h * head, tok + h * head, a->q_weight, c, s);
+        tb_qknorm_row(a, dt, tok + h * head, tok + h * head, a->q_weight + h * wh, c, s, rq);
       if (slot < 0) continue;
       for (int64_t h = 0; h < a->hkv; h++) {
         const int64_t to = (slot * a->hkv + h) * head;
-        tb_qknorm_row(a, dt, tok + (a->hq + h) * head, (char *)a->k_cache + to, a->k_weight,
-                      c, s);
+        tb_qknorm_row(a, dt, tok + (a->hq + h) * head, (char *)a->k_cache + to,
+                      a->k_weight + h * wh, c, s, rk);
         memcpy((char *)a->v_cache + to, tok + (a->hq + a->hkv + h) * head, (size_t)head);
       }
     }

@@ -181,10 +181,10 @@ fi
 
 # The qknorm suite's one-pass native loop agrees with the library (or the
 # row's note says where not) and is timed: ratio_textbook_native in each row
-# (f32 and bf16 by default; f16 asked for).
-for dt in "" "--dtype f16"; do
+# (f32 and bf16 by default; f16 asked for; OLMo 2's per-token norm).
+for dt in "" "--dtype f16" "--model olmo2-7b"; do
   rows=2
-  [ -n "$dt" ] && rows=1
+  [ "$dt" = "--dtype f16" ] && rows=1
   # shellcheck disable=SC2086
   if "$bench" --suite qknorm $quick $dt --csv >"$out" 2>"$err"; then
     awk -F, -v rows=$rows '
