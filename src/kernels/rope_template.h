@@ -1113,7 +1113,7 @@ PE_AI void neo_rows(int sd, int dd, int style, int mode, const char *src, int64_
   } else if (mode != PE_NORM_UNIT && !wrow) {
     for (int32_t e = 0; e < 2 * n; e += 2 * VL) neo_split(w + e, b + e);
   }
-  for (; count > 0; count--, src += sstep, dst += dstep, rs += rstep, w += wrow ? wstep : 0) {
+  for (; count > 0; count--, src += sstep, dst += dstep, rs += rstep, w = wrow ? w + wstep : w) {
     if (pf) nprefetch(src, pf, pfe, sd);
     const vf rv = vf_set1(*rs);
     if (style == PE_ROPE_NEOX) {
