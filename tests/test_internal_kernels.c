@@ -317,7 +317,9 @@ static void run_rows(const pe_isa *isa, const rows_case *k) {
     blk.norm = k->norm;
     blk.scale = scp;
     blk.scale_head_stride = k->norm_per_token ? 0 : 1;
-    blk.weight = weights;
+    /* a unit norm has no weights: NULL, as the engine passes it (a kernel
+     * must not touch the pointer, nor offset it) */
+    blk.weight = k->norm == PE_NORM_UNIT ? NULL : weights;
     blk.weight_head_stride = k->weight_shared ? 0 : extent;
     /* a prefetch hint (the kernels read nothing there): the results are the same */
     blk.prefetch = rnd_below(2) ? (int64_t)rnd_below(4096) - 2048 : 0;
@@ -428,7 +430,7 @@ static void run_store(const pe_isa *isa, int sd, int dd, int style, int32_t n_pa
     blk.norm = norm;
     blk.scale = scp;
     blk.scale_head_stride = rnd_below(2);
-    blk.weight = weights;
+    blk.weight = norm == PE_NORM_UNIT ? NULL : weights; /* as the engine passes it */
     blk.weight_head_stride = rnd_below(2) ? 0 : extent;
     blk.prefetch = rnd_below(2) ? (int64_t)rnd_below(4096) - 2048 : 0;
   }
