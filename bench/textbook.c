@@ -171,17 +171,20 @@ TB_AI void tb_store(void *row, int dtype, int64_t e, float v) {
   else ((uint16_t *)row)[e] = dtype == 2 ? f32_to_bf16(v) : f32_to_f16(v);
 }
 
-/* The sum of squares of a head row, in 16 partial sums. */
-TB_AI float tb_sumsq(const pb_qknorm *a, int dt, const void *src) {
+/* The sum of squares of hd widened values, in 16 partial sums. */
+TB_AI float tb_sum16(const float *x, int64_t hd) {
   float acc[16] = {0};
-  for (int64_t e = 0; e < a->hd; e += 16)
-    for (int i = 0; i < 16; i++) {
-      const float x = tb_load(src, dt, e + i);
-      acc[i] += x * x;
-    }
+  for (int64_t e = 0; e < hd; e += 16)
+    for (int i = 0; i < 16; i++) acc[i] += x[e + i] * x[e + i];
   float ss = 0.0f;
   for (int i = 0; i < 16; i++) ss += acc[i];
   return ss;
+}
+/* ... of a head row in memory (a per-token norm's first pass). */
+TB_AI float tb_sumsq(const pb_qknorm *a, int dt, const void *src) {
+  float x[256];
+  for (int64_t e = 0; e < a->hd; e++) x[e] = tb_load(src, dt, e);
+  return tb_sum16(x, a->hd);
 }
 
 /* A head row normed (scale r: per token, the caller's; else the row's own,
@@ -191,7 +194,7 @@ TB_AI void tb_qknorm_row(const pb_qknorm *a, int dt, const void *src, void *dst,
   const int64_t hd = a->hd, half = hd / 2;
   float x[256];
   for (int64_t e = 0; e < hd; e++) x[e] = tb_load(src, dt, e);
-  if (r < 0.0f) r = 1.0f / sqrtf(tb_sumsq(a, dt, src) / (float)hd + a->eps);
+  if (r < 0.0f) r = 1.0f / sqrtf(tb_sum16(x, hd) / (float)hd + a->eps);
   for (int64_t i = 0; i < half; i++) {
     float x0 = x[i] * r * w[i], x1 = x[i + half] * r * w[i + half];
     tb_store(dst, dt, i, x0 * c[i] - x1 * s[i]);

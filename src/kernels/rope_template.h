@@ -1062,9 +1062,11 @@ PE_AI void nheld_rows(int sd, int dd, int mode, const char *src, int64_t sstep, 
  * deinterleaved once for all of them (cs_eo) into a stack buffer of at
  * most NEO_MAX channels; under a per-token norm (OLMo 2) each row has
  * weights of its own, put in that order as the row is normed (AMD EPYC
- * Zen 5, OLMo-2-7B bf16 decode 32: 0.78 of the row-by-row natural order's
- * time on the avx512 path, 0.93 on avx2; the avx512bf16 path, without
- * VEC_NORM_ROT_FAST, keeps the natural order, which was faster there).
+ * Zen 5, OLMo-2-7B bf16, `pe-ab --norm rms-token --heads 32 --kv-heads 32`
+ * against the row-by-row natural order: decode 32 0.87 of the time on the
+ * avx512 path and 0.89 on avx2, 512 tokens 0.94 / 0.93, one token 0.94 /
+ * 0.90; the avx512bf16 path, without VEC_NORM_ROT_FAST, keeps the natural
+ * order, which was faster there: 1.07-1.10 in even/odd).
  * Per 2*VL elements: one load widened by a shift
  * and a mask, normed as nnorm (the same operations per element), rotated
  * by rotate_fast with no lane moved, rounded back by bf16_st_eo_fast; a
