@@ -2,16 +2,20 @@
  * the vector ISAs, floor_scalar.c): one instantiation of the includer's
  * rot_rows / quant_rows / shift_rows / mla_rows per (dtype, output,
  * pairing, norm, fp8 multiply) a stage can have, so that each loop is
- * compiled with them constant; FL_COPY through the includer's f_copy. The includer defines
- * FLOOR_FN, O_FP8, O_Q8 and O_DS. */
+ * compiled with them constant; FL_COPY through the includer's f_copy. The
+ * includer defines FLOOR_FN, O_FP8, O_Q8 and O_DS. */
 
 #define BY_STYLE(call, ...)                                                                        \
   (st->style == PE_ROPE_NEOX ? call(__VA_ARGS__, PE_ROPE_NEOX) : call(__VA_ARGS__, PE_ROPE_GPTJ))
 #define ROT_(sd, out, norm, mul, style) rot_rows(st, d, rows, sd, out, style, norm, mul)
 #define ROT_DT(sd)                                                                                 \
   do {                                                                                             \
-    if (st->kind == FL_NORM_ROT)                                                                   \
-      BY_STYLE(ROT_, sd, sd, 1, 0);                                                                \
+    if (st->kind == FL_NORM_ROT && st->norm_w == FL_NW_OFFSET)                                     \
+      BY_STYLE(ROT_, sd, sd, FN_OFFSET, 0);                                                        \
+    else if (st->kind == FL_NORM_ROT && st->norm_w == FL_NW_NONE)                                  \
+      BY_STYLE(ROT_, sd, sd, FN_UNIT, 0);                                                          \
+    else if (st->kind == FL_NORM_ROT)                                                              \
+      BY_STYLE(ROT_, sd, sd, FN_MUL, 0);                                                           \
     else if (st->fmt == FL_Q8_0)                                                                   \
       BY_STYLE(ROT_, sd, O_Q8, 0, 0);                                                              \
     else if (st->fmt == FL_FP8 && st->fp8_mul)                                                     \

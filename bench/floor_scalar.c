@@ -85,6 +85,12 @@ FS void put(int out, int mul, char *dst, int e, float v, float *qrow, float scal
   else store(out, dst, e, v);
 }
 
+/* x normed by r and its weight w (floor.h's FN_*; FN_NONE: x). */
+FS float nrm(int norm, float x, float r, float w) {
+  const float xr = x * r;
+  return norm == FN_NONE ? x : norm == FN_MUL ? xr * w : norm == FN_OFFSET ? fmaf(xr, w, xr) : xr;
+}
+
 FS void rot_rows(const floor_stage *st, floor_data *d, int64_t rows, int sd, int out, int style,
                  int norm, int mul) {
   const int half = st->rot / 2, w = st->width;
@@ -113,12 +119,12 @@ FS void rot_rows(const floor_stage *st, floor_data *d, int64_t rows, int sd, int
       const int ex = style == PE_ROPE_NEOX ? j : 2 * j;
       const int ey = style == PE_ROPE_NEOX ? half + j : 2 * j + 1;
       float x = ld(sd, src, ex), y = ld(sd, src, ey), c = d->cs[j], sn = d->cs[half + j];
-      if (norm) x = x * r * wt[ex], y = y * r * wt[ey];
+      x = nrm(norm, x, r, wt[ex]), y = nrm(norm, y, r, wt[ey]);
       put(out, mul, dst, ex, fmaf(x, c, -(y * sn)), q, scale);
       put(out, mul, dst, ey, fmaf(y, c, x * sn), q, scale);
     }
     for (int e = st->rot; e < w; e++) {
-      if (norm) store(out, dst, e, ld(sd, src, e) * r * wt[e]);
+      if (norm) store(out, dst, e, nrm(norm, ld(sd, src, e), r, wt[e]));
       else if (!st->inplace) store(out, dst, e, ld(sd, src, e));
     }
     if (out == O_Q8)

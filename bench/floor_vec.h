@@ -41,10 +41,17 @@ FA int64_t esz(int dt) { return dt == PE_F32 ? 4 : 2; }
 /* A row's element at channel e (dtype dt), or a Q8_0 row's block. */
 #define AT(p, e, dt) ((p) + (int64_t)(e) * esz(dt))
 
-/* x (optionally normed: (x * r) * w) of VL channels at e. */
+/* x normed by scale r and the weights at w (norm: floor.h's FN_*): (x * r)
+ * * w, fma(x * r, w, x * r) (a unit offset) or x * r; x itself (FN_NONE). */
+FA vf nrm(int norm, vf x, vf r, const float *w) {
+  if (norm == FN_NONE) return x;
+  const vf xr = f_mul(x, r);
+  return norm == FN_MUL ? f_mul(xr, f_ldf(w)) : norm == FN_OFFSET ? f_fmadd(xr, f_ldf(w), xr) : xr;
+}
+
+/* x (optionally normed: nrm) of VL channels at e. */
 FA vf ld_x(int dt, const char *row, int e, int norm, vf r, const float *w) {
-  vf x = f_ld(dt, AT(row, e, dt));
-  return norm ? f_mul(f_mul(x, r), f_ldf(w + e)) : x;
+  return nrm(norm, f_ld(dt, AT(row, e, dt)), r, w + e);
 }
 
 /* n pairs v[2i], v[2i + 1] narrowed to dt at p, p + 2*VL elements, ... */
@@ -189,10 +196,10 @@ FA void cs_chunk_eo(int style, const floor_data *d, int half, int j, int k, vf *
     }
   }
 }
-/* The even and odd elements of the unit at channel e, normed ((x * r) * w). */
+/* The even and odd elements of the unit at channel e, normed (nrm). */
 FA void ld_eo_x(const char *row, int e, int norm, vf r, const float *w_eo, vf *xe, vf *xo) {
   f_ld_eo(AT(row, e, O_BF16), xe, xo);
-  if (norm) *xe = f_mul(f_mul(*xe, r), f_ldf(w_eo + e)), *xo = f_mul(f_mul(*xo, r), f_ldf(w_eo + e + VL));
+  *xe = nrm(norm, *xe, r, w_eo + e), *xo = nrm(norm, *xo, r, w_eo + e + VL);
 }
 /* k units from pair (NeoX) or channel (GPT-J) j with cs_chunk_eo's c, s. */
 FA void rot_chunk_eo(int style, int norm, const char *src, char *dst, int half, int j, int k,
@@ -356,12 +363,12 @@ FA void rot_rows(const floor_stage *st, floor_data *d, int64_t rows, int sd, int
         if (EO(sd, out) && rot % (2 * VL) == 0)
           for (; e + 2 * VL <= width; e += 2 * VL) {
             vf xe, xo;
-            ld_eo_x(ROW(h), e, 1, f_set1(rs[h]), WEO(h), &xe, &xo);
+            ld_eo_x(ROW(h), e, norm, f_set1(rs[h]), WEO(h), &xe, &xo);
             f_st_eo(AT(DST(h), e, out), xe, xo);
           }
 #endif
         for (; e < width; e += VL)
-          f_st(out, AT(DST(h), e, out), ld_x(sd, ROW(h), e, 1, f_set1(rs[h]), WT(h)));
+          f_st(out, AT(DST(h), e, out), ld_x(sd, ROW(h), e, norm, f_set1(rs[h]), WT(h)));
       }
       else if (!st->inplace)
         f_copy(AT(DST(h), rot, out), AT(ROW(h), rot, sd), (width - rot) * esz(sd));
@@ -403,7 +410,7 @@ FA void mla_rows(const floor_stage *st, floor_data *d, int64_t rows, int sd, int
       for (int t = 0; t < lat; t += 128) {
         vf m = f_set1(0.0f);
         for (int e = t; e < t + 128; e += VL) {
-          vf v = ld_x(sd, src, e, 1, r, d->w);
+          vf v = ld_x(sd, src, e, FN_MUL, r, d->w);
           f_st(PE_F32, x + e, v);
           m = f_absmax(m, v);
         }
@@ -419,11 +426,11 @@ FA void mla_rows(const floor_stage *st, floor_data *d, int64_t rows, int sd, int
       int e = 0;
       for (; e + g * VL <= lat; e += g * VL) {
         vf o[4];
-        for (int k = 0; k < g; k++) o[k] = ld_x(sd, src, e + k * VL, 1, r, d->w);
+        for (int k = 0; k < g; k++) o[k] = ld_x(sd, src, e + k * VL, FN_MUL, r, d->w);
         emit(lout, dst, e, o, g, vs, mul);
       }
       for (; e < lat; e += VL) {
-        vf o = ld_x(sd, src, e, 1, r, d->w);
+        vf o = ld_x(sd, src, e, FN_MUL, r, d->w);
         emit(lout, dst, e, &o, 1, vs, mul);
       }
     }
