@@ -69,13 +69,15 @@ void pb_bound_rmw_streams(const pb_rows *r, int index, int n, float a, float b);
 
 /* The QK-norm step of the qknorm suite as an engine's own C code writes it,
  * one pass over each token (textbook.c): a packed QKV buffer [B, T, (hq +
- * 2*hkv) * hd] (q's heads, k's, v's; f32, f16 or bf16), each q head row RMSNorm'd
- * (x * r * w, r = 1/sqrt(mean of squares + eps)) and NeoX-rotated in place,
- * each k head row the same into its slot of the k cache, each v row copied
- * into the v cache; caches of the same dtype, paged NHD ([blocks][block
- * tokens][hkv][hd]): slot s's head rows at s * hkv * hd. per_token (OLMo
- * 2): one r for a token's q rows and one for its k rows, from the squares
- * of all of them, and a weight per channel of the token. */
+ * 2*hkv) * hd] (q's heads, k's, v's; f32, f16 or bf16), each q head row normed
+ * (x * r * w, r = 1/sqrt(mean of squares + eps); PB_QKN_OFFSET x * r * (1 +
+ * w), PB_QKN_L2 x * r) and rotated in place (NeoX pairs, or GPT-J's with
+ * gptj), each k head row the same into its slot of the k cache, each v row
+ * copied into the v cache; caches of the same dtype, paged NHD
+ * ([blocks][block tokens][hkv][hd]): slot s's head rows at s * hkv * hd.
+ * per_token (OLMo 2): one r for a token's q rows and one for its k rows,
+ * from the squares of all of them, and a weight per channel of the token. */
+enum { PB_QKN_RMS = 0, PB_QKN_OFFSET = 1, PB_QKN_L2 = 2 };
 typedef struct pb_qknorm {
   void *qkv;
   int64_t batch, tokens, hq, hkv, hd; /* hd a multiple of 16, at most 256 */
@@ -86,6 +88,8 @@ typedef struct pb_qknorm {
                                                      * tables [pos][hd/2] */
   float eps;
   int per_token;
+  int norm; /* PB_QKN_*: the weight's use */
+  int gptj; /* pairs (2i, 2i + 1), else (i, i + hd/2) */
 } pb_qknorm;
 #define PB_TEXTBOOK_DECLARE_QKNORM(PREFIX) void PREFIX##qknorm_store(const pb_qknorm *a);
 

@@ -32,6 +32,11 @@ const model_preset pb_models[] = {
     {"olmo2-7b", 32, 32, 128, 128, PE_ROPE_NEOX, 500000.0, NO_SCALING, "OLMo-2-1124-7B",
      "q_norm and k_norm: RMSNorms over each token's 4096 q and 4096 k channels (the qknorm "
      "suite's per-token norm)"},
+    {"llama4-scout", 40, 8, 128, 128, PE_ROPE_GPTJ, 500000.0, NO_SCALING,
+     "Llama-4-Scout-17B-16E (text_config)",
+     "interleaved pairs; its rope_scaling (llama3, factor 16, low/high_freq_factor 1) changes "
+     "the table's values, not the cost, and is left out; every 4th layer has no rope; the "
+     "qknorm suite's L2 QK-norm (no weight)"},
     {"gpt-j", 16, 16, 256, 64, PE_ROPE_GPTJ, 10000.0, NO_SCALING, "GPT-J-6B (rotary_dim 64)", NULL},
     {"neox-20b", 64, 64, 96, 24, PE_ROPE_NEOX, 10000.0, NO_SCALING,
      "GPT-NeoX-20B (rotary_pct 0.25)", NULL},

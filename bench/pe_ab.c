@@ -30,7 +30,9 @@
  * The calls, with a published model's attention shapes (default Qwen3-8B:
  * 32 q / 8 kv heads of 128, NeoX, theta 1e6):
  *   qknorm  pe_qk_norm_rope_store: per-head RMSNorm (weights +-1; --norm
- *           rms-token: over each token's heads, OLMo 2's; none: no norm),
+ *           rms-token: over each token's heads, OLMo 2's; rms1: Gemma 3's
+ *           x * r * (1 + w), weights 0 or -2; l2: Llama 4's x * r, no
+ *           weight; none: no norm),
  *           RoPE, k and v into a paged NHD cache of 16-token
  *           blocks (--kv: plain rows of the dtype, FP8 with a per-tensor
  *           scale, k 0.05 and v 0.02 as pe-bench's kvquant suite, or Q8_0),
@@ -94,10 +96,11 @@ static const char *const case_names[N_CASES] = {"qknorm", "store", "rope", "mrop
 static struct {
   const char *base, *new_;
   int kase, dtype, gptj, bhtd, layout_given, same_bytes, no_norm, norm_token, kv_given, no_q;
+  pe_qk_norm_kind norm_kind; /* --norm: RMS (rms, rms-token), RMS_UNIT_OFFSET (rms1), L2 */
   uint32_t kv;
   int64_t tokens, batch, heads, kv_heads, head_dim, samples, evict_mib, fresh;
   double theta;
-} opt = {NULL, NULL, CASE_QKNORM, PE_F32, 0, 0, 0, 0, 0, 0, 0, 0, PE_KV_PLAIN,
+} opt = {NULL, NULL, CASE_QKNORM, PE_F32, 0, 0, 0, 0, 0, 0, 0, 0, PE_QK_NORM_RMS, PE_KV_PLAIN,
            512, 1, 32, 8, 128, 100, 0, 1, 1e6};
 
 /* The call's tensors: q, k (and v) as views, the caches, positions, slots. */
@@ -151,8 +154,9 @@ static void usage(FILE *f) {
           "  --layout bhtd|bthd q and k of store, rope and mrope as [B,H,T,D] or [B,T,H,D]\n"
           "                     (default bthd; qknorm's are views of a packed buffer)\n"
           "  --kv plain|fp8e4m3|fp8e5m2|q8_0  qknorm's cache format (default plain)\n"
-          "  --norm rms|rms-token|none  qknorm's norm (default rms, per head;\n"
-          "                     rms-token: per token, OLMo 2's)\n"
+          "  --norm rms|rms-token|rms1|l2|none  qknorm's norm (default rms, per head;\n"
+          "                     rms-token: per token, OLMo 2's; rms1: x * r * (1 + w),\n"
+          "                     Gemma 3's; l2: x * r, Llama 4's)\n"
           "  --heads N, --kv-heads N, --head-dim N, --style neox|gptj, --theta X\n"
           "                     the shapes (default Qwen3-8B: 32, 8, 128, neox, 1e6)\n"
           "  --samples N        timed samples per library (default 100)\n"
@@ -228,9 +232,13 @@ static void parse(int argc, char **argv) {
       opt.kv = q[k];
       opt.kv_given = 1;
     } else if (!strcmp(a, "--norm")) {
-      if (strcmp(v, "rms") && strcmp(v, "rms-token") && strcmp(v, "none"))
-        die("--norm expects rms, rms-token or none, got \"%s\"", v);
+      if (strcmp(v, "rms") && strcmp(v, "rms-token") && strcmp(v, "rms1") && strcmp(v, "l2") &&
+          strcmp(v, "none"))
+        die("--norm expects rms, rms-token, rms1, l2 or none, got \"%s\"", v);
       opt.no_norm = !strcmp(v, "none");
+      opt.norm_kind = !strcmp(v, "rms1") ? PE_QK_NORM_RMS_UNIT_OFFSET
+                      : !strcmp(v, "l2") ? PE_QK_NORM_L2
+                                         : PE_QK_NORM_RMS;
       opt.norm_token = !strcmp(v, "rms-token");
       opt.kv_given = 1;
     } else if (!strcmp(a, "--style")) {
@@ -329,11 +337,13 @@ static void setup_lib(lib *l) {
   memset(&l->norm, 0, sizeof l->norm);
   l->norm_init(&l->norm);
   if (!opt.no_norm) {
-    l->norm.kind = PE_QK_NORM_RMS;
+    l->norm.kind = opt.norm_kind;
     l->norm.eps = 1e-6f;
     l->norm.scope = opt.norm_token ? PE_QK_NORM_PER_TOKEN : PE_QK_NORM_PER_HEAD;
-    l->norm.q_weight = t.qw;
-    l->norm.k_weight = t.kw;
+    if (opt.norm_kind != PE_QK_NORM_L2) {
+      l->norm.q_weight = t.qw;
+      l->norm.k_weight = t.kw;
+    }
   }
   memset(&l->kv, 0, sizeof l->kv);
   l->kv_init(&l->kv);
@@ -444,8 +454,10 @@ static void setup_tensors(void) {
       for (int64_t r = 0; r < opt.fresh; r++) /* block 0 of each K-th unused */
         t.slot_sets[r * n + b * T + i] = (r * region + 1) * BLOCK + b * T + i;
     }
-  for (int64_t e = 0; e < nqw; e++) t.qw[e] = rnd() < 0 ? -1.0f : 1.0f;
-  for (int64_t e = 0; e < nkw; e++) t.kw[e] = rnd() < 0 ? -1.0f : 1.0f;
+  /* magnitude 1 as applied: rms1 multiplies by 1 + w */
+  const float w0 = opt.norm_kind == PE_QK_NORM_RMS_UNIT_OFFSET ? -1.0f : 0.0f;
+  for (int64_t e = 0; e < nqw; e++) t.qw[e] = w0 + (rnd() < 0 ? -1.0f : 1.0f);
+  for (int64_t e = 0; e < nkw; e++) t.kw[e] = w0 + (rnd() < 0 ? -1.0f : 1.0f);
 }
 
 static pe_status call(lib *l) {
@@ -567,7 +579,11 @@ int main(int argc, char **argv) {
   char extra[64];
   if (opt.kase == CASE_QKNORM)
     snprintf(extra, sizeof extra, ", %s cache, %s norm", kv_names[opt.kv],
-             opt.no_norm ? "no" : opt.norm_token ? "per-token rms" : "rms");
+             opt.no_norm                                     ? "no"
+             : opt.norm_token                                ? "per-token rms"
+             : opt.norm_kind == PE_QK_NORM_RMS_UNIT_OFFSET ? "rms (1 + w)"
+             : opt.norm_kind == PE_QK_NORM_L2               ? "l2"
+                                                             : "rms");
   else
     snprintf(extra, sizeof extra, ", %s%s", opt.bhtd ? "bhtd" : "bthd", opt.no_q ? ", k only" : "");
   printf("pe-ab: %s, %" PRId64 "q/%" PRId64 "kv x%" PRId64 " %s, %" PRId64 "x%" PRId64

@@ -299,9 +299,9 @@ void suite_mla(void);
 #define LEARNED_MAX_LEN 2048 /* rows of the learned suite's table */
 
 /* The setup the qknorm and kvquant suites share (suite_qknorm.c). */
-int packed_qkv(const char *suite, int64_t hq, int64_t hkv, int64_t hd, double theta, int64_t batch,
-               int64_t tokens, int dt, pe_rope_cache **cache, void **qkv, pe_tensor *q,
-               pe_tensor *k, pe_tensor *v);
+int packed_qkv(const char *suite, int64_t hq, int64_t hkv, int64_t hd, pe_rope_style style,
+               double theta, int64_t batch, int64_t tokens, int dt, pe_rope_cache **cache,
+               void **qkv, pe_tensor *q, pe_tensor *k, pe_tensor *v);
 
 /* The conversions of the unfused sequences' plain RMSNorm loops (qknorm,
  * mla): bf16 by shifts (round to nearest even; no NaN in these tensors),

@@ -305,8 +305,8 @@ static void kvq_case(int kind, uint32_t fmt, int64_t batch, int64_t tokens, int 
   enum { HQ = 32, HKV = 8, HD = 128 };
   kvq_state s;
   memset(&s, 0, sizeof s);
-  if (packed_qkv("kvquant", HQ, HKV, HD, 500000.0, batch, tokens, dt, &s.cache, &s.qkv, &s.q,
-                 &s.k, &s.v))
+  if (packed_qkv("kvquant", HQ, HKV, HD, PE_ROPE_NEOX, 500000.0, batch, tokens, dt, &s.cache,
+                 &s.qkv, &s.q, &s.k, &s.v))
     return;
   int64_t n = batch * tokens, es = (int64_t)dtype_size(dt);
   int64_t rb = fmt == PE_KV_Q8_0 ? HD / 32 * 34 : HD;

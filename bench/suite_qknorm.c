@@ -1,7 +1,7 @@
 /* suite_qknorm.c - the qknorm suite (QK-norm + RoPE + K and V into the
- * paged cache, Qwen3-8B's per-head norm and OLMo 2's per-token one,
- * against the unfused sequence) and the packed QKV buffer it shares with
- * the kvquant suite. */
+ * paged cache: Qwen3-8B's per-head norm, OLMo 2's per-token one, Gemma 3's
+ * unit-offset weights and Llama 4's weightless L2 norm, against the unfused
+ * sequence) and the packed QKV buffer it shares with the kvquant suite. */
 #include <inttypes.h>
 #include <math.h>
 #include <stdio.h>
@@ -19,7 +19,12 @@
  * NHD paged cache of the same dtype; or OLMo-2-1124-7B's (32 q / 32 kv
  * heads x 128, theta 5e5, eps 1e-6), whose q_norm and k_norm are RMSNorms
  * over each token's 4096 q and 4096 k channels (PE_QK_NORM_PER_TOKEN: one
- * scale for a token's heads, a weight per channel). The call is
+ * scale for a token's heads, a weight per channel); or gemma-3-27b-it's
+ * (32 q / 16 kv heads x 128, NeoX, per-head Gemma3RMSNorm x * r * (1 + w),
+ * eps 1e-6; theta 1e6, its global layers'); or Llama-4-Scout-17B-16E's
+ * (40 q / 8 kv heads x 128, interleaved (GPT-J) pairs, theta 5e5, per-head
+ * Llama4TextL2Norm x * r, no weight, eps 1e-5; its llama3 rope_scaling
+ * changes the table's values, not the cost, and is left out). The call is
  * pe_qk_norm_rope_store; the "x textbook loop" column ('x unfused' in the
  * narrow table) is the unfused sequence an engine runs without it, timed
  * interleaved: a plain C RMSNorm loop over each q and k head row (or each
@@ -28,13 +33,29 @@
  * the bytes the fused call touches once: q read and written, k and v read,
  * their cache rows written. */
 typedef struct qkn_model {
-  const char *name; /* the case names' model */
+  const char *name; /* the case names' model (a pe-bench --model preset) */
   int64_t hq, hkv, hd;
   double theta;
-  int per_token; /* the norm over each token's heads (OLMo 2), else each head's row */
+  pe_rope_style style;
+  pe_qk_norm_kind kind; /* RMS, RMS_UNIT_OFFSET or L2 */
+  int per_token;        /* the norm over each token's heads (OLMo 2), else each head's row */
+  float eps;
 } qkn_model;
-static const qkn_model qkn_qwen3 = {"qwen3-8b", 32, 8, 128, 1000000.0, 0};
-static const qkn_model qkn_olmo2 = {"olmo2-7b", 32, 32, 128, 500000.0, 1};
+static const qkn_model qkn_models[] = {
+    {"qwen3-8b", 32, 8, 128, 1000000.0, PE_ROPE_NEOX, PE_QK_NORM_RMS, 0, 1e-6f},
+    {"olmo2-7b", 32, 32, 128, 500000.0, PE_ROPE_NEOX, PE_QK_NORM_RMS, 1, 1e-6f},
+    {"gemma-3-27b", 32, 16, 128, 1000000.0, PE_ROPE_NEOX, PE_QK_NORM_RMS_UNIT_OFFSET, 0, 1e-6f},
+    {"llama4-scout", 40, 8, 128, 500000.0, PE_ROPE_GPTJ, PE_QK_NORM_L2, 0, 1e-5f},
+};
+enum { QKN_MODELS = (int)(sizeof qkn_models / sizeof qkn_models[0]) };
+
+/* The norm's name in the rows' shape and note. */
+static const char *qkn_norm_name(const qkn_model *m) {
+  return m->per_token                               ? "per-token RMSNorm"
+         : m->kind == PE_QK_NORM_RMS_UNIT_OFFSET ? "RMSNorm (1 + w)"
+         : m->kind == PE_QK_NORM_L2               ? "L2 norm"
+                                                  : "RMSNorm";
+}
 
 typedef struct qkn_state {
   pe_rope_cache *cache;
@@ -47,7 +68,7 @@ typedef struct qkn_state {
   fresh_slots fresh; /* --fresh-cache: each call's slots */
   pb_qknorm native; /* the one-pass C loop ('x native'), its cos/sin tables */
   float *cos_t, *sin_t;
-  int per_token; /* OLMo 2's norm */
+  const qkn_model *m;
 } qkn_state;
 
 /* The next set of slots (--fresh-cache), for every side's call. */
@@ -61,13 +82,15 @@ static pe_status qkn_call(bench_case *c) {
                                c->pool);
 }
 
-/* The plain RMSNorm of every head row of x, in place (Qwen3RMSNorm); per
- * token, of each token's heads as one row, head h's weights at w + h * hd
- * (OLMo 2's q_norm / k_norm over the projection's row). */
-static void qkn_rmsnorm(const pe_tensor *x, const float *w, float eps, int per_token) {
-  int dt = x->dtype;
+/* The plain RMSNorm of every head row of x, in place (Qwen3RMSNorm; with a
+ * unit offset x * r * (1 + w), Gemma3RMSNorm; L2, x * r, Llama4TextL2Norm);
+ * per token, of each token's heads as one row, head h's weights at w + h *
+ * hd (OLMo 2's q_norm / k_norm over the projection's row). */
+static void qkn_rmsnorm(const pe_tensor *x, const float *w, const qkn_model *m) {
+  int dt = x->dtype, per_token = m->per_token;
   int64_t hd = x->shape[3], es = (int64_t)dtype_size(dt), nh = x->shape[1];
   int64_t rows = per_token ? nh : 1; /* rows under one scale */
+  const float eps = m->eps;
   for (int64_t b = 0; b < x->shape[0]; b++)
     for (int64_t t = 0; t < x->shape[2]; t++)
       for (int64_t h0 = 0; h0 < nh; h0 += rows) {
@@ -82,7 +105,13 @@ static void qkn_rmsnorm(const pe_tensor *x, const float *w, float eps, int per_t
         for (int64_t h = h0; h < h0 + rows; h++) {
           char *row = tok + h * x->stride[1] * es;
           const float *wh = w + (per_token ? h * hd : 0);
-          for (int64_t e = 0; e < hd; e++) pb_store(dt, row, e, pb_load(dt, row, e) * r * wh[e]);
+          for (int64_t e = 0; e < hd; e++) {
+            const float xr = pb_load(dt, row, e) * r;
+            pb_store(dt, row, e,
+                     m->kind == PE_QK_NORM_L2                 ? xr
+                     : m->kind == PE_QK_NORM_RMS_UNIT_OFFSET ? xr * (1.0f + wh[e])
+                                                              : xr * wh[e]);
+          }
         }
       }
 }
@@ -154,23 +183,23 @@ static const char *qkn_native_mismatch(bench_case *c, int64_t n) {
 static void qkn_unfused(bench_case *c) {
   qkn_state *s = c->st;
   qkn_advance(s);
-  qkn_rmsnorm(&s->q, s->qw, s->norm.eps, s->per_token);
-  qkn_rmsnorm(&s->k, s->kw, s->norm.eps, s->per_token);
+  qkn_rmsnorm(&s->q, s->qw, s->m);
+  qkn_rmsnorm(&s->k, s->kw, s->m);
   pe_apply_rope_qk(s->cache, &s->q, &s->k, s->pos, 0, c->pool);
   qkn_copy_rows(&s->k, &s->kc, s->slots);
   qkn_copy_rows(&s->v, &s->vc, s->slots);
 }
 
-/* The setup the qknorm and kvquant suites share: a NeoX rope cache of
- * head_dim hd and base theta covering `tokens` positions, and a packed QKV
+/* The setup the qknorm and kvquant suites share: a rope cache of head_dim
+ * hd, pairing style and base theta covering `tokens` positions, and a packed QKV
  * buffer [batch, tokens, (hq + 2*hkv) * hd] of dtype dt, filled, with q, k and
  * v as [B, H, T, D] views of it. 0, or -1 after not_available(suite, ...). */
-int packed_qkv(const char *suite, int64_t hq, int64_t hkv, int64_t hd, double theta, int64_t batch,
-               int64_t tokens, int dt, pe_rope_cache **cache, void **qkv, pe_tensor *q,
-               pe_tensor *k, pe_tensor *v) {
+int packed_qkv(const char *suite, int64_t hq, int64_t hkv, int64_t hd, pe_rope_style style,
+               double theta, int64_t batch, int64_t tokens, int dt, pe_rope_cache **cache,
+               void **qkv, pe_tensor *q, pe_tensor *k, pe_tensor *v) {
   pe_rope_params p;
   pe_rope_params_init(&p);
-  p.head_dim = (int32_t)hd, p.style = PE_ROPE_NEOX, p.base = theta;
+  p.head_dim = (int32_t)hd, p.style = style, p.base = theta;
   p.max_positions = tokens + 64 > 8192 ? tokens + 64 : 8192;
   if (positions_used(batch, tokens) > p.max_positions)
     p.max_positions = positions_used(batch, tokens);
@@ -193,9 +222,9 @@ static void qkn_case(const qkn_model *m, int64_t batch, int64_t tokens, int dt, 
   const int64_t HQ = m->hq, HKV = m->hkv, HD = m->hd;
   qkn_state s;
   memset(&s, 0, sizeof s);
-  s.per_token = m->per_token;
-  if (packed_qkv("qknorm", HQ, HKV, HD, m->theta, batch, tokens, dt, &s.cache, &s.qkv, &s.q, &s.k,
-                 &s.v))
+  s.m = m;
+  if (packed_qkv("qknorm", HQ, HKV, HD, m->style, m->theta, batch, tokens, dt, &s.cache, &s.qkv,
+                 &s.q, &s.k, &s.v))
     return;
   int64_t row = (HQ + 2 * HKV) * HD, n = batch * tokens, es = (int64_t)dtype_size(dt);
   /* --fresh-cache: K sets of the n slots, set r's right after set r - 1 */
@@ -216,15 +245,19 @@ static void qkn_case(const qkn_model *m, int64_t batch, int64_t tokens, int dt, 
    * ratios call after call until half the bf16 values were subnormal (4000
    * calls), which sent the bf16 rounding to its slow exact path: a figure of
    * the benchmark's data, not of a layer's (0.074 vs 0.11-0.13 of the bound
-   * on fresh data, Zen 4 bf16 decode). A weight's value costs nothing. */
-  for (int64_t i = 0; i < nqw; i++) s.qw[i] = frand() < 0 ? -1.0f : 1.0f;
-  for (int64_t i = 0; i < nkw; i++) s.kw[i] = frand() < 0 ? -1.0f : 1.0f;
+   * on fresh data, Zen 4 bf16 decode). A weight's value costs nothing.
+   * Gemma 3's weights w multiply by 1 + w: 0 or -2. */
+  const float w0 = m->kind == PE_QK_NORM_RMS_UNIT_OFFSET ? -1.0f : 0.0f;
+  for (int64_t i = 0; i < nqw; i++) s.qw[i] = w0 + (frand() < 0 ? -1.0f : 1.0f);
+  for (int64_t i = 0; i < nkw; i++) s.kw[i] = w0 + (frand() < 0 ? -1.0f : 1.0f);
   pe_qk_norm_init(&s.norm);
-  s.norm.kind = PE_QK_NORM_RMS;
+  s.norm.kind = m->kind;
   s.norm.scope = m->per_token ? PE_QK_NORM_PER_TOKEN : PE_QK_NORM_PER_HEAD;
-  s.norm.eps = 1e-6f;
-  s.norm.q_weight = s.qw;
-  s.norm.k_weight = s.kw;
+  s.norm.eps = m->eps;
+  if (m->kind != PE_QK_NORM_L2) { /* L2: no weight */
+    s.norm.q_weight = s.qw;
+    s.norm.k_weight = s.kw;
+  }
   pe_kv_cache_init(&s.kv);
   s.kv.k = &s.kc;
   s.kv.v = &s.vc;
@@ -254,18 +287,25 @@ static void qkn_case(const qkn_model *m, int64_t batch, int64_t tokens, int dt, 
   c.probe[1] = probe_flat_to(2.0 * (double)(n * 2 * HKV * HD * es));
   c.n_probe = 2;
   /* q normed and rotated in place, k into its cache rows, v copied */
-  floor_add(&c, (floor_stage){.kind = FL_NORM_ROT, .src = dt, .dst = dt, .style = PE_ROPE_NEOX,
+  const int nw = m->kind == PE_QK_NORM_L2                   ? FL_NW_NONE
+                 : m->kind == PE_QK_NORM_RMS_UNIT_OFFSET ? FL_NW_OFFSET
+                                                          : FL_NW_MUL;
+  floor_add(&c, (floor_stage){.kind = FL_NORM_ROT, .src = dt, .dst = dt, .style = m->style,
                               .inplace = 1, .width = (int)HD, .rot = (int)HD, .heads = (int)HQ,
-                              .norm_token = m->per_token, .rows = n * HQ});
-  floor_add(&c, (floor_stage){.kind = FL_NORM_ROT, .src = dt, .dst = dt, .style = PE_ROPE_NEOX,
+                              .norm_token = m->per_token, .norm_w = nw, .rows = n * HQ});
+  floor_add(&c, (floor_stage){.kind = FL_NORM_ROT, .src = dt, .dst = dt, .style = m->style,
                               .width = (int)HD, .rot = (int)HD, .heads = (int)HKV,
-                              .norm_token = m->per_token, .rows = n * HKV});
+                              .norm_token = m->per_token, .norm_w = nw, .rows = n * HKV});
   floor_add(&c, (floor_stage){.kind = FL_COPY, .src = dt, .dst = dt, .width = (int)HD,
                               .rows = n * HKV});
-  snprintf(c.shape, sizeof c.shape, "%" PRId64 "q/%" PRId64 "kv x%" PRId64 " neox%s", HQ, HKV, HD,
-           m->per_token ? " per-token norm" : "");
-  snprintf(c.note, sizeof c.note, "unfused: %sRMSNorm loop + pe_apply_rope_qk + copy k, v",
-           m->per_token ? "per-token " : "");
+  snprintf(c.shape, sizeof c.shape, "%" PRId64 "q/%" PRId64 "kv x%" PRId64 " %s%s", HQ, HKV, HD,
+           m->style == PE_ROPE_NEOX ? "neox" : "gptj",
+           m->per_token                               ? " per-token norm"
+           : m->kind == PE_QK_NORM_RMS_UNIT_OFFSET ? " norm (1 + w)"
+           : m->kind == PE_QK_NORM_L2               ? " L2 norm"
+                                                    : "");
+  snprintf(c.note, sizeof c.note, "unfused: %s loop + pe_apply_rope_qk + copy k, v",
+           qkn_norm_name(m));
   /* 'x native': the step as one C loop per token, built -march=native, on
    * a float cos/sin table of the positions used (the library's values) */
   int64_t tb_pos = 0;
@@ -284,7 +324,11 @@ static void qkn_case(const qkn_model *m, int64_t batch, int64_t tokens, int dt, 
                          .v_cache = s.vc.data, .slots = s.slots, .pos = s.pos,
                          .q_weight = s.qw, .k_weight = s.kw, .cos_t = s.cos_t,
                          .sin_t = s.sin_t, .eps = s.norm.eps,
-                         .per_token = m->per_token};
+                         .per_token = m->per_token,
+                         .norm = m->kind == PE_QK_NORM_L2                   ? PB_QKN_L2
+                                 : m->kind == PE_QK_NORM_RMS_UNIT_OFFSET ? PB_QKN_OFFSET
+                                                                          : PB_QKN_RMS,
+                         .gptj = m->style == PE_ROPE_GPTJ};
   const char *bad = qkn_native_mismatch(&c, n);
   if (bad) {
     size_t l = strlen(c.note);
@@ -308,12 +352,14 @@ static void qkn_case(const qkn_model *m, int64_t batch, int64_t tokens, int dt, 
   pe_rope_cache_destroy(s.cache);
 }
 
-/* Qwen3-8B's cases, then OLMo 2's decode 32 and prefill 512 (the per-token
- * norm); --model olmo2-7b: OLMo 2's alone, --tokens N: one case of the
- * model (Qwen3-8B unless --model olmo2-7b). */
+/* Qwen3-8B's cases, then the other models' decode 32 and prefill 512 (the
+ * per-token norm, the unit offset, L2); --model M (one of qkn_models):
+ * that model's cases alone, decode 1 too; --tokens N: one case of the
+ * model (Qwen3-8B unless --model names another of them). */
 void suite_qknorm(void) {
-  const int olmo = opt.model_given && !strcmp(opt.model->name, qkn_olmo2.name);
-  const qkn_model *m = olmo ? &qkn_olmo2 : &qkn_qwen3;
+  const qkn_model *m = &qkn_models[0];
+  for (int i = 0; i < QKN_MODELS && opt.model_given; i++)
+    if (!strcmp(opt.model->name, qkn_models[i].name)) m = &qkn_models[i];
   for (int ti = 0; ti < opt.n_threads; ti++)
     for (int d = 0; d < 2; d++) {
       int dt = opt.dtype >= 0 ? opt.dtype : d ? PE_BF16 : PE_F32;
@@ -323,9 +369,9 @@ void suite_qknorm(void) {
         qkn_case(m, 1, 1, dt, opt.threads[ti]);     /* decode, one sequence */
         qkn_case(m, 32, 1, dt, opt.threads[ti]);    /* decode, a batch of 32 */
         qkn_case(m, 1, 512, dt, opt.threads[ti]);   /* prefill */
-        if (!opt.model_given) { /* the per-token norm */
-          qkn_case(&qkn_olmo2, 32, 1, dt, opt.threads[ti]);
-          qkn_case(&qkn_olmo2, 1, 512, dt, opt.threads[ti]);
+        for (int i = 1; i < QKN_MODELS && !opt.model_given; i++) {
+          qkn_case(&qkn_models[i], 32, 1, dt, opt.threads[ti]);
+          qkn_case(&qkn_models[i], 1, 512, dt, opt.threads[ti]);
         }
       }
       if (opt.dtype >= 0) break;

@@ -155,7 +155,8 @@ void PB_TB(rope_neox_bf16)(uint16_t *x, const int64_t shape[4], const int64_t st
  * each head row widened to float into a row of its own, its sum of squares
  * in 16 partial sums (one float chain per lane, as anyone who wants the
  * loop vectorized writes it), r = 1 / sqrtf(mean + eps), then x * r * w
- * rotated as ROW_F32 and stored (f16/bf16 rounded to nearest even); per
+ * (or x * r * (1 + w), or x * r) rotated as ROW_F32 (NeoX pairs, or GPT-J's
+ * as the interleaved loop writes them) and stored (f16/bf16 rounded to nearest even); per
  * token, the rows' sums first, then one r for the token's q rows and one
  * for its k rows. pe-bench times the native build ('x native' of the
  * qknorm rows). */
@@ -188,19 +189,37 @@ TB_AI float tb_sumsq(const pb_qknorm *a, int dt, const void *src) {
 }
 
 /* A head row normed (scale r: per token, the caller's; else the row's own,
- * r < 0) and rotated into dst. */
-TB_AI void tb_qknorm_row(const pb_qknorm *a, int dt, const void *src, void *dst, const float *w,
-                         const float *c, const float *s, float r) {
+ * r < 0) and rotated into dst, the norm (PB_QKN_*) and pairing constants. */
+TB_AI float tb_norm(int norm, float x, float r, float w) {
+  return norm == PB_QKN_L2 ? x * r : norm == PB_QKN_OFFSET ? x * r * (1.0f + w) : x * r * w;
+}
+TB_AI void tb_qknorm_row_as(const pb_qknorm *a, int dt, const void *src, void *dst,
+                            const float *w, const float *c, const float *s, float r, int norm,
+                            int gptj) {
   const int64_t hd = a->hd, half = hd / 2;
   float x[256];
   for (int64_t e = 0; e < hd; e++) x[e] = tb_load(src, dt, e);
   if (r < 0.0f) r = 1.0f / sqrtf(tb_sum16(x, hd) / (float)hd + a->eps);
   for (int64_t i = 0; i < half; i++) {
-    float x0 = x[i] * r * w[i], x1 = x[i + half] * r * w[i + half];
-    tb_store(dst, dt, i, x0 * c[i] - x1 * s[i]);
-    tb_store(dst, dt, i + half, x1 * c[i] + x0 * s[i]);
+    const int64_t i0 = gptj ? 2 * i : i, i1 = gptj ? 2 * i + 1 : i + half;
+    float x0 = tb_norm(norm, x[i0], r, w[i0]), x1 = tb_norm(norm, x[i1], r, w[i1]);
+    tb_store(dst, dt, i0, x0 * c[i] - x1 * s[i]);
+    tb_store(dst, dt, i1, x1 * c[i] + x0 * s[i]);
   }
 }
+#define TB_QKN_ROW(norm, gptj) tb_qknorm_row_as(a, dt, src, dst, w, c, s, r, norm, gptj)
+TB_AI void tb_qknorm_row(const pb_qknorm *a, int dt, const void *src, void *dst, const float *w,
+                         const float *c, const float *s, float r) {
+  switch (a->norm + 3 * !!a->gptj) {
+  case PB_QKN_OFFSET: TB_QKN_ROW(PB_QKN_OFFSET, 0); break;
+  case PB_QKN_L2: TB_QKN_ROW(PB_QKN_L2, 0); break;
+  case 3 + PB_QKN_RMS: TB_QKN_ROW(PB_QKN_RMS, 1); break;
+  case 3 + PB_QKN_OFFSET: TB_QKN_ROW(PB_QKN_OFFSET, 1); break;
+  case 3 + PB_QKN_L2: TB_QKN_ROW(PB_QKN_L2, 1); break;
+  default: TB_QKN_ROW(PB_QKN_RMS, 0);
+  }
+}
+#undef TB_QKN_ROW
 
 /* Every token of a, its dtype dt a constant (each dtype its own loops). */
 TB_AI void tb_qknorm_tokens(const pb_qknorm *a, int dt) {

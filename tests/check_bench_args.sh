@@ -181,8 +181,9 @@ fi
 
 # The qknorm suite's one-pass native loop agrees with the library (or the
 # row's note says where not) and is timed: ratio_textbook_native in each row
-# (f32 and bf16 by default; f16 asked for; OLMo 2's per-token norm).
-for dt in "" "--dtype f16" "--model olmo2-7b"; do
+# (f32 and bf16 by default; f16 asked for; OLMo 2's per-token norm, Gemma
+# 3's unit offset, Llama 4's L2 norm on interleaved pairs).
+for dt in "" "--dtype f16" "--model olmo2-7b" "--model gemma-3-27b" "--model llama4-scout"; do
   rows=2
   [ "$dt" = "--dtype f16" ] && rows=1
   # shellcheck disable=SC2086

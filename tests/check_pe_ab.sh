@@ -13,6 +13,7 @@ for args in "--case qknorm --dtype f32" "--case qknorm --dtype bf16 --tokens 1 -
             "--case store --layout bhtd --dtype f16" "--case rope --style gptj --dtype bf16" \
             "--kv fp8e4m3 --norm none --dtype bf16" "--kv q8_0 --dtype f16" "--kv fp8e5m2" \
             "--norm rms-token --kv-heads 32 --dtype bf16" "--norm rms-token --kv q8_0" \
+            "--norm rms1 --kv-heads 16 --dtype bf16" "--norm l2 --heads 40 --style gptj" \
             "--case rope --evict 4" "--fresh-cache 3 --dtype bf16" "--case store --fresh-cache 2" \
             "--case mrope --dtype bf16 --tokens 40" "--case mrope --layout bhtd --no-q" \
             "--case store --no-q --dtype bf16"; do
@@ -56,7 +57,7 @@ bad '--layout shapes store, rope and mrope' --base "$lib" --new "$lib" --layout 
 bad '--head-dim 127 is odd' --base "$lib" --new "$lib" --head-dim 127
 bad '--tokens expects an integer in [1, 1048576], got "0"' --base "$lib" --new "$lib" --tokens 0
 bad '--kv expects plain, fp8e4m3, fp8e5m2 or q8_0, got "fp4"' --base "$lib" --new "$lib" --kv fp4
-bad '--norm expects rms, rms-token or none, got "l2"' --base "$lib" --new "$lib" --norm l2
+bad '--norm expects rms, rms-token, rms1, l2 or none, got "L2"' --base "$lib" --new "$lib" --norm L2
 bad '--kv and --norm shape qknorm only (--case store)' --base "$lib" --new "$lib" --case store --norm none
 bad '--kv q8_0 needs --head-dim a multiple of 32' --base "$lib" --new "$lib" --kv q8_0 --head-dim 80
 bad 'has no pe_rope_params_init' --base /lib/x86_64-linux-gnu/libm.so.6 --new "$lib"
