@@ -700,13 +700,14 @@ static void test_norm_kernels(void **state) {
   for (int dt = 0; dt < 3; dt++)
     for (size_t li = 0; li < sizeof lens / sizeof lens[0]; li++)
       for (int rep = 0; rep < 6; rep++) {
-        /* sums of squares: rows 1..9 at a pitch past n, each row or combined */
-        int64_t n = lens[li], rows = 1 + rnd_below(9), rs = n + rnd_below(5);
+        /* sums of squares: rows 1..21 at a pitch past n (several blocks of
+         * rows summed at once, the rest one by one), each row or combined */
+        int64_t n = lens[li], rows = 1 + rnd_below(21), rs = n + rnd_below(5);
         int combine = rep & 1;
         int64_t total = rs * rows + 8;
         char *src = xmalloc((size_t)total * esz(dt));
         fill(src, dt, total);
-        float a[9], b[9];
+        float a[21], b[21];
         memset(a, 0x5a, sizeof a);
         memset(b, 0x5a, sizeof b);
         ref->norm_sumsq[dt](src, n, rows, rs, combine, a);
