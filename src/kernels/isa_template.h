@@ -153,6 +153,14 @@ __attribute__((noinline)) static void FN(nwalk)(const pe_rope_block *b, pe_nrow_
 #define NEO_TAKE(...) 0
 #define NEO_ROWS(...) (void)0
 #endif
+/* rope_template.h's GPT-J rows in pair order where the ISA has them. */
+#if defined(VEC_GPTJ_PAIRS)
+#define GHELD_TAKE gheld_take
+#define GHELD_ROWS gheld_rows
+#else
+#define GHELD_TAKE(...) 0
+#define GHELD_ROWS(...) (void)0
+#endif
 #define NROW_(S, sd, D, dd, ST, SN, M, MN)                                                      \
   __attribute__((noinline)) static void FN(nrow_##S##_##D##_##SN##_##MN)(                      \
       const char *src, int64_t sstep, char *dst, int64_t dstep, const float *const *cp,        \
@@ -162,6 +170,10 @@ __attribute__((noinline)) static void FN(nwalk)(const pe_rope_block *b, pe_nrow_
     if (NEO_TAKE(sd, dd, ST, M, n, cinc, wstep)) {                                             \
       NEO_ROWS(sd, dd, ST, M, src, sstep, dst, dstep, *cp, *sp, n, dist, rs, rstep, w, wstep,   \
                count, pf, pfe);                                                                \
+      return;                                                                                  \
+    }                                                                                          \
+    if (GHELD_TAKE(sd, dd, ST, M, n, cinc, wstep, pf)) {                                       \
+      GHELD_ROWS(sd, dd, M, src, sstep, dst, dstep, *cp, *sp, n, rs, rstep, w, count, pf, pfe); \
       return;                                                                                  \
     }                                                                                          \
     if (nheld_take(sd, ST, M, n, cinc, wstep, pf)) {                                           \

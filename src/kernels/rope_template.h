@@ -1056,6 +1056,61 @@ PE_AI void nheld_rows(int sd, int dd, int mode, const char *src, int64_t sstep, 
   }
 }
 
+#if defined(VEC_GPTJ_PAIRS)
+/* count normed GPT-J rows of f32/f16 that share their cos/sin row and their
+ * weights (a token's heads: Llama 4's L2-normed rows), n a multiple of VL
+ * pairs, with the pairs as they lie: per chunk of VL pairs (2*VL channels)
+ * the cos and sin each duplicated to a pair's two lanes (vf_dup_half) and
+ * the weights, in channel order, loaded once for all the rows; each row's
+ * two vectors normed (nnorm) and rotated lane by lane as isa.h says - with
+ * p the row with its pairs swapped times s, its even lanes negated, x' =
+ * fmaf(x, c, -(y*s)) in the even lanes and y' = fmaf(y, c, x*s) in the
+ * odd, one fma(row, c, p). nstore_row's steps deinterleave each row's
+ * pairs, its weights and cos/sin again for every row, and interleave the
+ * results (on AVX-512 six two-source permutes a step). AMD EPYC Zen 5,
+ * `pe-ab --same-bytes --case qknorm --style gptj`, against nstore_row:
+ * Llama-4-Scout's 40q/8kv x 128 L2-normed rows (`--heads 40 --norm l2`)
+ * decode 32 f32 0.87-0.90 of the time on the AVX-512 paths, 0.89-0.92 on
+ * avx2, f16 0.86 / 0.95; decode 1 f32 0.84 (avx512bf16) / 0.92 (avx2);
+ * prefill 512 f16 0.86 / 0.95; weighted rows (`--norm rms`, 32q/8kv)
+ * decode 32 f32 0.75 / 0.81. Not for f32 rows whose successor block is
+ * prefetched (pf), as nheld_rows: prefill 512 f32 as before (0.99-1.01). */
+PE_AI int gheld_take(int sd, int dd, int style, int mode, int32_t n, int64_t cinc,
+                     int64_t wstep, int64_t pf) {
+  return style == PE_ROPE_GPTJ && cinc == 0 && (mode == PE_NORM_UNIT || wstep == 0) &&
+         n % VL == 0 && (sd == PE_F32 || sd == PE_F16) && (dd == PE_F32 || dd == PE_F16) &&
+         !(pf && sd == PE_F32);
+}
+PE_AI vf gpair_rotate(vf v, vf c, vf s) {
+  vf p = vf_mul(vf_swap_pairs(v), s); /* y*s in the even lanes, x*s in the odd */
+  PE_OPAQUE(p);
+  p = vf_neg_even(p); /* isa.h: the negation stays a negation */
+  PE_OPAQUE(p);
+  return vf_fma(v, c, p);
+}
+PE_AI void gheld_rows(int sd, int dd, int mode, const char *src, int64_t sstep, char *dst,
+                      int64_t dstep, const float *c, const float *s, int32_t n, const float *rs,
+                      int64_t rstep, const float *w, int64_t count, int64_t pf, int64_t pfe) {
+  const int64_t ses = pe__esize(sd), des = pe__esize(dd);
+  const vf z = vf_set1(0.0f);
+  for (int32_t j = 0; j < n; j += VL) {
+    vf w0 = z, w1 = z;
+    if (mode != PE_NORM_UNIT) w0 = vf_load(w + 2 * j), w1 = vf_load(w + 2 * j + VL);
+    const vf c0 = vf_dup_half(c + j), c1 = vf_dup_half(c + j + VL / 2);
+    const vf s0 = vf_dup_half(s + j), s1 = vf_dup_half(s + j + VL / 2);
+    for (int64_t h = 0; h < count; h++) {
+      const char *in = src + h * sstep;
+      char *out = dst + h * dstep;
+      if (pf && j == 0) nprefetch(in, pf, pfe, sd);
+      const vf rv = vf_set1(rs[h * rstep]);
+      const vf v0 = nnorm(mode, vld(sd, PE_AT(in, 2 * j, ses), VL), rv, w0);
+      const vf v1 = nnorm(mode, vld(sd, PE_AT(in, 2 * j + VL, ses), VL), rv, w1);
+      vstw(dd, PE_AT(out, 2 * j, des), gpair_rotate(v0, c0, s0), gpair_rotate(v1, c1, s1));
+    }
+  }
+}
+#endif
+
 #if defined(VEC_BF16_EO) && (defined(VEC_ROT_FAST) || defined(VEC_NORM_ROT_FAST))
 /* Normed bf16 rows to bf16 in even/odd order (VEC_BF16_EO): the rows of a
  * token's heads, which share its cos/sin and the norm's weights, with both

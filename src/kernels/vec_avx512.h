@@ -511,6 +511,18 @@ PE_AI void vf_interleave(vf x, vf y, vf *lo, vf *hi) {
   *hi = _mm512_permutex2var_ps(x, _mm512_add_epi32(first, _mm512_set1_epi32(8)), y);
 }
 PE_AI vf vf_gptj_cs(vf v) { return v; } /* x and y come out in pair order */
+/* GPT-J's pairs as they lie (VEC_GPTJ_PAIRS, rope_template.h's gheld_rows):
+ * a pair's lanes swapped (in-lane), the even lanes' sign flipped, and the
+ * 8 floats at c each twice (c0 c0 c1 c1 ... c7 c7: one vpermps). */
+#define VEC_GPTJ_PAIRS 1
+PE_AI vf vf_swap_pairs(vf v) { return _mm512_permute_ps(v, 0xb1); }
+PE_AI vf vf_neg_even(vf v) {
+  return _mm512_xor_ps(v, _mm512_castsi512_ps(_mm512_set1_epi64(0x80000000)));
+}
+PE_AI vf vf_dup_half(const float *c) {
+  return _mm512_permutexvar_ps(_mm512_setr_epi32(0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6, 7, 7),
+                               _mm512_castps256_ps512(_mm256_loadu_ps(c)));
+}
 
 #define VEC_WHOLE_LINES 1
 
