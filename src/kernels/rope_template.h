@@ -11,7 +11,9 @@
  * when vf_deinterleave leaves the pairs in order (AVX-512), and
  * VEC_ROT_FAST (every even/odd row: AVX2) or VEC_NORM_ROT_FAST (only the
  * QK-normed ones, neo_rows: AVX-512 without AVX512-BF16), the rotation
- * without the sign flip, with vf_fms, vf_any_nan2/4 and bf16_st_eo_fast).
+ * without the sign flip, with vf_fms, vf_any_nan2/4 and bf16_st_eo_fast);
+ * VEC_GPTJ_PAIRS (x86) for the normed GPT-J rows in pair order (gheld_rows)
+ * with vf_swap_pairs, vf_neg_even and vf_dup_half).
  * Bit-identical to scalar.c by construction: the same operations in the
  * same order, lane by lane; lanes past a tail are computed on zeros and
  * never stored. */

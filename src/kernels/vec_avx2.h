@@ -333,15 +333,14 @@ PE_AI vf vf_neg_even(vf v) {
 }
 /* The 4 floats at c each twice: c0 c0 c1 c1 | c2 c2 c3 c3 (a 16-byte
  * broadcast load and one in-lane vpermilps). */
-/* The same for the normed rows' GPT-J pairs (VEC_GPTJ_PAIRS, gheld_rows):
- * the VL/2 floats at c each twice. */
-#define VEC_GPTJ_PAIRS 1
-PE_AI vf vf_dup4(const float *c);
-PE_AI vf vf_dup_half(const float *c) { return vf_dup4(c); }
 PE_AI vf vf_dup4(const float *c) {
   return _mm256_permutevar_ps(_mm256_broadcast_ps((const __m128 *)(const void *)c),
                               _mm256_setr_epi32(0, 0, 1, 1, 2, 2, 3, 3));
 }
+/* The same for the normed rows' GPT-J pairs (VEC_GPTJ_PAIRS, rope_template.h's
+ * gheld_rows): the VL/2 floats at c each twice. */
+#define VEC_GPTJ_PAIRS 1
+PE_AI vf vf_dup_half(const float *c) { return vf_dup4(c); }
 
 /* The cache write's NEOX rows take 2*VL pairs a step: each 64-byte line of
  * the row is written by two adjacent stores (a row is written, not updated). */
