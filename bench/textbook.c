@@ -188,11 +188,12 @@ TB_AI float tb_sumsq(const pb_qknorm *a, int dt, const void *src) {
   return tb_sum16(x, a->hd);
 }
 
-/* A head row normed (scale r: per token, the caller's; else the row's own,
- * r < 0) and rotated into dst, the norm (PB_QKN_*) and pairing constants. */
+/* x normed by r and its weight w as PB_QKN_* says. */
 TB_AI float tb_norm(int norm, float x, float r, float w) {
   return norm == PB_QKN_L2 ? x * r : norm == PB_QKN_OFFSET ? x * r * (1.0f + w) : x * r * w;
 }
+/* A head row normed (scale r: per token, the caller's; else the row's own,
+ * r < 0) and rotated into dst, the norm (PB_QKN_*) and pairing constants. */
 TB_AI void tb_qknorm_row_as(const pb_qknorm *a, int dt, const void *src, void *dst,
                             const float *w, const float *c, const float *s, float r, int norm,
                             int gptj) {
