@@ -77,6 +77,8 @@ void pb_bound_rmw_streams(const pb_rows *r, int index, int n, float a, float b);
  * ([blocks][block tokens][hkv][hd]): slot s's head rows at s * hkv * hd.
  * per_token (OLMo 2): one r for a token's q rows and one for its k rows,
  * from the squares of all of them, and a weight per channel of the token. */
+/* the weight's use of a normed row: here and in the floor's stages
+ * (floor.h's norm_w) */
 enum { PB_QKN_RMS = 0, PB_QKN_OFFSET = 1, PB_QKN_L2 = 2 };
 typedef struct pb_qknorm {
   void *qkv;

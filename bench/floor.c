@@ -206,7 +206,7 @@ int floor_alloc(const floor_stage *st, floor_data *d, int64_t rows) {
    * -2: with +-1 a third of the channels became exact zeros, whose bf16
    * rounding takes the +-0 test's slow path, and the floor of Gemma 3's
    * bf16 rows came out 2x the library's time) */
-  const float w0 = st->kind == FL_NORM_ROT && st->norm_w == FL_NW_OFFSET ? -1.0f : 0.0f;
+  const float w0 = st->kind == FL_NORM_ROT && st->norm_w == PB_QKN_OFFSET ? -1.0f : 0.0f;
   for (int64_t e = 0; e < nw; e++) wt[e] = w0 + (e % 3 ? 1.0f : -1.0f);
   for (int j = 0; j < st->rot / 2; j++) {
     float a = 0.3f * (float)j + 0.1f;

@@ -9,7 +9,7 @@
  *                dst) or quantized (fmt);
  *   FL_NORM_ROT  the same after a float32 RMSNorm of the whole row (a sum of
  *                squares, a scale, a weight: (x * r) * w; with norm_w
- *                FL_NW_OFFSET Gemma 3's fma(x * r, w, x * r), FL_NW_NONE
+ *                PB_QKN_OFFSET Gemma 3's fma(x * r, w, x * r), PB_QKN_L2
  *                Llama 4's x * r), the channels past `rot` normed too;
  *                with norm_token, one RMSNorm over a token's `heads` rows
  *                taken as one (OLMo 2), each head's row with weights of
@@ -38,15 +38,19 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "bench.h"
+
 enum { FL_ROT, FL_NORM_ROT, FL_COPY, FL_QUANT, FL_SHIFT, FL_MLA };
 /* quantized outputs (fmt); FL_FP8_DS: FL_MLA only */
 enum { FL_NONE = 0, FL_FP8 = 1, FL_Q8_0 = 2, FL_FP8_DS = 3 };
-/* the weight of an FL_NORM_ROT row (norm_w): x * r * w (RMS), x * r * (1 + w)
- * rounded once (Gemma 3's unit offset), none (Llama 4's L2 norm) */
-enum { FL_NW_MUL = 0, FL_NW_OFFSET = 1, FL_NW_NONE = 2 };
 /* the kernels' norm argument (a constant in each instantiation): none, or
- * the row normed with that weight */
-enum { FN_NONE = 0, FN_MUL = 1, FN_OFFSET = 2, FN_UNIT = 3 };
+ * the row normed with the stage's weight use (norm_w, bench.h's PB_QKN_*) */
+enum {
+  FN_NONE = 0,
+  FN_MUL = 1 + PB_QKN_RMS,
+  FN_OFFSET = 1 + PB_QKN_OFFSET,
+  FN_UNIT = 1 + PB_QKN_L2
+};
 
 #define FL_STAGES 4
 
@@ -61,7 +65,7 @@ typedef struct floor_stage {
   float scale;    /* FL_FP8: the quantizer's scale */
   int heads;      /* consecutive rows sharing one cos/sin row (the heads of a token) */
   int norm_token; /* FL_NORM_ROT: one norm over the token's heads rows, heads * width weights */
-  int norm_w;     /* FL_NORM_ROT: FL_NW_MUL, FL_NW_OFFSET or FL_NW_NONE */
+  int norm_w;     /* FL_NORM_ROT: the weight's use, bench.h's PB_QKN_* (0: x * r * w) */
   int64_t rows;   /* rows of one call */
 } floor_stage;
 

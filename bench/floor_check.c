@@ -198,15 +198,15 @@ static pe_rope_cache *stage_cache(const floor_stage *st, floor_data *d, floor_da
 }
 
 /* The library's norm of a stage (FL_NORM_ROT) on k, with the data's
- * weights (none: FL_NW_NONE). */
+ * weights (none: PB_QKN_L2). */
 static void stage_norm(const floor_stage *st, const floor_data *d, pe_qk_norm *norm) {
   pe_qk_norm_init(norm);
-  norm->kind = st->norm_w == FL_NW_OFFSET ? PE_QK_NORM_RMS_UNIT_OFFSET
-               : st->norm_w == FL_NW_NONE ? PE_QK_NORM_L2
+  norm->kind = st->norm_w == PB_QKN_OFFSET ? PE_QK_NORM_RMS_UNIT_OFFSET
+               : st->norm_w == PB_QKN_L2 ? PE_QK_NORM_L2
                                           : PE_QK_NORM_RMS;
   norm->scope = st->norm_token ? PE_QK_NORM_PER_TOKEN : PE_QK_NORM_PER_HEAD;
   norm->eps = d->eps;
-  norm->k_weight = st->norm_w == FL_NW_NONE ? NULL : d->w;
+  norm->k_weight = st->norm_w == PB_QKN_L2 ? NULL : d->w;
 }
 
 /* 2. the scalar kernel against the library on row 0, at position (or
@@ -427,10 +427,10 @@ int main(void) {
       s = b, s.kind = FL_NORM_ROT, sts[n++] = s;
       s = b, s.kind = FL_NORM_ROT, s.width = 96, s.rot = 96, s.inplace = 1, sts[n++] = s;
       /* Gemma 3's unit-offset weights, Llama 4's none; past rot too */
-      s = b, s.kind = FL_NORM_ROT, s.norm_w = FL_NW_OFFSET, s.inplace = 1, sts[n++] = s;
-      s = b, s.kind = FL_NORM_ROT, s.norm_w = FL_NW_OFFSET, s.width = 256, sts[n++] = s;
-      s = b, s.kind = FL_NORM_ROT, s.norm_w = FL_NW_NONE, s.inplace = 1, sts[n++] = s;
-      s = b, s.kind = FL_NORM_ROT, s.norm_w = FL_NW_NONE, s.rot = 64, sts[n++] = s;
+      s = b, s.kind = FL_NORM_ROT, s.norm_w = PB_QKN_OFFSET, s.inplace = 1, sts[n++] = s;
+      s = b, s.kind = FL_NORM_ROT, s.norm_w = PB_QKN_OFFSET, s.width = 256, sts[n++] = s;
+      s = b, s.kind = FL_NORM_ROT, s.norm_w = PB_QKN_L2, s.inplace = 1, sts[n++] = s;
+      s = b, s.kind = FL_NORM_ROT, s.norm_w = PB_QKN_L2, s.rot = 64, sts[n++] = s;
       /* OLMo 2's per-token norm: one scale for a token's 3 rows */
       s = b, s.kind = FL_NORM_ROT, s.norm_token = 1, s.inplace = 1, sts[n++] = s;
       s = b, s.kind = FL_NORM_ROT, s.norm_token = 1, sts[n++] = s;

@@ -10,9 +10,9 @@
 #define ROT_(sd, out, norm, mul, style) rot_rows(st, d, rows, sd, out, style, norm, mul)
 #define ROT_DT(sd)                                                                                 \
   do {                                                                                             \
-    if (st->kind == FL_NORM_ROT && st->norm_w == FL_NW_OFFSET)                                     \
+    if (st->kind == FL_NORM_ROT && st->norm_w == PB_QKN_OFFSET)                                    \
       BY_STYLE(ROT_, sd, sd, FN_OFFSET, 0);                                                        \
-    else if (st->kind == FL_NORM_ROT && st->norm_w == FL_NW_NONE)                                  \
+    else if (st->kind == FL_NORM_ROT && st->norm_w == PB_QKN_L2)                                   \
       BY_STYLE(ROT_, sd, sd, FN_UNIT, 0);                                                          \
     else if (st->kind == FL_NORM_ROT)                                                              \
       BY_STYLE(ROT_, sd, sd, FN_MUL, 0);                                                           \

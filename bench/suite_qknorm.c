@@ -289,10 +289,11 @@ static void qkn_case(const qkn_model *m, int64_t batch, int64_t tokens, int dt, 
   c.probe[0] = probe_flat(2.0 * (double)(n * HQ * HD * es));
   c.probe[1] = probe_flat_to(2.0 * (double)(n * 2 * HKV * HD * es));
   c.n_probe = 2;
-  /* q normed and rotated in place, k into its cache rows, v copied */
-  const int nw = m->kind == PE_QK_NORM_L2                   ? FL_NW_NONE
-                 : m->kind == PE_QK_NORM_RMS_UNIT_OFFSET ? FL_NW_OFFSET
-                                                          : FL_NW_MUL;
+  /* q normed and rotated in place, k into its cache rows, v copied; the
+   * weight's use (bench.h) for the floor's stages and the native loop */
+  const int nw = m->kind == PE_QK_NORM_L2                   ? PB_QKN_L2
+                 : m->kind == PE_QK_NORM_RMS_UNIT_OFFSET ? PB_QKN_OFFSET
+                                                          : PB_QKN_RMS;
   floor_add(&c, (floor_stage){.kind = FL_NORM_ROT, .src = dt, .dst = dt, .style = m->style,
                               .inplace = 1, .width = (int)HD, .rot = (int)HD, .heads = (int)HQ,
                               .norm_token = m->per_token, .norm_w = nw, .rows = n * HQ});
@@ -328,9 +329,7 @@ static void qkn_case(const qkn_model *m, int64_t batch, int64_t tokens, int dt, 
                          .q_weight = s.qw, .k_weight = s.kw, .cos_t = s.cos_t,
                          .sin_t = s.sin_t, .eps = s.norm.eps,
                          .per_token = m->per_token,
-                         .norm = m->kind == PE_QK_NORM_L2                   ? PB_QKN_L2
-                                 : m->kind == PE_QK_NORM_RMS_UNIT_OFFSET ? PB_QKN_OFFSET
-                                                                          : PB_QKN_RMS,
+                         .norm = nw,
                          .gptj = m->style == PE_ROPE_GPTJ};
   const char *bad = qkn_native_mismatch(&c, n);
   if (bad) {
