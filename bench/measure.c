@@ -376,13 +376,25 @@ int64_t iterations_for(double ns_per_call) {
 #define MEASURE_ATTEMPTS 3
 
 /* Untimed calls before each sample of the kernel and of the bound, each of
- * which follows the other's pass over its own buffer. One pass does not
- * bring back a case the size of the L3 (Zen 4, 32 MiB L3, RoPE 512 tokens,
- * 21 MB: the first of two identical samples after the bound's stream took
- * 1.4-1.8x the second's with one warm call, 1.07-1.12x with three), while the
- * textbook loops follow the kernel's own passes over the same tensors: with
- * one, 'x textbook' figures of such cases favoured the textbook. */
+ * which follows the other's pass over its own buffer: at least WARM_CALLS
+ * and at least WARM_NS of them (warm_calls). One pass does not bring back a
+ * case the size of the L3 (Zen 4, 32 MiB L3, RoPE 512 tokens, 21 MB: the
+ * first of two identical samples after the bound's stream took 1.4-1.8x
+ * the second's with one warm call, 1.07-1.12x with three), and three did
+ * not on AMD Zen 5 (32 MiB L3): Gemma-3-27B's bf16 QK-norm step of 512
+ * tokens (12.6 MB, 0.3 ms a call), four runs alternated, 0.35-0.42 ms with
+ * three warm calls, 0.30-0.32 with 3 ms of them (10 calls), 0.29-0.31 with
+ * 12, 24 or 48 calls (x floor 0.64-0.77, 0.84-0.89, 0.86-0.99), its
+ * bound, warmed alike, 0.11 ms either way (the bounds of the f32 steps of
+ * 17-42 MB came out 0.80-0.93 of their earlier times). The textbook loops follow the kernel's own passes over
+ * the same tensors: with one warm call, 'x textbook' figures of such cases
+ * favoured the textbook. */
 #define WARM_CALLS 3
+#define WARM_NS 5e6
+static int64_t warm_calls(double ns_per_call) {
+  double n = ns_per_call > 0 ? WARM_NS / ns_per_call : WARM_CALLS;
+  return n < WARM_CALLS ? WARM_CALLS : n > 1e6 ? 1000000 : (int64_t)n;
+}
 
 /* Nanoseconds the calling thread has waited on a run queue, or NAN. Only
  * the caller's: it is pinned to its own CPU, so its waits are other
@@ -471,7 +483,8 @@ result *measure(bench_case *c) {
   int64_t ik = iterations_for(k0);
   for (int w = 0; w < opt.warmup; w++) time_kernel(c, ik);
   time_bound(c, 1);
-  int64_t ib = iterations_for(time_bound(c, 1));
+  const double b0 = time_bound(c, 1);
+  int64_t ib = iterations_for(b0);
   for (int w = 0; w < opt.warmup; w++) time_bound(c, ib);
   int64_t ib1 = c->threads > 1 ? iterations_for(time_bound_n(c, 1, 1)) : ib;
   int64_t it = 0, itn = 0;
@@ -486,6 +499,7 @@ result *measure(bench_case *c) {
   /* The floor's kernels for the library's path, its rows for each thread. */
   floor_job fj = {c, NULL, NULL, NULL, 0};
   int64_t ifl = 0, ifl1 = 0;
+  double f0 = 0;
   const char *fname = NULL;
   floor_fn alt = NULL;
   if (c->n_floor > 0 && (fj.fn = floor_select(&fname, &alt))) {
@@ -504,7 +518,8 @@ result *measure(bench_case *c) {
           abort();
       }
     time_floor_n(&fj, 1, c->threads);
-    ifl = iterations_for(time_floor_n(&fj, 1, c->threads));
+    f0 = time_floor_n(&fj, 1, c->threads);
+    ifl = iterations_for(f0);
     for (int w = 0; w < opt.warmup; w++) time_floor_n(&fj, ifl, c->threads);
     ifl1 = c->threads > 1 ? iterations_for(time_floor_n(&fj, 1, 1)) : ifl;
     fj.alt = alt;
@@ -519,18 +534,16 @@ result *measure(bench_case *c) {
   for (int attempt = 1;; attempt++) {
   disturbance dist = disturbance_start();
   for (int rep = 0; rep < opt.reps; rep++) {
-    /* Wake the pool's workers and leave the data where the previous sample
-     * did: at least two calls and 2 ms of them (a woken thread may take
-     * 0.3-0.4 ms to run on a loaded machine, and the pool splits a call
-     * only once its workers are awake), and at least WARM_CALLS, as the
-     * bound gets below. */
-    int64_t warm = c->threads > 1 ? 2 + (int64_t)(2e6 / (k0 > 0 ? k0 : 2e6)) : 1;
-    time_kernel(c, warm > WARM_CALLS ? warm : WARM_CALLS);
+    /* Leave the data where the previous sample did, and wake the pool's
+     * workers (a woken thread may take 0.3-0.4 ms to run on a loaded
+     * machine, and the pool splits a call only once its workers are
+     * awake): warm_calls, as the bound gets below. */
+    time_kernel(c, warm_calls(k0));
     k[rep] = time_kernel(c, ik);
     if (c->textbook) t[rep] = time_textbook(c, c->textbook, it);
     if (c->textbook_native) tn[rep] = time_textbook(c, c->textbook_native, itn);
     if (c->threads > 1) sleep_us(300);
-    time_bound(c, WARM_CALLS);
+    time_bound(c, warm_calls(b0));
     b[rep] = time_bound(c, ib);
     if (c->threads > 1) {
       /* The bound for N threads is the faster of streaming with N threads
@@ -539,12 +552,12 @@ result *measure(bench_case *c) {
       if (one < b[rep]) b[rep] = one;
       sleep_us(300);
     }
-    if (fj.fn) { /* the floor likewise, its L1 rows warm again first */
+    if (fj.fn) { /* the floor likewise, its rows warm again first (L1 rows: one pass) */
       for (int v = 0; v < (fj.alt ? 2 : 1); v++) { /* both sequences (floor_select) */
         floor_job fv = fj;
         double *fs = v ? f2 : f;
         if (v) fv.fn = fj.alt;
-        time_floor_n(&fv, 1, c->threads);
+        time_floor_n(&fv, opt.floor_call ? warm_calls(f0) : 1, c->threads);
         fs[rep] = time_floor_n(&fv, ifl, c->threads);
         if (c->threads > 1) {
           double one = time_floor_n(&fv, ifl1, 1);
