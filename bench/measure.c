@@ -384,11 +384,12 @@ int64_t iterations_for(double ns_per_call) {
  * not on AMD Zen 5 (32 MiB L3): Gemma-3-27B's bf16 QK-norm step of 512
  * tokens (12.6 MB, 0.3 ms a call), four runs alternated, 0.35-0.42 ms with
  * three warm calls, 0.30-0.32 with 3 ms of them (10 calls), 0.29-0.31 with
- * 12, 24 or 48 calls (x floor 0.64-0.77, 0.84-0.89, 0.86-0.99), its
- * bound, warmed alike, 0.11 ms either way (the bounds of the f32 steps of
- * 17-42 MB came out 0.80-0.93 of their earlier times). The textbook loops follow the kernel's own passes over
- * the same tensors: with one warm call, 'x textbook' figures of such cases
- * favoured the textbook. */
+ * 12, 24 or 48 calls (x floor 0.64-0.77, 0.84-0.89, 0.86-0.99; hence 5
+ * ms, 16 of those calls), its bound, warmed alike, 0.11 ms either way (the
+ * bounds of the f32 steps of 17-42 MB came out 0.80-0.93 of their earlier
+ * times). The textbook loops follow the kernel's own passes over the same
+ * tensors: with one warm call, 'x textbook' figures of such cases favoured
+ * the textbook. */
 #define WARM_CALLS 3
 #define WARM_NS 5e6
 static int64_t warm_calls(double ns_per_call) {
