@@ -85,6 +85,7 @@ typedef struct lib {
   void (*kv_init)(pe_kv_cache *);
   const char *(*last_error)(void);
   const char *(*isa_name)(void);
+  pe_status (*force_isa)(const char *);
   pe_rope_cache *cache;
   pe_qk_norm norm;
   pe_kv_cache kv;
@@ -94,13 +95,13 @@ enum { CASE_QKNORM, CASE_STORE, CASE_ROPE, CASE_MROPE, N_CASES };
 static const char *const case_names[N_CASES] = {"qknorm", "store", "rope", "mrope"};
 
 static struct {
-  const char *base, *new_;
+  const char *base, *new_, *base_isa, *new_isa; /* --base-isa/--new-isa: NULL = as loaded */
   int kase, dtype, gptj, bhtd, layout_given, same_bytes, no_norm, norm_token, kv_given, no_q;
   pe_qk_norm_kind norm_kind; /* --norm: RMS (rms, rms-token), RMS_UNIT_OFFSET (rms1), L2 */
   uint32_t kv;
   int64_t tokens, batch, heads, kv_heads, head_dim, samples, evict_mib, fresh;
   double theta;
-} opt = {NULL, NULL, CASE_QKNORM, PE_F32, 0, 0, 0, 0, 0, 0, 0, 0, PE_QK_NORM_RMS, PE_KV_PLAIN,
+} opt = {NULL, NULL, NULL, NULL, CASE_QKNORM, PE_F32, 0, 0, 0, 0, 0, 0, 0, 0, PE_QK_NORM_RMS, PE_KV_PLAIN,
            512, 1, 32, 8, 128, 100, 0, 1, 1e6};
 
 /* The call's tensors: q, k (and v) as views, the caches, positions, slots. */
@@ -143,6 +144,9 @@ static void usage(FILE *f) {
           "buffers, after comparing the bytes each writes from the same inputs.\n\n"
           "  --base LIB, --new LIB  the two libposenc.so files (each loaded from a\n"
           "                     private copy: a build can be compared with itself)\n"
+          "  --base-isa NAME, --new-isa NAME  that side's kernel path (scalar, avx2,\n"
+          "                     avx512, avx512bf16, neon; default: as PE_ISA or the\n"
+          "                     CPU chooses): two paths of one build, paired\n"
           "  --case NAME        qknorm (pe_qk_norm_rope_store, default), store\n"
           "                     (pe_apply_rope_qk_store), rope (pe_apply_rope_qk) or\n"
           "                     mrope (pe_apply_mrope_qk: Qwen2-VL's sections and a\n"
@@ -200,6 +204,8 @@ static void parse(int argc, char **argv) {
     const char *v = argv[++i];
     if (!strcmp(a, "--base")) opt.base = v;
     else if (!strcmp(a, "--new")) opt.new_ = v;
+    else if (!strcmp(a, "--base-isa")) opt.base_isa = v;
+    else if (!strcmp(a, "--new-isa")) opt.new_isa = v;
     else if (!strcmp(a, "--case")) {
       int k = 0;
       while (k < N_CASES && strcmp(v, case_names[k])) k++;
@@ -317,6 +323,13 @@ static void load(lib *l, const char *path, const char *as) {
   *(void **)&l->kv_init = sym(l, "pe_kv_cache_init");
   *(void **)&l->last_error = sym(l, "pe_last_error");
   *(void **)&l->isa_name = sym(l, "pe_isa_name");
+  *(void **)&l->force_isa = sym(l, "pe_force_isa");
+}
+
+/* --base-isa / --new-isa: that copy's kernel path (pe_force_isa; each copy
+ * has its own), so two paths of one build can be paired on this CPU. */
+static void force(lib *l, const char *isa) {
+  if (isa && l->force_isa(isa) != PE_OK) die("%s: %s", l->path, l->last_error());
 }
 
 static int64_t max_position(void) {
@@ -572,6 +585,8 @@ int main(int argc, char **argv) {
   memset(L, 0, sizeof L);
   load(&L[0], opt.base, "base.so");
   load(&L[1], opt.new_, "new.so");
+  force(&L[0], opt.base_isa);
+  force(&L[1], opt.new_isa);
   setup_tensors();
   setup_lib(&L[0]);
   setup_lib(&L[1]);

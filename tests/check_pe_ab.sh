@@ -35,6 +35,17 @@ for args in "--case qknorm --dtype f32" "--case qknorm --dtype bf16 --tokens 1 -
   fi
 done
 
+# Two paths of one build, paired: the scalar path against the one this CPU
+# chooses writes the same bytes (every path is bit-identical), and the
+# header names each side's path.
+if "$ab" --base "$lib" --new "$lib" --base-isa scalar --tokens 4 --samples 5 --same-bytes \
+     --case store --dtype bf16 >"$out" 2>&1 &&
+   grep -q '^same bytes: yes$' "$out" && grep -q '; base [^ ]* (scalar), new ' "$out"; then
+  echo "ok   pe-ab --base-isa scalar"
+else
+  fail "pe-ab --base-isa scalar: $(cat "$out")"
+fi
+
 bad() { # expected message, then the arguments
   want=$1
   shift
@@ -60,6 +71,7 @@ bad '--kv expects plain, fp8e4m3, fp8e5m2 or q8_0, got "fp4"' --base "$lib" --ne
 bad '--norm expects rms, rms-token, rms1, l2 or none, got "L2"' --base "$lib" --new "$lib" --norm L2
 bad '--kv and --norm shape qknorm only (--case store)' --base "$lib" --new "$lib" --case store --norm none
 bad '--kv q8_0 needs --head-dim a multiple of 32' --base "$lib" --new "$lib" --kv q8_0 --head-dim 80
+bad 'pe_force_isa: unknown ISA "avx9"' --base "$lib" --new "$lib" --new-isa avx9
 bad 'has no pe_rope_params_init' --base /lib/x86_64-linux-gnu/libm.so.6 --new "$lib"
 
 [ $failed -eq 0 ] && echo "all pe-ab checks passed" || { echo "$failed pe-ab checks failed"; exit 1; }
