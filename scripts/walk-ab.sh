@@ -15,7 +15,11 @@
 # that each rule applies to every CPU (streams / tokens, nearl3 / farl3),
 # and times each against the build as it is (base) on the calls the rules
 # decide. On any CPU one of each pair is the base's own rule: its ratios
-# show the noise of the run.
+# show the noise of the run. Then, where the CPU has AVX-512, the base
+# build's avx2 path against its AVX-512 paths on the k cache write (pe-ab
+# --new-isa): on an AMD EPYC Zen 5 the 256-bit rows took 0.82-0.87 of the
+# time of the 512-bit ones for k alone in [B,T,H,D] at 4096 f32 tokens and
+# 1.14 in [B,H,T,D] (docs/compute-floor.md); other CPUs not measured yet.
 #
 # Usage: scripts/walk-ab.sh [--build DIR] [--samples N] [--out DIR]
 #   --build DIR    the project's build (default build), for pe-ab and base
@@ -86,4 +90,23 @@ for v in nearl3 farl3; do
     run $v "qknorm qwen3-8b f32 $t tokens" --case qknorm --dtype f32 --tokens $t
   done
   run $v "qknorm qwen3-8b bf16 1024 tokens" --case qknorm --dtype bf16 --tokens 1024
+done
+# The avx2 path (256-bit rows) against each AVX-512 path of the same build.
+runisa() { # base path, label, pe-ab arguments (new: the avx2 path)
+  isa=$1 label=$2
+  shift 2
+  r=$("$ab" --base "$base" --new "$base" --base-isa "$isa" --new-isa avx2 --samples "$samples" \
+        --same-bytes "$@" 2>&1 |
+    sed -n 's/^new\/base: \([0-9.]*\), the median of the pairs. ratios (quartiles \([0-9.]*\.\.[0-9.]*\)).*/\1 (\2)/p')
+  printf '%-8s %-44s %s\n' "avx2/$isa" "$label" "${r:-failed}"
+}
+paths=" $("$src/scripts/isa-paths.sh" -q "$base" | tr '\n' ' ')"
+for isa in avx512 avx512bf16; do
+  case "$paths" in *" $isa "*) ;; *) continue ;; esac
+  case "$paths" in *" avx2 "*) ;; *) continue ;; esac
+  for lay in bthd bhtd; do
+    runisa $isa "store k llama3-8b $lay f32 4096 tokens" --case store --no-q --layout $lay --dtype f32 --tokens 4096 $llama
+  done
+  runisa $isa "store q+k llama3-8b bthd f32 4096 tokens" --case store --dtype f32 --tokens 4096 $llama
+  runisa $isa "store k llama3-8b bthd bf16 4096 tokens" --case store --no-q --dtype bf16 --tokens 4096 $llama
 done
