@@ -101,8 +101,8 @@ static struct {
   uint32_t kv;
   int64_t tokens, batch, heads, kv_heads, head_dim, samples, evict_mib, fresh;
   double theta;
-} opt = {NULL, NULL, NULL, NULL, CASE_QKNORM, PE_F32, 0, 0, 0, 0, 0, 0, 0, 0, PE_QK_NORM_RMS, PE_KV_PLAIN,
-           512, 1, 32, 8, 128, 100, 0, 1, 1e6};
+} opt = {NULL, NULL, NULL, NULL, CASE_QKNORM, PE_F32, 0, 0, 0, 0, 0, 0, 0, 0, PE_QK_NORM_RMS,
+           PE_KV_PLAIN, 512, 1, 32, 8, 128, 100, 0, 1, 1e6};
 
 /* The call's tensors: q, k (and v) as views, the caches, positions, slots. */
 static struct {
