@@ -17,9 +17,9 @@
 # decide. On any CPU one of each pair is the base's own rule: its ratios
 # show the noise of the run. Then, where the CPU has AVX-512, the base
 # build's avx2 path against its AVX-512 paths on the k cache write (pe-ab
-# --new-isa): on an AMD EPYC Zen 5 the 256-bit rows took 0.82-0.87 of the
+# --new-isa): on an AMD EPYC Zen 5 the 256-bit rows took 0.83-0.84 of the
 # time of the 512-bit ones for k alone in [B,T,H,D] at 4096 f32 tokens and
-# 1.14 in [B,H,T,D] (docs/compute-floor.md); other CPUs not measured yet.
+# 1.14-1.16 in [B,H,T,D] (docs/compute-floor.md); other CPUs not measured yet.
 #
 # Usage: scripts/walk-ab.sh [--build DIR] [--samples N] [--out DIR]
 #   --build DIR    the project's build (default build), for pe-ab and base
@@ -65,12 +65,17 @@ grep -m1 'model name' /proc/cpuinfo 2>/dev/null || true
 grep -m1 'cpu family' /proc/cpuinfo 2>/dev/null || true
 echo "pe-ab --samples $samples; new/base below 1: the variant is faster"
 llama="--heads 32 --kv-heads 8 --theta 500000" # split into words where used
-run() { # variant, label, pe-ab arguments
+ab_line() { # first column, label, pe-ab arguments past --base: one line of new/base
+  col=$1 label=$2
+  shift 2
+  r=$("$ab" --base "$base" --samples "$samples" --same-bytes "$@" 2>&1 |
+    sed -n 's/^new\/base: \([0-9.]*\), the median of the pairs. ratios (quartiles \([0-9.]*\.\.[0-9.]*\)).*/\1 (\2)/p')
+  printf '%-15s %-44s %s\n' "$col" "$label" "${r:-failed}"
+}
+run() { # variant, label, pe-ab arguments: the variant's build against the base
   v=$1 label=$2
   shift 2
-  r=$("$ab" --base "$base" --new "$out/$v/libposenc.so" --samples "$samples" --same-bytes "$@" 2>&1 |
-    sed -n 's/^new\/base: \([0-9.]*\), the median of the pairs. ratios (quartiles \([0-9.]*\.\.[0-9.]*\)).*/\1 (\2)/p')
-  printf '%-8s %-44s %s\n' "$v" "$label" "${r:-failed}"
+  ab_line "$v" "$label" --new "$out/$v/libposenc.so" "$@"
 }
 for v in streams tokens; do
   for dt in f32 bf16; do
@@ -92,13 +97,10 @@ for v in nearl3 farl3; do
   run $v "qknorm qwen3-8b bf16 1024 tokens" --case qknorm --dtype bf16 --tokens 1024
 done
 # The avx2 path (256-bit rows) against each AVX-512 path of the same build.
-runisa() { # base path, label, pe-ab arguments (new: the avx2 path)
+runisa() { # base path, label, pe-ab arguments: the base build's avx2 path against that path
   isa=$1 label=$2
   shift 2
-  r=$("$ab" --base "$base" --new "$base" --base-isa "$isa" --new-isa avx2 --samples "$samples" \
-        --same-bytes "$@" 2>&1 |
-    sed -n 's/^new\/base: \([0-9.]*\), the median of the pairs. ratios (quartiles \([0-9.]*\.\.[0-9.]*\)).*/\1 (\2)/p')
-  printf '%-8s %-44s %s\n' "avx2/$isa" "$label" "${r:-failed}"
+  ab_line "avx2/$isa" "$label" --new "$base" --base-isa "$isa" --new-isa avx2 "$@"
 }
 paths=" $("$src/scripts/isa-paths.sh" -q "$base" | tr '\n' ' ')"
 for isa in avx512 avx512bf16; do
