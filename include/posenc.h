@@ -1123,7 +1123,7 @@ PE_API void pe_mla_init(pe_mla *m);
  *     (PE_MLA_ROPE_FIRST).
  *   The other formats: a tensor of BYTES as pe_kv_cache's quantized caches
  *   (data the byte address of slot 0's row, stride[0..2] in bytes, stride[3]
- *   1, dtype not read):
+ *   1, dtype not read), rows of at most 1024 channels (kv_dim):
  *   PE_MLA_FP8_E4M3: kv_dim bytes, in the order above, byte i = e4m3(x_i /
  *     scale) as pe_kv_cache's PE_KV_FP8_E4M3 (round to nearest even,
  *     saturating at 448, NaN 0x7f with its sign), k_pe's channels too.

@@ -590,6 +590,76 @@ static void test_shift_cache_runs(void **state) {
   }
 }
 
+/* A cache of more kv heads than the shift takes at once (a quantized row is
+ * dequantized into a 4096-float buffer: 32 heads of 128 channels; OLMo 2
+ * 13B has 40 kv heads of 128, a multi-head-attention model): byte for byte
+ * what the same shift writes through 40 views of one head each (the same
+ * bytes, one head's rows at a time), in every format, with a pool too; the
+ * other heads' rows of each slot untouched by a one-head call. */
+static void test_shift_cache_many_heads(void **state) {
+  (void)state;
+  enum { H = 40, D = 128, NB2 = 2, N = NB2 * BS };
+  pe_rope_params rp;
+  pe_rope_params_init(&rp);
+  rp.head_dim = D;
+  rp.base = 500000.0;
+  pe_rope_cache *c;
+  assert_int_equal(pe_rope_cache_create(&rp, &c), PE_OK);
+  float *k = malloc((size_t)H * N * D * 4);
+  for (int64_t i = 0; i < (int64_t)H * N * D; i++) k[i] = urand(3.0f);
+  pe_tensor kt = {.data = k, .dtype = PE_F32, .shape = {1, H, N, D},
+                  .stride = {(int64_t)H * N * D, (int64_t)N * D, D, 1}};
+  int64_t slots[N], deltas[N];
+  for (int i = 0; i < N; i++) slots[i] = (i * 7) % N, deltas[i] = (int64_t)(rnd() % 601) - 300;
+  slots[5] = -1;
+  float scale = 0.0371f;
+  for (int kf = 0; kf < 3; kf++) {
+    const uint32_t kq = formats[kf];
+    const int64_t rb = row_bytes(kq, D);
+    const size_t bytes = (size_t)(NB2 * BS * H * rb);
+    uint8_t *kc = malloc(bytes), *c0 = malloc(bytes), *whole = malloc(bytes);
+    memset(kc, 0xa5, bytes);
+    /* [NB2, BS, H, row] bytes */
+    pe_tensor ct = {.data = kc, .dtype = PE_F32, .shape = {NB2, H, BS, D},
+                    .stride = {BS * H * rb, rb, H * rb, 1}};
+    pe_kv_cache kv;
+    pe_kv_cache_init(&kv);
+    kv.k = &ct;
+    kv.k_quant = kq;
+    kv.k_scale = kq == PE_KV_Q8_0 ? NULL : &scale;
+    int64_t all[N];
+    for (int i = 0; i < N; i++) all[i] = i;
+    assert_int_equal(pe_kv_write(&kv, &kt, NULL, all), PE_OK);
+    memcpy(c0, kc, bytes);
+    for (int pi = 0; pi < 2; pi++) {
+      pe_threadpool *pool = pi ? pools[1] : NULL;
+      memcpy(kc, c0, bytes);
+      assert_int_equal(pe_rope_shift_k_cache(c, &kv, slots, deltas, N, pool), PE_OK);
+      memcpy(whole, kc, bytes);
+      assert_memory_not_equal(whole, c0, bytes);
+      memcpy(kc, c0, bytes);
+      for (int h = 0; h < H; h++) {
+        pe_tensor one = ct;
+        one.data = kc + h * rb;
+        one.shape[1] = 1;
+        pe_kv_cache kv1 = kv;
+        kv1.k = &one;
+        assert_int_equal(pe_rope_shift_k_cache(c, &kv1, slots, deltas, N, pool), PE_OK);
+      }
+      if (memcmp(kc, whole, bytes)) {
+        size_t i = 0;
+        while (kc[i] == whole[i]) i++;
+        fail_msg("format %u pool %d: the 40-head shift differs from 40 one-head shifts at slot "
+                 "%lld head %lld", (unsigned)kq, pi, (long long)(i / (size_t)(H * rb)),
+                 (long long)(i / (size_t)rb % H));
+      }
+    }
+    free(kc), free(c0), free(whole);
+  }
+  free(k);
+  pe_rope_cache_destroy(c);
+}
+
 /* Re-rotation from one cache's frequencies to another's on a quantized
  * cache: byte for byte the reference dequantization, pe_rope_rerotate_k on
  * the float32 rows, the reference quantization. */
@@ -639,6 +709,7 @@ int main(void) {
       cmocka_unit_test(test_errors_write_nothing),
       cmocka_unit_test(test_shift_cache),
       cmocka_unit_test(test_shift_cache_runs),
+      cmocka_unit_test(test_shift_cache_many_heads),
       cmocka_unit_test(test_rerotate_cache),
   };
   return cmocka_run_group_tests(tests, make_pools, destroy_pools);

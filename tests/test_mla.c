@@ -57,6 +57,9 @@ typedef struct layer {
 } layer;
 static const layer V3 = {192, 128, 576, 512, 512, 0};
 static const layer V4 = {512, 448, 512, 448, 512, 1};
+/* kv rows whose rotated channels come first and are not normed (kv_norm
+ * NONE: a layout an engine may choose; kv_rope_offset 0) */
+static const layer RF = {192, 128, 576, 0, 0, 0};
 
 static pe_rope_cache *mla_cache(int max_positions) {
   return rope_cache(R, R, PE_ROPE_GPTJ, BASE, max_positions);
@@ -71,6 +74,7 @@ static void fill_mla(pe_mla *m, const layer *L, const float *w, pe_mla_format f,
   m->q_rope_offset = L->q_off;
   m->kv_weight = w;
   m->kv_eps = 1e-6f;
+  if (!L->norm_dim) m->kv_norm = PE_QK_NORM_NONE, m->kv_weight = NULL;
   if (L->v4) {
     m->q_norm = PE_QK_NORM_L2;
     m->q_eps = 1e-6f;
@@ -137,7 +141,7 @@ static void ref_kv(const data *d, int b, int t, double *out) {
   const float *x = d->kv + ((int64_t)b * T + t) * L->kv_dim;
   double ss = 0;
   for (int i = 0; i < L->norm_dim; i++) ss += (double)x[i] * x[i];
-  double r = 1.0 / sqrt(ss / L->norm_dim + 1e-6);
+  double r = L->norm_dim ? 1.0 / sqrt(ss / L->norm_dim + 1e-6) : 1.0;
   for (int i = 0; i < L->kv_dim; i++) out[i] = i < L->norm_dim ? x[i] * r * d->w[i] : x[i];
   ref_rotate(out + L->kv_off, d->pos[b * T + t]);
 }
@@ -216,6 +220,24 @@ static void check_values(const layer *L) {
     if (!mapped) assert_memory_equal((char *)cache + off, cache0 + off, (size_t)(L->kv_dim + 8) * 4);
     assert_memory_equal((char *)cache + off + L->kv_dim * 4, cache0 + off + L->kv_dim * 4, 32);
   }
+  /* read back: each mapped token's row as stored (f32 to f32: the same
+   * bits), a skipped token's row untouched */
+  size_t on = (size_t)B * T * L->kv_dim;
+  float *out = malloc(on * 4);
+  memset(out, 0x5a, on * 4);
+  pe_tensor ot = kv_tensor(out, L, PE_F32);
+  assert_int_equal(pe_mla_cache_read(&m, &ct, &ot, d.slots), PE_OK);
+  for (int i = 0; i < B * T; i++) {
+    int64_t s = d.slots[i];
+    const float *got = out + (size_t)i * L->kv_dim;
+    if (s < 0) {
+      for (int j = 0; j < L->kv_dim; j++) assert_int_equal(((const uint32_t *)got)[j], 0x5a5a5a5au);
+      continue;
+    }
+    assert_memory_equal(got, cache + (s / BS) * BS * (L->kv_dim + 8) + (s % BS) * (L->kv_dim + 8),
+                        (size_t)L->kv_dim * 4);
+  }
+  free(out);
   free(cache);
   free(cache0);
   free(q0);
@@ -224,6 +246,7 @@ static void check_values(const layer *L) {
 }
 static void test_values_v3(void **s) { (void)s; check_values(&V3); }
 static void test_values_v4(void **s) { (void)s; check_values(&V4); }
+static void test_values_rope_first_kv(void **s) { (void)s; check_values(&RF); }
 
 /* ---- every format against the f32 plain row ---- */
 
@@ -391,6 +414,32 @@ static void test_fp8_e4m3(void **s) {
   (void)s;
   check_format(&V3, PE_MLA_FP8_E4M3, PE_MLA_LATENT_FIRST);
   check_format(&V3, PE_MLA_FP8_E4M3, PE_MLA_ROPE_FIRST);
+}
+/* The FP8 formats' rows: at most 1024 channels (posenc.h), stored and read
+ * back at the limit; one more refused with nothing written. */
+static void test_fp8_row_limit(void **state) {
+  (void)state;
+  static const layer L1024 = {192, 128, 1024, 960, 960, 0}, L1025 = {192, 128, 1025, 961, 961, 0};
+  check_format(&L1024, PE_MLA_FP8_E4M3, PE_MLA_LATENT_FIRST);
+  data d;
+  make_data(&d, &L1025);
+  size_t bytes = (size_t)NB * BS * 1032;
+  uint8_t *cache = malloc(bytes), *c0 = malloc(bytes);
+  memset(cache, 0x5a, bytes);
+  memcpy(c0, cache, bytes);
+  float scale = 0.75f;
+  pe_mla m;
+  fill_mla(&m, &L1025, d.w, PE_MLA_FP8_E4M3, PE_MLA_LATENT_FIRST, &scale);
+  pe_rope_cache *c = mla_cache(4096);
+  pe_tensor kv = kv_tensor(d.kv, &L1025, PE_F32);
+  pe_tensor ct = {cache, PE_F32, {NB, 1, BS, 1025}, {BS * 1032, 0, 1032, 1}};
+  assert_int_equal(pe_mla_rope_store(c, &m, NULL, &kv, &ct, d.slots, d.pos, 0, NULL), PE_ERR_SHAPE);
+  assert_non_null(strstr(pe_last_error(), "at most 1024"));
+  assert_memory_equal(cache, c0, bytes);
+  pe_rope_cache_destroy(c);
+  free(cache);
+  free(c0);
+  free_data(&d);
 }
 static void test_fp8_ds(void **s) { (void)s; check_format(&V3, PE_MLA_FP8_DS, PE_MLA_LATENT_FIRST); }
 static void test_fp8_ds_v4(void **s) { (void)s; check_format(&V4, PE_MLA_FP8_DS_V4, PE_MLA_LATENT_FIRST); }
@@ -810,7 +859,40 @@ static void test_errors(void **state) {
   pe_mla big = m;
   big.struct_size = 4;
   EXPECT(pe_mla_rope_store(c, &big, &q, &kv, &ct, d.slots, d.pos, 0, NULL), PE_ERR_INVALID_ARGUMENT, "struct_size");
+  /* kv's rope slice past the row's end, or before its start */
+  static const int32_t bad_off[2] = {520, -1};
+  for (int i = 0; i < 2; i++) {
+    fill_mla(&m, L, d.w, PE_MLA_PLAIN, PE_MLA_LATENT_FIRST, NULL);
+    m.kv_rope_offset = bad_off[i];
+    EXPECT(pe_mla_rope_store(c, &m, &q, &kv, &ct, d.slots, d.pos, 0, NULL), PE_ERR_SHAPE, "outside");
+  }
+  /* DeepSeek-V3.2's tiles: the rotated channels must follow the latent */
+  fill_mla(&m, L, d.w, PE_MLA_FP8_DS, PE_MLA_LATENT_FIRST, NULL);
+  m.kv_rope_offset = 448;
+  m.kv_norm_dim = 448;
+  EXPECT(pe_mla_rope_store(c, &m, &q, &kv, &ct, d.slots, d.pos, 0, NULL), PE_ERR_SHAPE, "kv_rope_offset 448 must be kv_dim - R");
 #undef EXPECT
+  /* pe_mla_cache_read: the rope slice outside the rows, a rope_dim past
+   * them, out with more than one row per token; out untouched */
+  size_t on = (size_t)B * T * L->kv_dim;
+  float *out = malloc(on * 4), *out0 = malloc(on * 4);
+  memset(out, 0x5a, on * 4);
+  memcpy(out0, out, on * 4);
+  pe_tensor ot = kv_tensor(out, L, PE_F32);
+  for (int i = 0; i < 4; i++) {
+    fill_mla(&m, L, d.w, PE_MLA_PLAIN, PE_MLA_LATENT_FIRST, NULL);
+    pe_tensor o = ot;
+    const char *want = "outside";
+    if (i < 2) m.kv_rope_offset = bad_off[i];
+    else if (i == 2) m.rope_dim = 1000, want = "rope_dim 1000";
+    else /* tokens 0-1 and 2-3 of each sequence as two rows: refused before any write */
+      o.shape[1] = 2, o.shape[2] = 2, o.stride[1] = 2 * L->kv_dim, want = "shape[1] 2";
+    assert_int_equal(pe_mla_cache_read(&m, &ct, &o, d.slots), PE_ERR_SHAPE);
+    if (!strstr(pe_last_error(), want)) fail_msg("message \"%s\" lacks \"%s\"", pe_last_error(), want);
+    assert_memory_equal(out, out0, on * 4);
+  }
+  free(out);
+  free(out0);
   pe_rope_cache_destroy(c);
   free(cache);
   free(q0);
@@ -822,7 +904,9 @@ static void test_errors(void **state) {
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_values_v3),     cmocka_unit_test(test_values_v4),
-      cmocka_unit_test(test_fp8_e4m3),      cmocka_unit_test(test_fp8_ds),
+      cmocka_unit_test(test_values_rope_first_kv),
+      cmocka_unit_test(test_fp8_e4m3),      cmocka_unit_test(test_fp8_row_limit),
+      cmocka_unit_test(test_fp8_ds),
       cmocka_unit_test(test_fp8_ds_v4),     cmocka_unit_test(test_fp8_ds_v4_edges),
       cmocka_unit_test(test_indexer_rowscale), cmocka_unit_test(test_bf16_and_order),
       cmocka_unit_test(test_isa_identity),
