@@ -1,0 +1,185 @@
+#!/usr/bin/env python3
+"""mutation-sweep.py - how much of the library's code the C tests guard.
+
+Makes small changes to the library's source one at a time (a + for a -, a
+< for a <=, && for ||, an fma for an fms, a small constant plus one), and
+for each rebuilds the library and runs the ctest suite: a change that some
+test fails on is "killed"; one that every test passes is "survived" and
+printed, for a person to read. A survivor is either equivalent (a choice
+between two paths that give the same bits, a prefetch distance, a byte a
+shuffle then drops, an array bound the sanitizers would catch) or a gap in
+the tests, which a new test should close (and then kill it: re-run with
+the same --seed).
+
+It works on a clone of the repository's HEAD (uncommitted changes are not
+in it) in --work, built Release without the benchmarks; ctest there must
+pass first. Vector headers of paths this CPU cannot run (vec_neon.h on
+x86-64, vec_avx512.h without AVX-512) are left out: no test here runs
+them. Changes that do not compile are not counted. About 20-40 s a change
+on 2 cores.
+
+Usage: scripts/mutation-sweep.py [--count N] [--seed S] [--work DIR]
+                                 [--files A,B,...] [--timeout S]
+  --count N    changes to test (default 40)
+  --seed S     which changes (default 1); the same seed, the same changes
+  --work DIR   the clone and its build (default /tmp/pe-mutants)
+  --files ...  source files relative to the repository (default: the
+               kernel templates, the vector headers this CPU runs,
+               src/check/*.c and src/rope/engine.c)
+  --timeout S  ctest's per-test timeout (default 120; a hang counts as killed)
+Prints a line per change and a summary; the JSON lines go to DIR/mutants.jsonl.
+"""
+import argparse
+import glob
+import json
+import os
+import random
+import re
+import signal
+import subprocess
+import sys
+import time
+
+# (pattern, replacement); None: the matched integer plus one
+OPS = [
+    (r'(?<![+\-=<>!&|*/])\+(?![+=])', '-'),
+    (r'(?<![\-=<>!&|>*/])-(?![\->=])', '+'),
+    (r'<=', '<'), (r'>=', '>'),
+    (r'(?<![<-])<(?![<=])', '<='), (r'(?<![>-])>(?![>=])', '>='),
+    (r'==', '!='), (r'!=', '=='),
+    (r'&&', '||'), (r'\|\|', '&&'),
+    (r'\bvf_add\b', 'vf_sub'), (r'\bvf_sub\b', 'vf_add'),
+    (r'\bvf_fma\b', 'vf_fms'), (r'\bvf_fms\b', 'vf_fma'),
+    (r'_fmadd_ps', '_fmsub_ps'), (r'_fmsub_ps', '_fmadd_ps'),
+    (r'\b([2-9]|1[0-9]|3[12]|64)\b', None),
+]
+
+
+def code_of(line):
+    """The line with comments and string literals blanked (same length)."""
+    line = re.sub(r'/\*.*?\*/', lambda m: ' ' * len(m.group()), line)
+    line = re.sub(r'//.*', lambda m: ' ' * len(m.group()), line)
+    return re.sub(r'"(\\.|[^"\\])*"', lambda m: '"' + ' ' * (len(m.group()) - 2) + '"', line)
+
+
+def sites(path):
+    """Every (line index, op index, start, end) a change can be made at."""
+    out, in_comment = [], False
+    for i, line in enumerate(open(path).read().split('\n')):
+        s = line.strip()
+        if in_comment:
+            in_comment = '*/' not in s
+            continue
+        if s.startswith('/*') and '*/' not in s:
+            in_comment = True
+            continue
+        if not s or s.startswith(('*', '//', '#include', '#if', '#else', '#endif', '#pragma', '#error')):
+            continue
+        code = code_of(line)
+        if '/*' in code or '*/' in code:
+            continue
+        for oi, (pat, _) in enumerate(OPS):
+            out += [(i, oi, m.start(), m.end()) for m in re.finditer(pat, code)]
+    return out
+
+
+def sh(cmd, cwd, timeout):
+    try:
+        r = subprocess.run(cmd, shell=True, cwd=cwd, capture_output=True, text=True, timeout=timeout)
+        return r.returncode, r.stdout + r.stderr
+    except subprocess.TimeoutExpired:
+        return 'timeout', ''
+
+
+def default_files(repo, work):
+    files = sorted(os.path.relpath(f, repo) for f in glob.glob(os.path.join(repo, 'src/kernels/*_template.h')))
+    paths = subprocess.run([os.path.join(repo, 'scripts/isa-paths.sh'), '-q',
+                            os.path.join(work, 'build/libposenc.so')],
+                           capture_output=True, text=True).stdout.split()
+    if 'avx2' in paths:
+        files.append('src/kernels/vec_avx2.h')
+    if 'avx512' in paths:
+        files.append('src/kernels/vec_avx512.h')
+    if 'neon' in paths:
+        files.append('src/kernels/vec_neon.h')
+    files += sorted(os.path.relpath(f, repo) for f in glob.glob(os.path.join(repo, 'src/check/*.c')))
+    return files + ['src/rope/engine.c']
+
+
+def main():
+    signal.signal(signal.SIGPIPE, signal.SIG_DFL)
+    ap = argparse.ArgumentParser(add_help=False)
+    ap.add_argument('--count', type=int, default=40)
+    ap.add_argument('--seed', type=int, default=1)
+    ap.add_argument('--work', default='/tmp/pe-mutants')
+    ap.add_argument('--files', default='')
+    ap.add_argument('--timeout', type=int, default=120)
+    ap.add_argument('-h', '--help', action='store_true')
+    a = ap.parse_args()
+    if a.help:
+        print(__doc__.split('\n', 2)[2].strip())
+        return 0
+    repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    work = os.path.abspath(a.work)
+    jobs = str(os.cpu_count() or 2)
+    if os.path.exists(work):
+        subprocess.run(['rm', '-rf', work], check=True)
+    subprocess.run(['git', 'clone', '--quiet', '--shared', repo, work], check=True)
+    for cmd in ('cmake -S . -B build -DCMAKE_BUILD_TYPE=Release -DPE_BUILD_BENCH=OFF',
+                f'cmake --build build -j{jobs}', f'cd build && ctest -j{jobs} --timeout {a.timeout}'):
+        rc, log = sh(cmd, work, 3600)
+        if rc != 0:
+            print(f'mutation-sweep: "{cmd}" failed in {work} before any change:\n{log[-3000:]}', file=sys.stderr)
+            return 1
+    files = a.files.split(',') if a.files else default_files(repo, work)
+    pool = [(f, s) for f in files for s in sites(os.path.join(work, f))]
+    random.Random(a.seed).shuffle(pool)
+    out_path = os.path.join(work, 'mutants.jsonl')
+    counts = {'killed': 0, 'survived': 0, 'nocompile': 0}
+    survivors = []
+    print(f'{len(pool)} sites in {len(files)} files; testing {a.count} changes (seed {a.seed})')
+    with open(out_path, 'w') as out:
+        for f, (i, oi, s0, s1) in pool:
+            if counts['killed'] + counts['survived'] >= a.count:
+                break
+            path = os.path.join(work, f)
+            orig = open(path).read()
+            lines = orig.split('\n')
+            old = lines[i]
+            tok = old[s0:s1]
+            rep = OPS[oi][1]
+            lines[i] = old[:s0] + (str(int(tok) + 1) if rep is None else rep) + old[s1:]
+            open(path, 'w').write('\n'.join(lines))
+            t0 = time.time()
+            try:
+                rc, log = sh(f'cmake --build build -j{jobs}', work, 900)
+                if rc != 0:
+                    status, by = 'nocompile', ''
+                else:
+                    rc, log = sh(f'cd build && ctest -j{jobs} --timeout {a.timeout} --stop-on-failure', work, 3600)
+                    failed = re.findall(r'\d+ - (\S+) \(', log)
+                    status = 'survived' if rc == 0 else 'killed'
+                    by = ','.join(failed[:3]) if failed else ('timeout' if rc == 'timeout' else '')
+            finally:
+                open(path, 'w').write(orig)
+            counts[status] += 1
+            rec = {'file': f, 'line': i + 1, 'old': old.strip(), 'new': lines[i].strip(),
+                   'status': status, 'by': by, 'seconds': round(time.time() - t0)}
+            out.write(json.dumps(rec) + '\n')
+            out.flush()
+            if status != 'nocompile':
+                print(f'{status:8} {f}:{i + 1}  {lines[i].strip()[:100]}' + (f'  ({by})' if by else ''),
+                      flush=True)
+            if status == 'survived':
+                survivors.append(rec)
+    sh(f'cmake --build build -j{jobs}', work, 900)
+    n = counts['killed'] + counts['survived']
+    print(f'\n{n} changes: {counts["killed"]} killed, {counts["survived"]} survived '
+          f'({counts["nocompile"]} more did not compile)')
+    for r in survivors:
+        print(f'survived {r["file"]}:{r["line"]}\n  - {r["old"]}\n  + {r["new"]}')
+    return 0
+
+
+if __name__ == '__main__':
+    sys.exit(main())
