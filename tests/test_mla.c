@@ -866,6 +866,15 @@ static void test_errors(void **state) {
     m.kv_rope_offset = bad_off[i];
     EXPECT(pe_mla_rope_store(c, &m, &q, &kv, &ct, d.slots, d.pos, 0, NULL), PE_ERR_SHAPE, "outside");
   }
+  /* the normed channels: at least one, at most the row; none without a norm */
+  static const int32_t bad_norm[3] = {0, 577, 512};
+  for (int i = 0; i < 3; i++) {
+    fill_mla(&m, L, d.w, PE_MLA_PLAIN, PE_MLA_LATENT_FIRST, NULL);
+    m.kv_norm_dim = bad_norm[i];
+    if (i == 2) m.kv_norm = PE_QK_NORM_NONE, m.kv_weight = NULL;
+    EXPECT(pe_mla_rope_store(c, &m, &q, &kv, &ct, d.slots, d.pos, 0, NULL), PE_ERR_INVALID_ARGUMENT,
+           i < 2 ? "must be in [1, 576]" : "kv_norm is PE_QK_NORM_NONE");
+  }
   /* DeepSeek-V3.2's tiles: the rotated channels must follow the latent */
   fill_mla(&m, L, d.w, PE_MLA_FP8_DS, PE_MLA_LATENT_FIRST, NULL);
   m.kv_rope_offset = 448;
