@@ -82,15 +82,11 @@ PE_AI void vd_store_f32(float *p, vd v) { _mm_storeu_ps(p, _mm256_cvtpd_ps(v)); 
 /* v rounded to float (nearest even, as (float)) and widened back. */
 PE_AI vd vd_round_f32(vd v) { return _mm256_cvtps_pd(_mm256_cvtpd_ps(v)); }
 
-/* (float)|q - (j + lane)| from int32 lanes: exact when q and j + 7 fit in
- * int32, and vcvtdq2ps rounds to nearest even as (float) of the int64 does. */
-PE_AI vf vf_alibi_dist(int32_t q, int32_t j) {
-  __m256i vj = _mm256_add_epi32(_mm256_set1_epi32(j), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
-  return _mm256_cvtepi32_ps(_mm256_abs_epi32(_mm256_sub_epi32(_mm256_set1_epi32(q), vj)));
-}
-/* The same distances as an int32 vector stepped k keys at a time (wrapping
- * like the subtraction above, so the same lanes): one subtract per vector
- * instead of a broadcast and two (enc_template.h's alibi_row). */
+/* ALiBi's distances (float)|q - (j + lane)| as an int32 vector stepped k
+ * keys at a time (enc_template.h's alibi_row, which takes it when the query
+ * and the row fit in int32; lanes past the row's end may wrap and are never
+ * stored): one subtract per vector, and vcvtdq2ps rounds to nearest even as
+ * (float) does. */
 typedef __m256i vdist;
 PE_AI vdist vdist_init(int32_t q) {
   return _mm256_sub_epi32(_mm256_set1_epi32(q), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));

@@ -167,15 +167,9 @@ PE_AI void vd_store_f32(float *p, vd v) { _mm256_storeu_ps(p, _mm512_cvtpd_ps(v)
 /* v rounded to float (nearest even, as (float)) and widened back. */
 PE_AI vd vd_round_f32(vd v) { return _mm512_cvtps_pd(_mm512_cvtpd_ps(v)); }
 
-PE_AI vf vf_alibi_dist(int32_t q, int32_t j) {
-  const __m512i lane = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
-  __m512i d = _mm512_sub_epi32(_mm512_set1_epi32(q), _mm512_add_epi32(_mm512_set1_epi32(j), lane));
-  return _mm512_cvtepi32_ps(_mm512_abs_epi32(d)); /* exact |d| < 2^31, rounded as (float) */
-}
-/* The same distances as an int32 vector stepped k keys at a time (wrapping
- * like the subtraction above, so the same lanes): one subtract per vector
- * instead of a broadcast and two (enc_template.h's alibi_row; AMD EPYC Zen
- * 4, an L1-resident f16 row 1.59 -> 1.33-1.38 ns per 16 keys). */
+/* ALiBi's distances as vec_avx2.h's, 16 lanes: one subtract per vector
+ * instead of a broadcast and two per key vector (enc_template.h's alibi_row;
+ * AMD EPYC Zen 4, an L1-resident f16 row 1.59 -> 1.33-1.38 ns per 16 keys). */
 typedef __m512i vdist;
 PE_AI vdist vdist_init(int32_t q) {
   return _mm512_sub_epi32(_mm512_set1_epi32(q),
