@@ -305,6 +305,17 @@ static void test_v5_rope_parameters(void **state) {
        "\"rope_scaling\":{\"type\":\"linear\",\"factor\":4.0},"
        "\"rope_parameters\":{\"rope_type\":\"default\",\"rope_theta\":10000.0}}",
        64, 64, PE_ROPE_NEOX, PE_ROPE_SCALING_NONE, 10000.0, NO_INV},
+      /* An empty dict is no scaling at the top-level rope_theta:
+       * transformers' standardize_rope_params takes rope_parameters == {} as
+       * one global dict and fills rope_type "default" and rope_theta. */
+      {"empty rope_scaling",
+       "{\"model_type\":\"llama\",\"hidden_size\":2048,\"num_attention_heads\":16,"
+       "\"max_position_embeddings\":4096,\"rope_theta\":50000.0,\"rope_scaling\":{}}",
+       128, 128, PE_ROPE_NEOX, PE_ROPE_SCALING_NONE, 50000.0, NO_INV},
+      {"empty rope_parameters",
+       "{\"model_type\":\"llama\",\"head_dim\":64,\"max_position_embeddings\":4096,"
+       "\"rope_theta\":50000.0,\"rope_parameters\":{}}",
+       64, 64, PE_ROPE_NEOX, PE_ROPE_SCALING_NONE, 50000.0, NO_INV},
   };
   check_text_cases(cases, N_CASES(cases));
 }
