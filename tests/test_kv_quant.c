@@ -594,8 +594,8 @@ static void test_shift_cache_runs(void **state) {
  * dequantized into a 4096-float buffer: 32 heads of 128 channels; OLMo 2
  * 13B has 40 kv heads of 128, a multi-head-attention model): byte for byte
  * what the same shift writes through 40 views of one head each (the same
- * bytes, one head's rows at a time), in every format, with a pool too; the
- * other heads' rows of each slot untouched by a one-head call. */
+ * bytes, one head's rows at a time, each call one group of one head), in
+ * the three formats, with and without a pool. */
 static void test_shift_cache_many_heads(void **state) {
   (void)state;
   enum { H = 40, D = 128, NB2 = 2, N = NB2 * BS };

@@ -231,7 +231,11 @@ static void check_values(const layer *L) {
     int64_t s = d.slots[i];
     const float *got = out + (size_t)i * L->kv_dim;
     if (s < 0) {
-      for (int j = 0; j < L->kv_dim; j++) assert_int_equal(((const uint32_t *)got)[j], 0x5a5a5a5au);
+      for (int j = 0; j < L->kv_dim; j++) {
+        uint32_t u;
+        memcpy(&u, got + j, 4);
+        assert_int_equal(u, 0x5a5a5a5au);
+      }
       continue;
     }
     assert_memory_equal(got, cache + (s / BS) * BS * (L->kv_dim + 8) + (s % BS) * (L->kv_dim + 8),
