@@ -26,13 +26,9 @@
 #include "base/internal.h"
 #include "check/check.h"
 
-static uint64_t rng_state = 0x243f6a8885a308d3ull;
-static uint64_t rnd(void) { /* xorshift64* */
-  rng_state ^= rng_state >> 12;
-  rng_state ^= rng_state << 25;
-  rng_state ^= rng_state >> 27;
-  return rng_state * 0x2545f4914f6cdd1dull;
-}
+#define TEST_RNG_SEED 0x243f6a8885a308d3ull
+#include "test_util.h"
+
 static int64_t rnd_in(int64_t lo, int64_t hi) { return lo + (int64_t)(rnd() % (uint64_t)(hi - lo + 1)); }
 
 enum { BUF = 1 << 14 };
