@@ -12,6 +12,12 @@
 
 static const char FN[] = "pe_mla_rope_store";
 
+/* The kv norm's weights: kv_norm_dim floats, which reaches kv_dim + 2 = 235
+ * on plain rows and 256 on a DeepSeek tile row (lat 256). Checked below, so
+ * a harness change that widens the rows stops here rather than reading past
+ * the array as if the library had. */
+#define MAX_WEIGHTS 320
+
 static void fill_floats(unsigned char *p, size_t n, pe_dtype dt, uint64_t seed) {
   uint64_t s = seed;
   for (size_t i = 0; i < n; i++) {
@@ -65,9 +71,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   if ((fz_u8(&f) & 15) == 0) m->q_eps = (float)fz_double(&f);
   m->format = fz_u8(&f) % 5;
   m->order = fz_u8(&f) % 3;
-  float w[200], scale = (float)fz_double(&f);
+  float w[MAX_WEIGHTS], scale = (float)fz_double(&f);
   uint64_t ws = fz_bits(&f, 8);
-  for (int i = 0; i < 200; i++) w[i] = fz_stream_float(&ws);
+  for (int i = 0; i < MAX_WEIGHTS; i++) w[i] = fz_stream_float(&ws);
   if (fz_u8(&f) % 4) m->kv_weight = w;
   if (fz_u8(&f) % 4) m->scale = &scale;
   if (m->format == PE_MLA_FP8_DS) {
@@ -82,6 +88,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     m->kv_rope_offset = (int32_t)lat;
     if (m->kv_norm_dim > kv_dim) m->kv_norm_dim = (int32_t)kv_dim;
   }
+  if (m->kv_norm_dim > MAX_WEIGHTS) fz_die(FN, "harness: kv_norm_dim past the weight array");
 
   /* tensors: q [B, H, T, q_dim], kv [B, 1|2, T, kv_dim], cache [NB, 1, BS, kv_dim] */
   int64_t B = fz_range(&f, 0, 3), H = fz_range(&f, 1, 3), T = fz_range(&f, 0, 5);
