@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # Reliability checks of libposenc, each step ending in one summary line with
 # its figure:
-#   1. every libFuzzer target for FUZZ_SECONDS (default 20) s each: all of
-#      tests/fuzz/fuzz_*.c (12 targets, 4 minutes; 8 x 30 s before the
-#      serving entry points got theirs)
+#   1. every reproducer in tests/fuzz/repro run once through its target, then
+#      every libFuzzer target for FUZZ_SECONDS (default 20) s each: all of
+#      tests/fuzz/fuzz_*.c (16 targets, 5 to 6 minutes)
 #   2. the whole test suite under ASan+UBSan (gcc), and the kernel tests
 #      again built with clang (its UBSan checks a null pointer offset by 0)
 #   3. the thread tests under TSan (clang)
@@ -42,6 +42,23 @@ if configure "$fdir" -DCMAKE_C_COMPILER=clang -DCMAKE_BUILD_TYPE=RelWithDebInfo 
      -DPE_BUILD_FUZZ=ON -DPE_SANITIZE=address,undefined &&
    targets=$(grep -v '^$' "$fdir/tests/fuzz/fuzz_targets.txt") &&
    cmake --build "$fdir" -j"$JOBS" --target $targets > "$fdir/build.log" 2>&1; then
+  # The reproducers of past findings (tests/fuzz/repro/<target>-<what>), each
+  # run once through its target before any fuzzing: a finding that comes back
+  # fails here by name, whatever the fuzzer's luck in 20 s.
+  nrepro=0
+  for r in tests/fuzz/repro/*; do
+    [ -f "$r" ] || continue
+    t=${r##*/}; t=${t%%-*}
+    nrepro=$((nrepro + 1))
+    if ! ASAN_OPTIONS=allocator_may_return_null=1:detect_leaks=1 \
+         UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
+         "$fdir/tests/fuzz/$t" "$r" > "$fdir/repro.log" 2>&1; then
+      grep -E "VIOLATION|ERROR|runtime error|SUMMARY" "$fdir/repro.log" | head -8
+      say "fuzz repro $r: FAILED (or no target $t)"
+      failed+=("fuzz repro ${r##*/}")
+    fi
+  done
+  say "fuzz reproducers: $nrepro replayed from tests/fuzz/repro"
   total_execs=0
   for t in $targets; do
     corpus="$fdir/corpus/$t"
