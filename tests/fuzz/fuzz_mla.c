@@ -15,7 +15,8 @@ static const char FN[] = "pe_mla_rope_store";
 /* The kv norm's weights: kv_norm_dim floats, which reaches kv_dim + 2 = 235
  * on plain rows and 256 on a DeepSeek tile row (lat 256). Checked below, so
  * a harness change that widens the rows stops here rather than reading past
- * the array as if the library had. */
+ * the array as if the library had. The call gets the array's last
+ * kv_norm_dim floats: a read past them is in ASan's redzone. */
 #define MAX_WEIGHTS 320
 
 static void fill_floats(unsigned char *p, size_t n, pe_dtype dt, uint64_t seed) {
@@ -74,7 +75,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   float w[MAX_WEIGHTS], scale = (float)fz_double(&f);
   uint64_t ws = fz_bits(&f, 8);
   for (int i = 0; i < MAX_WEIGHTS; i++) w[i] = fz_stream_float(&ws);
-  if (fz_u8(&f) % 4) m->kv_weight = w;
+  int use_w = fz_u8(&f) % 4 != 0; /* the pointer is set below, once kv_norm_dim is final */
   if (fz_u8(&f) % 4) m->scale = &scale;
   if (m->format == PE_MLA_FP8_DS) {
     lat = 128 * fz_range(&f, 1, 2);
@@ -89,6 +90,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     if (m->kv_norm_dim > kv_dim) m->kv_norm_dim = (int32_t)kv_dim;
   }
   if (m->kv_norm_dim > MAX_WEIGHTS) fz_die(FN, "harness: kv_norm_dim past the weight array");
+  if (use_w) m->kv_weight = w + MAX_WEIGHTS - (m->kv_norm_dim > 0 ? m->kv_norm_dim : 0);
 
   /* tensors: q [B, H, T, q_dim], kv [B, 1|2, T, kv_dim], cache [NB, 1, BS, kv_dim] */
   int64_t B = fz_range(&f, 0, 3), H = fz_range(&f, 1, 3), T = fz_range(&f, 0, 5);
