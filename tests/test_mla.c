@@ -16,6 +16,8 @@
  *   untouched (no q norm), or normed as the formula says (V4).
  * - bf16 caches and inputs: bit for bit the float32 result rounded once (the
  *   rounding written here).
+ * - The rotated slices where the API lets them sit: kv rows with them first
+ *   (no norm), and q and kv rows with them inside, normed on both sides.
  * - PE_MLA_ROPE_FIRST: the latent-first row with its channels moved.
  * - FP8 formats: every byte from an encoder written here from each format's
  *   definition (the OCP e4m3 reference of kv_quant_ref.h; vLLM's tile scale
@@ -60,6 +62,10 @@ static const layer V4 = {512, 448, 512, 448, 512, 1};
 /* kv rows whose rotated channels come first and are not normed (kv_norm
  * NONE: a layout an engine may choose; kv_rope_offset 0) */
 static const layer RF = {192, 128, 576, 0, 0, 0};
+/* rotated slices inside the rows, where the API lets them sit: q normed on
+ * both sides of its slice, the kv norm reaching past the kv slice (the
+ * channels before, the slice and some after it normed, the rest not) */
+static const layer MID = {192, 64, 576, 256, 448, 1};
 
 static pe_rope_cache *mla_cache(int max_positions) {
   return rope_cache(R, R, PE_ROPE_GPTJ, BASE, max_positions);
@@ -251,6 +257,7 @@ static void check_values(const layer *L) {
 static void test_values_v3(void **s) { (void)s; check_values(&V3); }
 static void test_values_v4(void **s) { (void)s; check_values(&V4); }
 static void test_values_rope_first_kv(void **s) { (void)s; check_values(&RF); }
+static void test_values_slices_inside(void **s) { (void)s; check_values(&MID); }
 
 /* ---- every format against the f32 plain row ---- */
 
@@ -917,7 +924,7 @@ static void test_errors(void **state) {
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_values_v3),     cmocka_unit_test(test_values_v4),
-      cmocka_unit_test(test_values_rope_first_kv),
+      cmocka_unit_test(test_values_rope_first_kv), cmocka_unit_test(test_values_slices_inside),
       cmocka_unit_test(test_fp8_e4m3),      cmocka_unit_test(test_fp8_row_limit),
       cmocka_unit_test(test_fp8_ds),
       cmocka_unit_test(test_fp8_ds_v4),     cmocka_unit_test(test_fp8_ds_v4_edges),
