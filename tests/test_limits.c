@@ -752,6 +752,13 @@ static void test_mrope_section_json_edges(void **state) {
   assert_int_equal(sec[1], 24);
   assert_int_equal(sec[2], 24);
   assert_int_equal(fl, 0u);
+  /* an empty section is a non-negative integer (posenc.h): every frequency
+   * on the other axes; the sum is pe_apply_mrope_qk's to check */
+  const char *zero = "{\"rope_scaling\": {\"mrope_section\": [0, 32, 0]}}";
+  assert_int_equal(pe_mrope_section_from_hf_config(zero, strlen(zero), sec, &fl), PE_OK);
+  assert_int_equal(sec[0], 0);
+  assert_int_equal(sec[1], 32);
+  assert_int_equal(sec[2], 0);
 }
 
 int main(void) {

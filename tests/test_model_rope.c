@@ -435,6 +435,19 @@ static void test_mimo_v2(void **state) {
   expect_model_refused("{\"model_type\":\"llama\",\"head_dim\":64,\"num_hidden_layers\":2,"
                        "\"rope_theta\":1e4,\"swa_rope_theta\":1e4}",
                        0, PE_ERR_UNSUPPORTED, "swa_rope_theta");
+  /* GPT-NeoX's own names for the rotary fraction and base are read on
+   * GPT-NeoX only (GPTNeoXConfig); LlamaConfig reads neither, and
+   * GPTNeoXConfig does not read GPT-J's rotary_dim. */
+  expect_model_refused("{\"model_type\":\"llama\",\"head_dim\":64,\"num_hidden_layers\":2,"
+                       "\"rope_theta\":1e4,\"rotary_pct\":0.5}",
+                       0, PE_ERR_UNSUPPORTED, "rotary_pct");
+  expect_model_refused("{\"model_type\":\"llama\",\"head_dim\":64,\"num_hidden_layers\":2,"
+                       "\"rope_theta\":1e4,\"rotary_emb_base\":20000}",
+                       0, PE_ERR_UNSUPPORTED, "rotary_emb_base");
+  expect_model_refused("{\"model_type\":\"gpt_neox\",\"hidden_size\":512,\"num_attention_heads\":8,"
+                       "\"num_hidden_layers\":2,\"rotary_pct\":0.25,\"rotary_emb_base\":1e4,"
+                       "\"rotary_dim\":16}",
+                       0, PE_ERR_UNSUPPORTED, "rotary_dim");
 }
 
 static void test_hybrid_without_rope(void **state) {
