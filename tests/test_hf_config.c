@@ -365,6 +365,11 @@ static void test_partial_rotary(void **state) {
        "{\"model_type\":\"llama\",\"head_dim\":128,\"partial_rotary_factor\":0.5,"
        "\"rope_scaling\":{\"rope_type\":\"linear\",\"factor\":2.0}}",
        128, 64, PE_ROPE_NEOX, PE_ROPE_SCALING_LINEAR, 10000.0, NO_INV},
+      /* The narrowest rotation: int(128 * 1/64) = 2 channels, one pair. */
+      {"prf to 2 channels",
+       "{\"model_type\":\"glm\",\"hidden_size\":4096,\"num_attention_heads\":32,"
+       "\"partial_rotary_factor\":0.015625}",
+       128, 2, PE_ROPE_GPTJ, PE_ROPE_SCALING_NONE, 10000.0, {10000.0, 2, 1.0, 1, 1}},
   };
   check_text_cases(cases, N_CASES(cases));
 }
@@ -385,6 +390,12 @@ static void test_odd_rotary_dim(void **state) {
        "{\"model_type\":\"gpt_neox\",\"hidden_size\":2048,\"num_attention_heads\":32,"
        "\"rotary_pct\":0.3,\"rope_scaling\":{\"type\":\"linear\",\"factor\":4.0}}",
        64, 20, PE_ROPE_NEOX, PE_ROPE_SCALING_CUSTOM, 10000.0, {10000.0, 19, 4.0, 10, 10}},
+      /* The widest odd d: rotary_pct 0.875 of 8 = 7, whose 4 frequencies
+       * B^(-2i/7) make cos 8 wide - the whole head, which HF rotates. */
+      {"odd d = head_dim - 1",
+       "{\"model_type\":\"gpt_neox\",\"hidden_size\":256,\"num_attention_heads\":32,"
+       "\"rotary_pct\":0.875,\"rotary_emb_base\":10000}",
+       8, 8, PE_ROPE_NEOX, PE_ROPE_SCALING_CUSTOM, 10000.0, {10000.0, 7, 1.0, 4, 4}},
   };
   check_text_cases(cases, N_CASES(cases));
 }
