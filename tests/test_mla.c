@@ -54,18 +54,20 @@ static double uni(void) { return unit_double(rnd()) * 2.0 - 1.0; }
 enum { B = 2, T = 5, QH = 4, R = 64 };
 #define BASE 10000.0
 
+/* q_norm: q heads normed whole without weight (DeepSeek-V4's); v4: the
+ * layer whose cache formats are PE_MLA_FP8_DS_V4's (else PE_MLA_FP8_DS's) */
 typedef struct layer {
-  int q_dim, q_off, kv_dim, kv_off, norm_dim, v4;
+  int q_dim, q_off, kv_dim, kv_off, norm_dim, q_norm, v4;
 } layer;
-static const layer V3 = {192, 128, 576, 512, 512, 0};
-static const layer V4 = {512, 448, 512, 448, 512, 1};
+static const layer V3 = {192, 128, 576, 512, 512, 0, 0};
+static const layer V4 = {512, 448, 512, 448, 512, 1, 1};
 /* kv rows whose rotated channels come first and are not normed (kv_norm
  * NONE: a layout an engine may choose; kv_rope_offset 0) */
-static const layer RF = {192, 128, 576, 0, 0, 0};
+static const layer RF = {192, 128, 576, 0, 0, 0, 0};
 /* rotated slices inside the rows, where the API lets them sit: q normed on
  * both sides of its slice, the kv norm reaching past the kv slice (the
  * channels before, the slice and some after it normed, the rest not) */
-static const layer MID = {192, 64, 576, 256, 448, 1};
+static const layer MID = {192, 64, 576, 256, 448, 1, 0};
 
 static pe_rope_cache *mla_cache(int max_positions) {
   return rope_cache(R, R, PE_ROPE_GPTJ, BASE, max_positions);
@@ -81,7 +83,7 @@ static void fill_mla(pe_mla *m, const layer *L, const float *w, pe_mla_format f,
   m->kv_weight = w;
   m->kv_eps = 1e-6f;
   if (!L->norm_dim) m->kv_norm = PE_QK_NORM_NONE, m->kv_weight = NULL;
-  if (L->v4) {
+  if (L->q_norm) {
     m->q_norm = PE_QK_NORM_L2;
     m->q_eps = 1e-6f;
   }
@@ -156,7 +158,7 @@ static void ref_q(const data *d, const float *q0, int b, int h, int t, double *o
   const layer *L = d->L;
   const float *x = q0 + (((int64_t)b * QH + h) * T + t) * L->q_dim;
   double r = 1;
-  if (L->v4) {
+  if (L->q_norm) {
     double ss = 0;
     for (int i = 0; i < L->q_dim; i++) ss += (double)x[i] * x[i];
     r = 1.0 / sqrt(ss / L->q_dim + 1e-6);
@@ -198,7 +200,7 @@ static void check_values(const layer *L) {
         const float *was = q0 + (((int64_t)b * QH + h) * T + t) * L->q_dim;
         for (int i = 0; i < L->q_dim; i++) {
           int rope = i >= L->q_off && i < L->q_off + R;
-          if (!rope && !L->v4) { /* the nope channels: untouched */
+          if (!rope && !L->q_norm) { /* the nope channels: untouched */
             assert_memory_equal(&got[i], &was[i], 4);
             continue;
           }
@@ -430,7 +432,7 @@ static void test_fp8_e4m3(void **s) {
  * back at the limit; one more refused with nothing written. */
 static void test_fp8_row_limit(void **state) {
   (void)state;
-  static const layer L1024 = {192, 128, 1024, 960, 960, 0}, L1025 = {192, 128, 1025, 961, 961, 0};
+  static const layer L1024 = {192, 128, 1024, 960, 960, 0, 0}, L1025 = {192, 128, 1025, 961, 961, 0, 0};
   check_format(&L1024, PE_MLA_FP8_E4M3, PE_MLA_LATENT_FIRST);
   data d;
   make_data(&d, &L1025);

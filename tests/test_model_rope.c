@@ -435,9 +435,15 @@ static void test_mimo_v2(void **state) {
   expect_model_refused("{\"model_type\":\"llama\",\"head_dim\":64,\"num_hidden_layers\":2,"
                        "\"rope_theta\":1e4,\"swa_rope_theta\":1e4}",
                        0, PE_ERR_UNSUPPORTED, "swa_rope_theta");
+}
+
+static void test_neox_keys_elsewhere(void **state) {
+  (void)state;
   /* GPT-NeoX's own names for the rotary fraction and base are read on
-   * GPT-NeoX only (GPTNeoXConfig); LlamaConfig reads neither, and
-   * GPTNeoXConfig does not read GPT-J's rotary_dim. */
+   * GPT-NeoX only (GPTNeoXConfig); LlamaConfig reads neither (a Llama config
+   * with rotary_pct 0.5 must not load with half its rotary width), and
+   * GPTNeoXConfig does not read GPT-J's rotary_dim. Each refusal names the
+   * key. */
   expect_model_refused("{\"model_type\":\"llama\",\"head_dim\":64,\"num_hidden_layers\":2,"
                        "\"rope_theta\":1e4,\"rotary_pct\":0.5}",
                        0, PE_ERR_UNSUPPORTED, "rotary_pct");
@@ -756,7 +762,7 @@ int main(void) {
       cmocka_unit_test(test_qwen3_next),
       cmocka_unit_test(test_gpt_oss),
       cmocka_unit_test(test_qwen_vl),
-      cmocka_unit_test(test_mimo_v2),
+      cmocka_unit_test(test_mimo_v2), cmocka_unit_test(test_neox_keys_elsewhere),
       cmocka_unit_test(test_hybrid_without_rope),
       cmocka_unit_test(test_unknown_model_type),
       cmocka_unit_test(test_max_positions_from_config),
