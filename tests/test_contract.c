@@ -429,6 +429,11 @@ static void test_zero_sizes_are_empty_calls(void **state) {
   float t5_table[32 * 4];
   for (int i = 0; i < 32 * 4; i++) t5_table[i] = 1.0f;
   float slopes[4] = {0.5f, 0.25f, 0.125f, 0.0625f};
+  uint8_t axis_of[D / 2];
+  for (int i = 0; i < D / 2; i++) axis_of[i] = (uint8_t)(i % 3);
+  pe_qk_norm l2;
+  pe_qk_norm_init(&l2);
+  l2.kind = PE_QK_NORM_L2;
   long n_empty = 0;
   for (int pi = 0; pi < 2; pi++)
     for (int z = 0; z < 3; z++) {
@@ -458,6 +463,50 @@ static void test_zero_sizes_are_empty_calls(void **state) {
       EMPTY_OK(pe_apply_rope_qk_multi(two, 2, idx, &q, &k, any, 0, pool), "pe_apply_rope_qk_multi");
       EMPTY_OK(pe_apply_rope_qk_multi(two, 1, NULL, &q, &k, NULL, 0, pool),
                "pe_apply_rope_qk_multi (one cache)");
+      /* three axes, positions [axis][batch][tokens] */
+      EMPTY_OK(pe_apply_rope_axes_qk(tab, &q, &k, any, 3, axis_of, 0, pool), "pe_apply_rope_axes_qk");
+      EMPTY_OK(pe_apply_rope_axes_qk(fly, NULL, &kb, any, 3, axis_of, PE_ROPE_INVERSE, pool),
+               "pe_apply_rope_axes_qk (k only)");
+      /* the norms, and the whole step into a k and a v cache */
+      pe_tensor v = view(arena + 4096, PE_F32, sh[0], k.shape[1], sh[2], D, 2 * 5 * D, 5 * D, D);
+      pe_tensor vc = view(arena + 20480, PE_F16, 4, k.shape[1], 8, D, 2 * 8 * D, 8 * D, D);
+      pe_kv_cache kvc;
+      pe_kv_cache_init(&kvc);
+      kvc.k = &kc;
+      kvc.v = &vc;
+      EMPTY_OK(pe_qk_norm_rope(tab, &l2, &q, &k, any, 0, pool), "pe_qk_norm_rope");
+      EMPTY_OK(pe_qk_norm_rope(fly, &l2, &q, NULL, NULL, 0, pool), "pe_qk_norm_rope (q only)");
+      EMPTY_OK(pe_qk_norm_rope_store(tab, &l2, &q, &k, &v, &kvc, any, any, 0, pool),
+               "pe_qk_norm_rope_store");
+      pe_kv_cache kvk = kvc;
+      kvk.v = NULL;
+      EMPTY_OK(pe_qk_norm_rope_store(fly, &l2, NULL, &k, NULL, &kvk, any, NULL, 0, pool),
+               "pe_qk_norm_rope_store (k only)");
+      EMPTY_OK(pe_kv_read(&kvc, &k, &v, any), "pe_kv_read");
+      EMPTY_OK(pe_kv_write(&kvk, &k, NULL, any), "pe_kv_write (k only)");
+      /* MLA: q's heads (rotated whole), kv's [latent 64 | rope 64] rows, one
+       * per token (so no zero-head kv) */
+      pe_mla mla;
+      pe_mla_init(&mla);
+      mla.rope_dim = D;
+      mla.kv_rope_offset = D;
+      mla.kv_norm = PE_QK_NORM_NONE;
+      mla.q_norm = PE_QK_NORM_L2;
+      pe_tensor kvm = view(arena + 24576, PE_F32, sh[0], 1, sh[2], 2 * D, 5 * 2 * D, 5 * 2 * D, 2 * D);
+      pe_tensor cm = view(arena + 26624, PE_F32, 4, 1, 8, 2 * D, 8 * 2 * D, 8 * 2 * D, 2 * D);
+      pe_tensor om = view(arena + 51200, PE_F32, sh[0], 1, sh[2], 2 * D, 5 * 2 * D, 5 * 2 * D, 2 * D);
+      EMPTY_OK(pe_mla_rope_store(tab, &mla, &q, NULL, NULL, NULL, any, 0, pool),
+               "pe_mla_rope_store (q only)");
+      if (z != 1) {
+        EMPTY_OK(pe_mla_rope_store(tab, &mla, &q, &kvm, &cm, any, any, 0, pool), "pe_mla_rope_store");
+        EMPTY_OK(pe_mla_rope_store(fly, &mla, NULL, &kvm, &cm, any, NULL, 0, pool),
+                 "pe_mla_rope_store (kv only)");
+        EMPTY_OK(pe_mla_cache_read(&mla, &cm, &om, any), "pe_mla_cache_read");
+      }
+      /* no slots */
+      EMPTY_OK(pe_rope_shift_k_cache(tab, &kvc, any, any, 0, pool), "pe_rope_shift_k_cache");
+      EMPTY_OK(pe_rope_rerotate_k_cache(tab, other, &kvc, any, any, 0, pool),
+               "pe_rope_rerotate_k_cache");
       /* scores [batch, heads, q_len, k_len 8] */
       pe_tensor s = view(arena + 32768, PE_F32, sh[0], sh[1], sh[2], 8, 4 * 5 * 8, 5 * 8, 8);
       EMPTY_OK(pe_alibi_add_bias(&s, NULL, NULL, 0, pool), "pe_alibi_add_bias");

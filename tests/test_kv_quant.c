@@ -367,7 +367,7 @@ static void test_errors_write_nothing(void **state) {
   /* Q8_0 needs whole blocks: a v cache of 48 channels */
   pe_tensor v48 = bthd(p.v, PE_F32, HK, 48), vc48 = cache_tensor(p.vc, PE_KV_Q8_0, 48);
   p.vt = v48, p.kv.v = &vc48;
-  expect_err(&p, PE_ERR_SHAPE, "multiple of 32");
+  expect_err(&p, PE_ERR_SHAPE, "v_cache head_dim 48 is not a multiple of 32");
   p.vt = bthd(p.v, PE_F32, HK, 128), p.kv.v = &p.vct;
   /* the k cache's bytes inside the v cache */
   pe_tensor kin = cache_tensor(p.vc + 1000, PE_KV_FP8_E4M3, 128); /* inside vc's bytes */

@@ -494,6 +494,16 @@ static void test_fp8_ds_v4_edges(void **state) {
   assert_int_equal(cache[5], 0x7e); /* 56 * 2^3 = 448 */
   assert_int_equal(cache[130], 0xfe); /* NaN -> -448 */
   assert_int_equal(cache[3], 0);    /* 0 */
+  /* a block_size whose bytes (rows and scale bytes) overflow int64: refused,
+   * named, the cache untouched */
+  uint8_t before[sizeof cache];
+  memcpy(before, cache, sizeof cache);
+  pe_tensor huge = ct;
+  huge.shape[2] = (int64_t)1 << 60;
+  assert_int_equal(pe_mla_rope_store(c, &m, NULL, &kv, &huge, &slot, &pos, 0, NULL), PE_ERR_OVERFLOW);
+  if (!strstr(pe_last_error(), "block_size 1152921504606846976 overflows"))
+    fail_msg("message \"%s\" lacks the block_size", pe_last_error());
+  assert_memory_equal(cache, before, sizeof cache);
   pe_rope_cache_destroy(c);
 }
 
@@ -869,6 +879,20 @@ static void test_errors(void **state) {
   pe_tensor kv_over = kv;
   kv_over.data = cache; /* kv inside the cache */
   EXPECT(pe_mla_rope_store(c, &m, &q, &kv_over, &ct, d.slots, d.pos, 0, NULL), PE_ERR_SHAPE, "overlaps");
+  /* the weights inside a tensor the call writes: the cache's rows, or q's heads */
+  m.kv_weight = cache + 3 * L->kv_dim;
+  EXPECT(pe_mla_rope_store(c, &m, &q, &kv, &ct, d.slots, d.pos, 0, NULL), PE_ERR_SHAPE, "kv_weight overlaps");
+  m.kv_weight = d.q + 100;
+  EXPECT(pe_mla_rope_store(c, &m, &q, &kv, &ct, d.slots, d.pos, 0, NULL), PE_ERR_SHAPE, "kv_weight overlaps");
+  /* eps: finite and >= 0, each of the two */
+  static const float bad_eps[3] = {-1e-6f, NAN, INFINITY};
+  for (int i = 0; i < 6; i++) {
+    fill_mla(&m, L, d.w, PE_MLA_PLAIN, PE_MLA_LATENT_FIRST, NULL);
+    *(i < 3 ? &m.kv_eps : &m.q_eps) = bad_eps[i % 3];
+    EXPECT(pe_mla_rope_store(c, &m, &q, &kv, &ct, d.slots, d.pos, 0, NULL), PE_ERR_INVALID_ARGUMENT,
+           "must be finite and >= 0");
+  }
+  fill_mla(&m, L, d.w, PE_MLA_PLAIN, PE_MLA_LATENT_FIRST, NULL);
   pe_mla big = m;
   big.struct_size = 4;
   EXPECT(pe_mla_rope_store(c, &big, &q, &kv, &ct, d.slots, d.pos, 0, NULL), PE_ERR_INVALID_ARGUMENT, "struct_size");

@@ -731,6 +731,7 @@ static void test_apply_errors_change_nothing(void **state) {
   CASE((void)0, pe_apply_rope_qk(c, NULL, NULL, bpos, 0, NULL), PE_ERR_NULL_POINTER, "q and k");
   CASE(bq.data = NULL, APPLY, PE_ERR_NULL_POINTER, "q->data");
   CASE(bq.shape[3] = 0, APPLY, PE_ERR_SHAPE, "q->shape[3] = 0");
+  CASE(bq.shape[3] = -4, APPLY, PE_ERR_SHAPE, "q->shape[3] = -4 must be > 0");
   CASE(bq.shape[1] = -3, APPLY, PE_ERR_SHAPE, "q->shape[1] = -3");
   CASE(bq.shape[3] = 32, APPLY, PE_ERR_SHAPE, "q head_dim (shape[3]) 32 != cache head_dim 64");
   CASE(bq.stride[3] = 2, APPLY, PE_ERR_SHAPE, "q->stride[3] = 2");

@@ -130,7 +130,10 @@ static void test_larger_nonzero_tail_refused(void **state) {
     pe_rope_cache *c = (pe_rope_cache *)(uintptr_t)0x1234;
     assert_int_equal(pe_rope_cache_create(&np.known, &c), PE_ERR_INVALID_ARGUMENT);
     assert_ptr_equal(c, (pe_rope_cache *)(uintptr_t)0x1234);
-    assert_non_null(strstr(pe_last_error(), "struct_size"));
+    char want[64]; /* the first non-zero byte, counted from the struct's start */
+    snprintf(want, sizeof want, "byte %zu of the unknown tail", sizeof np.known + byte);
+    if (!strstr(pe_last_error(), "struct_size") || !strstr(pe_last_error(), want))
+      fail_msg("message \"%s\" lacks \"%s\"", pe_last_error(), want);
     bad_inputs++;
     /* A non-zero byte beyond struct_size is not the caller's struct: ignored. */
     np.known.struct_size = (uint32_t)(sizeof np.known + byte);
