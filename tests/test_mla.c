@@ -608,6 +608,36 @@ static void test_indexer_rowscale(void **state) {
     for (int j = 0; j < D; j++)
       assert_int_equal(cache[(ss[r] / IBS) * bstride + (ss[r] % IBS) * D + j], ref_encode(E4M3, rot[j] / sc));
   }
+  /* v rows into a row-scale v cache beside the keys: each row quantized
+   * with its own scale by the same definition, from v's values as given */
+  float v[B * T * D];
+  for (int i = 0; i < B * T * D; i++) v[i] = (float)(uni() * 3.0);
+  pe_tensor vt = {v, PE_F32, {B, 1, T, D}, {T * D, 0, D, 1}};
+  uint8_t vcache[IB * bstride], vwant[IB * bstride];
+  memset(vcache, 0x77, sizeof vcache);
+  memcpy(vwant, vcache, sizeof vcache);
+  pe_tensor vct = ct;
+  vct.data = vcache;
+  kv.v = &vct;
+  kv.v_quant = PE_KV_FP8_E4M3_ROWSCALE;
+  assert_int_equal(pe_qk_norm_rope_store(c, &none, NULL, &kt, &vt, &kv, slots, pos, 0, NULL), PE_OK);
+  for (int i = 0; i < B * T; i++) {
+    int64_t s = slots[i];
+    if (s < 0) continue;
+    const float *x = v + i * D;
+    float amax = 1e-4f;
+    for (int j = 0; j < D; j++)
+      if (fabsf(x[j]) > amax) amax = fabsf(x[j]);
+    int e = -200;
+    while (ldexp(1.0, e) < amax / 448.0f) e++;
+    float sc = (float)ldexp(1.0, e);
+    uint8_t *blk = vwant + (s / IBS) * bstride;
+    for (int j = 0; j < D; j++) blk[(s % IBS) * D + j] = (uint8_t)ref_encode(E4M3, x[j] / sc);
+    memcpy(blk + IBS * D + 4 * (s % IBS), &sc, 4);
+  }
+  assert_memory_equal(vcache, vwant, sizeof vcache);
+  kv.v = NULL;
+  kv.v_quant = PE_KV_PLAIN;
   /* two heads, a scale pointer, a short block stride: refused */
   const float one_scale = 1.0f;
   kv.k_scale = &one_scale; /* each row has its own */

@@ -602,56 +602,71 @@ static void test_inverse_round_trip(void **state) {
 }
 
 /* shift_k(delta) == applying at p + delta, and the attention factor is not
- * applied twice (a factor of 1.5 would show as a 50% error). */
+ * applied twice (a factor of 1.5 would show as a 50% error). Two shapes: 4
+ * tokens of 64 channels, and 3 tokens of 8192, whose 4096 frequencies are
+ * more than one row's cos/sin scratch holds: computed in two chunks. */
 static void test_shift_k(void **state) {
   (void)state;
-  for (int st = 0; st < 2; st++) {
-    pe_rope_cache *c = make_cache(64, 0, (pe_rope_style)st, 1e4, 0, PE_ROPE_SCALING_NONE, 1, 1.5);
-    buf k = make_tensor(PE_F32, 2, 2, 4, 64, L_BHTD);
-    buf k_new = clone(&k);
-    int64_t pos[8], delta[8], moved[8];
-    for (int i = 0; i < 8; i++) {
-      pos[i] = 1000 + (int64_t)(rng_next() % 5000);
-      delta[i] = -(int64_t)(rng_next() % 900);
-      moved[i] = pos[i] + delta[i];
+  static const int shapes[2][2] = {{64, 4}, {8192, 3}}; /* head_dim, tokens */
+  for (int sh = 0; sh < 2; sh++)
+    for (int st = 0; st < 2; st++) {
+      const int D = shapes[sh][0], T = shapes[sh][1], n = 2 * T;
+      pe_rope_cache *c = make_cache(D, 0, (pe_rope_style)st, 1e4, 0, PE_ROPE_SCALING_NONE, 1, 1.5);
+      buf k = make_tensor(PE_F32, 2, 2, T, D, L_BHTD);
+      buf k_new = clone(&k);
+      int64_t pos[8], delta[8], moved[8];
+      for (int i = 0; i < n; i++) {
+        pos[i] = 1000 + (int64_t)(rng_next() % 5000);
+        delta[i] = -(int64_t)(rng_next() % 900);
+        moved[i] = pos[i] + delta[i];
+      }
+      assert_int_equal(pe_apply_rope_qk(c, NULL, &k.t, pos, 0, NULL), PE_OK);
+      assert_int_equal(pe_rope_shift_k(c, &k.t, delta, NULL), PE_OK);
+      assert_int_equal(pe_apply_rope_qk(c, NULL, &k_new.t, moved, 0, NULL), PE_OK);
+      for (int64_t i = 0; i < 2 * 2 * (int64_t)T * D; i++) {
+        float a = ((float *)k.mem)[i], b = ((float *)k_new.mem)[i];
+        if (!(fabs(a - b) <= 2e-6 * (fabs(b) + 1.0)))
+          fail_msg("head_dim %d, %d tokens, style %d: element %lld %.9g vs %.9g", D, T, st,
+                   (long long)i, a, b);
+      }
+      free(k.mem);
+      free(k_new.mem);
+      pe_rope_cache_destroy(c);
     }
-    assert_int_equal(pe_apply_rope_qk(c, NULL, &k.t, pos, 0, NULL), PE_OK);
-    assert_int_equal(pe_rope_shift_k(c, &k.t, delta, NULL), PE_OK);
-    assert_int_equal(pe_apply_rope_qk(c, NULL, &k_new.t, moved, 0, NULL), PE_OK);
-    for (int64_t i = 0; i < 2 * 2 * 4 * 64; i++) {
-      float a = ((float *)k.mem)[i], b = ((float *)k_new.mem)[i];
-      assert_true(fabs(a - b) <= 2e-6 * (fabs(b) + 1.0));
-    }
-    free(k.mem);
-    free(k_new.mem);
-    pe_rope_cache_destroy(c);
-  }
 }
 
-/* rerotate_k(from, to) == applying `to` to the unrotated keys. */
+/* rerotate_k(from, to) == applying `to` to the unrotated keys; also with
+ * 8192 channels (the frequencies in two chunks, as for the shift). */
 static void test_rerotate_k(void **state) {
   (void)state;
-  pe_rope_cache *from = make_cache(128, 0, PE_ROPE_NEOX, 1e4, 2048, PE_ROPE_SCALING_NONE, 1, 0);
-  pe_rope_cache *to = make_cache(128, 0, PE_ROPE_NEOX, 1e4, 8192, PE_ROPE_SCALING_LINEAR, 4, 1.2);
-  buf k = make_tensor(PE_F32, 1, 2, 9, 128, L_BHTD);
-  buf k_direct = clone(&k);
-  int64_t pos[9];
-  for (int i = 0; i < 9; i++) pos[i] = (int64_t)(rng_next() % 2048);
-  assert_int_equal(pe_apply_rope_qk(from, NULL, &k.t, pos, 0, NULL), PE_OK);
-  assert_int_equal(pe_rope_rerotate_k(from, to, &k.t, pos, NULL), PE_OK);
-  assert_int_equal(pe_apply_rope_qk(to, NULL, &k_direct.t, pos, 0, NULL), PE_OK);
-  for (int64_t i = 0; i < 2 * 9 * 128; i++) {
-    float a = ((float *)k.mem)[i], b = ((float *)k_direct.mem)[i];
-    assert_true(fabs(a - b) <= 2e-6 * (fabs(b) + 1.0));
+  static const int shapes[2][2] = {{128, 9}, {8192, 3}}; /* head_dim, tokens */
+  for (int sh = 0; sh < 2; sh++) {
+    const int D = shapes[sh][0], T = shapes[sh][1];
+    const int64_t tab = D > 128 ? 0 : 1; /* 8192 channels: no 64 MiB tables */
+    pe_rope_cache *from = make_cache(D, 0, PE_ROPE_NEOX, 1e4, 2048 * tab, PE_ROPE_SCALING_NONE, 1, 0);
+    pe_rope_cache *to = make_cache(D, 0, PE_ROPE_NEOX, 1e4, 8192 * tab, PE_ROPE_SCALING_LINEAR, 4, 1.2);
+    buf k = make_tensor(PE_F32, 1, 2, T, D, L_BHTD);
+    buf k_direct = clone(&k);
+    int64_t pos[9];
+    for (int i = 0; i < T; i++) pos[i] = (int64_t)(rng_next() % 2048);
+    assert_int_equal(pe_apply_rope_qk(from, NULL, &k.t, pos, 0, NULL), PE_OK);
+    assert_int_equal(pe_rope_rerotate_k(from, to, &k.t, pos, NULL), PE_OK);
+    assert_int_equal(pe_apply_rope_qk(to, NULL, &k_direct.t, pos, 0, NULL), PE_OK);
+    for (int64_t i = 0; i < 2 * (int64_t)T * D; i++) {
+      float a = ((float *)k.mem)[i], b = ((float *)k_direct.mem)[i];
+      if (!(fabs(a - b) <= 2e-6 * (fabs(b) + 1.0)))
+        fail_msg("head_dim %d, %d tokens: element %lld %.9g vs %.9g", D, T, (long long)i, a, b);
+    }
+    if (sh == 0) { /* mismatched geometry is refused */
+      pe_rope_cache *other = make_cache(64, 0, PE_ROPE_NEOX, 1e4, 16, PE_ROPE_SCALING_NONE, 1, 0);
+      assert_int_equal(pe_rope_rerotate_k(from, other, &k.t, pos, NULL), PE_ERR_SHAPE);
+      pe_rope_cache_destroy(other);
+    }
+    free(k.mem);
+    free(k_direct.mem);
+    pe_rope_cache_destroy(from);
+    pe_rope_cache_destroy(to);
   }
-  /* mismatched geometry is refused */
-  pe_rope_cache *other = make_cache(64, 0, PE_ROPE_NEOX, 1e4, 16, PE_ROPE_SCALING_NONE, 1, 0);
-  assert_int_equal(pe_rope_rerotate_k(from, other, &k.t, pos, NULL), PE_ERR_SHAPE);
-  free(k.mem);
-  free(k_direct.mem);
-  pe_rope_cache_destroy(from);
-  pe_rope_cache_destroy(to);
-  pe_rope_cache_destroy(other);
 }
 
 /* ---------------------------------------------------------------------- */
