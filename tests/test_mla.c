@@ -516,6 +516,25 @@ static void test_fp8_ds_v4_edges(void **state) {
  * t * 128 of the block, the float32 scales after the block's rows); read
  * back by pe_kv_read; a shift on the cache re-quantizes with the new rows'
  * scales. */
+/* The row-scale FP8 definition: the scale 2^e, e the smallest with 2^e >=
+ * max(amax, 1e-4) / 448. */
+static float rowscale_of(const float *x, int n) {
+  float amax = 1e-4f;
+  for (int j = 0; j < n; j++)
+    if (fabsf(x[j]) > amax) amax = fabsf(x[j]);
+  int e = -200;
+  while (ldexp(1.0, e) < amax / 448.0f) e++;
+  return (float)ldexp(1.0, e);
+}
+/* Row x of n channels as slot s of a row-scale cache: codes at (s % bs) * n
+ * of its block (blocks bstride bytes apart), the scale after the bs rows. */
+static void rowscale_put(const float *x, int n, int64_t s, int bs, int64_t bstride, uint8_t *cache) {
+  float sc = rowscale_of(x, n);
+  uint8_t *blk = cache + (s / bs) * bstride;
+  for (int j = 0; j < n; j++) blk[(s % bs) * n + j] = (uint8_t)ref_encode(E4M3, x[j] / sc);
+  memcpy(blk + bs * n + 4 * (s % bs), &sc, 4);
+}
+
 static void test_indexer_rowscale(void **state) {
   (void)state;
   enum { D = 128, IB = 3, IBS = 4 };
@@ -554,16 +573,7 @@ static void test_indexer_rowscale(void **state) {
   for (int i = 0; i < B * T; i++) {
     int64_t s = slots[i];
     if (s < 0) continue;
-    const float *x = plain + s * D;
-    float amax = 1e-4f;
-    for (int j = 0; j < D; j++)
-      if (fabsf(x[j]) > amax) amax = fabsf(x[j]);
-    int e = -200;
-    while (ldexp(1.0, e) < amax / 448.0f) e++;
-    float sc = (float)ldexp(1.0, e);
-    uint8_t *blk = want + (s / IBS) * bstride;
-    for (int j = 0; j < D; j++) blk[(s % IBS) * D + j] = (uint8_t)ref_encode(E4M3, x[j] / sc);
-    memcpy(blk + IBS * D + 4 * (s % IBS), &sc, 4);
+    rowscale_put(plain + s * D, D, s, IBS, bstride, want);
   }
   assert_memory_equal(cache, want, sizeof cache);
   /* read back */
@@ -597,12 +607,7 @@ static void test_indexer_rowscale(void **state) {
     pe_tensor one = {rot, PE_F32, {1, 1, 1, D}, {D, D, D, 1}};
     int64_t d5 = 5;
     assert_int_equal(pe_rope_shift_k(c, &one, &d5, NULL), PE_OK);
-    float amax = 1e-4f;
-    for (int j = 0; j < D; j++)
-      if (fabsf(rot[j]) > amax) amax = fabsf(rot[j]);
-    int e = -200;
-    while (ldexp(1.0, e) < amax / 448.0f) e++;
-    float sc = (float)ldexp(1.0, e), got;
+    float sc = rowscale_of(rot, D), got;
     memcpy(&got, cache + (ss[r] / IBS) * bstride + IBS * D + 4 * (ss[r] % IBS), 4);
     assert_true(got == sc);
     for (int j = 0; j < D; j++)
@@ -624,16 +629,7 @@ static void test_indexer_rowscale(void **state) {
   for (int i = 0; i < B * T; i++) {
     int64_t s = slots[i];
     if (s < 0) continue;
-    const float *x = v + i * D;
-    float amax = 1e-4f;
-    for (int j = 0; j < D; j++)
-      if (fabsf(x[j]) > amax) amax = fabsf(x[j]);
-    int e = -200;
-    while (ldexp(1.0, e) < amax / 448.0f) e++;
-    float sc = (float)ldexp(1.0, e);
-    uint8_t *blk = vwant + (s / IBS) * bstride;
-    for (int j = 0; j < D; j++) blk[(s % IBS) * D + j] = (uint8_t)ref_encode(E4M3, x[j] / sc);
-    memcpy(blk + IBS * D + 4 * (s % IBS), &sc, 4);
+    rowscale_put(v + i * D, D, s, IBS, bstride, vwant);
   }
   assert_memory_equal(vcache, vwant, sizeof vcache);
   kv.v = NULL;
