@@ -374,34 +374,37 @@ static void exact_cs_ref(int64_t p, double f, double *c, double *s) {
 }
 
 /* The path within 1.5 ulp of float32 of the exact cos/sin of the angle for
- * the double frequency (the library's definition) for positions up to 2^24. */
+ * the double frequency (the library's definition) for positions up to 2^24;
+ * head_dim 128, and 512 (Gemma 4's global layers), whose 256 frequencies
+ * an on-the-fly cos_sin computes in two pieces. */
 static void table_accuracy(const char *path) {
   require_path(path);
   static const double bases[] = {10000.0, 500000.0, 1e6};
   {
     double worst = 0.0, worst_abs = 0.0;
     long samples = 0, over1 = 0;
-    for (size_t b = 0; b < sizeof bases / sizeof bases[0]; b++) {
+    for (size_t b = 0; b < 2 * sizeof bases / sizeof bases[0]; b++) {
+      const int hd = b & 1 ? 512 : 128, nf = hd / 2;
       /* custom frequencies: the reference uses exactly the library's doubles */
-      double inv[64];
-      float row[128];
-      for (int j = 0; j < 64; j++) inv[j] = 1.0 / pow(bases[b], (double)(2 * j) / 128.0);
+      double inv[256];
+      float row[512];
+      for (int j = 0; j < nf; j++) inv[j] = 1.0 / pow(bases[b / 2], (double)(2 * j) / hd);
       pe_rope_params prm;
       pe_rope_params_init(&prm);
-      prm.head_dim = 128;
+      prm.head_dim = hd;
       prm.max_positions = 0;
       prm.scaling = PE_ROPE_SCALING_CUSTOM;
       prm.inv_freq = inv;
       pe_rope_cache *cache = NULL;
       assert_int_equal(pe_rope_cache_create(&prm, &cache), PE_OK);
-      for (int s = 0; s < 3000; s++) {
+      for (int s = 0; s < (hd == 128 ? 3000 : 1200); s++) {
         int64_t p = s < 1000 ? s : s == 1000 ? (1 << 24) : (int64_t)rnd_below(1u << 24);
-        cos_sin(cache, p, row, 64);
-        for (int j = 0; j < 64; j++) {
+        cos_sin(cache, p, row, nf);
+        for (int j = 0; j < nf; j++) {
           double rc, rs;
           exact_cs_ref(p, inv[j], &rc, &rs);
-          double ec = ulp_error(row[j], rc), es = ulp_error(row[64 + j], rs);
-          double ac = fabs((double)row[j] - rc), as = fabs((double)row[64 + j] - rs);
+          double ec = ulp_error(row[j], rc), es = ulp_error(row[nf + j], rs);
+          double ac = fabs((double)row[j] - rc), as = fabs((double)row[nf + j] - rs);
           if (ec > worst) worst = ec;
           if (es > worst) worst = es;
           if (ac > worst_abs) worst_abs = ac;
