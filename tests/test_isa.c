@@ -657,11 +657,41 @@ static void test_cpu_disable(void **state) {
   assert_string_equal(pe_isa_name(), "scalar");
 }
 
+/* PE_CPU_DISABLE names whole features, nothing else: the CTest entry
+ * test_isa_cpu_disable_names sets it to "neon,avx,avx512bf" - on x86-64 a
+ * feature these CPUs lack and two prefixes of names ("avx" of avx2,
+ * "avx512bf" of avx512bf16), which hide nothing; so every x86 path is
+ * refused, if at all, for its own reason, and the automatic choice is the
+ * one without the variable. On aarch64 NEON is hidden. */
+static void test_cpu_disable_names(void **state) {
+  (void)state;
+  const char *env = getenv("PE_CPU_DISABLE");
+  if (!env || strcmp(env, "neon,avx,avx512bf") != 0) {
+    printf("# PE_CPU_DISABLE is not \"neon,avx,avx512bf\": run as test_isa_cpu_disable_names\n");
+    skip();
+  }
+#if defined(__x86_64__)
+  for (size_t i = 0; i < PE_TEST_N_SIMD_PATHS; i++) {
+    const char *path = pe_test_simd_path(i);
+    if (!strcmp(path, "neon")) continue;
+    if (pe_force_isa(path) != PE_OK && strstr(pe_last_error(), "hidden by PE_CPU_DISABLE"))
+      fail_msg("PE_CPU_DISABLE=%s hid %s: %s", env, path, pe_last_error());
+  }
+  assert_int_equal(pe_force_isa("avx2"), PE_OK); /* every CI CPU has it */
+  assert_int_equal(pe_force_isa("auto"), PE_OK);
+  assert_string_not_equal(pe_isa_name(), "scalar");
+#elif defined(__aarch64__)
+  assert_int_equal(pe_force_isa("neon"), PE_ERR_UNSUPPORTED);
+  assert_non_null(strstr(pe_last_error(), "hidden by PE_CPU_DISABLE"));
+#endif
+  assert_int_equal(pe_force_isa("auto"), PE_OK);
+}
 
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_force_isa),
       cmocka_unit_test(test_cpu_disable),
+      cmocka_unit_test(test_cpu_disable_names),
       cmocka_unit_test(table_accuracy_scalar),
       cmocka_unit_test(golden_scalar),
       cmocka_unit_test(large_positions_scalar),
