@@ -330,11 +330,18 @@ static void test_deepseek_v4(void **state) {
   assert_int_equal(pe_rope_cache_params(pe_model_rope_layer(m, 0), &p), PE_OK);
   assert_true(p.base == 10000.0 && p.scaling == PE_ROPE_SCALING_NONE);
   pe_model_rope_destroy(m);
+  /* index_head_dim: from the 64 rotated channels up to the library's
+   * 16384-channel rows */
+  m = model_text("{\"model_type\":\"deepseek_v4\",\"num_hidden_layers\":4,\"index_head_dim\":16384}", 0);
+  pe_model_rope_destroy(m);
   const char *bad[] = {
       "{\"model_type\":\"deepseek_v4\",\"num_hidden_layers\":3,\"compress_ratios\":[0,4]}",
-      "{\"model_type\":\"deepseek_v4\",\"num_hidden_layers\":2,\"compress_ratios\":[0,8]}"};
-  const char *needle[] = {"compress_ratios has 2 entries", "compress_ratios[1]"};
-  for (int i = 0; i < 2; i++) {
+      "{\"model_type\":\"deepseek_v4\",\"num_hidden_layers\":2,\"compress_ratios\":[0,8]}",
+      "{\"model_type\":\"deepseek_v4\",\"num_hidden_layers\":4,\"index_head_dim\":16385}",
+      "{\"model_type\":\"deepseek_v4\",\"num_hidden_layers\":4,\"index_head_dim\":63}"};
+  const char *needle[] = {"compress_ratios has 2 entries", "compress_ratios[1]",
+                          "index_head_dim 16385 is above 16384", "index_head_dim 63 cannot hold"};
+  for (int i = 0; i < 4; i++) {
     pe_model_rope *out = NULL;
     pe_status st = pe_model_rope_from_hf_config(bad[i], strlen(bad[i]), 0, 0, 0, &out);
     assert_true(st == PE_ERR_PARSE || st == PE_ERR_UNSUPPORTED);

@@ -155,9 +155,12 @@ static pe_status fill_slices(pe_model_rope *m, const cJSON *tr, const model_info
   int32_t span = 0;
   for (int32_t i = 0; i < m->n_layers * N_ROLES && !span; i++)
     if (m->role_cache[i] >= 0) span = m->caches[m->role_cache[i]]->p.head_dim;
-  if (ihd < span || ihd > PE_MAX_HEAD_DIM)
+  if (ihd < span)
     return pe__fail(PE_ERR_PARSE, "%s: index_head_dim %" PRId64 " cannot hold the %d rotated "
                     "channels", FN, ihd, (int)span);
+  if (ihd > PE_MAX_HEAD_DIM)
+    return pe__fail(PE_ERR_PARSE, "%s: index_head_dim %" PRId64 " is above %d, the longest row "
+                    "this library rotates", FN, ihd, PE_MAX_HEAD_DIM);
   int32_t *a = m->slice[PE_ROPE_ROLE_ATTENTION], *x = m->slice[PE_ROPE_ROLE_INDEXER],
           *c = m->slice[PE_ROPE_ROLE_COMPRESSOR];
   a[0] = a[2] = (int32_t)hd, a[1] = a[3] = (int32_t)hd - span;
