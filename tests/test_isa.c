@@ -661,8 +661,8 @@ static void test_cpu_disable(void **state) {
  * test_isa_cpu_disable_names sets it to "neon,avx,avx512bf" - on x86-64 a
  * feature these CPUs lack and two prefixes of names ("avx" of avx2,
  * "avx512bf" of avx512bf16), which hide nothing; so every x86 path is
- * refused, if at all, for its own reason, and the automatic choice is the
- * one without the variable. On aarch64 NEON is hidden. */
+ * refused, if at all, for its own reason, avx2 is forced and the automatic
+ * choice is a SIMD path. On aarch64 NEON is hidden. */
 static void test_cpu_disable_names(void **state) {
   (void)state;
   const char *env = getenv("PE_CPU_DISABLE");
