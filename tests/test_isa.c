@@ -631,13 +631,20 @@ static void test_force_isa(void **state) {
  * so (or, for a path this build or CPU lacks anyway, why), and the automatic
  * choice is the scalar path, as on a CPU without them. Without the variable
  * there is nothing to check: a visible skip. */
-static void test_cpu_disable(void **state) {
-  (void)state;
+/* PE_CPU_DISABLE's value when it is `value` (the CTest entry `entry` sets
+ * it); otherwise a visible skip. */
+static const char *cpu_disable_is(const char *value, const char *entry) {
   const char *env = getenv("PE_CPU_DISABLE");
-  if (!env || strcmp(env, "avx2,neon") != 0) {
-    printf("# PE_CPU_DISABLE is not \"avx2,neon\": run as test_isa_cpu_disable\n");
+  if (!env || strcmp(env, value) != 0) {
+    printf("# PE_CPU_DISABLE is not \"%s\": run as %s\n", value, entry);
     skip();
   }
+  return env;
+}
+
+static void test_cpu_disable(void **state) {
+  (void)state;
+  cpu_disable_is("avx2,neon", "test_isa_cpu_disable");
   for (size_t i = 0; i < PE_TEST_N_SIMD_PATHS; i++) {
     assert_int_equal(pe_force_isa(pe_test_simd_path(i)), PE_ERR_UNSUPPORTED);
     const char *why = pe_last_error();
@@ -665,11 +672,7 @@ static void test_cpu_disable(void **state) {
  * choice is a SIMD path. On aarch64 NEON is hidden. */
 static void test_cpu_disable_names(void **state) {
   (void)state;
-  const char *env = getenv("PE_CPU_DISABLE");
-  if (!env || strcmp(env, "neon,avx,avx512bf") != 0) {
-    printf("# PE_CPU_DISABLE is not \"neon,avx,avx512bf\": run as test_isa_cpu_disable_names\n");
-    skip();
-  }
+  const char *env = cpu_disable_is("neon,avx,avx512bf", "test_isa_cpu_disable_names");
 #if defined(__x86_64__)
   for (size_t i = 0; i < PE_TEST_N_SIMD_PATHS; i++) {
     const char *path = pe_test_simd_path(i);

@@ -509,13 +509,6 @@ static void test_fp8_ds_v4_edges(void **state) {
 
 /* ---- indexer keys: PE_KV_FP8_E4M3_ROWSCALE ---- */
 
-/* DeepSeek-V3.2 / GLM-5's indexer keys (128 channels, the first 64 rotated)
- * stored by pe_qk_norm_rope_store into a row-scale FP8 cache: every byte
- * from the plain f32 store's rows by the definition (scale 2^e, e the
- * smallest with 2^e >= max(amax, 1e-4) / 448, code e4m3(x / 2^e); codes at
- * t * 128 of the block, the float32 scales after the block's rows); read
- * back by pe_kv_read; a shift on the cache re-quantizes with the new rows'
- * scales. */
 /* The row-scale FP8 definition: the scale 2^e, e the smallest with 2^e >=
  * max(amax, 1e-4) / 448. */
 static float rowscale_of(const float *x, int n) {
@@ -535,6 +528,13 @@ static void rowscale_put(const float *x, int n, int64_t s, int bs, int64_t bstri
   memcpy(blk + bs * n + 4 * (s % bs), &sc, 4);
 }
 
+/* DeepSeek-V3.2 / GLM-5's indexer keys (128 channels, the first 64 rotated)
+ * stored by pe_qk_norm_rope_store into a row-scale FP8 cache: every byte
+ * from the plain f32 store's rows by the definition (scale 2^e, e the
+ * smallest with 2^e >= max(amax, 1e-4) / 448, code e4m3(x / 2^e); codes at
+ * t * 128 of the block, the float32 scales after the block's rows); read
+ * back by pe_kv_read; a shift on the cache re-quantizes with the new rows'
+ * scales; v rows stored beside them into a row-scale v cache. */
 static void test_indexer_rowscale(void **state) {
   (void)state;
   enum { D = 128, IB = 3, IBS = 4 };

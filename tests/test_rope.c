@@ -639,12 +639,13 @@ static void test_shift_k(void **state) {
  * 8192 channels (the frequencies in two chunks, as for the shift). */
 static void test_rerotate_k(void **state) {
   (void)state;
-  static const int shapes[2][2] = {{128, 9}, {8192, 3}}; /* head_dim, tokens */
+  /* head_dim, tokens, the two caches' max_positions (8192 channels: on the
+   * fly, not 64 MiB tables) */
+  static const int shapes[2][4] = {{128, 9, 2048, 8192}, {8192, 3, 0, 0}};
   for (int sh = 0; sh < 2; sh++) {
     const int D = shapes[sh][0], T = shapes[sh][1];
-    const int64_t tab = D > 128 ? 0 : 1; /* 8192 channels: no 64 MiB tables */
-    pe_rope_cache *from = make_cache(D, 0, PE_ROPE_NEOX, 1e4, 2048 * tab, PE_ROPE_SCALING_NONE, 1, 0);
-    pe_rope_cache *to = make_cache(D, 0, PE_ROPE_NEOX, 1e4, 8192 * tab, PE_ROPE_SCALING_LINEAR, 4, 1.2);
+    pe_rope_cache *from = make_cache(D, 0, PE_ROPE_NEOX, 1e4, shapes[sh][2], PE_ROPE_SCALING_NONE, 1, 0);
+    pe_rope_cache *to = make_cache(D, 0, PE_ROPE_NEOX, 1e4, shapes[sh][3], PE_ROPE_SCALING_LINEAR, 4, 1.2);
     buf k = make_tensor(PE_F32, 1, 2, T, D, L_BHTD);
     buf k_direct = clone(&k);
     int64_t pos[9];
