@@ -1399,7 +1399,8 @@ PE_API int32_t pe_model_rope_pairing_guessed(const pe_model_rope *m);
 
 /* The query and key/value head counts of the config (num_attention_heads or
  * the config class's default; num_key_value_heads, default the query heads);
- * 0 when the config has none. Both outputs are written on success.
+ * 0 when the config has none (a count above INT32_MAX is refused when the
+ * config is loaded). Both outputs are written on success.
  * PE_ERR_NULL_POINTER. Thread-safe. */
 PE_API pe_status pe_model_rope_heads(const pe_model_rope *m, int32_t *num_attention_heads,
                                      int32_t *num_key_value_heads);

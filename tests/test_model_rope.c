@@ -592,6 +592,39 @@ static void test_errors(void **state) {
   assert_int_equal(distinct_caches(m), 1);
   pe_model_rope_destroy(m);
   pe_model_rope_destroy(NULL);
+
+  /* Head counts are int32_t: 2^31 - 1 loads as written, 2^31 is refused
+   * by the key's name (it used to fall back to 0 or the query heads). */
+  static const struct {
+    const char *keys, *msg;
+  } heads[] = {
+      {"\"num_attention_heads\":2147483647,\"num_key_value_heads\":2147483647", NULL},
+      {"\"num_attention_heads\":8,\"num_key_value_heads\":2147483648",
+       "num_key_value_heads 2147483648 is above 2147483647"},
+      {"\"num_attention_heads\":2147483648", "num_attention_heads 2147483648 is above 2147483647"},
+      {"\"n_head\":4294967296", "n_head 4294967296 is above 2147483647"},
+  };
+  for (size_t i = 0; i < sizeof heads / sizeof *heads; i++) {
+    char cfg[256];
+    snprintf(cfg, sizeof cfg,
+             "{\"model_type\":\"llama\",\"head_dim\":16,\"rope_theta\":1e4,"
+             "\"num_hidden_layers\":2,%s}",
+             heads[i].keys);
+    pe_model_rope *hm = (pe_model_rope *)&h, *sentinel = hm;
+    pe_status st = pe_model_rope_from_hf_config(cfg, strlen(cfg), 0, 0, 0, &hm);
+    if (!heads[i].msg) {
+      int32_t kv = 0;
+      assert_int_equal(st, PE_OK);
+      assert_int_equal(pe_model_rope_heads(hm, &h, &kv), PE_OK);
+      assert_int_equal(h, INT32_MAX);
+      assert_int_equal(kv, INT32_MAX);
+      pe_model_rope_destroy(hm);
+      continue;
+    }
+    assert_int_equal(st, PE_ERR_PARSE);
+    assert_ptr_equal(hm, sentinel);
+    if (!strstr(pe_last_error(), heads[i].msg)) fail_msg("%s: %s", cfg, pe_last_error());
+  }
 }
 
 /* ---------------------------------------------------------------------- */

@@ -329,14 +329,25 @@ static pe_status model_build(const char *json, size_t len, int64_t max_positions
   m->n_layers = (int32_t)n;
   m->pairing_guessed = mi == NULL;
   m->latent_eps = mi ? mi->latent_eps : 0.0;
+  /* Head counts: a value above INT32_MAX is refused by name (pe_model_rope_heads
+   * reports int32_t counts; no real model comes near). */
   int64_t v;
-  if ((st = pe__json_count(tr, "", "num_attention_heads", &v, &found)) != PE_OK) goto done;
-  if (!found && (st = pe__json_count(tr, "", "n_head", &v, &found)) != PE_OK) goto done;
+  const char *hk = "num_attention_heads";
+  if ((st = pe__json_count(tr, "", hk, &v, &found)) != PE_OK) goto done;
+  if (!found && (st = pe__json_count(tr, "", hk = "n_head", &v, &found)) != PE_OK) goto done;
   if (!found && mi && mi->heads > 0) v = mi->heads, found = 1;
-  m->heads = found && v <= INT32_MAX ? (int32_t)v : 0;
+  if (found && v > INT32_MAX) {
+    st = pe__fail(PE_ERR_PARSE, "%s: %s %" PRId64 " is above %d", FN, hk, v, INT32_MAX);
+    goto done;
+  }
+  m->heads = found ? (int32_t)v : 0;
   if ((st = pe__json_count(tr, "", "num_key_value_heads", &v, &found)) != PE_OK) goto done;
   if (!found && mi && mi->kv_heads > 0) v = mi->kv_heads, found = 1;
-  m->kv_heads = found && v <= INT32_MAX ? (int32_t)v : m->heads;
+  if (found && v > INT32_MAX) {
+    st = pe__fail(PE_ERR_PARSE, "%s: num_key_value_heads %" PRId64 " is above %d", FN, v, INT32_MAX);
+    goto done;
+  }
+  m->kv_heads = found ? (int32_t)v : m->heads;
   /* Llama 4: attn_temperature_tuning (Llama4TextConfig default true), floor_scale 8192, attn_scale 0.1. */
   int tuning = llama4_rule && strncmp(mt, "llama4", 6) == 0 &&
                pe__json_flag(tr, "attn_temperature_tuning", 1);
