@@ -25,7 +25,9 @@ Usage: scripts/mutation-sweep.py [--count N] [--seed S] [--work DIR]
   --work DIR   the clone and its build (default /tmp/pe-mutants)
   --files ...  source files relative to the repository (default: the
                kernel templates, the vector headers this CPU runs,
-               src/check/*.c and src/rope/engine.c)
+               src/check/*.c and src/rope/engine.c); a file under python/
+               (the compiled module python/posenc/_posenc.c) is judged by
+               the Python tests instead: the module rebuilt, pytest run
   --timeout S  ctest's per-test timeout (default 120; a hang counts as killed)
 Prints a line per change and a summary; the JSON lines go to DIR/mutants.jsonl.
 """
@@ -53,6 +55,13 @@ OPS = [
     (r'_fmadd_ps', '_fmsub_ps'), (r'_fmsub_ps', '_fmadd_ps'),
     (r'\b([2-9]|1[0-9]|3[12]|64)\b', None),
 ]
+
+
+# The compiled Python module, rebuilt and judged by the Python tests (with
+# torch, as `make test` runs them first; -x: the first failure is enough).
+PY_BUILD = '/usr/bin/python3 python/build_backend/posenc_build.py --inplace'
+PY_TEST = ('POSENC_LIBRARY=build/libposenc.so PYTHONPATH=python '
+           '/usr/bin/python3 -m pytest -q -x -p no:cacheprovider python/tests')
 
 
 def code_of(line):
@@ -132,6 +141,13 @@ def main():
             print(f'mutation-sweep: "{cmd}" failed in {work} before any change:\n{log[-3000:]}', file=sys.stderr)
             return 1
     files = a.files.split(',') if a.files else default_files(repo, work)
+    if any(f.startswith('python/') for f in files):
+        for cmd in (PY_BUILD, PY_TEST):
+            rc, log = sh(cmd, work, 3600)
+            if rc != 0:
+                print(f'mutation-sweep: "{cmd}" failed in {work} before any change:\n{log[-3000:]}',
+                      file=sys.stderr)
+                return 1
     pool = [(f, s) for f in files for s in sites(os.path.join(work, f))]
     random.Random(a.seed).shuffle(pool)
     out_path = os.path.join(work, 'mutants.jsonl')
@@ -151,10 +167,16 @@ def main():
             lines[i] = old[:s0] + (str(int(tok) + 1) if rep is None else rep) + old[s1:]
             open(path, 'w').write('\n'.join(lines))
             t0 = time.time()
+            py = f.startswith('python/')
             try:
-                rc, log = sh(f'cmake --build build -j{jobs}', work, 900)
+                rc, log = sh(PY_BUILD if py else f'cmake --build build -j{jobs}', work, 900)
                 if rc != 0:
                     status, by = 'nocompile', ''
+                elif py:
+                    rc, log = sh(f'timeout {a.timeout * 4} {PY_TEST}', work, 3600)
+                    failed = re.findall(r'FAILED \S+::(\S+)', log)
+                    status = 'survived' if rc == 0 else 'killed'
+                    by = ','.join(failed[:3]) if failed else ('timeout' if rc in ('timeout', 124) else '')
                 else:
                     rc, log = sh(f'cd build && ctest -j{jobs} --timeout {a.timeout} --stop-on-failure', work, 3600)
                     failed = re.findall(r'\d+ - (\S+) \(', log)
@@ -173,6 +195,8 @@ def main():
             if status == 'survived':
                 survivors.append(rec)
     sh(f'cmake --build build -j{jobs}', work, 900)
+    if any(f.startswith('python/') for f in files):
+        sh(PY_BUILD, work, 900)
     n = counts['killed'] + counts['survived']
     print(f'\n{n} changes: {counts["killed"]} killed, {counts["survived"]} survived '
           f'({counts["nocompile"]} more did not compile)')
