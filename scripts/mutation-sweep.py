@@ -60,7 +60,7 @@ OPS = [
 # The compiled Python module, rebuilt and judged by the Python tests (with
 # torch, as `make test` runs them first; -x: the first failure is enough).
 PY_BUILD = '/usr/bin/python3 python/build_backend/posenc_build.py --inplace'
-PY_TEST = ('POSENC_LIBRARY=build/libposenc.so PYTHONPATH=python '
+PY_TEST = ('POSENC_LIBRARY=$PWD/build/libposenc.so PYTHONPATH=$PWD/python '
            '/usr/bin/python3 -m pytest -q -x -p no:cacheprovider python/tests')
 
 
