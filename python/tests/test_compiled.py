@@ -34,6 +34,21 @@ def test_a_dlpack_producer_is_rotated_in_place(rng):
     np.testing.assert_allclose(q, want, atol=2e-5)
 
 
+def test_a_dlpack_producer_of_float16_is_rotated_and_of_int32_refused(rng):
+    # the capsule's dtype code and bits read together: float16 is 2-byte
+    # floats, int32 is not a float32 tensor of the same size
+    cache = posenc.RopeCache(head_dim=16, max_positions=64)
+    q = rng.standard_normal((1, 2, 3, 16)).astype(np.float16)
+    want = q.copy()
+    cache.apply_(want)
+    cache.apply_(DLPackOnly(q))
+    assert q.tobytes() == want.tobytes()
+    ints = np.arange(96, dtype=np.int32).reshape(1, 2, 3, 16)
+    with pytest.raises(TypeError, match="q must be a numpy.ndarray or a torch.Tensor, got DLPackOnly"):
+        cache.apply_(DLPackOnly(ints))
+    assert (ints == np.arange(96).reshape(1, 2, 3, 16)).all()
+
+
 def test_a_dlpack_producer_that_cannot_export_is_refused(rng):
     cache = posenc.RopeCache(head_dim=16, max_positions=64)
     q = rng.standard_normal((1, 1, 2, 16), dtype=np.float32)
@@ -155,3 +170,82 @@ def test_dtype_names_read_in_c_mean_what_the_binding_says():
                 with pytest.raises(TypeError):
                     cache.apply_(x, dtype=name)
                 assert np.array_equal(x[0, 0, 1], row)
+
+
+#: Every Python helper the compiled module can hand an argument to (the
+#: binding's slow path): the attribute of the module bind() reads it from.
+_HELPERS = (("_arrays", "tensor_view"), ("_arrays", "int64_grid"),
+            ("_arrays", "mrope_positions"), ("_arrays", "int32_vector"),
+            ("_arrays", "float_vector"), ("_arrays", "float_table"),
+            ("_arrays", "norm_weight"), ("_arrays", "layout_of"), ("mla", "cache_view"))
+
+
+@pytest.fixture
+def helper_calls(monkeypatch):
+    """The compiled module re-bound to counting wrappers of every helper:
+    a dict name -> calls, restored (and re-bound) afterwards."""
+    import importlib
+    calls = {name: 0 for _, name in _HELPERS}
+    for mod, name in _HELPERS:
+        m = importlib.import_module("posenc." + mod)
+        real = getattr(m, name)
+
+        def counted(*a, _real=real, _name=name, **kw):
+            calls[_name] += 1
+            return _real(*a, **kw)
+        monkeypatch.setattr(m, name, counted)
+    _ext.bind()
+    yield calls
+    monkeypatch.undo()
+    _ext.bind()
+
+
+def test_the_common_arguments_never_leave_c(helper_calls, rng):
+    # What the module's comment promises: arrays of the dtypes and shapes an
+    # engine passes are read in C. Any of these reaching its Python helper
+    # is a slow path taken where the fast one should be (the results are
+    # the same, so no other test sees it).
+    cache = posenc.RopeCache(head_dim=16, max_positions=64)
+    B, H, T = 2, 3, 5
+    pos = rng.integers(0, 64, (B, T))
+    for dt, kw in ((np.float32, {}), (np.float16, {}), (np.uint16, {"dtype": "bf16"})):
+        q = rng.standard_normal((B, H, T, 16)).astype(np.float32).astype(dt)
+        k = q[:, :1].copy()
+        for p in (pos, pos[0], pos[:1], None):               # [B, T], [T], [1, T], none
+            cache.apply_(q, k, positions=p, **kw)
+    cache.shift_k_(k, 3, dtype="bf16")                       # k: the bf16 bits of the last pass
+    posenc.apply_rope_qk_multi_([cache, cache], np.array([1, 0], np.int32), q, k, pos,
+                                dtype="bf16")
+    q = rng.standard_normal((B, H, T, 16)).astype(np.float32)
+    posenc.qk_norm_rope_(cache, q, q[:, :1].copy(), q_weight=np.ones(16, np.float32),
+                         k_weight=np.ones(16, np.float32), positions=pos)
+    kc = np.zeros((4, 1, 4, 16), np.float32)
+    posenc.apply_rope_qk_store_(cache, q[:, :1].copy(), kc, np.arange(B * T).reshape(B, T),
+                                q=q, positions=pos)
+    posenc.apply_mrope_(cache, q, positions=np.stack([pos, pos, pos]), mrope_section=(2, 3, 3))
+    scores = np.zeros((B, H, T, 8), np.float32)
+    posenc.alibi_add_bias_(scores, np.array([0.5, 0.25, 0.125], np.float32), q_positions=pos)
+    table = rng.standard_normal((32, H)).astype(np.float32)
+    posenc.t5_add_bias_(scores, table)
+    posenc.t5_add_bias_(scores, table, num_buckets=32, max_distance=16)
+    x = np.zeros((B, T, 16), np.float32)
+    posenc.sinusoidal_add_(x, positions=pos)
+    posenc.learned_add_(x, rng.standard_normal((64, 16)).astype(np.float32), positions=pos)
+    assert all(n == 0 for n in helper_calls.values()), helper_calls
+    # the counting is live: a list of positions is the helper's to read
+    cache.apply_(q, positions=pos.tolist())
+    assert helper_calls["int64_grid"] == 1
+
+
+def test_the_common_torch_arguments_never_leave_c(helper_calls):
+    torch = pytest.importorskip("torch")
+    import posenc.torch as pt
+    cache = posenc.RopeCache(head_dim=16, max_positions=64)
+    g = torch.Generator().manual_seed(3)
+    B, T, H = 2, 5, 4
+    pos = torch.randint(0, 64, (B, T), generator=g)
+    for dt in (torch.float32, torch.float16, torch.bfloat16):
+        q = torch.randn(B, T, H, 16, generator=g).to(dt)    # MHA: the positions tell the layout
+        pt.apply_rotary_pos_emb(q, q.clone(), pos, cache)
+        pt.apply_rotary_pos_emb(q.transpose(1, 2), None, pos, cache, unsqueeze_dim=1)
+    assert all(n == 0 for n in helper_calls.values()), helper_calls

@@ -148,6 +148,12 @@ def test_t5_add_bias_table_shape_checked(rng):
         posenc.t5_add_bias_(scores, np.zeros((32, 4)))   # 4 heads in table, 3 in scores
     with pytest.raises(ValueError):
         posenc.t5_add_bias_(scores, np.zeros((32, 3)), num_buckets=16)
+    # float32 tables, read in place by the compiled module: the rows must be
+    # num_buckets, not any count (nor max_distance, 128 here)
+    for rows in (16, 128):
+        with pytest.raises(ValueError, match=r"table has shape \(%d, 3\), expected "
+                           r"\[num_buckets 32, heads 3\]" % rows):
+            posenc.t5_add_bias_(scores, np.ones((rows, 3), np.float32), num_buckets=32)
     assert not scores.any()
 
 

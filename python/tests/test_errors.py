@@ -59,6 +59,27 @@ def test_wrong_ndim_and_head_dim(cache, qk, rng):
     unchanged_after(ValueError, lambda: cache.apply_(q, other), q, other)
 
 
+def test_five_dimensions_are_refused(cache, rng):
+    # q and k are 4-D; a 5-D array is not read as its first four dimensions
+    # (here a valid q of 16 channels)
+    q5 = rng.standard_normal((1, 2, 3, 16, 1), dtype=np.float32)
+    e = unchanged_after(ValueError, lambda: cache.apply_(q5), q5)
+    assert "q must have 4 dimensions, got shape (1, 2, 3, 16, 1)" in str(e)
+
+
+def test_strided_positions_are_read_as_their_values(cache, qk):
+    q, k = qk
+    want_q, want_k = q.copy(), k.copy()
+    pos = np.array([[0, 5, 9], [30, 2, 17]])
+    cache.apply_(want_q, want_k, positions=pos)
+    wide = np.zeros((2, 6), np.int64)
+    wide[:, ::2] = pos
+    for view in (wide[:, ::2], np.ascontiguousarray(pos.T).T):    # strided, transposed
+        a, b = q.copy(), k.copy()
+        cache.apply_(a, b, positions=view)
+        assert a.tobytes() == want_q.tobytes() and b.tobytes() == want_k.tobytes()
+
+
 def test_batch_or_tokens_mismatch(cache, qk):
     q, k = qk
     k2 = np.ascontiguousarray(k[:, :, :2])

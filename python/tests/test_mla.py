@@ -185,6 +185,7 @@ def test_mla_arguments_are_checked_where_the_library_cannot():
 def test_v3_step_against_transformers_float64(rng, layout):
     m = v3_model()
     q, kv, w = v3_data(rng)
+    kv.flags.writeable = False   # kv is only read: a read-only array is taken as it is
     q0 = q.copy()
     mla = posenc.MLA.from_model(m, 7, kv_weight=w)
     if layout == "padded":       # rows of 600 floats, the row a view of 576
@@ -558,6 +559,9 @@ def test_arrays_the_binding_refuses(rng):
                                         SLOTS, POS)),
         (TypeError, "mla_cache has dtype float32: a fp8_ds cache is bytes",
          lambda: posenc.mla_rope_store_(rope, ds, q, kv, np.zeros((NB, BS, 656), np.float32),
+                                        SLOTS, POS)),
+        (TypeError, "mla_cache has dtype int8: a fp8_ds cache is bytes (numpy.uint8)",
+         lambda: posenc.mla_rope_store_(rope, ds, q, kv, np.zeros((NB, BS, 656), np.int8),
                                         SLOTS, POS)),
         (ValueError, "rows of 576 bytes: fp8_ds rows of kv_rope_offset 512 and rope_dim 64 "
                      "are 656 bytes",

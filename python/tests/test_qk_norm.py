@@ -70,6 +70,7 @@ def test_store_matches_in_place(rng, stream_cache):
     ref_q, ref_k = q.copy(), k.copy()
     posenc.qk_norm_rope_(cache, ref_q, ref_k, q_weight=w, k_weight=w)
     k_before, v_before = k.copy(), v.copy()
+    k.flags.writeable = v.flags.writeable = False   # only read: read-only views are taken
     posenc.qk_norm_rope_store_(cache, k, kc.transpose(0, 2, 1, 3), slots, q=q, v=v,
                                v_cache=vc.transpose(0, 2, 1, 3), q_weight=w, k_weight=w,
                                stream_cache=stream_cache)

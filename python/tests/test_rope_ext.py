@@ -125,6 +125,18 @@ def test_mrope_bad_section():
         rope_ext.apply_mrope_(cache, q, positions=np.zeros((2, 2), int), mrope_section=(8, 12, 12))
 
 
+def test_mrope_positions_of_another_batch_are_refused():
+    # int64 [3, 1, tokens] for a batch of 2 is not [3, tokens]: refused, not
+    # read past its end for the second row
+    cache = _cache()
+    q = np.ones((2, 1, 4, 64), np.float32)
+    for pos in (np.zeros((3, 1, 4), np.int64), np.zeros((3, 3, 4), np.int64)):
+        with pytest.raises(ValueError, match=r"positions has shape \(3, %d, 4\), expected "
+                           r"\[3, batch 2, tokens 4\]" % pos.shape[1]):
+            rope_ext.apply_mrope_(cache, q, positions=pos, mrope_section=(8, 12, 12))
+    assert (q == 1).all()
+
+
 # ---- per-sequence caches ----------------------------------------------------------
 
 def test_multi_rows_equal_their_caches(rng):

@@ -396,6 +396,32 @@ def test_layout_the_shapes_cannot_tell_is_refused(gen):
         pt.apply_rotary_pos_emb(q, k, positions, cache, unsqueeze_dim=2)
     with pytest.raises(ValueError, match="unsqueeze_dim must be"):
         pt.apply_rotary_pos_emb(mha, None, None, cache, unsqueeze_dim=3)
+    # 1 head of 4 tokens or 4 heads of 1: a 0-d positions tensor has no
+    # tokens to tell them apart by (and is no [batch, tokens] either)
+    one = torch.randn(2, 1, 4, 16, generator=gen)
+    e = unchanged_after(ValueError, lambda: pt.apply_rotary_pos_emb(one, one.clone(),
+                                                                    torch.tensor(3), cache), one)
+    assert "cannot tell the layout" in str(e) and "with positions ()" in str(e)
+
+
+def test_strided_positions_are_read_as_their_values(gen):
+    # int64 tensors that are views (every other column, a transpose, a row
+    # of a wider one) give the bits of their contiguous copies
+    cache = posenc.RopeCache(head_dim=16, max_positions=64)
+    B, H, T = 2, 3, 5
+    q0 = torch.randn(B, H, T, 16, generator=gen)
+    wide = torch.randint(0, 64, (B, 2 * T), generator=gen)
+    views = (wide[:, ::2], wide[:, :T].t().contiguous().t(), wide[:1, 1::2], wide[0, ::2])
+    for pos in views:
+        assert not pos.is_contiguous()
+        got, want = q0.clone(), q0.clone()
+        pt.apply_rotary_pos_emb(got, None, pos, cache, unsqueeze_dim=1)
+        pt.apply_rotary_pos_emb(want, None, pos.contiguous(), cache, unsqueeze_dim=1)
+        assert torch.equal(got, want), pos.stride()
+        at = pos.expand(B, T).numpy()
+        np.testing.assert_allclose(got.double().numpy(),
+                                   rope_reference(q0.double().numpy(), default_inv_freq(1e4, 16), at),
+                                   atol=2e-6)
 
 
 def test_a_stated_layout_that_does_not_fit_names_the_other(gen):
