@@ -49,6 +49,29 @@ def test_a_dlpack_producer_of_float16_is_rotated_and_of_int32_refused(rng):
     assert (ints == np.arange(96).reshape(1, 2, 3, 16)).all()
 
 
+def test_a_dlpack_producer_follows_the_dtype_argument(rng):
+    # uint16 with dtype='bf16' is bfloat16 bits, as a numpy array's are; a
+    # float16 producer where float32 is asked for is refused
+    cache = posenc.RopeCache(head_dim=16, max_positions=64)
+    bits = (rng.standard_normal((1, 2, 3, 16)).astype(np.float32).view(np.uint32) >> 16
+            ).astype(np.uint16)
+    want = bits.copy()
+    cache.apply_(want, dtype="bf16")
+    cache.apply_(DLPackOnly(bits), dtype="bf16")
+    assert bits.tobytes() == want.tobytes() and not (bits == 0).all()
+    half = rng.standard_normal((1, 2, 3, 16)).astype(np.float16)
+    before = half.copy()
+    with pytest.raises(TypeError):
+        cache.apply_(DLPackOnly(half), dtype="f32")
+    assert half.tobytes() == before.tobytes()
+
+
+def test_bind_takes_two_dicts():
+    for args in (({}, None), (None, {}), ({},)):
+        with pytest.raises(TypeError, match=r"_bind\(functions: dict, objects: dict\)"):
+            _ext.ext._bind(*args)
+
+
 def test_a_dlpack_producer_that_cannot_export_is_refused(rng):
     cache = posenc.RopeCache(head_dim=16, max_positions=64)
     q = rng.standard_normal((1, 1, 2, 16), dtype=np.float32)
@@ -248,4 +271,5 @@ def test_the_common_torch_arguments_never_leave_c(helper_calls):
         q = torch.randn(B, T, H, 16, generator=g).to(dt)    # MHA: the positions tell the layout
         pt.apply_rotary_pos_emb(q, q.clone(), pos, cache)
         pt.apply_rotary_pos_emb(q.transpose(1, 2), None, pos, cache, unsqueeze_dim=1)
+        pt.apply_rotary_pos_emb(q, q[:, :, :2].clone(), None, cache)   # GQA tells the layout
     assert all(n == 0 for n in helper_calls.values()), helper_calls

@@ -404,6 +404,22 @@ def test_layout_the_shapes_cannot_tell_is_refused(gen):
     assert "cannot tell the layout" in str(e) and "with positions ()" in str(e)
 
 
+def test_k_alone_in_either_layout(gen):
+    # q None: k is still read in the layout stated (or told by the shapes)
+    cache = posenc.RopeCache(head_dim=16, max_positions=64)
+    B, T, H = 2, 5, 3
+    pos = torch.randint(0, 64, (B, T), generator=gen)
+    k0 = torch.randn(B, T, H, 16, generator=gen)
+    want = _bthd_reference(k0, pos.numpy())
+    for unsqueeze_dim in (2, None):                   # stated; told by positions (T != H)
+        k = k0.clone()
+        pt.apply_rotary_pos_emb(None, k, pos, cache, unsqueeze_dim=unsqueeze_dim)
+        np.testing.assert_allclose(k.double().numpy(), want, atol=2e-6)
+    k = k0.transpose(1, 2).clone()                    # [B, H, T, D]
+    pt.apply_rotary_pos_emb(None, k, pos, cache, unsqueeze_dim=1)
+    np.testing.assert_allclose(k.transpose(1, 2).double().numpy(), want, atol=2e-6)
+
+
 def test_strided_positions_are_read_as_their_values(gen):
     # int64 tensors that are views (every other column, a transpose, a row
     # of a wider one) give the bits of their contiguous copies
