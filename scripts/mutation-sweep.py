@@ -93,10 +93,17 @@ def sites(path):
 
 
 def sh(cmd, cwd, timeout):
+    """(exit code, output) of a shell command; 'timeout' when it ran too
+    long - then its whole process group is killed (a test the shell started
+    would otherwise keep running, and keep the output pipe open)."""
+    p = subprocess.Popen(cmd, shell=True, cwd=cwd, stdout=subprocess.PIPE,
+                         stderr=subprocess.STDOUT, text=True, start_new_session=True)
     try:
-        r = subprocess.run(cmd, shell=True, cwd=cwd, capture_output=True, text=True, timeout=timeout)
-        return r.returncode, r.stdout + r.stderr
+        out, _ = p.communicate(timeout=timeout)
+        return p.returncode, out
     except subprocess.TimeoutExpired:
+        os.killpg(p.pid, signal.SIGKILL)
+        p.communicate()
         return 'timeout', ''
 
 

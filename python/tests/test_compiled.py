@@ -254,6 +254,15 @@ def test_the_common_arguments_never_leave_c(helper_calls, rng):
     x = np.zeros((B, T, 16), np.float32)
     posenc.sinusoidal_add_(x, positions=pos)
     posenc.learned_add_(x, rng.standard_normal((64, 16)).astype(np.float32), positions=pos)
+    for fmt, dt in (("plain", np.float32), ("fp8_e4m3", np.uint8)):   # MLA: rows and bytes
+        mla = posenc.MLA(16, 0, 48, 48, kv_norm="none", format=fmt,
+                         scale=1.0 if dt is np.uint8 else None)
+        mc = np.zeros((2, 8, 64), dt)
+        posenc.mla_rope_store_(cache, mla, np.zeros((B, H, T, 64), np.float32),
+                               np.zeros((B, T, 64), np.float32), mc, np.arange(B * T).reshape(B, T),
+                               pos)
+        posenc.mla_cache_read(mla, mc, np.arange(B * T).reshape(B, T), np.zeros((B, T, 64),
+                                                                                np.float32))
     assert all(n == 0 for n in helper_calls.values()), helper_calls
     # the counting is live: a list of positions is the helper's to read
     cache.apply_(q, positions=pos.tolist())

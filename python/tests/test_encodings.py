@@ -142,6 +142,14 @@ def test_t5_add_bias(rng, bidirectional, causal):
     np.testing.assert_allclose(scores, want, rtol=1e-6, atol=1e-6)
 
 
+def test_alibi_slopes_of_another_length_are_refused():
+    scores = np.zeros((1, 3, 2, 4), np.float32)
+    for n in (2, 4):              # float32, read in place: the length is checked all the same
+        with pytest.raises(ValueError, match=r"slopes has shape \(%d,\), expected \(3,\)" % n):
+            posenc.alibi_add_bias_(scores, np.ones(n, np.float32))
+    assert not scores.any()
+
+
 def test_t5_add_bias_table_shape_checked(rng):
     scores = np.zeros((1, 3, 2, 4), np.float32)
     with pytest.raises(ValueError):
@@ -150,10 +158,10 @@ def test_t5_add_bias_table_shape_checked(rng):
         posenc.t5_add_bias_(scores, np.zeros((32, 3)), num_buckets=16)
     # float32 tables, read in place by the compiled module: the rows must be
     # num_buckets, not any count (nor max_distance, 128 here)
-    for rows in (16, 128):
+    for rows, nb in ((16, 32), (128, 32), (32, 0)):
         with pytest.raises(ValueError, match=r"table has shape \(%d, 3\), expected "
-                           r"\[num_buckets 32, heads 3\]" % rows):
-            posenc.t5_add_bias_(scores, np.ones((rows, 3), np.float32), num_buckets=32)
+                           r"\[num_buckets %d, heads 3\]" % (rows, nb)):
+            posenc.t5_add_bias_(scores, np.ones((rows, 3), np.float32), num_buckets=nb)
     assert not scores.any()
 
 

@@ -33,7 +33,8 @@ def test_read_only(cache, qk):
     unchanged_after(ValueError, lambda: cache.apply_(q, k), q, k)
 
 
-@pytest.mark.parametrize("dtype", [np.float64, np.int32, np.uint16, np.complex64])
+@pytest.mark.parametrize("dtype", [np.float64, np.int32, np.uint16, np.complex64, np.uint8,
+                                   np.int8])
 def test_wrong_dtype(cache, qk, dtype):
     q, k = qk
     bad = k.astype(dtype)

@@ -100,5 +100,8 @@ def test_errors_write_nothing(rng):
         posenc.qk_norm_rope_(cache, q, k, q_weight=w)
     with pytest.raises(ValueError, match="no weight"):
         posenc.qk_norm_rope_(cache, q, k, kind="l2", q_weight=w)
+    for n in (32, 65):            # float32 weights of another length, short or long
+        with pytest.raises(ValueError, match="k_weight has %d values, expected 64" % n):
+            posenc.qk_norm_rope_(cache, q, k, q_weight=w, k_weight=np.ones(n, np.float32))
     np.testing.assert_array_equal(q, before[0])
     np.testing.assert_array_equal(kc, before[1])

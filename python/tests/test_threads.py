@@ -75,3 +75,55 @@ def test_python_threads_share_a_cache(rng):
         t.join()
     for x, w in zip(xs, want):
         assert np.array_equal(x, w)
+
+
+def test_every_call_reads_its_pool_argument(rng):
+    # A closed pool is refused by each call that takes one, before anything
+    # is written: the pool given is the one read (not another argument).
+    pool = make_pool(2)
+    pool.close()
+    cache = posenc.RopeCache(head_dim=16, max_positions=64)
+    other = posenc.RopeCache(head_dim=16, rope_theta=5e5, max_positions=64)
+    B, H, T = 1, 2, 3
+    q = rng.standard_normal((B, H, T, 16)).astype(np.float32)
+    k = q[:, :1].copy()
+    pos = np.arange(T)[None]
+    ones = np.ones(16, np.float32)
+    scores = np.zeros((B, H, T, 8), np.float32)
+    x = np.zeros((B, T, 16), np.float32)
+    kc = np.zeros((2, 1, 4, 16), np.float32)
+    slots = np.arange(T)[None]
+    mla = posenc.MLA(16, 0, 48, 48, kv_norm="none")
+    mq = np.zeros((B, H, T, 64), np.float32)
+    mkv = np.zeros((B, T, 64), np.float32)
+    mc = np.zeros((2, 4, 64), np.float32)
+    calls = {
+        "apply_": lambda p: cache.apply_(q, k, pos, pool=p),
+        "shift_k_": lambda p: cache.shift_k_(k, 2, pool=p),
+        "rerotate_k_": lambda p: posenc.RopeCache.rerotate_k_(cache, other, k, pos, pool=p),
+        "apply_mrope_": lambda p: posenc.apply_mrope_(cache, q, k, np.stack([pos] * 3),
+                                                      (2, 3, 3), pool=p),
+        "apply_rope_qk_multi_": lambda p: posenc.apply_rope_qk_multi_([cache], [0], q, k, pos,
+                                                                      pool=p),
+        "apply_rope_qk_store_": lambda p: posenc.apply_rope_qk_store_(cache, k, kc, slots, q=q,
+                                                                      positions=pos, pool=p),
+        "qk_norm_rope_": lambda p: posenc.qk_norm_rope_(cache, q, k, q_weight=ones,
+                                                        k_weight=ones, pool=p),
+        "qk_norm_rope_store_": lambda p: posenc.qk_norm_rope_store_(
+            cache, k, kc, slots, q=q, q_weight=ones, k_weight=ones, pool=p),
+        "alibi_add_bias_": lambda p: posenc.alibi_add_bias_(scores, pool=p),
+        "t5_add_bias_": lambda p: posenc.t5_add_bias_(scores, np.ones((32, H), np.float32),
+                                                      pool=p),
+        "sinusoidal_add_": lambda p: posenc.sinusoidal_add_(x, pool=p),
+        "learned_add_": lambda p: posenc.learned_add_(x, np.ones((8, 16), np.float32), pool=p),
+        "mla_rope_store_": lambda p: posenc.mla_rope_store_(cache, mla, mq, mkv, mc, slots,
+                                                            pool=p),
+    }
+    arrays = (q, k, scores, x, kc, mq, mc)
+    for name, call in calls.items():
+        before = [a.copy() for a in arrays]
+        with pytest.raises(ValueError, match="closed"):
+            call(pool)
+        for a, b in zip(arrays, before):
+            assert np.array_equal(a, b), name + " wrote before refusing the pool"
+        call(None)                                   # the same call runs without it
