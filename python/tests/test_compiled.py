@@ -59,6 +59,10 @@ def test_a_dlpack_producer_follows_the_dtype_argument(rng):
     cache.apply_(want, dtype="bf16")
     cache.apply_(DLPackOnly(bits), dtype="bf16")
     assert bits.tobytes() == want.tobytes() and not (bits == 0).all()
+    for ints in (bits, bits.view(np.int16)):      # without dtype='bf16': integers, refused
+        with pytest.raises(TypeError):
+            cache.apply_(DLPackOnly(ints))
+    assert bits.tobytes() == want.tobytes()
     half = rng.standard_normal((1, 2, 3, 16)).astype(np.float16)
     before = half.copy()
     with pytest.raises(TypeError):
