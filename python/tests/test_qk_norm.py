@@ -85,6 +85,25 @@ def test_store_matches_in_place(rng, stream_cache):
     assert (flat_k[untouched] == 7.0).all() and (flat_v[untouched] == 7.0).all()
 
 
+def test_store_reads_bf16_inputs_by_dtype(rng):
+    # dtype names q, k and v's element type, cache_dtype the caches': bf16
+    # inputs into a float32 cache give the rows of the same values in float32
+    hd, t = 64, 3
+    cache = posenc.RopeCache(head_dim=hd, max_positions=64)
+    vals = rng.standard_normal((3, 1, 2, t, hd)).astype(np.float32)
+    bits = (vals.view(np.uint32) >> 16).astype(np.uint16)        # bf16 (truncated: exact)
+    exact = (bits.astype(np.uint32) << 16).view(np.float32)
+    w = np.ones(hd, np.float32)
+    slots = np.array([2, 0, 5])
+    got = np.zeros((2, 2, 4, hd), np.float32)
+    want = np.zeros_like(got)
+    posenc.qk_norm_rope_store_(cache, bits[1], got, slots, q=bits[0].copy(), v=bits[2],
+                               v_cache=np.zeros_like(got), q_weight=w, k_weight=w, dtype="bf16")
+    posenc.qk_norm_rope_store_(cache, exact[1], want, slots, q=exact[0].copy(), v=exact[2],
+                               v_cache=np.zeros_like(want), q_weight=w, k_weight=w)
+    assert got.tobytes() == want.tobytes() and got.any()
+
+
 def test_errors_write_nothing(rng):
     cache = posenc.RopeCache(head_dim=64, max_positions=64)
     q = rng.standard_normal((1, 2, 3, 64)).astype(np.float32)
