@@ -183,7 +183,8 @@ def main():
                     rc, log = sh(PY_TEST, work, a.timeout * 4)
                     failed = re.findall(r'FAILED \S+::(\S+)', log)
                     status = 'survived' if rc == 0 else 'killed'
-                    by = ','.join(failed[:3]) if failed else ('timeout' if rc == 'timeout' else f'exit {rc}')
+                    by = ('' if rc == 0 else ','.join(failed[:3]) if failed
+                          else 'timeout' if rc == 'timeout' else f'exit {rc}')
                 else:
                     rc, log = sh(f'cd build && ctest -j{jobs} --timeout {a.timeout} --stop-on-failure', work, 3600)
                     failed = re.findall(r'\d+ - (\S+) \(', log)
