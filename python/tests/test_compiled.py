@@ -76,6 +76,11 @@ def test_bind_takes_two_dicts():
             _ext.ext._bind(*args)
 
 
+def test_an_entry_point_names_itself_when_its_arguments_are_miscounted():
+    with pytest.raises(TypeError, match=r"^apply_rope_qk takes 8 arguments \(1 given\)$"):
+        _ext.ext.apply_rope_qk(None)
+
+
 def test_a_dlpack_producer_that_cannot_export_is_refused(rng):
     cache = posenc.RopeCache(head_dim=16, max_positions=64)
     q = rng.standard_normal((1, 1, 2, 16), dtype=np.float32)

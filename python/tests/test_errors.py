@@ -75,7 +75,8 @@ def test_strided_positions_are_read_as_their_values(cache, qk):
     cache.apply_(want_q, want_k, positions=pos)
     wide = np.zeros((2, 6), np.int64)
     wide[:, ::2] = pos
-    for view in (wide[:, ::2], np.ascontiguousarray(pos.T).T):    # strided, transposed
+    for view in (wide[:, ::2], np.ascontiguousarray(pos.T).T,     # strided, transposed,
+                 pos.astype(">i8")):                               # big-endian
         a, b = q.copy(), k.copy()
         cache.apply_(a, b, positions=view)
         assert a.tobytes() == want_q.tobytes() and b.tobytes() == want_k.tobytes()

@@ -574,9 +574,9 @@ def test_arrays_the_binding_refuses(rng):
                      "2596",
          lambda: posenc.mla_rope_store_(rope, v4, q, kv, np.zeros((NB, 2000), np.uint8),
                                         SLOTS, POS, block_size=4)),
-        (ValueError, "blocks of 2540 bytes: 4 rows of 640 bytes and their 9 scale bytes need "
+        (ValueError, "blocks of 2590 bytes: 4 rows of 640 bytes and their 9 scale bytes need "
                      "2596",       # short by less than a row's scales
-         lambda: posenc.mla_rope_store_(rope, v4, q, kv, np.zeros((NB, 2540), np.uint8),
+         lambda: posenc.mla_rope_store_(rope, v4, q, kv, np.zeros((NB, 2590), np.uint8),
                                         SLOTS, POS, block_size=4)),
         (ValueError, "a fp8_ds_v4 cache is [num_blocks, block_bytes]",
          lambda: posenc.mla_rope_store_(rope, v4, q, kv, np.zeros((NB, BS, 656), np.uint8),

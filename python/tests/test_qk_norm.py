@@ -104,6 +104,27 @@ def test_store_reads_bf16_inputs_by_dtype(rng):
     assert got.tobytes() == want.tobytes() and got.any()
 
 
+def test_store_reads_each_cache_by_its_dtype(rng):
+    # cache_dtype names k_cache's element type, v_cache_dtype v_cache's: a
+    # bf16 k cache beside a float32 v cache
+    hd, t = 64, 3
+    cache = posenc.RopeCache(head_dim=hd, max_positions=64)
+    k = rng.standard_normal((1, 2, t, hd)).astype(np.float32)
+    v = rng.standard_normal((1, 2, t, hd)).astype(np.float32)
+    w = np.ones(hd, np.float32)
+    slots = np.array([2, 0, 5])
+    kb = np.zeros((2, 2, 4, hd), np.uint16)
+    vc = np.zeros((2, 2, 4, hd), np.float32)
+    kf = np.zeros_like(vc)
+    posenc.qk_norm_rope_store_(cache, k, kb, slots, v=v, v_cache=vc, k_weight=w,
+                               cache_dtype="bf16")
+    posenc.qk_norm_rope_store_(cache, k, kf, slots, k_weight=w)
+    bf16 = (kb.astype(np.uint32) << 16).view(np.float32)
+    np.testing.assert_allclose(bf16, kf, rtol=2.0 ** -8, atol=0)   # one bf16 rounding
+    for i, s in enumerate(slots):         # [num_blocks, kv_heads, block_size, head_dim]
+        np.testing.assert_array_equal(vc[s // 4, :, s % 4], v[0, :, i])
+
+
 def test_errors_write_nothing(rng):
     cache = posenc.RopeCache(head_dim=64, max_positions=64)
     q = rng.standard_normal((1, 2, 3, 64)).astype(np.float32)
