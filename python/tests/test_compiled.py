@@ -44,7 +44,8 @@ def test_a_dlpack_producer_of_float16_is_rotated_and_of_int32_refused(rng):
     cache.apply_(DLPackOnly(q))
     assert q.tobytes() == want.tobytes()
     ints = np.arange(96, dtype=np.int32).reshape(1, 2, 3, 16)
-    with pytest.raises(TypeError, match="q must be a numpy.ndarray or a torch.Tensor, got DLPackOnly"):
+    with pytest.raises(TypeError,
+                       match="q must be a numpy.ndarray or a torch.Tensor, got DLPackOnly"):
         cache.apply_(DLPackOnly(ints))
     assert (ints == np.arange(96).reshape(1, 2, 3, 16)).all()
 

@@ -112,8 +112,8 @@ def test_positions_errors(cache, qk):
     unchanged_after(TypeError, lambda: cache.apply_(q, k, positions=np.zeros((2, 3))), q, k)
     unchanged_after(ValueError, lambda: cache.apply_(q, k, positions=np.zeros((3, 2), int)), q, k)
     # [3, tokens] int64 for a batch of 2: neither [batch, tokens] nor one row
-    e = unchanged_after(ValueError, lambda: cache.apply_(q, k, positions=np.zeros((3, 3), np.int64)),
-                        q, k)
+    three = np.zeros((3, 3), np.int64)
+    e = unchanged_after(ValueError, lambda: cache.apply_(q, k, positions=three), q, k)
     assert "(3, 3)" in str(e)
     unchanged_after(ValueError, lambda: cache.apply_(q, k, positions=5), q, k)
     unchanged_after(ValueError, lambda: cache.apply_(q, k, positions=[2**64 - 1] * 3), q, k)

@@ -430,14 +430,13 @@ def test_strided_positions_are_read_as_their_values(gen):
     views = (wide[:, ::2], wide[:, :T].t().contiguous().t(), wide[:1, 1::2], wide[0, ::2])
     for pos in views:
         assert not pos.is_contiguous()
-        got, want = q0.clone(), q0.clone()
+        got, copy = q0.clone(), q0.clone()
         pt.apply_rotary_pos_emb(got, None, pos, cache, unsqueeze_dim=1)
-        pt.apply_rotary_pos_emb(want, None, pos.contiguous(), cache, unsqueeze_dim=1)
-        assert torch.equal(got, want), pos.stride()
+        pt.apply_rotary_pos_emb(copy, None, pos.contiguous(), cache, unsqueeze_dim=1)
+        assert torch.equal(got, copy), pos.stride()
         at = pos.expand(B, T).numpy()
-        np.testing.assert_allclose(got.double().numpy(),
-                                   rope_reference(q0.double().numpy(), default_inv_freq(1e4, 16), at),
-                                   atol=2e-6)
+        want = rope_reference(q0.double().numpy(), default_inv_freq(1e4, 16), at)
+        np.testing.assert_allclose(got.double().numpy(), want, atol=2e-6)
 
 
 def test_a_stated_layout_that_does_not_fit_names_the_other(gen):
