@@ -291,4 +291,16 @@ def test_the_common_torch_arguments_never_leave_c(helper_calls):
         pt.apply_rotary_pos_emb(q, q.clone(), pos, cache)
         pt.apply_rotary_pos_emb(q.transpose(1, 2), None, pos, cache, unsqueeze_dim=1)
         pt.apply_rotary_pos_emb(q, q[:, :, :2].clone(), None, cache)   # GQA tells the layout
+        pt.apply_rotary_pos_emb(q, q.clone(), pos[0].clone(), cache)    # [T] positions tell it
+    cache.apply_(torch.zeros(B, H, T, 16, dtype=torch.bfloat16), dtype="bf16")
     assert all(n == 0 for n in helper_calls.values()), helper_calls
+
+
+def test_a_torch_tensor_of_another_dtype_than_asked_is_refused():
+    torch = pytest.importorskip("torch")
+    cache = posenc.RopeCache(head_dim=16, max_positions=64)
+    for t, name in ((torch.ones(1, 2, 3, 16, dtype=torch.float16), "f32"),
+                    (torch.ones(1, 2, 3, 16), "bf16")):
+        with pytest.raises(TypeError):
+            cache.apply_(t, dtype=name)
+        assert (t == 1).all()
