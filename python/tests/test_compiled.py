@@ -9,7 +9,7 @@ import pytest
 
 import posenc
 from posenc import _ext, _lib
-from conftest import rope_reference, default_inv_freq
+from conftest import rope_reference, default_inv_freq, f32_to_bf16_bits
 
 
 class DLPackOnly:
@@ -54,8 +54,7 @@ def test_a_dlpack_producer_follows_the_dtype_argument(rng):
     # uint16 with dtype='bf16' is bfloat16 bits, as a numpy array's are; a
     # float16 producer where float32 is asked for is refused
     cache = posenc.RopeCache(head_dim=16, max_positions=64)
-    bits = (rng.standard_normal((1, 2, 3, 16)).astype(np.float32).view(np.uint32) >> 16
-            ).astype(np.uint16)
+    bits = f32_to_bf16_bits(rng.standard_normal((1, 2, 3, 16)))
     want = bits.copy()
     cache.apply_(want, dtype="bf16")
     cache.apply_(DLPackOnly(bits), dtype="bf16")

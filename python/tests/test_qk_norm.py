@@ -5,6 +5,7 @@ import numpy as np
 import pytest
 
 import posenc
+from conftest import bf16_bits_to_f32, f32_to_bf16_bits
 
 
 def hf_norm(x, kind, w, eps, scope):
@@ -90,9 +91,8 @@ def test_store_reads_bf16_inputs_by_dtype(rng):
     # inputs into a float32 cache give the rows of the same values in float32
     hd, t = 64, 3
     cache = posenc.RopeCache(head_dim=hd, max_positions=64)
-    vals = rng.standard_normal((3, 1, 2, t, hd)).astype(np.float32)
-    bits = (vals.view(np.uint32) >> 16).astype(np.uint16)        # bf16 (truncated: exact)
-    exact = (bits.astype(np.uint32) << 16).view(np.float32)
+    bits = f32_to_bf16_bits(rng.standard_normal((3, 1, 2, t, hd)))
+    exact = bf16_bits_to_f32(bits)                                # the same values in float32
     w = np.ones(hd, np.float32)
     slots = np.array([2, 0, 5])
     got = np.zeros((2, 2, 4, hd), np.float32)
@@ -119,8 +119,7 @@ def test_store_reads_each_cache_by_its_dtype(rng):
     posenc.qk_norm_rope_store_(cache, k, kb, slots, v=v, v_cache=vc, k_weight=w,
                                cache_dtype="bf16")
     posenc.qk_norm_rope_store_(cache, k, kf, slots, k_weight=w)
-    bf16 = (kb.astype(np.uint32) << 16).view(np.float32)
-    np.testing.assert_allclose(bf16, kf, rtol=2.0 ** -8, atol=0)   # one bf16 rounding
+    np.testing.assert_array_equal(kb, f32_to_bf16_bits(kf))   # the float32 rows rounded once
     for i, s in enumerate(slots):         # [num_blocks, kv_heads, block_size, head_dim]
         np.testing.assert_array_equal(vc[s // 4, :, s % 4], v[0, :, i])
 
