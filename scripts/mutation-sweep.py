@@ -27,12 +27,15 @@ Usage: scripts/mutation-sweep.py [--count N] [--seed S] [--work DIR]
                kernel templates, the vector headers this CPU runs,
                src/check/*.c and src/rope/engine.c); a file under python/
                (the compiled module python/posenc/_posenc.c) is judged by
-               the Python tests instead: the module rebuilt, pytest run
+               the Python tests instead: the module rebuilt, pytest run;
+               so is a Python source (python/posenc/*.py), its changes
+               found by the tokenizer (operators, and/or, small integers)
   --timeout S  ctest's per-test timeout (default 120; a hang counts as killed)
 Prints a line per change and a summary; the JSON lines go to DIR/mutants.jsonl.
 """
 import argparse
 import glob
+import io
 import json
 import os
 import random
@@ -41,6 +44,7 @@ import signal
 import subprocess
 import sys
 import time
+import tokenize
 
 # (pattern, replacement); None: the matched integer plus one
 OPS = [
@@ -61,7 +65,14 @@ OPS = [
 # torch, as `make test` runs them first; -x: the first failure is enough).
 PY_BUILD = '/usr/bin/python3 python/build_backend/posenc_build.py --inplace'
 PY_TEST = ('POSENC_LIBRARY=$PWD/build/libposenc.so PYTHONPATH=$PWD/python '
-           '/usr/bin/python3 -m pytest -q -x -p no:cacheprovider python/tests')
+           'PYTHONDONTWRITEBYTECODE=1 /usr/bin/python3 -m pytest -q -x -p no:cacheprovider python/tests')
+
+# The pure-Python package: the same kinds of change, found by the tokenizer
+# (so strings, docstrings and comments are never touched); the source's own
+# compile check stands in for the build.
+PY_OPS = {'+': '-', '-': '+', '<=': '<', '>=': '>', '<': '<=', '>': '>=',
+          '==': '!=', '!=': '==', 'and': 'or', 'or': 'and'}
+PY_INT = re.compile(r'([2-9]|1[0-9]|3[12]|64)$')
 
 
 def code_of(line):
@@ -71,8 +82,24 @@ def code_of(line):
     return re.sub(r'"(\\.|[^"\\])*"', lambda m: '"' + ' ' * (len(m.group()) - 2) + '"', line)
 
 
+def py_sites(path):
+    """sites() of a Python source: operators, and/or and small integers."""
+    out = []
+    for t in tokenize.generate_tokens(io.StringIO(open(path).read()).readline):
+        if t.start[0] != t.end[0]:
+            continue
+        if (t.type == tokenize.OP or t.type == tokenize.NAME) and t.string in PY_OPS:
+            out.append((t.start[0] - 1, t.start[1], t.end[1], PY_OPS[t.string]))
+        elif t.type == tokenize.NUMBER and PY_INT.match(t.string):
+            out.append((t.start[0] - 1, t.start[1], t.end[1], None))
+    return out
+
+
 def sites(path):
-    """Every (line index, op index, start, end) a change can be made at."""
+    """Every (line index, start, end, replacement) a change can be made at;
+    replacement None: the integer there plus one."""
+    if path.endswith('.py'):
+        return py_sites(path)
     out, in_comment = [], False
     for i, line in enumerate(open(path).read().split('\n')):
         s = line.strip()
@@ -87,8 +114,8 @@ def sites(path):
         code = code_of(line)
         if '/*' in code or '*/' in code:
             continue
-        for oi, (pat, _) in enumerate(OPS):
-            out += [(i, oi, m.start(), m.end()) for m in re.finditer(pat, code)]
+        for pat, rep in OPS:
+            out += [(i, m.start(), m.end(), rep) for m in re.finditer(pat, code)]
     return out
 
 
@@ -162,7 +189,7 @@ def main():
     survivors = []
     print(f'{len(pool)} sites in {len(files)} files; testing {a.count} changes (seed {a.seed})')
     with open(out_path, 'w') as out:
-        for f, (i, oi, s0, s1) in pool:
+        for f, (i, s0, s1, rep) in pool:
             if counts['killed'] + counts['survived'] >= a.count:
                 break
             path = os.path.join(work, f)
@@ -170,13 +197,14 @@ def main():
             lines = orig.split('\n')
             old = lines[i]
             tok = old[s0:s1]
-            rep = OPS[oi][1]
             lines[i] = old[:s0] + (str(int(tok) + 1) if rep is None else rep) + old[s1:]
             open(path, 'w').write('\n'.join(lines))
             t0 = time.time()
             py = f.startswith('python/')
             try:
-                rc, log = sh(PY_BUILD if py else f'cmake --build build -j{jobs}', work, 900)
+                build = (f'/usr/bin/python3 -c "import ast,sys; ast.parse(open(sys.argv[1]).read())" {f}'
+                         if f.endswith('.py') else PY_BUILD if py else f'cmake --build build -j{jobs}')
+                rc, log = sh(build, work, 900)
                 if rc != 0:
                     status, by = 'nocompile', ''
                 elif py:
