@@ -581,6 +581,14 @@ def test_arrays_the_binding_refuses(rng):
         (ValueError, "a fp8_ds_v4 cache is [num_blocks, block_bytes]",
          lambda: posenc.mla_rope_store_(rope, v4, q, kv, np.zeros((NB, BS, 656), np.uint8),
                                         SLOTS, POS, block_size=4)),
+        (ValueError, "has shape (16, 656): a fp8_ds cache is [num_blocks, block_size, "
+                     "row_bytes]",      # rows of the right bytes, but no blocks
+         lambda: posenc.mla_rope_store_(rope, ds, q, kv, np.zeros((NB * BS, 656), np.uint8),
+                                        SLOTS, POS)),
+        (ValueError, "has shape (16, 576): a fp8_e4m3 cache is [num_blocks, block_size, "
+                     "row_bytes]",
+         lambda: posenc.mla_rope_store_(rope, mla.replace(format="fp8_e4m3", scale=1.0), q, kv,
+                                        np.zeros((NB * BS, 576), np.uint8), SLOTS, POS)),
         (ValueError, "block_size is for fp8_ds_v4 caches",
          lambda: posenc.mla_rope_store_(rope, ds, q, kv, np.zeros((NB, BS, 656), np.uint8),
                                         SLOTS, POS, block_size=4)),
