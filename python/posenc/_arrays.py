@@ -10,6 +10,9 @@ ValueError it always did: wrong type -> TypeError, wrong
 shape/stride/writability/overlap -> ValueError. Nothing is written before
 any of them.
 
+Another DLPack producer the compiled module declined is read as
+numpy.from_dlpack reads it (as_array), so its checks are a numpy array's.
+
 torch is optional: a torch.Tensor can only exist once torch has been
 imported, so it is recognised through sys.modules and never imported here.
 """
@@ -46,6 +49,45 @@ def _torch_module():
 def is_torch(x):
     t = _torch_module()
     return t is not None and isinstance(x, t.Tensor)
+
+
+def as_array(arr, name):
+    """arr itself when it is a numpy array or a torch tensor. Any other
+    DLPack producer (JAX, CuPy, ... on the CPU) reaches the helpers only when
+    the compiled module did not take it as it is: it is read as numpy reads
+    it (numpy.from_dlpack: a view of the same memory, read-only before numpy
+    2.1), so that the checks that follow name what does not fit - its dtype,
+    shape or strides - as they do for a numpy array. TypeError for anything
+    else, and for a producer numpy cannot read (another device, a dtype
+    numpy lacks)."""
+    if isinstance(arr, np.ndarray) or is_torch(arr):
+        return arr
+    if hasattr(arr, "__dlpack__") and hasattr(np, "from_dlpack"):
+        try:
+            return np.from_dlpack(arr)
+        except Exception as e:
+            raise TypeError("%s: a %s (DLPack) that neither the binding nor numpy can read "
+                            "(%s: %s); pass a numpy.ndarray or a torch.Tensor"
+                            % (name, type(arr).__name__, type(e).__name__, e)) from None
+    raise TypeError("%s must be a numpy.ndarray, a torch.Tensor or a DLPack tensor, got %s"
+                    % (name, type(arr).__name__))
+
+
+def _via_dlpack(arr):
+    """Whether a numpy array is numpy's view of a DLPack producer's memory."""
+    owner = arr
+    while isinstance(owner, np.ndarray):
+        owner = owner.base
+    return type(owner).__name__ == "PyCapsule"
+
+
+def _read_only_error(arr, name, what):
+    """The ValueError of an array written in place that cannot be."""
+    if not _via_dlpack(arr):
+        return ValueError("%s is read-only: it is %s" % (name, what))
+    return ValueError("%s is read-only as numpy %s reads it through DLPack, and the binding "
+                      "could not take it directly: pass a numpy.ndarray or a torch.Tensor"
+                      % (name, np.__version__))
 
 
 def _requested(dtype):
@@ -200,19 +242,22 @@ def tensor(arr, name, *, dtype=None, writable=True, ndim=4):
     """A View describing `arr` (a numpy array, or a CPU torch.Tensor) in
     place. `.t` is the pe_tensor; the caller keeps the View alive for the
     duration of the call."""
+    arr = as_array(arr, name)
     if is_torch(arr):
         return _torch_view(arr, name, dtype, writable, ndim)
-    if not isinstance(arr, np.ndarray):
-        raise TypeError("%s must be a numpy.ndarray or a torch.Tensor, got %s"
-                        % (name, type(arr).__name__))
     pe_dtype = pe_dtype_of(arr, name, dtype)
     if arr.ndim != ndim:
         raise ValueError("%s must have %d dimensions, got shape %s" % (name, ndim, arr.shape))
-    if writable and not arr.flags.writeable:
-        raise ValueError("%s is read-only: it is modified in place" % name)
+    # numpy's view of a DLPack producer is read-only before numpy 2.1: what
+    # else does not fit is named first
+    read_only = writable and not arr.flags.writeable
+    if read_only and not _via_dlpack(arr):
+        raise _read_only_error(arr, name, "modified in place")
     if not arr.flags.aligned:
         raise ValueError("%s is not aligned to its itemsize" % name)
     strides = _strides_in_elements(arr.shape, arr.strides, arr.itemsize, name, ndim)
+    if read_only:
+        raise _read_only_error(arr, name, "modified in place")
     return View(arr, _struct(arr.ctypes.data, pe_dtype, arr.shape, strides, ndim),
                 tuple(arr.shape), arr, writable)
 
@@ -241,10 +286,8 @@ def disjoint(*views):
 
 def as_4d(arr, name, ndims=(3, 4)):
     """Accept [batch, tokens, d] for [batch, 1, tokens, d] (a view, no copy);
-    numpy arrays and torch tensors alike."""
-    if not (isinstance(arr, np.ndarray) or is_torch(arr)):
-        raise TypeError("%s must be a numpy.ndarray or a torch.Tensor, got %s"
-                        % (name, type(arr).__name__))
+    numpy arrays and torch tensors alike (a DLPack producer as_array reads)."""
+    arr = as_array(arr, name)
     if arr.ndim == 3 and 3 in ndims:
         return arr[:, None]
     if arr.ndim == 2 and 2 in ndims:
@@ -269,6 +312,8 @@ def integers(values, name):
         if values.dtype.is_floating_point or values.dtype.is_complex:
             raise TypeError("%s must be integers, got dtype %s" % (name, values.dtype))
         values = values.detach().numpy()
+    elif hasattr(values, "__dlpack__"):
+        values = as_array(values, name)
     a = np.asarray(values)
     if a.dtype == np.bool_ or a.dtype.kind not in "iu":
         raise TypeError("%s must be integers, got dtype %s" % (name, a.dtype))
@@ -366,9 +411,7 @@ def tensor_view(obj, name, dtype, writable, mapping):
 def kv_cache_4d(k_cache, name="k_cache"):
     """[num_blocks, heads, block_size, dim] as it is; a flat [num_slots,
     heads, dim] cache as [1, heads, num_slots, dim] (a view)."""
-    if not (isinstance(k_cache, np.ndarray) or is_torch(k_cache)):
-        raise TypeError("%s must be a numpy.ndarray or a torch.Tensor, got %s"
-                        % (name, type(k_cache).__name__))
+    k_cache = as_array(k_cache, name)
     return swap12(k_cache[None]) if k_cache.ndim == 3 else k_cache
 
 

@@ -58,7 +58,8 @@ import ctypes
 import numpy as np
 
 from . import _lib
-from ._arrays import INT32, View, _struct, int_arg, is_torch, tensor_view, MAP_ROWS, integers
+from ._arrays import (INT32, View, _read_only_error, _struct, as_array, int_arg, is_torch,
+                      tensor_view, MAP_ROWS, integers)
 from ._ext import ext
 from .qk_norm import KINDS
 from .rope import RopeCache
@@ -273,6 +274,7 @@ def cache_view(obj, name, mla, block_size, writable):
     if block_size is not None and mla.format != "fp8_ds_v4":
         raise ValueError("%s: block_size is for fp8_ds_v4 caches; a %s cache's is its shape"
                          % (name, mla.format))
+    obj = as_array(obj, name)
     if is_torch(obj):
         import torch
         if obj.dtype != torch.uint8:
@@ -282,16 +284,13 @@ def cache_view(obj, name, mla, block_size, writable):
             raise TypeError("%s must be a dense CPU tensor, got device %s layout %s"
                             % (name, obj.device, obj.layout))
         shape, strides, ptr = tuple(obj.shape), tuple(obj.stride()), obj.data_ptr()
-    elif isinstance(obj, np.ndarray):
+    else:
         if obj.dtype != np.uint8:
             raise TypeError("%s has dtype %s: a %s cache is bytes (numpy.uint8)"
                             % (name, obj.dtype, mla.format))
         if writable and not obj.flags.writeable:
-            raise ValueError("%s is read-only: it is written in place" % name)
+            raise _read_only_error(obj, name, "written in place")
         shape, strides, ptr = obj.shape, obj.strides, obj.ctypes.data
-    else:
-        raise TypeError("%s must be a numpy.ndarray or a torch.Tensor, got %s"
-                        % (name, type(obj).__name__))
     ro, r, fmt = mla.kv_rope_offset, mla.rope_dim, mla.format
     v4 = fmt == "fp8_ds_v4"
     want = "[num_blocks, block_bytes]" if v4 else \

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 import posenc
-from posenc import _ext, _lib
+from posenc import _arrays, _ext, _lib
 from conftest import rope_reference, default_inv_freq, f32_to_bf16_bits
 
 
@@ -44,8 +44,8 @@ def test_a_dlpack_producer_of_float16_is_rotated_and_of_int32_refused(rng):
     cache.apply_(DLPackOnly(q))
     assert q.tobytes() == want.tobytes()
     ints = np.arange(96, dtype=np.int32).reshape(1, 2, 3, 16)
-    with pytest.raises(TypeError,
-                       match="q must be a numpy.ndarray or a torch.Tensor, got DLPackOnly"):
+    with pytest.raises(TypeError, match="^q has dtype int32: expected float32, float16 or "
+                                        "bfloat16"):    # what a numpy array of int32 is told
         cache.apply_(DLPackOnly(ints))
     assert (ints == np.arange(96).reshape(1, 2, 3, 16)).all()
 
@@ -85,8 +85,66 @@ def test_a_dlpack_producer_that_cannot_export_is_refused(rng):
     cache = posenc.RopeCache(head_dim=16, max_positions=64)
     q = rng.standard_normal((1, 1, 2, 16), dtype=np.float32)
     q.flags.writeable = False                        # numpy will not export it
-    with pytest.raises(TypeError, match="numpy.ndarray or a torch.Tensor, got DLPackOnly"):
+    with pytest.raises(TypeError, match="^q: a DLPackOnly \\(DLPack\\) that neither the binding nor "
+                                        "numpy can read \\(BufferError: .*\\); pass a "
+                                        "numpy.ndarray or a torch.Tensor$"):
         cache.apply_(DLPackOnly(q))
+    with pytest.raises(TypeError, match="^q must be a numpy.ndarray, a torch.Tensor or a DLPack "
+                                        "tensor, got list$"):
+        cache.apply_([[[[0.0] * 16]]])
+
+
+def test_a_dlpack_producer_the_module_declines_is_read_as_numpy_reads_it(rng):
+    # What the compiled module does not take as it is goes to the Python
+    # helpers, which see the producer through numpy.from_dlpack: the message
+    # names what does not fit, as it would for a numpy array, and what numpy
+    # can read (integer positions, a cache's shape) is read.
+    cache = posenc.RopeCache(head_dim=16, max_positions=64)
+    raw = bytearray(4 * 48 + 1)
+    odd = np.frombuffer(raw, np.float32, count=48, offset=1).reshape(1, 1, 3, 16)
+    with pytest.raises(ValueError, match="^q is not aligned to its itemsize$"):
+        cache.apply_(DLPackOnly(odd))
+    assert raw == bytearray(4 * 48 + 1)
+    q = rng.standard_normal((2, 3, 4, 16), dtype=np.float32)
+    want, got = q.copy(), q.copy()
+    pos = np.array([[3, 9, 1, 0], [5, 2, 8, 7]])
+    cache.apply_(want, positions=pos)
+    cache.apply_(got, positions=DLPackOnly(pos))          # positions: the helper's to read
+    assert got.tobytes() == want.tobytes()
+    with pytest.raises(TypeError, match="^positions must be integers, got dtype float64$"):
+        cache.apply_(got, positions=DLPackOnly(pos.astype(np.float64)))
+    assert got.tobytes() == want.tobytes()
+    k = q[:, :1].copy()
+    ints = np.zeros((2, 1, 4, 16), np.int32)
+    with pytest.raises(TypeError, match="^k_cache has dtype int32"):
+        posenc.apply_rope_qk_store_(cache, k, DLPackOnly(ints), np.arange(8).reshape(2, 4))
+    assert not ints.any()
+    # numpy's view of a producer is read-only before numpy 2.1; written in
+    # place, the helper says so only when nothing else is wrong
+    ro = np.from_dlpack(DLPackOnly(q))
+    if not ro.flags.writeable:
+        with pytest.raises(ValueError, match="^q is read-only as numpy .* reads it through "
+                                             "DLPack, and the binding could not take it"):
+            _arrays.tensor(ro, "q")
+        with pytest.raises(ValueError, match="^q is not aligned"):
+            _arrays.tensor(np.from_dlpack(DLPackOnly(odd)), "q")
+    # an MLA cache: the shape of a new out, and the byte cache's refusals
+    slots = np.array([[0, 5, -1, 2], [7, 1, 4, 3]])
+    for fmt, dt in (("plain", np.float32), ("fp8_e4m3", np.uint8)):
+        mla = posenc.MLA(16, 0, 48, 48, kv_norm="none", format=fmt,
+                         scale=0.5 if dt is np.uint8 else None)
+        mc = np.zeros((2, 4, 64), dt)
+        posenc.mla_rope_store_(cache, mla, rng.standard_normal((2, 3, 4, 64), dtype=np.float32),
+                               rng.standard_normal((2, 4, 64), dtype=np.float32), mc, slots, pos)
+        want = np.zeros((2, 4, 64), np.float32)
+        posenc.mla_cache_read(mla, mc, slots, want)
+        assert np.abs(want).sum() > 0
+        for c in (mc, DLPackOnly(mc)):
+            got = posenc.mla_cache_read(mla, c, slots)
+            assert isinstance(got, np.ndarray) and got.dtype == np.float32
+            assert got.shape == (2, 4, 64) and got.tobytes() == want.tobytes()
+    with pytest.raises(ValueError, match=r"^mla_cache has shape \(8, 64\): a fp8_e4m3 cache is "):
+        posenc.mla_cache_read(mla, DLPackOnly(mc.reshape(8, 64)), slots)
 
 
 def test_timed_runs_the_call_reps_times(rng):
