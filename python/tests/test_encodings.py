@@ -231,6 +231,10 @@ def test_learned_add_out_of_range_writes_nothing(rng):
     assert not x.any()
     with pytest.raises(ValueError):
         posenc.learned_add_(x, np.ones((8, 5), np.float32))
+    with pytest.raises(ValueError, match=r"^table must have 2 or 4 dimensions, got shape "
+                                         r"\(1, 8, 4\)$"):     # [batch, tokens, d] is not a table
+        posenc.learned_add_(x, np.ones((1, 8, 4), np.float32))
+    assert not x.any()
 
 
 def test_absolute_shape_errors_write_nothing(rng):

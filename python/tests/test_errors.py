@@ -127,6 +127,12 @@ def test_position_out_of_range_from_library(cache, qk):
     assert "32" in err.message and "max_positions" in err.message
     err = unchanged_after(posenc.PosencError, lambda: cache.apply_(q, k, positions=-pos), q, k)
     assert err.status == posenc.Status.ERR_POSITION_OUT_OF_RANGE
+    assert str(err) == err.message + " (PE_ERR_POSITION_OUT_OF_RANGE)"
+
+
+def test_an_error_without_a_sentence_is_named_by_its_status():
+    assert str(posenc.PosencError(3, "")) == "PE_ERR_SHAPE"
+    assert str(posenc.PosencError(99, None)) == "PE_99"      # a status newer than the binding
 
 
 def test_aliasing_q_and_k(cache, qk):

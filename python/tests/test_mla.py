@@ -464,6 +464,33 @@ def test_byte_formats_byte_for_byte(rng, fmt, via):
         np.testing.assert_array_equal(out[b, t], v.astype(np.float32))
 
 
+def test_the_helper_describes_byte_caches_as_the_module_does(rng):
+    # posenc.mla's helper (a numpy subclass goes to it) and the compiled
+    # module give the library the same rows: fp8_e4m3 rows with channels
+    # after the rotated ones, a DeepSeek-V4 cache of one-row blocks, a 4-D
+    # cache with its unit dimension
+    rope = posenc.RopeCache(head_dim=16, max_positions=4096)
+    q = rng.standard_normal((B, H, T, 16), dtype=np.float32)
+    e4 = posenc.MLA(16, 0, 16, 0, kv_norm="none", format="fp8_e4m3", scale=0.5)
+    kv = rng.standard_normal((B, T, 48), dtype=np.float32)       # [x | rope | x]
+    v4 = posenc.MLA(64, 0, 448, 0, kv_norm="none", format="fp8_ds_v4")
+    kv4 = (rng.standard_normal((B, T, 512)) * 3).astype(np.float32)
+    rope64 = posenc.RopeCache(head_dim=64, style="gptj", max_positions=4096)
+    q64 = rng.standard_normal((B, H, T, 64), dtype=np.float32)
+    cases = [(rope, e4, q, kv, (NB, BS, 48), {}),
+             (rope, e4, q, kv, (NB, 1, BS, 48), {}),
+             (rope64, v4, q64, kv4, (NB * BS, 576 + 8), {"block_size": 1})]
+    for cache_rope, mla, qq, rows, shape, kw in cases:
+        want = np.full(shape, 0x5a, np.uint8)
+        got = want.copy()
+        posenc.mla_rope_store_(cache_rope, mla, qq.copy(), rows, want, SLOTS, POS, **kw)
+        posenc.mla_rope_store_(cache_rope, mla, qq.copy(), rows, got.view(Sub), SLOTS, POS, **kw)
+        assert (want != 0x5a).any() and got.tobytes() == want.tobytes(), (mla.format, shape)
+        outs = [posenc.mla_cache_read(mla, c, SLOTS, **kw) for c in (want, got.view(Sub))]
+        assert outs[0].shape == (B, T, rows.shape[-1])
+        assert outs[0].tobytes() == outs[1].tobytes()
+
+
 # ---- errors: the library's sentence, nothing written -------------------------------------
 
 def _snapshot(*arrays):

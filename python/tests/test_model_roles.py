@@ -244,3 +244,7 @@ def test_slice_views_are_views_of_the_model_tensors(rng):
         m.slice(0, "indexer").k_view(kv, c)
     with pytest.raises(TypeError, match="numpy array or a torch tensor"):
         posenc.slice_view([1, 2], 0, 1)
+    row = kv[1, 2]                                     # one row: 1-D
+    assert posenc.slice_view(row, 512, 64).ctypes.data == row.ctypes.data + 512 * 4
+    with pytest.raises(TypeError, match="numpy array or a torch tensor, got float32"):
+        posenc.slice_view(row[0], 0, 1)                # a scalar has no last dimension

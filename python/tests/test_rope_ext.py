@@ -54,6 +54,22 @@ def test_store_flat_cache_float64(rng):
     assert not kv[:5].any() and not kv[5 + T:].any()
 
 
+class _Sub(np.ndarray):
+    """A numpy subclass: the compiled module hands it to the Python helper."""
+
+
+def test_store_flat_cache_through_the_helper_is_the_same(rng):
+    # [num_slots, heads, dim] read by posenc._arrays (a view with heads and
+    # slots swapped) rather than by the compiled module: the same bytes
+    cache = _cache()
+    k = rng.standard_normal((1, 2, 9, 64)).astype(np.float32)
+    slots, pos = rng.permutation(20)[:9], np.arange(40, 49)
+    want, got = np.zeros((20, 2, 64), np.float32), np.zeros((20, 2, 64), np.float32)
+    rope_ext.apply_rope_qk_store_(cache, k, want, slots, positions=pos)
+    rope_ext.apply_rope_qk_store_(cache, k, got.view(_Sub), slots, positions=pos)
+    assert want.any() and got.tobytes() == want.tobytes()
+
+
 def test_store_duplicate_slot_raises_and_writes_nothing(rng):
     cache = _cache()
     k = rng.standard_normal((1, 2, 4, 64)).astype(np.float32)
@@ -134,6 +150,11 @@ def test_mrope_positions_of_another_batch_are_refused():
         with pytest.raises(ValueError, match=r"positions has shape \(3, %d, 4\), expected "
                            r"\[3, batch 2, tokens 4\]" % pos.shape[1]):
             rope_ext.apply_mrope_(cache, q, positions=pos, mrope_section=(8, 12, 12))
+    for rows in (2, 4):                      # 2-D, but not one row per axis (t, h, w)
+        with pytest.raises(ValueError, match=r"positions has shape \(%d, 4\), expected "
+                           r"\[3, batch 2, tokens 4\] or \[3, 4\]" % rows):
+            rope_ext.apply_mrope_(cache, q, positions=np.zeros((rows, 4), np.int64),
+                                  mrope_section=(8, 12, 12))
     assert (q == 1).all()
 
 

@@ -19,6 +19,23 @@ def close(got, want, rtol=3e-7):
     np.testing.assert_allclose(got, np.asarray(want, dtype=np.float64), rtol=rtol, atol=0)
 
 
+def test_scaling_names_hold_the_headers_values():
+    # pe_rope_scaling in posenc.h, and each HF type a cache is made with
+    # reports its own name back
+    header = {"default": 0, "none": 0, "linear": 1, "ntk": 2, "dynamic": 3, "yarn": 4,
+              "longrope": 5, "su": 5, "llama3": 6, "proportional": 7, "custom": 8}
+    assert posenc.rope.SCALINGS == header
+    made = {
+        "linear": {"factor": 2.0}, "dynamic": {"factor": 2.0}, "yarn": {"factor": 4.0},
+        "longrope": {"short_factor": [1.0] * 64, "long_factor": [2.0] * 64, "factor": 4.0},
+        "llama3": {"factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0},
+        "ntk": {"factor": 2.0},
+    }
+    for name, keys in made.items():
+        c = cache(dict(keys, rope_type=name), max_position_embeddings=4096)
+        assert c.params["scaling"] == name, (name, c.params["scaling"])
+
+
 def test_default_and_none_values():
     c = cache({"rope_type": "default", "factor": None})
     close(c.inv_freq, default_inv_freq(1e4, 128))
