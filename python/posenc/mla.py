@@ -58,8 +58,8 @@ import ctypes
 import numpy as np
 
 from . import _lib
-from ._arrays import (INT32, View, _read_only_error, _struct, as_array, int_arg, is_torch,
-                      tensor_view, MAP_ROWS, integers)
+from ._arrays import (INT32, View, _read_only_error, _struct, _via_dlpack, as_array, int_arg,
+                      is_torch, tensor_view, MAP_ROWS, integers)
 from ._ext import ext
 from .qk_norm import KINDS
 from .rope import RopeCache
@@ -275,6 +275,7 @@ def cache_view(obj, name, mla, block_size, writable):
         raise ValueError("%s: block_size is for fp8_ds_v4 caches; a %s cache's is its shape"
                          % (name, mla.format))
     obj = as_array(obj, name)
+    read_only = False
     if is_torch(obj):
         import torch
         if obj.dtype != torch.uint8:
@@ -288,7 +289,10 @@ def cache_view(obj, name, mla, block_size, writable):
         if obj.dtype != np.uint8:
             raise TypeError("%s has dtype %s: a %s cache is bytes (numpy.uint8)"
                             % (name, obj.dtype, mla.format))
-        if writable and not obj.flags.writeable:
+        # numpy's view of a DLPack producer (read-only before numpy 2.1):
+        # what else does not fit is named first
+        read_only = writable and not obj.flags.writeable
+        if read_only and not _via_dlpack(obj):
             raise _read_only_error(obj, name, "written in place")
         shape, strides, ptr = obj.shape, obj.strides, obj.ctypes.data
     ro, r, fmt = mla.kv_rope_offset, mla.rope_dim, mla.format
@@ -310,6 +314,8 @@ def cache_view(obj, name, mla, block_size, writable):
         if shape[1] < need and ro % 64 == 0:
             raise ValueError("%s has blocks of %d bytes: %d rows of %d bytes and their %d scale "
                              "bytes need %d" % (name, shape[1], bs, row, ro // 64 + 1, need))
+        if read_only:
+            raise _read_only_error(obj, name, "written in place")
         return View(obj, _struct(ptr, 0, (shape[0], 1, bs, ro + r), (strides[0], 0, row, 1), 4),
                     (shape[0], 1, bs, ro + r), None, writable)
     s4 = (shape[0], 1) + tuple(shape[1:]) if len(shape) == 3 else tuple(shape)
@@ -326,6 +332,8 @@ def cache_view(obj, name, mla, block_size, writable):
         dim = ro + r                  # the library names kv_rope_offset
     st = [s if n > 1 else 0 for n, s in zip(s4, st4)]
     st[3] = 1
+    if read_only:
+        raise _read_only_error(obj, name, "written in place")
     return View(obj, _struct(ptr, 0, (s4[0], s4[1], s4[2], dim), st, 4), (s4[0], s4[1], s4[2], dim),
                 None, writable)
 

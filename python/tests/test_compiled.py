@@ -9,6 +9,7 @@ import pytest
 
 import posenc
 from posenc import _arrays, _ext, _lib
+from posenc.mla import cache_view as mla_cache_view
 from conftest import rope_reference, default_inv_freq, f32_to_bf16_bits
 
 
@@ -145,6 +146,14 @@ def test_a_dlpack_producer_the_module_declines_is_read_as_numpy_reads_it(rng):
             assert got.shape == (2, 4, 64) and got.tobytes() == want.tobytes()
     with pytest.raises(ValueError, match=r"^mla_cache has shape \(8, 64\): a fp8_e4m3 cache is "):
         posenc.mla_cache_read(mla, DLPackOnly(mc.reshape(8, 64)), slots)
+    flat = mc.reshape(8, 64)         # written in place: the shape named before numpy's read-only
+    with pytest.raises(ValueError, match=r"^mla_cache has shape \(8, 64\): a fp8_e4m3 cache is "):
+        posenc.mla_rope_store_(cache, mla, rng.standard_normal((2, 3, 4, 64), dtype=np.float32),
+                               rng.standard_normal((2, 4, 64), dtype=np.float32),
+                               DLPackOnly(flat), slots, pos)
+    if not np.from_dlpack(DLPackOnly(mc)).flags.writeable:
+        with pytest.raises(ValueError, match="^mla_cache is read-only as numpy .* through DLPack"):
+            mla_cache_view(np.from_dlpack(DLPackOnly(mc)), "mla_cache", mla, None, True)
 
 
 def test_timed_runs_the_call_reps_times(rng):
