@@ -248,8 +248,26 @@ def test_bench_prints_every_row(capsys):
     # f32 and bf16; numpy's 5 calls (rope, store, qk_norm_store, mla, mla_fp8_ds), torch's 7
     assert len(rows) == 2 * (5 + (7 if have_torch else 0))
     for row in rows:
-        c, p, over = (float(x) for x in row[4:7])
+        c, p, over, pct = (float(x) for x in row[4:8])
         assert c > 0 and p > 0 and over == pytest.approx(p - c, abs=0.011)
+        # the printed us have 2 decimals: the % they give is known that closely
+        assert pct == pytest.approx(100 * (p - c) / c, abs=0.5 * (1 + p / c) / c + 0.051)
+
+
+def test_bench_arrays_are_of_the_dtype_their_row_names():
+    from posenc import bench
+    a = bench.Arrays("numpy", "bf16", 1, 2)
+    assert a.dtype == "bf16"
+    for x in (a.q, a.k, a.k_cache, a.mla_q, a.mla_kv, a.mla_cache):
+        assert x.dtype == np.uint16
+    a = bench.Arrays("numpy", "f32", 1, 2)
+    assert a.dtype is None and all(x.dtype == np.float32 for x in (a.q, a.k_cache, a.mla_kv))
+    if _torch_importable():
+        import torch
+        for name, t in (("bf16", torch.bfloat16), ("f32", torch.float32)):
+            a = bench.Arrays("torch", name, 1, 2)
+            for x in (a.q, a.k, a.k_cache, a.q_bthd, a.mla_q, a.mla_kv, a.mla_cache):
+                assert x.dtype == t, (name, x.dtype)
 
 
 def test_dtype_names_read_in_c_mean_what_the_binding_says():

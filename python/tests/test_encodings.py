@@ -118,6 +118,12 @@ def test_t5_bucket(bidirectional, nb, md):
     assert posenc.t5_bucket(10**12, bidirectional, nb, md) == t5_bucket_reference(10**12, bidirectional, nb, md)
 
 
+def test_t5_bucket_defaults_are_t5s():
+    # T5Config: relative_attention_num_buckets 32, relative_attention_max_distance 128
+    rel = np.arange(-300, 301)
+    assert posenc.t5_bucket(rel).tolist() == [t5_bucket_reference(int(r)) for r in rel]
+
+
 def test_t5_bucket_invalid():
     with pytest.raises(posenc.PosencError):
         posenc.t5_bucket(3, True, num_buckets=1)
@@ -147,6 +153,10 @@ def test_alibi_slopes_of_another_length_are_refused():
     for n in (2, 4):              # float32, read in place: the length is checked all the same
         with pytest.raises(ValueError, match=r"slopes has shape \(%d,\), expected \(3,\)" % n):
             posenc.alibi_add_bias_(scores, np.ones(n, np.float32))
+    for bad in (np.ones(3, np.complex64), np.array(["1", "2", "3"]), np.ones(3, bool)):
+        with pytest.raises(TypeError, match=r"^slopes must be real numbers, got dtype %s$"
+                                            % bad.dtype):
+            posenc.alibi_add_bias_(scores, bad)
     assert not scores.any()
 
 
@@ -202,6 +212,17 @@ def test_sinusoidal_add_3d_and_4d(rng):
     posenc.sinusoidal_add_(y, concat=True, base=500.0)
     np.testing.assert_allclose(y[0, 0], y0[0, 0] + sinusoidal_reference(4, 33, 500.0, True),
                                atol=1e-6)
+    # both shapes read by the Python helper (a numpy subclass) as by the compiled module
+    for shape in ((2, 6, 32), (2, 1, 6, 32)):
+        want = rng.standard_normal(shape, dtype=np.float32)
+        got = want.copy()
+        posenc.sinusoidal_add_(want, positions=pos)
+        posenc.sinusoidal_add_(got.view(_Sub), positions=pos)
+        assert got.tobytes() == want.tobytes()
+
+
+class _Sub(np.ndarray):
+    """A numpy subclass: the compiled module hands it to the Python helper."""
 
 
 # ---- learned -----------------------------------------------------------------
@@ -246,6 +267,6 @@ def test_absolute_shape_errors_write_nothing(rng):
         posenc.learned_add_(x, np.ones((16, 8), np.float32))
     with pytest.raises(ValueError):
         posenc.learned_add_(x[:, :1], np.ones((2, 1, 16, 8), np.float32))
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match=r"^x must have 3 or 4 dimensions, got shape \(8,\)$"):
         posenc.sinusoidal_add_(x[0, 0, 0])  # 1-D
     assert np.array_equal(x, x0)

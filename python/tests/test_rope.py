@@ -11,7 +11,7 @@ F32_TOL = 2e-5  # float32 data, |x| <~ 5: a few roundings of the product
 
 
 @pytest.mark.parametrize("style", ["neox", "gptj"])
-@pytest.mark.parametrize("rotary_dim", [None, 32])
+@pytest.mark.parametrize("rotary_dim", [None, 32, 2])      # 2: one pair, the least there is
 def test_inv_freq_and_apply_match_reference(rng, style, rotary_dim):
     cache = posenc.RopeCache(head_dim=64, rotary_dim=rotary_dim, style=style,
                              rope_theta=10000.0, max_positions=1024)
@@ -178,6 +178,13 @@ def test_cos_sin_row():
     with pytest.raises(posenc.PosencError) as e:
         cache.cos_sin(16)
     assert e.value.status == posenc.Status.ERR_POSITION_OUT_OF_RANGE
+    # int64 arguments: the range named before ctypes sees the value
+    with pytest.raises(ValueError, match=r"^position = 9223372036854775808 is outside "
+                                         r"\[-9223372036854775808, 9223372036854775807\]$"):
+        cache.cos_sin(2**63)
+    with pytest.raises(ValueError, match=r"^max_positions = 9223372036854775808 is outside the "
+                                         r"int64 range$"):
+        posenc.RopeCache(head_dim=8, max_positions=2**63)
 
 
 def test_rerotate_longrope_short_to_long(rng):

@@ -117,6 +117,19 @@ def test_a_torch_byte_cache_is_numpys(rng):
     assert isinstance(back, torch.Tensor)
     np.testing.assert_array_equal(back.numpy(), posenc.mla_cache_read(v4, n4, SLOTS,
                                                                       block_size=BS))
+    # fp8_e4m3: a new out takes its width from the torch cache's rows
+    e4 = mla.replace(format="fp8_e4m3", scale=0.5)
+    ce = torch.zeros(NB, BS, 576, dtype=torch.uint8)
+    pt.mla_rope_store_(m.layer(0), e4, None, torch.from_numpy(kv), ce, SLOTS, POS)
+    back = posenc.mla_cache_read(e4, ce, SLOTS)
+    assert isinstance(back, torch.Tensor) and tuple(back.shape) == (B, T, 576)
+    np.testing.assert_array_equal(back.numpy(), posenc.mla_cache_read(e4, ce.numpy(), SLOTS))
+    # a torch byte cache the compiled module does not take is refused by what is wrong
+    wide = torch.zeros(NB, BS, 1152, dtype=torch.uint8)[..., ::2]
+    with pytest.raises(ValueError, match=r"^mla_cache: the bytes of a row must be contiguous "
+                                         r"\(stride 1, got 2\)$"):
+        pt.mla_rope_store_(m.layer(0), e4, None, torch.from_numpy(kv), wide, SLOTS, POS)
+    assert not wide.any()
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
