@@ -114,10 +114,21 @@ static void test_bucket_invalid(void **state) {
   assert_non_null(strstr(pe_last_error(), "max_distance 8"));
   assert_int_equal(pe_t5_bucket(0, 0, 32, 16), -1); /* max_exact is 16 */
   assert_int_equal(pe_t5_bucket(0, 0, 32, -5), -1);
-  /* Smallest valid decoder setup: 3 buckets, max_exact 1, max_distance 2. */
+  /* Small decoder setups: 3 buckets, max_exact 1, max_distance 2 ... */
   assert_int_equal(pe_t5_bucket(0, 0, 3, 2), 0);
   assert_int_equal(pe_t5_bucket(-1, 0, 3, 2), 1);
   assert_int_equal(pe_t5_bucket(-3, 0, 3, 2), 2);
+  /* ... and the smallest of each kind, by T5's formula: 2 buckets one way
+   * (distance 0, or more), 4 both ways (0, 1 before, 0 after, 1 after). */
+  assert_int_equal(pe_t5_bucket(0, 0, 2, 2), 0);
+  assert_int_equal(pe_t5_bucket(5, 0, 2, 2), 0); /* a later key: distance 0 */
+  assert_int_equal(pe_t5_bucket(-1, 0, 2, 2), 1);
+  assert_int_equal(pe_t5_bucket(-1000, 0, 2, 2), 1);
+  assert_int_equal(pe_t5_bucket(0, 1, 4, 2), 0);
+  assert_int_equal(pe_t5_bucket(-1, 1, 4, 2), 1);
+  assert_int_equal(pe_t5_bucket(-9, 1, 4, 2), 1);
+  assert_int_equal(pe_t5_bucket(1, 1, 4, 2), 3);
+  assert_int_equal(pe_t5_bucket(9, 1, 4, 2), 3);
 }
 
 /* ---- the bias against float64 ---- */
@@ -176,6 +187,20 @@ static void test_bias_long_rows(void **state) {
   run_bias_case(PE_F16, s, 0, 1, 1, 0, 64, 512);
   run_bias_case(PE_F32, s, 0, 1, 0, 1, 320, 3000);
   run_bias_case(PE_BF16, s, 0, 0, 1, 0, 320, 3000);
+}
+
+/* The smallest max_distance for 32 buckets (one past max_exact): the near
+ * window is the exact buckets alone, and every key farther than it takes the
+ * last bucket of its side - which the next-to-last distance inside the
+ * window does not share (bidirectional: bucket 23 at +7, 31 from +9). */
+static void test_bias_smallest_max_distance(void **state) {
+  (void)state;
+  const int64_t s[4] = {2, 2, 3, 40};
+  for (int d = 0; d < 3; d++)
+    for (int v = 0; v < 4; v++) {
+      run_bias_case((pe_dtype)d, s, 0, v & 1, v >= 2, 1, 32, 9);
+      run_bias_case((pe_dtype)d, s, 0, v & 1, v >= 2, 0, 32, 17);
+    }
 }
 
 static void test_bias_errors_change_nothing(void **state) {
@@ -278,6 +303,7 @@ int main(void) {
       cmocka_unit_test(test_bucket_invalid),
       cmocka_unit_test(test_bias_dtypes_layouts),
       cmocka_unit_test(test_bias_long_rows),
+      cmocka_unit_test(test_bias_smallest_max_distance),
       cmocka_unit_test(test_bias_errors_change_nothing),
       cmocka_unit_test(test_simd_matches_scalar),
       cmocka_unit_test(test_pool_matches_single_thread),
