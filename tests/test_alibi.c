@@ -38,10 +38,12 @@ static void press_slopes(int n, double *out) {
 
 static void test_slopes_press_formula(void **state) {
   (void)state;
-  float got[128];
+  float got[129];
   double ref[128];
   for (int n = 1; n <= 128; n++) {
+    got[n] = -7.0f; /* out holds n floats: the one after is the caller's */
     assert_int_equal(pe_alibi_slopes(n, 8.0, got), PE_OK);
+    assert_true(got[n] == -7.0f);
     press_slopes(n, ref);
     for (int h = 0; h < n; h++) {
       float r = (float)ref[h];

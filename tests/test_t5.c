@@ -201,6 +201,11 @@ static void test_bias_smallest_max_distance(void **state) {
       run_bias_case((pe_dtype)d, s, 0, v & 1, v >= 2, 1, 32, 9);
       run_bias_case((pe_dtype)d, s, 0, v & 1, v >= 2, 0, 32, 17);
     }
+  /* Rows longer than the library's 512-key pieces, a query at every
+   * position: some piece starts exactly max_distance - 1 keys after its
+   * query (the window's last distance, 8 here, bucket 24 - not the far 31). */
+  const int64_t square[4] = {1, 1, 1100, 1100};
+  run_bias_case(PE_F32, square, 0, 0, 0, 1, 32, 9);
 }
 
 static void test_bias_errors_change_nothing(void **state) {
