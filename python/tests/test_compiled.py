@@ -249,9 +249,19 @@ def test_bench_prints_every_row(capsys):
     assert len(rows) == 2 * (5 + (7 if have_torch else 0))
     for row in rows:
         c, p, over, pct = (float(x) for x in row[4:8])
-        assert c > 0 and p > 0 and over == pytest.approx(p - c, abs=0.011)
+        assert 0 < c < 1e5 and 0 < p < 1e5 and over == pytest.approx(p - c, abs=0.011)  # us
         # the printed us have 2 decimals: the % they give is known that closely
         assert pct == pytest.approx(100 * (p - c) / c, abs=0.5 * (1 + p / c) / c + 0.051)
+
+
+def test_bench_runs_the_rounds_its_help_names(capsys, monkeypatch):
+    from posenc import bench
+    seen = []
+    monkeypatch.setattr(bench, "measure", lambda *a: seen.append(a[4]) or (1.0, 2.0))
+    assert bench.main(["--case", "decode", "--arrays", "numpy", "--op", "rope",
+                       "--dtype", "f32"]) == 0
+    out = capsys.readouterr().out
+    assert seen == [15] and "fastest of 15 alternated rounds" in out   # as --help says
 
 
 def test_bench_arrays_are_of_the_dtype_their_row_names():

@@ -98,11 +98,13 @@ def test_batch_or_tokens_mismatch(cache, qk):
 def test_inner_stride_not_one(cache, rng):
     buf = rng.standard_normal((1, 1, 2, 32), dtype=np.float32)
     view = buf[..., ::2]
-    unchanged_after(ValueError, lambda: cache.apply_(view), buf)
+    err = unchanged_after(ValueError, lambda: cache.apply_(view), buf)
+    assert str(err) == ("q: the last dimension must be contiguous (stride 1 element, got 2); "
+                        "other dimensions may have any stride")
     # a stride that is not a multiple of the itemsize (a byte-offset view)
     raw = np.zeros(256, dtype=np.uint8)
     odd = np.ndarray((1, 1, 2, 16), dtype=np.float32, buffer=raw, strides=(0, 0, 66, 4))
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="^q is not aligned to its itemsize$"):
         cache.apply_(odd)
     assert not raw.any()
 
@@ -142,6 +144,10 @@ def test_aliasing_q_and_k(cache, qk):
     # overlapping, not identical: k is q shifted by one token
     buf = np.random.default_rng(1).standard_normal((1, 1, 5, 16), dtype=np.float32)
     unchanged_after(ValueError, lambda: cache.apply_(buf[:, :, :4], buf[:, :, 1:]), buf)
+    # a view with a negative stride spans the bytes below its start
+    rev = buf[:, :, ::-1]
+    err = unchanged_after(ValueError, lambda: cache.apply_(rev[:, :, :2], buf[:, :, 3:]), buf)
+    assert "q and k share elements" in str(err)
 
 
 def test_packed_qkv_views_are_not_overlap(cache, rng):

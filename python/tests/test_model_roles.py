@@ -246,5 +246,6 @@ def test_slice_views_are_views_of_the_model_tensors(rng):
         posenc.slice_view([1, 2], 0, 1)
     row = kv[1, 2]                                     # one row: 1-D
     assert posenc.slice_view(row, 512, 64).ctypes.data == row.ctypes.data + 512 * 4
+    assert posenc.slice_view(row, 575, 1).tolist() == [row[575]]    # one channel
     with pytest.raises(TypeError, match="numpy array or a torch tensor, got float32"):
         posenc.slice_view(row[0], 0, 1)                # a scalar has no last dimension
