@@ -408,8 +408,54 @@ static void test_errors_write_nothing(void **state) {
   pe_tensor o64 = bthd(out, PE_F32, HK, 64);
   assert_int_equal(pe_kv_read(&p.kv, &o64, NULL, p.slots), PE_ERR_SHAPE);
   assert_int_equal(pe_kv_read(&p.kv, NULL, NULL, p.slots), PE_ERR_NULL_POINTER);
+  /* k_out and v_out of another batch, or of other tokens, each alone */
+  static float vout[B * HK * T * 128];
+  memset(vout, 0, sizeof vout);
+  for (int dim = 0; dim <= 2; dim += 2) {
+    pe_tensor vt = bthd(vout, PE_F32, HK, 128);
+    vt.shape[dim] -= 1;
+    assert_int_equal(pe_kv_read(&p.kv, &ot, &vt, p.slots), PE_ERR_SHAPE);
+    assert_non_null(strstr(pe_last_error(), "must match"));
+  }
+  for (size_t i = 0; i < sizeof vout / sizeof vout[0]; i++) assert_int_equal(f32_bits(vout[i]), 0);
   for (size_t i = 0; i < sizeof out / sizeof out[0]; i++) assert_int_equal(f32_bits(out[i]), 0);
   prob_free(&p);
+}
+
+/* pe_kv_write of k and v in one call: the bytes of two calls, one each;
+ * caches that share memory refused for a write (nothing written), allowed for
+ * a read (the same rows read twice). */
+static void test_write_k_and_v_together(void **state) {
+  (void)state;
+  for (int kf = 0; kf < 3; kf++) {
+    prob p;
+    prob_make(&p, 128, 128, 128, PE_F32, formats[kf], formats[(kf + 1) % 3], PE_QK_NORM_NONE);
+    size_t kb = kc_bytes(&p), vb = vc_bytes(&p);
+    assert_int_equal(pe_kv_write(&p.kv, &p.kt, &p.vt, p.slots), PE_OK);
+    uint8_t *k1 = malloc(kb), *v1 = malloc(vb);
+    memcpy(k1, p.kc, kb), memcpy(v1, p.vc, vb);
+    memset(p.kc, 0xa5, kb), memset(p.vc, 0x5a, vb);
+    assert_int_equal(pe_kv_write(&p.kv, &p.kt, NULL, p.slots), PE_OK);
+    assert_int_equal(pe_kv_write(&p.kv, NULL, &p.vt, p.slots), PE_OK);
+    assert_memory_equal(p.kc, k1, kb);
+    assert_memory_equal(p.vc, v1, vb);
+    int written = 0; /* and they wrote rows */
+    for (size_t i = 0; i < kb && !written; i++) written = p.kc[i] != 0xa5;
+    assert_true(written);
+    /* v's descriptor on k's memory, in k's format */
+    pe_kv_cache same = p.kv;
+    same.v = &p.kct, same.v_quant = p.kv.k_quant, same.v_scale = p.kv.k_scale;
+    assert_int_equal(pe_kv_write(&same, &p.kt, &p.vt, p.slots), PE_ERR_SHAPE);
+    assert_non_null(strstr(pe_last_error(), "overlap"));
+    assert_memory_equal(p.kc, k1, kb);
+    size_t on = (size_t)(B * HK * T * 128);
+    float *ko = calloc(on, 4), *vo = calloc(on, 4);
+    pe_tensor kot = bthd(ko, PE_F32, HK, 128), vot = bthd(vo, PE_F32, HK, 128);
+    assert_int_equal(pe_kv_read(&same, &kot, &vot, p.slots), PE_OK);
+    assert_memory_equal(ko, vo, on * 4);
+    free(ko), free(vo), free(k1), free(v1);
+    prob_free(&p);
+  }
 }
 
 /* ---- position operations on a quantized cache ---- */
@@ -705,6 +751,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_store_rows),
       cmocka_unit_test(test_read),
+      cmocka_unit_test(test_write_k_and_v_together),
       cmocka_unit_test(test_isa_and_pools),
       cmocka_unit_test(test_errors_write_nothing),
       cmocka_unit_test(test_shift_cache),

@@ -152,8 +152,9 @@ static void run_bias_case(pe_dtype d, const int64_t s[4], int variant, int use_q
   tbuf after = clone(&before);
   int64_t B = s[0], H = s[1], Q = s[2], K = s[3];
   int64_t *qp = use_qp ? random_positions(B * Q, K + 5) : NULL;
-  float *table = malloc(sizeof(float) * (size_t)(nb * H));
+  float *table = malloc(sizeof(float) * (size_t)(nb * H + 1));
   for (int64_t e = 0; e < nb * H; e++) table[e] = rng_uniform(-3.0f, 3.0f);
+  table[nb * H] = NAN; /* after the table: never read (a read would refuse it as not finite) */
   assert_int_equal(pe_t5_add_bias(&after.t, table, bidir, nb, md, qp, causal ? PE_MASK_CAUSAL : 0,
                                   NULL),
                    PE_OK);
@@ -206,6 +207,8 @@ static void test_bias_smallest_max_distance(void **state) {
    * query (the window's last distance, 8 here, bucket 24 - not the far 31). */
   const int64_t square[4] = {1, 1, 1100, 1100};
   run_bias_case(PE_F32, square, 0, 0, 0, 1, 32, 9);
+  /* and the widest window (max_distance 512): pieces past it on both sides */
+  run_bias_case(PE_F32, square, 0, 0, 0, 1, 64, 512);
 }
 
 static void test_bias_errors_change_nothing(void **state) {
