@@ -270,8 +270,11 @@ def test_bench_arrays_are_of_the_dtype_their_row_names():
     assert a.dtype == "bf16"
     for x in (a.q, a.k, a.k_cache, a.mla_q, a.mla_kv, a.mla_cache):
         assert x.dtype == np.uint16
-    a = bench.Arrays("numpy", "f32", 1, 2)
-    assert a.dtype is None and all(x.dtype == np.float32 for x in (a.q, a.k_cache, a.mla_kv))
+    f = bench.Arrays("numpy", "f32", 1, 2)
+    assert f.dtype is None and all(x.dtype == np.float32 for x in (f.q, f.k_cache, f.mla_kv))
+    # the same data: bfloat16 bits are the float32 values' upper halves
+    for x, y in ((a.q, f.q), (a.mla_kv, f.mla_kv)):
+        assert np.array_equal(x, (np.ascontiguousarray(y).view(np.uint32) >> 16).astype(np.uint16))
     if _torch_importable():
         import torch
         for name, t in (("bf16", torch.bfloat16), ("f32", torch.float32)):

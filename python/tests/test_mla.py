@@ -177,6 +177,10 @@ def test_mla_arguments_are_checked_where_the_library_cannot():
     assert mla.replace(format="plain").cache_shape(2, 16, 512) == (2, 16, 512)
     with pytest.raises(ValueError, match="kv_dim is needed"):
         mla.replace(format="fp8_e4m3", scale=1.0).cache_shape(2, 16)
+    for kv_dim in (0, 2**31):          # pe_mla's int32 dims
+        with pytest.raises(ValueError, match=r"^kv_dim = %d is outside \[1, 2147483647\]$"
+                                             % kv_dim):
+            mla.replace(format="plain").cache_shape(2, 16, kv_dim)
 
 
 # ---- values -------------------------------------------------------------------------
