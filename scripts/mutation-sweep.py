@@ -65,7 +65,8 @@ OPS = [
 # torch, as `make test` runs them first; -x: the first failure is enough).
 PY_BUILD = '/usr/bin/python3 python/build_backend/posenc_build.py --inplace'
 PY_TEST = ('POSENC_LIBRARY=$PWD/build/libposenc.so PYTHONPATH=$PWD/python '
-           'PYTHONDONTWRITEBYTECODE=1 /usr/bin/python3 -m pytest -q -x -p no:cacheprovider python/tests')
+           'PYTHONDONTWRITEBYTECODE=1 '
+           '/usr/bin/python3 -m pytest -q -x -p no:cacheprovider python/tests')
 
 # The pure-Python package: the same kinds of change, found by the tokenizer
 # (so strings, docstrings and comments are never touched); the source's own
