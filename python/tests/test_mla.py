@@ -173,6 +173,8 @@ def test_mla_arguments_are_checked_where_the_library_cannot():
     # FlashMLA's block: block_size rows of 448 + 2 * 64 bytes and 448/64 + 1 scale
     # bytes each, padded to a multiple of the 576-byte row
     assert mla.cache_shape(3, 64) == (3, 65 * 576)
+    assert mla.cache_shape(3, 80) == (3, 82 * 576)       # 80 * 584 = 46720 bytes: 81.1 rows
+    assert mla.cache_shape(1, 1) == (1, 2 * 576)
     assert mla.replace(format="fp8_ds", kv_rope_offset=512).cache_shape(2, 16) == (2, 16, 656)
     assert mla.replace(format="plain").cache_shape(2, 16, 512) == (2, 16, 512)
     with pytest.raises(ValueError, match="kv_dim is needed"):
@@ -181,6 +183,11 @@ def test_mla_arguments_are_checked_where_the_library_cannot():
         with pytest.raises(ValueError, match=r"^kv_dim = %d is outside \[1, 2147483647\]$"
                                              % kv_dim):
             mla.replace(format="plain").cache_shape(2, 16, kv_dim)
+    assert mla.replace(format="plain").cache_shape(2, 2**31 - 1, 2**31 - 1) == \
+        (2, 2**31 - 1, 2**31 - 1)                        # the largest of each
+    with pytest.raises(ValueError, match=r"^block_size = 2147483648 is outside "
+                                         r"\[1, 2147483647\]$"):
+        mla.replace(format="plain").cache_shape(2, 2**31, 576)
 
 
 # ---- values -------------------------------------------------------------------------
