@@ -51,6 +51,15 @@ def bf16_bits_to_f32(b):
     return (np.asarray(b, dtype=np.uint16).astype(np.uint32) << 16).view(np.float32)
 
 
+# ---- the binding's Python helpers ------------------------------------------------
+
+class Sub(np.ndarray):
+    """A numpy subclass: posenc._posenc takes only exact ndarrays itself and
+    hands this to the Python helpers (posenc._arrays, posenc.mla), so
+    `a.view(Sub)` is how a test compares the helpers' reading of an argument
+    with the compiled module's."""
+
+
 # ---- float64 references ------------------------------------------------------
 
 def default_inv_freq(base, d):

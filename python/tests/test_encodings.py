@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 import posenc
-from conftest import f32_to_bf16_bits, bf16_bits_to_f32
+from conftest import Sub, f32_to_bf16_bits, bf16_bits_to_f32
 
 
 # ---- ALiBi -------------------------------------------------------------------
@@ -217,12 +217,8 @@ def test_sinusoidal_add_3d_and_4d(rng):
         want = rng.standard_normal(shape, dtype=np.float32)
         got = want.copy()
         posenc.sinusoidal_add_(want, positions=pos)
-        posenc.sinusoidal_add_(got.view(_Sub), positions=pos)
+        posenc.sinusoidal_add_(got.view(Sub), positions=pos)
         assert got.tobytes() == want.tobytes()
-
-
-class _Sub(np.ndarray):
-    """A numpy subclass: the compiled module hands it to the Python helper."""
 
 
 # ---- learned -----------------------------------------------------------------

@@ -28,7 +28,7 @@ import numpy as np
 import pytest
 
 import posenc
-from conftest import yarn_inv_freq, f32_to_bf16_bits, bf16_bits_to_f32, REPO
+from conftest import Sub, yarn_inv_freq, f32_to_bf16_bits, bf16_bits_to_f32, REPO
 
 F32_ULP = 2.0 ** -24
 B, H, T = 2, 4, 3
@@ -404,10 +404,6 @@ def _plain_rows(m, mla, q, kv):
     posenc.mla_rope_store_(m, mla.replace(format="plain", scale=None, order="latent_first"),
                            q.copy(), kv, c, SLOTS, POS)
     return c.reshape(NB * BS, -1)
-
-
-class Sub(np.ndarray):
-    """A numpy subclass: posenc._posenc hands it to posenc.mla's helper."""
 
 
 @pytest.mark.parametrize("via", ["numpy", "helper", "dlpack"])

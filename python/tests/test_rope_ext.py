@@ -6,7 +6,7 @@ import pytest
 
 import posenc
 from posenc import rope_ext
-from conftest import f32_to_bf16_bits, default_inv_freq, rope_reference
+from conftest import Sub, f32_to_bf16_bits, default_inv_freq, rope_reference
 
 
 def _cache(**kw):
@@ -54,10 +54,6 @@ def test_store_flat_cache_float64(rng):
     assert not kv[:5].any() and not kv[5 + T:].any()
 
 
-class _Sub(np.ndarray):
-    """A numpy subclass: the compiled module hands it to the Python helper."""
-
-
 def test_store_flat_cache_through_the_helper_is_the_same(rng):
     # [num_slots, heads, dim] read by posenc._arrays (a view with heads and
     # slots swapped) rather than by the compiled module: the same bytes
@@ -66,7 +62,7 @@ def test_store_flat_cache_through_the_helper_is_the_same(rng):
     slots, pos = rng.permutation(20)[:9], np.arange(40, 49)
     want, got = np.zeros((20, 2, 64), np.float32), np.zeros((20, 2, 64), np.float32)
     rope_ext.apply_rope_qk_store_(cache, k, want, slots, positions=pos)
-    rope_ext.apply_rope_qk_store_(cache, k, got.view(_Sub), slots, positions=pos)
+    rope_ext.apply_rope_qk_store_(cache, k, got.view(Sub), slots, positions=pos)
     assert want.any() and got.tobytes() == want.tobytes()
 
 
