@@ -216,6 +216,86 @@ static void test_v5_per_layer_type(void **state) {
   pe_model_rope_destroy(m);
 }
 
+/* Layers share a cache only when they rotate alike AND report the same
+ * parameters: layer types differing in one scaling field the frequencies
+ * may not show (a LongRoPE long_factor, a YaRN beta_fast whose correction
+ * range rounds to the same channels, a llama3 low_freq_factor no
+ * wavelength reaches) each keep their own values. */
+static void expect_two_types(const char *what, int max_pos, const char *full, const char *sliding,
+                             void (*check)(const char *, int, const pe_rope_params *)) {
+  char json[1024];
+  snprintf(json, sizeof json,
+           "{\"model_type\":\"gemma3_text\",\"head_dim\":8,\"num_hidden_layers\":2,"
+           "\"max_position_embeddings\":%d,\"layer_types\":[\"sliding_attention\","
+           "\"full_attention\"],\"rope_parameters\":{\"full_attention\":%s,"
+           "\"sliding_attention\":%s}}",
+           max_pos, full, sliding);
+  pe_model_rope *m = model_text(json, 0);
+  for (int i = 0; i < 2; i++) {
+    pe_rope_params p;
+    pe_rope_params_init(&p);
+    assert_int_equal(pe_rope_cache_params(pe_model_rope_layer(m, i), &p), PE_OK);
+    check(what, i, &p); /* layer 0 sliding, layer 1 full */
+  }
+  assert_int_equal(distinct_caches(m), 2);
+  pe_model_rope_destroy(m);
+}
+
+static void check_long(const char *what, int layer, const pe_rope_params *p) {
+  const float want_short[4] = {1, 1, 1, 1}, want_long[2][4] = {{1, 2, 3, 4}, {1, 2, 3, 5}};
+  assert_int_equal(p->scaling, PE_ROPE_SCALING_LONGROPE);
+  for (int i = 0; i < 4; i++)
+    if (p->short_factor[i] != want_short[i] || p->long_factor[i] != want_long[layer][i])
+      fail_msg("%s layer %d: short/long_factor[%d] = %g / %g, the config says %g / %g", what,
+               layer, i, p->short_factor[i], p->long_factor[i], want_short[i],
+               want_long[layer][i]);
+}
+
+static void check_beta(const char *what, int layer, const pe_rope_params *p) {
+  assert_int_equal(p->scaling, PE_ROPE_SCALING_YARN);
+  if (p->beta_fast != (layer ? 33.0 : 32.0))
+    fail_msg("%s layer %d: beta_fast %g, the config says %g", what, layer, p->beta_fast,
+             layer ? 33.0 : 32.0);
+}
+
+static void check_low(const char *what, int layer, const pe_rope_params *p) {
+  assert_int_equal(p->scaling, PE_ROPE_SCALING_LLAMA3);
+  if (p->low_freq_factor != (layer ? 2.0 : 1.0))
+    fail_msg("%s layer %d: low_freq_factor %g, the config says %g", what, layer,
+             p->low_freq_factor, layer ? 2.0 : 1.0);
+}
+
+static void test_v5_layer_types_differing_in_one_field(void **state) {
+  (void)state;
+  /* Up to M0 positions the caches rotate by short_factor alone. */
+  expect_two_types("longrope", 4096,
+                   "{\"rope_type\":\"longrope\",\"rope_theta\":10000.0,"
+                   "\"original_max_position_embeddings\":4096,\"short_factor\":[1,1,1,1],"
+                   "\"long_factor\":[1,2,3,5]}",
+                   "{\"rope_type\":\"longrope\",\"rope_theta\":10000.0,"
+                   "\"original_max_position_embeddings\":4096,\"short_factor\":[1,1,1,1],"
+                   "\"long_factor\":[1,2,3,4]}",
+                   check_long);
+  /* head_dim 8, base 1e4, M0 4096: D(32) = 1.31 and D(33) = 1.30 both floor
+   * to channel 1 (truncate), the same frequencies. */
+  expect_two_types("yarn", 32768,
+                   "{\"rope_type\":\"yarn\",\"rope_theta\":10000.0,\"factor\":8.0,"
+                   "\"original_max_position_embeddings\":4096,\"beta_fast\":33.0}",
+                   "{\"rope_type\":\"yarn\",\"rope_theta\":10000.0,\"factor\":8.0,"
+                   "\"original_max_position_embeddings\":4096,\"beta_fast\":32.0}",
+                   check_beta);
+  /* Wavelengths 2 pi 1e4^(2i/8) <= 6284 are all below M0 / high_freq_factor
+   * (262144 / 4): no channel is scaled at either low_freq_factor. */
+  expect_two_types("llama3", 32768,
+                   "{\"rope_type\":\"llama3\",\"rope_theta\":10000.0,\"factor\":8.0,"
+                   "\"original_max_position_embeddings\":262144,\"low_freq_factor\":2.0,"
+                   "\"high_freq_factor\":4.0}",
+                   "{\"rope_type\":\"llama3\",\"rope_theta\":10000.0,\"factor\":8.0,"
+                   "\"original_max_position_embeddings\":262144,\"low_freq_factor\":1.0,"
+                   "\"high_freq_factor\":4.0}",
+                   check_low);
+}
+
 /* ---------------------------------------------------------------------- */
 /* ModernBERT, Cohere2, Llama 4, EXAONE 4, Qwen3-Next, gpt-oss, Qwen-VL    */
 /* ---------------------------------------------------------------------- */
@@ -788,6 +868,7 @@ int main(void) {
       cmocka_unit_test(test_gemma3),
       cmocka_unit_test(test_gemma3n),
       cmocka_unit_test(test_v5_per_layer_type),
+      cmocka_unit_test(test_v5_layer_types_differing_in_one_field),
       cmocka_unit_test(test_modernbert),
       cmocka_unit_test(test_cohere2),
       cmocka_unit_test(test_llama4),
