@@ -503,6 +503,12 @@ static void test_errors(void **state) {
   (void)state;
   EXPECT("{\"rope_theta\":10000.0,\"head_dim\": 64, ", PE_ERR_PARSE, "not valid JSON");
   EXPECT("", PE_ERR_PARSE, "not valid JSON");
+  /* The message points at the offending character: ']' is byte 36 (from 0),
+   * the 'x' after a whole object byte 36. */
+  EXPECT("{\"model_type\":\"llama\",\"rope_theta\": ]}", PE_ERR_PARSE,
+         "not valid JSON (error near byte 36 of 38)");
+  EXPECT("{\"rope_theta\":10000.0,\"head_dim\":64}x", PE_ERR_PARSE,
+         "trailing characters at byte 36 of 37");
   EXPECT("[1, 2]", PE_ERR_PARSE, "must be a JSON object");
   EXPECT("{\"rope_theta\":10000.0,\"head_dim\":64} {", PE_ERR_PARSE, "trailing characters");
   EXPECT("{\"model_type\":\"llama\"}", PE_ERR_PARSE, "hidden_size");
