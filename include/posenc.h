@@ -219,7 +219,7 @@ typedef struct pe_rope_params {
                                      dynamic; 0 = unset */
   int64_t seq_len;                /* context the frequencies serve (dynamic,
                                      longrope); 0 = unset */
-  double attention_factor;        /* multiplies cos and sin; 0 = the type's default */
+  double attention_factor;        /* multiplies cos and sin, at most 1e30; 0 = the type's default */
   double beta_fast, beta_slow;    /* yarn: 0 = HF defaults 32 and 1 */
   double mscale, mscale_all_dim;  /* yarn (DeepSeek-V2/V3); 0 = unset */
   int32_t truncate;               /* yarn: 1 = floor/ceil the correction range

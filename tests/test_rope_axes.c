@@ -178,6 +178,14 @@ static void test_map_errors(void **state) {
   assert_int_equal(pe_axis_map_sections(big, 3, 8, map), PE_ERR_INVALID_ARGUMENT);
   assert_non_null(strstr(pe_last_error(), "sum to 12"));
   assert_int_equal(pe_axis_map_sections(zero, 3, 8, map), PE_ERR_INVALID_ARGUMENT);
+  assert_non_null(strstr(pe_last_error(), "sum to 0"));
+  /* The smallest sum, 1: i % 1 == 0 lies in the one non-empty section, so
+   * every frequency takes axis 1. */
+  const int32_t one[3] = {0, 1, 0};
+  uint8_t map1[8];
+  memset(map1, 0xab, sizeof map1);
+  assert_int_equal(pe_axis_map_sections(one, 3, 8, map1), PE_OK);
+  for (int i = 0; i < 8; i++) assert_int_equal(map1[i], 1);
   assert_int_equal(pe_axis_map_sections(ok, 0, 8, map), PE_ERR_INVALID_ARGUMENT);
   assert_int_equal(pe_axis_map_sections(ok, 5, 8, map), PE_ERR_INVALID_ARGUMENT);
   assert_int_equal(pe_axis_map_sections(ok, 4, 0, map), PE_ERR_INVALID_ARGUMENT);

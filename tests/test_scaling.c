@@ -511,6 +511,17 @@ static void test_attention_factor_in_table(void **state) {
     expect_close(sn[0], (double)a * sin(1.0), 3e-7, "a*sin(1)");
     pe_rope_cache_destroy(c);
   }
+  /* The largest attention factor taken (1e31 is refused, test_errors). */
+  for (int onfly = 0; onfly < 2; onfly++) {
+    pe_rope_params p = base_params(128, 0, 1e6);
+    p.attention_factor = 1e30;
+    p.max_positions = onfly ? 0 : 16;
+    pe_rope_cache *c = new_cache(&p);
+    float cs[64], sn[64];
+    assert_int_equal(pe_rope_cache_cos_sin(c, 0, cs, sn), PE_OK);
+    for (int i = 0; i < 64; i++) assert_true(cs[i] == (float)1e30 && sn[i] == 0.0f);
+    pe_rope_cache_destroy(c);
+  }
 }
 
 /* ---------------------------------------------------------------------- */
@@ -556,6 +567,10 @@ M(prop_factor_zero, p->scaling = PE_ROPE_SCALING_PROPORTIONAL; p->factor = 0)
 M(custom_null, p->scaling = PE_ROPE_SCALING_CUSTOM)
 M(custom_neg, p->scaling = PE_ROPE_SCALING_CUSTOM; p->inv_freq = bad_inv)
 M(scaling_unknown, p->scaling = (pe_rope_scaling)42)
+/* mscale(40, 1e200)^2 = (0.1 * 1e200 * ln 40 + 1)^2 overflows a double; the
+ * attention factor, their ratio, stays 1. */
+M(yarn_softmax_inf, p->scaling = PE_ROPE_SCALING_YARN; p->factor = 40; p->original_max_positions = 4096; p->mscale = 1e200; p->mscale_all_dim = 1e200)
+M(attn_too_big, p->attention_factor = 1e31)
 #undef M
 
 static void test_errors(void **state) {
@@ -599,6 +614,8 @@ static void test_errors(void **state) {
       {custom_null, PE_ERR_INVALID_ARGUMENT, "inv_freq"},
       {custom_neg, PE_ERR_INVALID_ARGUMENT, "inv_freq[5]"},
       {scaling_unknown, PE_ERR_UNSUPPORTED, "scaling 42"},
+      {yarn_softmax_inf, PE_ERR_INVALID_ARGUMENT, "softmax scale inf (from mscale_all_dim 1e+200)"},
+      {attn_too_big, PE_ERR_INVALID_ARGUMENT, "attention factor 1e+31 must be finite, > 0 and at most 1e+30"},
   };
   for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
     pe_rope_params p = base_params(96, 0, 10000.0);
@@ -714,6 +731,40 @@ static void test_table_accuracy_2_24(void **state) {
                 worst_small, worst_large, over1, entries);
   /* No drift with the position: large positions are as accurate as small. */
   assert_true(worst_large <= TABLE_ULP_BOUND && worst_small <= TABLE_ULP_BOUND);
+}
+
+/* An on-the-fly row is computed in pieces of 128 frequencies: rows whose
+ * last piece is shorter (rotary_dim 260 and 384: 2 and 64 frequencies after
+ * the first 128) hold every frequency within the table's bound, and nothing
+ * is written past rotary_dim/2. */
+static void test_cos_sin_row_in_pieces(void **state) {
+  (void)state;
+  static const int dims[] = {260, 384, 512};
+  for (size_t k = 0; k < sizeof dims / sizeof dims[0]; k++) {
+    const int half = dims[k] / 2;
+    double f[MAXH / 2];
+    for (int i = 0; i < half; i++) f[i] = ref_default(10000.0, i, dims[k]);
+    pe_rope_params p = base_params(dims[k], 0, 10000.0);
+    p.max_positions = 0;
+    pe_rope_cache *c = new_cache(&p);
+    float cs[MAXH + 8], sn[MAXH + 8];
+    for (int i = 0; i < MAXH + 8; i++) cs[i] = sn[i] = -7.0f;
+    const int64_t pos = 123457;
+    assert_int_equal(pe_rope_cache_cos_sin(c, pos, cs, sn), PE_OK);
+    for (int i = 0; i < half; i++) {
+      long double lc, ls;
+      exact_cos_sin(pos, f[i], &lc, &ls);
+      double ec = fabs((double)cs[i] - (double)lc) / ulp_f32((double)lc);
+      double es = fabs((double)sn[i] - (double)ls) / ulp_f32((double)ls);
+      if (ec > TABLE_ULP_BOUND || es > TABLE_ULP_BOUND)
+        fail_msg("rotary_dim %d freq %d: cos %.9g vs %.17g, sin %.9g vs %.17g", dims[k], i,
+                 (double)cs[i], (double)lc, (double)sn[i], (double)ls);
+    }
+    for (int i = half; i < MAXH + 8; i++)
+      if (cs[i] != -7.0f || sn[i] != -7.0f)
+        fail_msg("rotary_dim %d: entry %d of %d written", dims[k], i, half);
+    pe_rope_cache_destroy(c);
+  }
 }
 
 /* With an attention factor a the stored value is round(cos_f32 * (float)a):
@@ -855,6 +906,7 @@ int main(void) {
       cmocka_unit_test(test_attention_factor_in_table),
       cmocka_unit_test(test_errors),
       cmocka_unit_test(test_table_accuracy_2_24),
+      cmocka_unit_test(test_cos_sin_row_in_pieces),
       cmocka_unit_test(test_scaled_table_accuracy_2_24),
       cmocka_unit_test(test_rerotate_scaled),
   };

@@ -177,8 +177,8 @@ PE_API pe_status pe_rope_cache_create(const pe_rope_params *user, pe_rope_cache 
   if (!isfinite(c->attention_factor) || c->attention_factor <= 0.0 || c->attention_factor > 1e30) {
     double bad = c->attention_factor;
     cache_free(c);
-    return pe__fail(PE_ERR_INVALID_ARGUMENT, "%s: the attention factor %g is not a finite positive float",
-                    fn, bad);
+    return pe__fail(PE_ERR_INVALID_ARGUMENT, "%s: the attention factor %g must be finite, > 0 and at "
+                    "most 1e+30 (it scales float32 cos and sin)", fn, bad);
   }
   if (!isfinite(c->softmax_scale) || c->softmax_scale <= 0.0) {
     /* mscale(factor, mscale_all_dim)^2 overflows for an absurd mscale_all_dim */
