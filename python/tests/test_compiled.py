@@ -1,6 +1,7 @@
 """The compiled module posenc._posenc itself: the kinds of array it reads
 (DLPack producers besides numpy and torch), its timing entry point, the GIL
 released around the kernel, and a library that lacks a function."""
+import sys
 import threading
 import time
 
@@ -257,11 +258,29 @@ def test_bench_prints_every_row(capsys):
 def test_bench_runs_the_rounds_its_help_names(capsys, monkeypatch):
     from posenc import bench
     seen = []
-    monkeypatch.setattr(bench, "measure", lambda *a: seen.append(a[4]) or (1.0, 2.0))
-    assert bench.main(["--case", "decode", "--arrays", "numpy", "--op", "rope",
+    monkeypatch.setattr(bench, "measure", lambda *a: seen.append(a[3:5]) or (1.0, 2.0))
+    assert bench.main(["--case", "decode,prefill", "--arrays", "numpy", "--op", "rope",
                        "--dtype", "f32"]) == 0
     out = capsys.readouterr().out
-    assert seen == [15] and "fastest of 15 alternated rounds" in out   # as --help says
+    # as --help says: 15 rounds, calls per round 2000 for decode and 50 for prefill
+    assert seen == [(2000, 15), (50, 15)] and "fastest of 15 alternated rounds" in out
+    seen.clear()
+    assert bench.main(["--case", "decode,prefill", "--arrays", "numpy", "--op", "rope",
+                       "--dtype", "f32", "--reps", "7", "--rounds", "2"]) == 0
+    assert seen == [(7, 2), (7, 2)]
+
+
+def test_bench_without_torch_runs_the_numpy_rows(capsys, monkeypatch):
+    from posenc import bench
+    monkeypatch.setitem(sys.modules, "torch", None)     # import torch raises ImportError
+    seen = []
+    monkeypatch.setattr(bench, "measure", lambda *a: seen.append(a[0]) or (1.0, 2.0))
+    assert bench.main(["--case", "decode", "--arrays", "numpy,torch", "--op",
+                       "rope,torch.apply_rotary_pos_emb", "--dtype", "f32"]) == 0
+    out = capsys.readouterr().out
+    assert "torch is not installed: numpy arrays only" in out
+    rows = [line.split() for line in out.splitlines() if line.startswith("decode")]
+    assert [r[2] for r in rows] == ["numpy"] and len(seen) == 1
 
 
 def test_bench_arrays_are_of_the_dtype_their_row_names():

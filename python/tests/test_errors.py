@@ -197,9 +197,10 @@ def test_bad_rope_scaling(recwarn):
                                                     "original_max_position_embeddings": 64, "factor": 1.0,
                                                     "short_factor": [1.0] * 3,
                                                     "long_factor": [1.0] * 8})
-    with pytest.warns(UserWarning, match="factr"):
+    with pytest.warns(UserWarning, match="factr") as seen:
         posenc.RopeCache(head_dim=16, max_positions=8,
                          rope_scaling={"rope_type": "linear", "factor": 2.0, "factr": 2.0})
+    assert seen[0].filename == __file__   # the warning points at the caller's line
     with pytest.raises(posenc.PosencError) as e:
         posenc.RopeCache(head_dim=16, rope_scaling={"rope_type": "linear", "factor": 0.5})
     assert e.value.status == posenc.Status.ERR_INVALID_ARGUMENT

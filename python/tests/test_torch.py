@@ -420,6 +420,19 @@ def test_k_alone_in_either_layout(gen):
     np.testing.assert_allclose(k.transpose(1, 2).double().numpy(), want, atol=2e-6)
 
 
+def test_one_tensor_refused_in_the_layout_its_shapes_tell(gen):
+    # q or k alone in [B, T, H, D] (told by positions: T != H), a position
+    # past the table: the refusal names that position, not a positions
+    # shape that fits only the other layout
+    cache = posenc.RopeCache(head_dim=16, max_positions=8)
+    x = torch.randn(1, 5, 2, 16, generator=gen)
+    pos = torch.tensor([[0, 1, 2, 3, 100]])
+    for q, k in ((x, None), (None, x)):
+        e = unchanged_after(posenc.PosencError,
+                            lambda: pt.apply_rotary_pos_emb(q, k, pos, cache), x)
+        assert "position 100 at [batch 0, token 4] >= cache max_positions 8" in str(e)
+
+
 def test_strided_positions_are_read_as_their_values(gen):
     # int64 tensors that are views (every other column, a transpose, a row
     # of a wider one) give the bits of their contiguous copies
