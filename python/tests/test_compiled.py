@@ -170,6 +170,9 @@ def test_timed_runs_the_call_reps_times(rng):
         np.testing.assert_allclose(y, want, atol=2e-5)
     with pytest.raises(ValueError, match="no entry point"):
         _ext.ext.timed("apply_nothing", 1)
+    for bad in ((), ("wall",), ("apply_rope_qk",), (1, 2), ("cpu", 3, 2)):   # no name, no reps
+        with pytest.raises(TypeError, match=r"^timed\(\[clock,\] name, reps, \*args\)$"):
+            _ext.ext.timed(*bad)
     with pytest.raises(posenc.PosencError, match="max_positions"):   # errors as a call's
         _ext.ext.timed("apply_rope_qk", 2, cache, x, None, pos * 100, 0, None, None, 0)
 
