@@ -173,6 +173,29 @@ static void test_deepseek_v32(void **state) {
   expect_cache("v3.2 rope_interleave false", 0, pe_model_rope_layer(m, 0), &neox);
   expect_cache("v3.2 indexer", 0, pe_model_rope_layer_role(m, 0, PE_ROPE_ROLE_INDEXER), &neox);
   pe_model_rope_destroy(m);
+  /* The widest heads taken: a q head of qk_nope_head_dim + qk_rope_head_dim
+   * = 16384 channels, an indexer head of only the rotated channels
+   * (index_head_dim == qk_rope_head_dim); one channel more or less is
+   * refused. */
+  m = model_text("{\"model_type\":\"deepseek_v32\",\"qk_rope_head_dim\":64,\"rope_theta\":1e4,"
+                 "\"num_hidden_layers\":1,\"qk_nope_head_dim\":16320,\"index_head_dim\":64}", 0);
+  pe_rope_slice sl;
+  pe_rope_slice_init(&sl);
+  assert_int_equal(pe_model_rope_layer_slice(m, 0, PE_ROPE_ROLE_ATTENTION, &sl), PE_OK);
+  assert_true(sl.q_head_dim == 16384 && sl.q_offset == 16320 && sl.rotary_dim == 64);
+  assert_int_equal(pe_model_rope_layer_slice(m, 0, PE_ROPE_ROLE_INDEXER, &sl), PE_OK);
+  assert_true(sl.q_head_dim == 64 && sl.q_offset == 0 && sl.k_head_dim == 64);
+  pe_model_rope_destroy(m);
+  static const char *const wide[] = {"\"qk_nope_head_dim\":16321", "\"index_head_dim\":63"};
+  for (int i = 0; i < 2; i++) {
+    char cfg[256];
+    snprintf(cfg, sizeof cfg, "{\"model_type\":\"deepseek_v32\",\"qk_rope_head_dim\":64,"
+             "\"rope_theta\":1e4,\"num_hidden_layers\":1,%s}", wide[i]);
+    pe_model_rope *out = NULL;
+    assert_int_equal(pe_model_rope_from_hf_config(cfg, strlen(cfg), 0, 0, 0, &out), PE_ERR_PARSE);
+    assert_non_null(strstr(pe_last_error(), "do not make heads of at most 16384 channels"));
+    assert_null(out);
+  }
   /* The one-cache loader cannot give two rotations: refused, naming the way. */
   size_t len;
   char *buf = read_fixture("per_layer/deepseek-v3.2.json", &len);

@@ -377,6 +377,23 @@ static void test_llama4(void **state) {
   assert_int_equal(h, 40);
   assert_int_equal(kv, 8);
   pe_model_rope_destroy(m);
+  /* A list that is not every 4th layer is read as it is (1 = RoPE), by
+   * Llama 4 and by SmolLM3 (SmolLM3Attention.use_rope). */
+  static const char *const lists[] = {
+      "{\"model_type\":\"llama4_text\",\"num_hidden_layers\":8,\"no_rope_layers\":[1,0,0,1,1,1,"
+      "1,1],\"attn_temperature_tuning\":false,\"rope_theta\":500000.0}",
+      "{\"model_type\":\"smollm3\",\"hidden_size\":2048,\"num_attention_heads\":16,"
+      "\"num_hidden_layers\":8,\"rope_theta\":500000.0,\"no_rope_layers\":[1,0,0,1,1,1,1,1]}"};
+  for (int k = 0; k < 2; k++) {
+    m = model_text(lists[k], 0);
+    want r = {128, 128, k ? PE_ROPE_NEOX : PE_ROPE_GPTJ, PE_ROPE_SCALING_NONE, 1, 1,
+              {R_DEFAULT, 500000.0, 128, 1, 0, 0, 0}};
+    for (int i = 0; i < 8; i++) {
+      if (i == 1 || i == 2) expect_nope(lists[k], m, i);
+      else expect_layer(lists[k], m, i, &r);
+    }
+    pe_model_rope_destroy(m);
+  }
   /* An empty no_rope_layers means every 4th layer (no_rope_layer_interval). */
   m = model_text("{\"model_type\":\"llama4_text\",\"num_hidden_layers\":8,\"no_rope_layers\":[],"
                 "\"attn_temperature_tuning\":false,\"rope_theta\":500000.0}", 0);
@@ -534,6 +551,42 @@ static void test_neox_keys_elsewhere(void **state) {
                        "\"num_hidden_layers\":2,\"rotary_pct\":0.25,\"rotary_emb_base\":1e4,"
                        "\"rotary_dim\":16}",
                        0, PE_ERR_UNSUPPORTED, "rotary_dim");
+  /* Llama4TextConfig reads its no_rope keys, not Gemma 3's local base. */
+  expect_model_refused("{\"model_type\":\"llama4_text\",\"num_hidden_layers\":4,"
+                       "\"rope_theta\":5e5,\"rope_local_base_freq\":1e4}",
+                       0, PE_ERR_UNSUPPORTED, "rope_local_base_freq");
+  /* "alibi": false says what a RoPE class does anyway; true is ALiBi, which
+   * LlamaAttention does not apply (Falcon's class does: no RoPE then), and
+   * DeepseekV3Attention has no NoPE switch for its rotated slice. */
+  expect_model_refused("{\"model_type\":\"llama\",\"head_dim\":64,\"num_hidden_layers\":2,"
+                       "\"rope_theta\":1e4,\"alibi\":true}",
+                       0, PE_ERR_UNSUPPORTED, "has alibi");
+  pe_model_rope *m = model_text("{\"model_type\":\"llama\",\"head_dim\":64,"
+                                "\"num_hidden_layers\":2,\"rope_theta\":1e4,\"alibi\":false}", 0);
+  assert_non_null(pe_model_rope_layer(m, 1));
+  pe_model_rope_destroy(m);
+  m = model_text("{\"model_type\":\"falcon\",\"hidden_size\":4544,\"num_attention_heads\":71,"
+                 "\"num_hidden_layers\":2,\"alibi\":true}", 0);
+  for (int i = 0; i < 2; i++) expect_nope("falcon alibi", m, i);
+  pe_model_rope_destroy(m);
+  expect_model_refused("{\"model_type\":\"deepseek_v3\",\"num_hidden_layers\":2,"
+                       "\"rope_theta\":1e4,\"mla_use_nope\":true}",
+                       0, PE_ERR_UNSUPPORTED, "has mla_use_nope");
+}
+
+/* A config with the language model's keys at the top level is read there,
+ * whatever a text_config beside them says (LlamaConfig has no text_config;
+ * it is read only when the top level has none of those keys). */
+static void test_top_level_keys_win_over_text_config(void **state) {
+  (void)state;
+  pe_model_rope *m = model_text(
+      "{\"model_type\":\"llama\",\"hidden_size\":4096,\"num_attention_heads\":32,"
+      "\"num_hidden_layers\":2,\"rope_theta\":500000.0,\"text_config\":{\"model_type\":"
+      "\"llama\",\"hidden_size\":2048,\"num_attention_heads\":32,\"num_hidden_layers\":2,"
+      "\"rope_theta\":10000.0}}", 0);
+  want w = {128, 128, PE_ROPE_NEOX, PE_ROPE_SCALING_NONE, 1, 1, {R_DEFAULT, 500000.0, 128, 1, 0, 0, 0}};
+  for (int i = 0; i < 2; i++) expect_layer("top level beside text_config", m, i, &w);
+  pe_model_rope_destroy(m);
 }
 
 static void test_hybrid_without_rope(void **state) {
@@ -625,6 +678,16 @@ static void test_max_positions_from_config(void **state) {
   assert_non_null(strstr(pe_last_error(), "max_position_embeddings"));
   assert_int_equal(pe_model_rope_from_hf_config(cfg, strlen(cfg), -2, 0, 0, &m), PE_ERR_INVALID_ARGUMENT);
   assert_non_null(strstr(pe_last_error(), "max_positions -2"));
+  /* 2^53 positions is a valid argument (a table no memory holds); one more
+   * is not exact in a double and is refused as the argument. */
+  const int64_t p53 = (int64_t)1 << 53;
+  assert_int_equal(pe_model_rope_from_hf_config(cfg, strlen(cfg), p53, 0, 0, &m),
+                   PE_ERR_OUT_OF_MEMORY);
+  assert_non_null(strstr(pe_last_error(), "cos/sin table (max_positions 9007199254740992)"));
+  assert_int_equal(pe_model_rope_from_hf_config(cfg, strlen(cfg), p53 + 1, 0, 0, &m),
+                   PE_ERR_INVALID_ARGUMENT);
+  assert_non_null(strstr(pe_last_error(), "max_positions 9007199254740993 must be in [0, 2^53]"));
+  assert_null(m);
   /* A key the config omits takes its config class's default: transformers'
    * Gemma3TextConfig has max_position_embeddings = 131072. */
   const char *gemma = "{\"model_type\":\"gemma3_text\",\"head_dim\":16,\"num_hidden_layers\":6,"
@@ -877,6 +940,7 @@ int main(void) {
       cmocka_unit_test(test_gpt_oss),
       cmocka_unit_test(test_qwen_vl),
       cmocka_unit_test(test_mimo_v2), cmocka_unit_test(test_neox_keys_elsewhere),
+      cmocka_unit_test(test_top_level_keys_win_over_text_config),
       cmocka_unit_test(test_hybrid_without_rope),
       cmocka_unit_test(test_unknown_model_type),
       cmocka_unit_test(test_max_positions_from_config),

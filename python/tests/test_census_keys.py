@@ -247,8 +247,11 @@ def expect(cfg):
     if mt == "deepseek_v4":
         return expect_v4(tr, n)
     if mt in NO_ROPE or (mt == "granitemoehybrid" and tr.get("position_embedding_type") != "rope") \
-            or (mt == "falcon" and tr.get("alibi") is True) or tr.get("mla_use_nope") is True:
+            or (mt == "falcon" and tr.get("alibi") is True):
         return [none] * n
+    if tr.get("mla_use_nope") is True:
+        # Kimi-Linear's key; the MLA classes of the table rotate whatever it says
+        raise Raises("mla_use_nope")
     types = layer_types(mt, tr, n)
     # standardize_rope_params: keyed by layer type only when every entry is one
     per_type = isinstance(rope, dict) and rope and all(isinstance(v, dict) for v in rope.values()) \

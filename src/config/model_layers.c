@@ -294,7 +294,10 @@ static int key_understood(const model_info *mi, const char *key) {
   static const char *const v4[] = {"qk_rope_head_dim", "index_head_dim", "index_n_heads",
                                    "index_topk", "compress_ratios", "compress_rope_theta",
                                    "compress_rates", "compress_rope_parameters", NULL};
-  static const char *const mla[] = {"qk_rope_head_dim", "rope_interleave", "mla_use_nope", NULL};
+  /* mla_use_nope is Kimi-Linear's (remote code, read under a guess): the
+   * MLA classes of this table rotate whatever it says, so true is refused
+   * by name and false is harmless (key_harmless). */
+  static const char *const mla[] = {"qk_rope_head_dim", "rope_interleave", NULL};
   switch (mi->width) {
     case WIDTH_ROTARY_DIM:
     case WIDTH_MINIMAX_M2:
