@@ -258,6 +258,12 @@ static void check_beta(const char *what, int layer, const pe_rope_params *p) {
              layer ? 33.0 : 32.0);
 }
 
+static void check_linear1(const char *what, int layer, const pe_rope_params *p) {
+  if (p->scaling != (layer ? PE_ROPE_SCALING_LINEAR : PE_ROPE_SCALING_NONE))
+    fail_msg("%s layer %d: scaling %d, the config says %s", what, layer, p->scaling,
+             layer ? "linear" : "default");
+}
+
 static void check_low(const char *what, int layer, const pe_rope_params *p) {
   assert_int_equal(p->scaling, PE_ROPE_SCALING_LLAMA3);
   if (p->low_freq_factor != (layer ? 2.0 : 1.0))
@@ -276,6 +282,9 @@ static void test_v5_layer_types_differing_in_one_field(void **state) {
                    "\"original_max_position_embeddings\":4096,\"short_factor\":[1,1,1,1],"
                    "\"long_factor\":[1,2,3,4]}",
                    check_long);
+  /* linear x1 rotates as the default rope, and says it is linear */
+  expect_two_types("linear x1", 32768, "{\"rope_type\":\"linear\",\"factor\":1.0,\"rope_theta\":1e4}",
+                   "{\"rope_type\":\"default\",\"rope_theta\":1e4}", check_linear1);
   /* head_dim 8, base 1e4, M0 4096: D(32) = 1.31 and D(33) = 1.30 both floor
    * to channel 1 (truncate), the same frequencies. */
   expect_two_types("yarn", 32768,
@@ -569,9 +578,17 @@ static void test_neox_keys_elsewhere(void **state) {
                  "\"num_hidden_layers\":2,\"alibi\":true}", 0);
   for (int i = 0; i < 2; i++) expect_nope("falcon alibi", m, i);
   pe_model_rope_destroy(m);
-  expect_model_refused("{\"model_type\":\"deepseek_v3\",\"num_hidden_layers\":2,"
+  expect_model_refused("{\"model_type\":\"deepseek_v3\",\"num_hidden_layers\":2,\"qk_rope_head_dim\":64,"
                        "\"rope_theta\":1e4,\"mla_use_nope\":true}",
                        0, PE_ERR_UNSUPPORTED, "has mla_use_nope");
+  m = model_text("{\"model_type\":\"deepseek_v3\",\"num_hidden_layers\":2,\"rope_theta\":1e4,"
+                 "\"qk_rope_head_dim\":64,\"mla_use_nope\":false}", 0);
+  for (int i = 0; i < 2; i++) assert_non_null(pe_model_rope_layer(m, i));
+  pe_model_rope_destroy(m);
+  /* false is harmless for those two keys only. */
+  expect_model_refused("{\"model_type\":\"llama\",\"head_dim\":64,\"num_hidden_layers\":2,"
+                       "\"rope_theta\":1e4,\"swa_rope_theta\":false}",
+                       0, PE_ERR_UNSUPPORTED, "has swa_rope_theta");
 }
 
 /* A config with the language model's keys at the top level is read there,
