@@ -256,6 +256,54 @@ static void check_values(const layer *L) {
   pe_rope_cache_destroy(c);
   free_data(&d);
 }
+/* DeepSeek-V4's normed q with more heads than the norm takes in one group
+ * (1024): 1030 heads of 512 channels, one token; each head normed and
+ * rotated as the reference says, and nothing past the tensor written. */
+static void test_q_norm_past_1024_heads(void **state) {
+  (void)state;
+  enum { H = 1030, D = 512 };
+  const layer *L = &V4;
+  float *q = malloc(sizeof(float) * (H * D + 64)), *q0 = malloc(sizeof(float) * H * D);
+  for (int i = 0; i < H * D + 64; i++) q[i] = (float)(uni() * 4.0);
+  memcpy(q0, q, sizeof(float) * H * D);
+  float tail[64];
+  memcpy(tail, q + H * D, sizeof tail);
+  data d; /* the kv row, weights and positions of the usual data */
+  make_data(&d, L);
+  pe_rope_cache *c = mla_cache(4096);
+  size_t cbytes = sizeof(float) * NB * BS * (L->kv_dim + 8);
+  float *cache = malloc(cbytes);
+  memset(cache, 0xa5, cbytes);
+  pe_mla m;
+  fill_mla(&m, L, d.w, PE_MLA_PLAIN, PE_MLA_LATENT_FIRST, NULL);
+  pe_tensor qt = {q, PE_F32, {1, H, 1, D}, {(int64_t)H * D, D, D, 1}};
+  pe_tensor kv = {d.kv, PE_F32, {1, 1, 1, L->kv_dim}, {L->kv_dim, 0, L->kv_dim, 1}};
+  pe_tensor ct = plain_cache(cache, L, PE_F32);
+  const int64_t slot = 5, pos = 1234;
+  assert_int_equal(pe_mla_rope_store(c, &m, &qt, &kv, &ct, &slot, &pos, 0, NULL), PE_OK);
+  assert_memory_equal(q + H * D, tail, sizeof tail);
+  double ref[D];
+  for (int h = 0; h < H; h++) {
+    const float *x = q0 + (int64_t)h * D, *got = q + (int64_t)h * D;
+    double ss = 0;
+    for (int i = 0; i < D; i++) ss += (double)x[i] * x[i];
+    double r = 1.0 / sqrt(ss / D + 1e-6);
+    for (int i = 0; i < D; i++) ref[i] = x[i] * r;
+    ref_rotate(ref + L->q_off, pos);
+    for (int i = 0; i < D; i++) {
+      int rope = i >= L->q_off;
+      int pi = rope ? L->q_off + ((i - L->q_off) & ~1) : i;
+      near(got[i], ref[i], fabs(ref[pi]) + (rope ? fabs(ref[pi + 1]) : 0), "q past 1024 heads",
+           h * D + i);
+    }
+  }
+  free(cache);
+  pe_rope_cache_destroy(c);
+  free_data(&d);
+  free(q0);
+  free(q);
+}
+
 static void test_values_v3(void **s) { (void)s; check_values(&V3); }
 static void test_values_v4(void **s) { (void)s; check_values(&V4); }
 static void test_values_rope_first_kv(void **s) { (void)s; check_values(&RF); }
@@ -976,6 +1024,7 @@ static void test_errors(void **state) {
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_values_v3),     cmocka_unit_test(test_values_v4),
+      cmocka_unit_test(test_q_norm_past_1024_heads),
       cmocka_unit_test(test_values_rope_first_kv), cmocka_unit_test(test_values_slices_inside),
       cmocka_unit_test(test_fp8_e4m3),      cmocka_unit_test(test_fp8_row_limit),
       cmocka_unit_test(test_fp8_ds),

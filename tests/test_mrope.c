@@ -335,6 +335,8 @@ static void test_mrope_errors_change_nothing(void **state) {
   int64_t pos[3 * 12];
   for (int i = 0; i < 36; i++) pos[i] = i % 12;
   const int32_t ok[3] = {4, 6, 6}, bad_sum[3] = {4, 6, 5}, neg[3] = {-2, 10, 8};
+  /* one negative entry in each place, the sum still 16 */
+  const int32_t neg1[3] = {10, -2, 8}, neg2[3] = {10, 8, -2};
   struct {
     const int32_t *s;
     uint32_t flags;
@@ -344,6 +346,8 @@ static void test_mrope_errors_change_nothing(void **state) {
       {NULL, 0, PE_ERR_NULL_POINTER, "mrope_section is NULL"},
       {bad_sum, 0, PE_ERR_INVALID_ARGUMENT, "mrope_section {4, 6, 5} must be >= 0 and sum to rotary_dim/2 = 16"},
       {neg, 0, PE_ERR_INVALID_ARGUMENT, "mrope_section {-2, 10, 8}"},
+      {neg1, 0, PE_ERR_INVALID_ARGUMENT, "mrope_section {10, -2, 8} must be >= 0"},
+      {neg2, 0, PE_ERR_INVALID_ARGUMENT, "mrope_section {10, 8, -2} must be >= 0"},
       {ok, 8u, PE_ERR_INVALID_ARGUMENT, "unknown bits 0x8"},
   };
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {

@@ -511,6 +511,26 @@ static void test_attention_factor_in_table(void **state) {
     expect_close(sn[0], (double)a * sin(1.0), 3e-7, "a*sin(1)");
     pe_rope_cache_destroy(c);
   }
+  /* The smallest original_max_positions each type takes: 2 for longrope
+   * (log M0 divides), 1 for yarn and llama3 (refused below, test_errors). */
+  {
+    fill_longrope_factors();
+    pe_rope_params p = base_params(96, 0, 10000.0);
+    p.scaling = PE_ROPE_SCALING_LONGROPE;
+    p.factor = 32;
+    p.original_max_positions = 2;
+    p.short_factor = lr_short;
+    p.long_factor = lr_long;
+    pe_rope_cache_destroy(new_cache(&p));
+    static const pe_rope_scaling one[2] = {PE_ROPE_SCALING_YARN, PE_ROPE_SCALING_LLAMA3};
+    for (int k = 0; k < 2; k++) {
+      p = base_params(96, 0, 10000.0);
+      p.scaling = one[k];
+      p.factor = 4;
+      p.original_max_positions = 1;
+      pe_rope_cache_destroy(new_cache(&p));
+    }
+  }
   /* The largest attention factor taken (1e31 is refused, test_errors). */
   for (int onfly = 0; onfly < 2; onfly++) {
     pe_rope_params p = base_params(128, 0, 1e6);
