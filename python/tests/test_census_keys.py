@@ -250,7 +250,8 @@ def expect(cfg):
             or (mt == "falcon" and tr.get("alibi") is True):
         return [none] * n
     if tr.get("mla_use_nope") is True:
-        # Kimi-Linear's key; the MLA classes of the table rotate whatever it says
+        # Kimi-Linear's key: the table's MLA classes rotate whatever it says, and
+        # the library refuses it by name rather than guess which model this is
         raise Raises("mla_use_nope")
     types = layer_types(mt, tr, n)
     # standardize_rope_params: keyed by layer type only when every entry is one
