@@ -936,7 +936,8 @@ static void test_errors(void **state) {
   EXPECT(pe_mla_rope_store(c, &m, &q, &kv, &ct, d.slots, d.pos, 0, NULL), PE_ERR_NULL_POINTER, "kv_weight");
   fill_mla(&m, L, d.w, PE_MLA_PLAIN, PE_MLA_LATENT_FIRST, NULL);
   m.q_rope_offset = 130; /* past the 192-channel head */
-  EXPECT(pe_mla_rope_store(c, &m, &q, &kv, &ct, d.slots, d.pos, 0, NULL), PE_ERR_SHAPE, "q's rope slice");
+  EXPECT(pe_mla_rope_store(c, &m, &q, &kv, &ct, d.slots, d.pos, 0, NULL), PE_ERR_SHAPE,
+         "q's rope slice [q_rope_offset 130, +64) is outside its 192-channel heads");
   fill_mla(&m, L, d.w, PE_MLA_FP8_E4M3, PE_MLA_LATENT_FIRST, NULL);
   EXPECT(pe_mla_rope_store(c, &m, &q, &kv, &ct, d.slots, d.pos, 0, NULL), PE_ERR_NULL_POINTER, "scale");
   fill_mla(&m, L, d.w, PE_MLA_FP8_DS, PE_MLA_ROPE_FIRST, NULL);
